@@ -1,0 +1,170 @@
+//! The kernel debug stream served on `--inspect ADDR` at `GET /events`:
+//! Server-Sent Events carrying `@telorun/debug-wire` frames.
+//!
+//! One `log` frame precedes the scripted `event` frames because the runner
+//! must relay event frames only (contract §3); a stream of events alone could
+//! not catch a runner that forwards everything.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::FormatItem;
+use time::macros::format_description;
+
+use crate::http;
+
+pub const EVENTS_PATH: &str = "/events";
+/// The log line sent before the events; the runner must drop it.
+pub const BOOT_LOG_LINE: &str = "fake-telo booting";
+/// Idle streams get a comment this often so a dead client is noticed (the
+/// write fails) and intermediaries do not time the stream out.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_COMMENT: &[u8] = b": keepalive\n\n";
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(10);
+
+const RFC3339_UTC_MILLIS: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+
+/// `2026-01-02T03:04:05.678Z`: RFC 3339 in UTC with milliseconds, as the real
+/// kernel's `new Date().toISOString()` writes it.
+pub fn frame_timestamp(at: OffsetDateTime) -> String {
+    at.to_offset(time::UtcOffset::UTC)
+        .format(RFC3339_UTC_MILLIS)
+        .unwrap_or_else(|_| String::from("1970-01-01T00:00:00.000Z"))
+}
+
+pub fn log_frame(timestamp: &str, line: &str) -> String {
+    sse_data(&json!({
+        "kind": "log",
+        "timestamp": timestamp,
+        "stream": "stdout",
+        "line": line,
+    }))
+}
+
+pub fn event_frame(timestamp: &str, event: &str) -> String {
+    sse_data(&json!({
+        "kind": "event",
+        "timestamp": timestamp,
+        "event": event,
+        "payload": {},
+    }))
+}
+
+fn sse_data(frame: &serde_json::Value) -> String {
+    format!("data: {frame}\n\n")
+}
+
+/// Everything a new `/events` subscriber receives before the keep-alives.
+pub fn initial_stream(at: OffsetDateTime, events: &[String]) -> String {
+    let timestamp = frame_timestamp(at);
+    let mut stream = log_frame(&timestamp, BOOT_LOG_LINE);
+    for event in events {
+        stream.push_str(&event_frame(&timestamp, event));
+    }
+    stream
+}
+
+/// Serves the debug stream from a background thread for the rest of the
+/// process's life. Each connection gets the full event list again, as a
+/// reconnecting relay expects.
+pub fn serve(listener: TcpListener, events: Vec<String>) -> std::io::Result<()> {
+    let events: Arc<[String]> = events.into();
+    thread::Builder::new()
+        .name("inspect".to_owned())
+        .spawn(move || {
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let events = Arc::clone(&events);
+                        let _ = thread::Builder::new()
+                            .name("inspect-conn".to_owned())
+                            .spawn(move || answer(stream, &events));
+                    }
+                    Err(_) => thread::sleep(ACCEPT_RETRY_DELAY),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn answer(mut stream: TcpStream, events: &[String]) {
+    let Some(request) = http::read_request_head(&mut stream) else {
+        return;
+    };
+    let response = match (request.method.as_str(), request.path.as_str()) {
+        ("GET", EVENTS_PATH) => return stream_events(stream, events),
+        (_, EVENTS_PATH) => http::full_response(
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "method not allowed",
+        ),
+        _ => http::full_response("404 Not Found", "text/plain; charset=utf-8", "not found"),
+    };
+    let _ = http::respond_and_close(stream, &response);
+}
+
+fn stream_events(mut stream: TcpStream, events: &[String]) {
+    // Frames must reach the relay as they are written, not after Nagle's delay.
+    let _ = stream.set_nodelay(true);
+    // No Content-Length: the body is the stream and ends when the process does.
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+    let body = initial_stream(OffsetDateTime::now_utc(), events);
+    if stream.write_all(head.as_bytes()).is_err() || stream.write_all(body.as_bytes()).is_err() {
+        return;
+    }
+    loop {
+        thread::sleep(KEEPALIVE_INTERVAL);
+        if stream.write_all(KEEPALIVE_COMMENT).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::macros::datetime;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(
+            frame_timestamp(datetime!(2026-01-02 03:04:05.678901 UTC)),
+            "2026-01-02T03:04:05.678Z"
+        );
+        assert_eq!(
+            frame_timestamp(datetime!(2026-01-02 05:04:05 +02:00)),
+            "2026-01-02T03:04:05.000Z"
+        );
+    }
+
+    #[test]
+    fn a_subscriber_gets_the_boot_log_then_every_event_in_order() {
+        let stream = initial_stream(
+            datetime!(2026-01-02 03:04:05.006 UTC),
+            &["Kernel.Starting".to_owned(), "Kernel.Started".to_owned()],
+        );
+        assert_eq!(
+            stream,
+            concat!(
+                "data: {\"kind\":\"log\",\"timestamp\":\"2026-01-02T03:04:05.006Z\",\"stream\":\"stdout\",\"line\":\"fake-telo booting\"}\n\n",
+                "data: {\"kind\":\"event\",\"timestamp\":\"2026-01-02T03:04:05.006Z\",\"event\":\"Kernel.Starting\",\"payload\":{}}\n\n",
+                "data: {\"kind\":\"event\",\"timestamp\":\"2026-01-02T03:04:05.006Z\",\"event\":\"Kernel.Started\",\"payload\":{}}\n\n",
+            )
+        );
+    }
+
+    #[test]
+    fn event_names_are_json_escaped() {
+        let frame = event_frame("t", "odd \"name\"\n");
+        assert_eq!(
+            frame,
+            "data: {\"kind\":\"event\",\"timestamp\":\"t\",\"event\":\"odd \\\"name\\\"\\n\",\"payload\":{}}\n\n"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The `fakeTelo:` block: how a test scripts the workload it wants the runner
+//! to run. Parsing is pure; reading the file lives in `run`.
+
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+
+/// Every field of the `fakeTelo:` block. Field names are an interface other
+/// tooling writes against (design §3): keep them.
+///
+/// Unknown fields are rejected: a typo such as `exitAfterMS` that silently
+/// turned a timed script into a run-until-killed one would surface as a hung
+/// test far away from its cause.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Script {
+    #[serde(default)]
+    pub stdout: Vec<String>,
+    #[serde(default)]
+    pub stderr: Vec<String>,
+    #[serde(default)]
+    pub print_env: Vec<String>,
+    #[serde(default)]
+    pub listen: Vec<u16>,
+    #[serde(default)]
+    pub echo: bool,
+    pub exit_after_ms: Option<u64>,
+    #[serde(default)]
+    pub exit_code: u8,
+    #[serde(default)]
+    pub debug_events: Vec<String>,
+    #[serde(default)]
+    pub spew_bytes: u64,
+    #[serde(default)]
+    pub print_size: bool,
+    pub line_every_ms: Option<u64>,
+    pub lines: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("entry is not valid YAML")]
+    ParseYaml(#[source] serde_yaml_ng::Error),
+    #[error("invalid fakeTelo block in document {document}")]
+    DecodeFakeTelo {
+        document: usize,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    #[error("invalid fakeTelo block in document {document}: `lines` needs `lineEveryMs`")]
+    LinesWithoutInterval { document: usize },
+}
+
+/// Finds the script in a (possibly multi-document) manifest: the first
+/// document whose top level has a `fakeTelo` key. `None` means a real Telo
+/// manifest with no script at all.
+///
+/// `fakeTelo:` with no value counts as an empty script rather than as absent,
+/// because the author clearly meant to script this run.
+pub fn find_script(manifest: &str) -> Result<Option<Script>, ScriptError> {
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(manifest).enumerate() {
+        let document_number = index + 1;
+        let value = Value::deserialize(document).map_err(ScriptError::ParseYaml)?;
+        let Some(block) = value.as_mapping().and_then(|map| map.get("fakeTelo")) else {
+            continue;
+        };
+        let script = if block.is_null() {
+            Script::default()
+        } else {
+            Script::deserialize(block.clone()).map_err(|source| ScriptError::DecodeFakeTelo {
+                document: document_number,
+                source,
+            })?
+        };
+        if script.lines.is_some() && script.line_every_ms.is_none() {
+            return Err(ScriptError::LinesWithoutInterval {
+                document: document_number,
+            });
+        }
+        return Ok(Some(script));
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_without_the_block_has_no_script() {
+        let manifest = "kind: Telo.Application\nmetadata: { name: demo }\n";
+        assert_eq!(find_script(manifest).unwrap(), None);
+        assert_eq!(find_script("").unwrap(), None);
+    }
+
+    #[test]
+    fn every_documented_field_is_read() {
+        let manifest = r#"
+kind: Telo.Application
+metadata: { name: demo }
+fakeTelo:
+  stdout: ["hello"]
+  stderr: ["oops"]
+  printEnv: ["FOO"]
+  listen: [8080, 0]
+  echo: true
+  exitAfterMs: 200
+  exitCode: 3
+  debugEvents: ["Kernel.Starting", "Kernel.Started"]
+  spewBytes: 1000
+  printSize: true
+  lineEveryMs: 10
+  lines: 5
+"#;
+        let expected = Script {
+            stdout: vec!["hello".to_owned()],
+            stderr: vec!["oops".to_owned()],
+            print_env: vec!["FOO".to_owned()],
+            listen: vec![8080, 0],
+            echo: true,
+            exit_after_ms: Some(200),
+            exit_code: 3,
+            debug_events: vec!["Kernel.Starting".to_owned(), "Kernel.Started".to_owned()],
+            spew_bytes: 1000,
+            print_size: true,
+            line_every_ms: Some(10),
+            lines: Some(5),
+        };
+        assert_eq!(find_script(manifest).unwrap(), Some(expected));
+    }
+
+    #[test]
+    fn the_first_document_with_the_block_wins() {
+        let manifest = "kind: Telo.Application\n---\n- a list\n---\nfakeTelo: { exitCode: 4 }\n---\nfakeTelo: { exitCode: 5 }\n";
+        let script = find_script(manifest).unwrap().unwrap();
+        assert_eq!(script.exit_code, 4);
+    }
+
+    #[test]
+    fn an_empty_block_is_an_empty_script() {
+        assert_eq!(find_script("fakeTelo:\n").unwrap(), Some(Script::default()));
+    }
+
+    #[test]
+    fn a_typo_in_a_field_name_is_rejected() {
+        let error = find_script("fakeTelo: { exitAfterMS: 5 }").unwrap_err();
+        assert!(matches!(
+            error,
+            ScriptError::DecodeFakeTelo { document: 1, .. }
+        ));
+        assert!(
+            std::error::Error::source(&error)
+                .unwrap()
+                .to_string()
+                .contains("exitAfterMS")
+        );
+    }
+
+    #[test]
+    fn values_of_the_wrong_type_are_rejected() {
+        for manifest in [
+            "fakeTelo: { exitCode: 300 }",
+            "fakeTelo: { listen: [70000] }",
+            "fakeTelo: { echo: maybe }",
+            "fakeTelo: [1, 2]",
+        ] {
+            assert!(
+                matches!(
+                    find_script(manifest),
+                    Err(ScriptError::DecodeFakeTelo { .. })
+                ),
+                "{manifest}"
+            );
+        }
+    }
+
+    #[test]
+    fn lines_without_an_interval_are_rejected() {
+        assert!(matches!(
+            find_script("fakeTelo: { lines: 3 }"),
+            Err(ScriptError::LinesWithoutInterval { document: 1 })
+        ));
+    }
+
+    #[test]
+    fn broken_yaml_is_an_error() {
+        assert!(matches!(
+            find_script("fakeTelo: [unclosed"),
+            Err(ScriptError::ParseYaml(_))
+        ));
+    }
+}

@@ -1,0 +1,71 @@
+//! When a scripted run ends: echo, timers, servers and signals.
+
+mod support;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+use support::{http_get, launch};
+
+#[test]
+fn echo_copies_stdin_lines_until_a_line_exit() {
+    let mut fake = launch("fakeTelo:\n  stdout: [ready]\n  echo: true\n  exitCode: 4\n").spawn();
+    assert_eq!(fake.next_line(), "ready");
+    fake.write_stdin("hello\n");
+    assert_eq!(fake.next_line(), "hello");
+    fake.write_stdin("exit now\r\n");
+    assert_eq!(fake.next_line(), "exit now\r");
+    fake.write_stdin("exit\r\n");
+    let (status, rest) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(4));
+    assert_eq!(rest, "");
+}
+
+#[test]
+fn echo_ends_the_run_when_stdin_closes() {
+    let mut fake = launch("fakeTelo: { echo: true, exitCode: 5 }\n").spawn();
+    fake.write_stdin("last words");
+    fake.close_stdin();
+    let (status, rest) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(5));
+    assert_eq!(rest, "last words");
+}
+
+#[test]
+fn exit_after_ms_ends_the_run_no_earlier_than_asked() {
+    let started = Instant::now();
+    let mut fake = launch("fakeTelo: { exitAfterMs: 150, exitCode: 9 }\n").spawn();
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(9));
+    assert!(started.elapsed() >= Duration::from_millis(150));
+}
+
+#[test]
+fn exit_after_ms_also_ends_a_serving_script() {
+    let mut fake = launch("fakeTelo: { listen: [0], exitAfterMs: 100 }\n").spawn();
+    assert!(fake.next_line().starts_with("listening on "));
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn a_serving_script_runs_until_sigterm_ends_it() {
+    let mut fake = launch("fakeTelo: { listen: [0] }\n").spawn();
+    let port = fake.line_after("listening on ");
+    // Still serving after start: the request is answered, so it did not exit.
+    let (_, body) = http_get(&format!("127.0.0.1:{port}"), "/");
+    assert_eq!(body, format!("ok {port}"));
+    kill_process(Pid::from_child(fake.child()), Signal::TERM).unwrap();
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.signal(), Some(15));
+}
+
+#[test]
+fn sigint_ends_a_running_script() {
+    let mut fake = launch("fakeTelo: { stdout: [up], echo: true }\n").spawn();
+    assert_eq!(fake.next_line(), "up");
+    kill_process(Pid::from_child(fake.child()), Signal::INT).unwrap();
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.signal(), Some(2));
+}

@@ -1,0 +1,482 @@
+//! The operator's app catalog (`RUNNER_APPS`, contract §8.3): images a client
+//! may launch by name through `POST /v1/apps/:name/sessions`.
+//!
+//! The catalog is the whole gate for that route — the client picks a name,
+//! never an image — and its `env` is operator secret material that never
+//! leaves the runner: only names, titles and descriptions are advertised.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::config::{ConfigError, Env, js_own_key_order, js_trim};
+use crate::types::{PullPolicy, RunnerAppDescriptor};
+
+/// One validated catalog entry with the reference's defaults applied
+/// (`env` empty, `pullPolicy` `missing`). Values are kept exactly as written.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AppEntry {
+    pub image: String,
+    /// Operator environment, in the order the operator wrote it.
+    pub env: Vec<(String, String)>,
+    pub pull_policy: PullPolicy,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    /// Our addition for the local backend: the program and arguments to run
+    /// instead of the image's own command.
+    pub command: Option<Vec<String>>,
+}
+
+impl AppEntry {
+    /// The workload environment of an app session: client keys the operator
+    /// also defines are dropped (a client can neither override nor observe an
+    /// operator value), then the operator's entries follow. Order: remaining
+    /// client keys as the client sent them, then the operator's keys.
+    pub fn merge_env(&self, client: &[(String, String)]) -> Vec<(String, String)> {
+        let operator_defines = |key: &str| self.env.iter().any(|(name, _)| name == key);
+        client
+            .iter()
+            .filter(|(key, _)| !operator_defines(key))
+            .chain(self.env.iter())
+            .cloned()
+            .collect()
+    }
+}
+
+/// Operator env values are secrets (API keys); `{:?}` of a config must be safe
+/// to log, so only the keys are shown.
+impl fmt::Debug for AppEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env_keys: Vec<&str> = self.env.iter().map(|(key, _)| key.as_str()).collect();
+        f.debug_struct("AppEntry")
+            .field("image", &self.image)
+            .field("env_keys", &env_keys)
+            .field("pull_policy", &self.pull_policy)
+            .field("title", &self.title)
+            .field("description", &self.description)
+            .field("command", &self.command)
+            .finish()
+    }
+}
+
+/// The catalog in the order the reference advertises it (JavaScript own-key
+/// order of the `RUNNER_APPS` object).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppCatalog {
+    entries: Vec<(String, AppEntry)>,
+}
+
+impl AppCatalog {
+    /// A catalog from already-validated entries, kept in the given order.
+    pub fn from_entries(entries: Vec<(String, AppEntry)>) -> Self {
+        Self { entries }
+    }
+
+    /// The entry named exactly `name` (case-sensitive, no trimming).
+    pub fn get(&self, name: &str) -> Option<&AppEntry> {
+        self.entries
+            .iter()
+            .find(|(entry_name, _)| entry_name == name)
+            .map(|(_, entry)| entry)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    /// What `/v1/capabilities` advertises: identity only, never image or env.
+    pub fn descriptors(&self) -> Vec<RunnerAppDescriptor> {
+        self.entries
+            .iter()
+            .map(|(name, entry)| RunnerAppDescriptor {
+                name: name.clone(),
+                title: entry.title.clone(),
+                description: entry.description.clone(),
+            })
+            .collect()
+    }
+
+    /// The `unknown_app` 404 message (§2.5). Listing the offered names leaks
+    /// nothing: they are already public on `/v1/capabilities`.
+    pub fn unknown_app_message(&self, name: &str) -> String {
+        if self.is_empty() {
+            format!(
+                "app '{name}' is not offered by this runner \u{2014} it offers no predefined applications (see /v1/capabilities)."
+            )
+        } else {
+            format!(
+                "app '{name}' is not offered by this runner \u{2014} offered apps: {} (see /v1/capabilities).",
+                self.names().join(", ")
+            )
+        }
+    }
+}
+
+/// Parses `RUNNER_APPS`. Unset or blank means no apps; anything malformed is a
+/// hard error, because a broken catalog must not silently drop the apps.
+pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
+    let Some(raw) = env.get("RUNNER_APPS") else {
+        return Ok(AppCatalog::default());
+    };
+    let raw = js_trim(raw);
+    if raw.is_empty() {
+        return Ok(AppCatalog::default());
+    }
+    let parsed: Value = serde_json::from_str(raw)
+        .map_err(|err| ConfigError(format!("RUNNER_APPS is not valid JSON: {err}")))?;
+    let Value::Object(catalog) = parsed else {
+        return Err(ConfigError(
+            "RUNNER_APPS must be a JSON object mapping app name \u{2192} app config.".to_owned(),
+        ));
+    };
+    let mut entries = Vec::with_capacity(catalog.len());
+    for name in js_own_key_order(&catalog) {
+        if let Some(value) = catalog.get(name) {
+            entries.push((name.to_owned(), parse_entry(name, value)?));
+        }
+    }
+    Ok(AppCatalog { entries })
+}
+
+fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
+    let fail = |detail: &str| ConfigError(format!("RUNNER_APPS entry '{name}' {detail}"));
+    if js_trim(name).is_empty() {
+        return Err(fail("has an empty name."));
+    }
+    let Value::Object(entry) = value else {
+        return Err(fail("must be an object."));
+    };
+    let image = match entry.get("image") {
+        Some(Value::String(image)) if !js_trim(image).is_empty() => image.clone(),
+        _ => return Err(fail("needs a non-empty string 'image'.")),
+    };
+    let env = match entry.get("env") {
+        None => Vec::new(),
+        Some(Value::Object(env)) => string_entries(env).ok_or_else(|| {
+            fail("has an invalid 'env' \u{2014} expected an object of string values.")
+        })?,
+        Some(_) => {
+            return Err(fail(
+                "has an invalid 'env' \u{2014} expected an object of string values.",
+            ));
+        }
+    };
+    let pull_policy = match entry.get("pullPolicy") {
+        None => PullPolicy::Missing,
+        Some(value) => value.as_str().and_then(PullPolicy::parse).ok_or_else(|| {
+            fail(&format!(
+                "has an invalid 'pullPolicy' \u{2014} expected one of {}.",
+                PullPolicy::ALL.join(", ")
+            ))
+        })?,
+    };
+    let title = optional_string(entry, "title").map_err(|detail| fail(&detail))?;
+    let description = optional_string(entry, "description").map_err(|detail| fail(&detail))?;
+    let command = match entry.get("command") {
+        None => None,
+        Some(value) => Some(command_line(value).ok_or_else(|| {
+            fail("has an invalid 'command' \u{2014} expected a non-empty array of strings.")
+        })?),
+    };
+    Ok(AppEntry {
+        image,
+        env,
+        pull_policy,
+        title,
+        description,
+        command,
+    })
+}
+
+/// All values must be strings; `None` otherwise.
+fn string_entries(map: &Map<String, Value>) -> Option<Vec<(String, String)>> {
+    js_own_key_order(map)
+        .into_iter()
+        .map(|key| match map.get(key) {
+            Some(Value::String(value)) => Some((key.to_owned(), value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn optional_string(entry: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match entry.get(key) {
+        None => Ok(None),
+        Some(Value::String(value)) => Ok(Some(value.clone())),
+        Some(_) => Err(format!(
+            "has an invalid '{key}' \u{2014} expected a string."
+        )),
+    }
+}
+
+/// A non-empty array of non-empty strings: an empty program name or argv can
+/// only fail later, at spawn time, with a far less helpful error.
+fn command_line(value: &Value) -> Option<Vec<String>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    if items.is_empty() {
+        return None;
+    }
+    items
+        .iter()
+        .map(|item| match item {
+            Value::String(arg) if !arg.is_empty() => Some(arg.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn apps_env(raw: &str) -> Env {
+        Env::from([("RUNNER_APPS".to_owned(), raw.to_owned())])
+    }
+
+    fn entry(image: &str) -> AppEntry {
+        AppEntry {
+            image: image.to_owned(),
+            env: Vec::new(),
+            pull_policy: PullPolicy::Missing,
+            title: None,
+            description: None,
+            command: None,
+        }
+    }
+
+    fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[rstest]
+    #[case(None)]
+    #[case(Some(""))]
+    #[case(Some(" \n\t "))]
+    fn unset_or_blank_means_no_apps(#[case] raw: Option<&str>) {
+        let env = raw.map(apps_env).unwrap_or_default();
+        assert_eq!(load_apps(&env), Ok(AppCatalog::default()));
+    }
+
+    #[test]
+    fn entries_resolve_with_defaults_and_verbatim_values() {
+        let env = apps_env(
+            r#" {"authoring-agent":{"image":" telorun/agent:latest ","env":{"OPENAI_API_KEY":" sk-1 ","B":"2"},"pullPolicy":"always","title":"Agent","description":"Writes code","extra":1},
+                "plain":{"image":"busybox"},
+                "local":{"image":"unused","command":["telo","run","app.yaml"]}} "#,
+        );
+        let catalog = load_apps(&env).unwrap();
+        assert_eq!(catalog.names(), vec!["authoring-agent", "plain", "local"]);
+        assert_eq!(
+            catalog.get("authoring-agent"),
+            Some(&AppEntry {
+                image: " telorun/agent:latest ".into(),
+                env: pairs(&[("OPENAI_API_KEY", " sk-1 "), ("B", "2")]),
+                pull_policy: PullPolicy::Always,
+                title: Some("Agent".into()),
+                description: Some("Writes code".into()),
+                command: None,
+            })
+        );
+        assert_eq!(catalog.get("plain"), Some(&entry("busybox")));
+        assert_eq!(
+            catalog.get("local").and_then(|e| e.command.clone()),
+            Some(vec!["telo".into(), "run".into(), "app.yaml".into()])
+        );
+        assert_eq!(catalog.get("Plain"), None);
+    }
+
+    #[test]
+    fn catalog_order_is_javascript_key_order() {
+        let catalog = load_apps(&apps_env(
+            r#"{"zeta":{"image":"z"},"7":{"image":"s"},"alpha":{"image":"a"},"3":{"image":"t"}}"#,
+        ))
+        .unwrap();
+        assert_eq!(catalog.names(), vec!["3", "7", "zeta", "alpha"]);
+    }
+
+    #[test]
+    fn a_name_like_proto_is_a_plain_key() {
+        let catalog = load_apps(&apps_env(r#"{"__proto__":{"image":"p"}}"#)).unwrap();
+        assert_eq!(catalog.get("__proto__"), Some(&entry("p")));
+        assert_eq!(catalog.get("constructor"), None);
+    }
+
+    #[rstest]
+    #[case(
+        "[]",
+        "RUNNER_APPS must be a JSON object mapping app name → app config."
+    )]
+    #[case(
+        "null",
+        "RUNNER_APPS must be a JSON object mapping app name → app config."
+    )]
+    #[case(
+        "\"x\"",
+        "RUNNER_APPS must be a JSON object mapping app name → app config."
+    )]
+    #[case(
+        "3",
+        "RUNNER_APPS must be a JSON object mapping app name → app config."
+    )]
+    #[case(r#"{" ":{"image":"x"}}"#, "RUNNER_APPS entry ' ' has an empty name.")]
+    #[case(r#"{"":{"image":"x"}}"#, "RUNNER_APPS entry '' has an empty name.")]
+    #[case(r#"{"a":null}"#, "RUNNER_APPS entry 'a' must be an object.")]
+    #[case(r#"{"a":[]}"#, "RUNNER_APPS entry 'a' must be an object.")]
+    #[case(r#"{"a":"img"}"#, "RUNNER_APPS entry 'a' must be an object.")]
+    #[case(
+        r#"{"a":{}}"#,
+        "RUNNER_APPS entry 'a' needs a non-empty string 'image'."
+    )]
+    #[case(
+        r#"{"a":{"image":"  "}}"#,
+        "RUNNER_APPS entry 'a' needs a non-empty string 'image'."
+    )]
+    #[case(
+        r#"{"a":{"image":7}}"#,
+        "RUNNER_APPS entry 'a' needs a non-empty string 'image'."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","env":null}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'env' — expected an object of string values."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","env":["K=V"]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'env' — expected an object of string values."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","env":{"K":1}}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'env' — expected an object of string values."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","pullPolicy":"sometimes"}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'pullPolicy' — expected one of missing, always, never."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","pullPolicy":null}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'pullPolicy' — expected one of missing, always, never."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","pullPolicy":"Always"}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'pullPolicy' — expected one of missing, always, never."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","title":3}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'title' — expected a string."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","title":null}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'title' — expected a string."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","description":{}}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'description' — expected a string."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","command":[]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'command' — expected a non-empty array of strings."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","command":"telo run"}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'command' — expected a non-empty array of strings."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","command":["telo",""]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'command' — expected a non-empty array of strings."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","command":["telo",1]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'command' — expected a non-empty array of strings."
+    )]
+    #[case(
+        r#"{"ok":{"image":"x"},"b":{"image":""},"1":{}}"#,
+        "RUNNER_APPS entry '1' needs a non-empty string 'image'."
+    )]
+    fn malformed_catalogs_are_refused_with_the_reference_text(
+        #[case] raw: &str,
+        #[case] message: &str,
+    ) {
+        assert_eq!(
+            load_apps(&apps_env(raw)),
+            Err(ConfigError(message.to_owned()))
+        );
+    }
+
+    #[test]
+    fn invalid_json_carries_the_parser_message() {
+        let err = load_apps(&apps_env("{not json")).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("RUNNER_APPS is not valid JSON: key must be a string"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unknown_app_messages_list_the_offered_names() {
+        let catalog = AppCatalog::from_entries(vec![
+            ("agent".into(), entry("a")),
+            ("shell".into(), entry("s")),
+        ]);
+        assert_eq!(
+            catalog.unknown_app_message("nope"),
+            "app 'nope' is not offered by this runner \u{2014} offered apps: agent, shell (see /v1/capabilities)."
+        );
+        assert_eq!(
+            AppCatalog::default().unknown_app_message("nope"),
+            "app 'nope' is not offered by this runner \u{2014} it offers no predefined applications (see /v1/capabilities)."
+        );
+    }
+
+    #[test]
+    fn descriptors_advertise_identity_only() {
+        let mut described = entry("secret-image");
+        described.title = Some("Agent".into());
+        described.env = pairs(&[("KEY", "sk-secret")]);
+        let catalog = AppCatalog::from_entries(vec![
+            ("agent".into(), described),
+            ("bare".into(), entry("b")),
+        ]);
+        let json = serde_json::to_string(&catalog.descriptors()).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"name":"agent","title":"Agent"},{"name":"bare"}]"#
+        );
+    }
+
+    #[test]
+    fn operator_env_wins_and_hides_client_values() {
+        let mut app = entry("a");
+        app.env = pairs(&[("API_KEY", "operator"), ("MODE", "prod")]);
+        let client = pairs(&[("FOO", "1"), ("API_KEY", "client"), ("BAR", "2")]);
+        assert_eq!(
+            app.merge_env(&client),
+            pairs(&[
+                ("FOO", "1"),
+                ("BAR", "2"),
+                ("API_KEY", "operator"),
+                ("MODE", "prod")
+            ])
+        );
+        assert_eq!(app.merge_env(&[]), app.env);
+        assert_eq!(entry("b").merge_env(&client), client);
+    }
+
+    #[test]
+    fn debug_output_never_shows_operator_env_values() {
+        let mut app = entry("a");
+        app.env = pairs(&[("API_KEY", "sk-very-secret")]);
+        let shown = format!("{:?}", AppCatalog::from_entries(vec![("x".into(), app)]));
+        assert!(shown.contains("API_KEY"), "{shown}");
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+    }
+}

@@ -1,0 +1,148 @@
+//! The seam between the backend-neutral core and a backend (local processes,
+//! Kubernetes pods). A backend knows nothing about HTTP; the core knows nothing
+//! about how a workload runs.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::registry::SessionSink;
+use crate::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, SessionConfig};
+
+/// What `/v1/capabilities` says about the backend; the core adds terms and apps.
+#[derive(Debug, Clone)]
+pub struct BackendCapabilities {
+    pub display_name: String,
+    pub description: String,
+    /// The JSON Schema of the editable `SessionConfig` surface.
+    pub config_schema: Value,
+    /// The `features` object (`io`, `ports`, ...).
+    pub features: Value,
+}
+
+/// `POST /v1/probe` body's `config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeConfig {
+    pub image: String,
+    pub pull_policy: PullPolicy,
+}
+
+/// An operator-predefined application (`RUNNER_APPS`) a session runs instead of
+/// a client bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppLaunch {
+    pub name: String,
+    pub image: String,
+    pub pull_policy: PullPolicy,
+    /// Local backend only: the command the app runs as.
+    pub command: Option<Vec<String>>,
+}
+
+/// Everything a backend needs to start one session.
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    pub session_id: String,
+    /// ISO-8601 creation time, as reported to clients.
+    pub created_at: String,
+    /// The client's bundle; an empty placeholder for app sessions.
+    pub bundle: RunBundle,
+    /// Traversal-checked, normalized entry path (no leading `/`).
+    pub entry_relative_path: String,
+    /// The final workload environment, in insertion order (operator env merged,
+    /// `TELO_REGISTRY_URL` rule applied).
+    pub env: Vec<(String, String)>,
+    pub ports: Vec<PortMapping>,
+    pub config: SessionConfig,
+    /// Set for app sessions (`selfContained`): run the app, stage no bundle.
+    pub app: Option<AppLaunch>,
+    /// Launch the kernel with `--inspect` and relay its debug stream.
+    pub inspect: bool,
+}
+
+impl StartSpec {
+    pub fn self_contained(&self) -> bool {
+        self.app.is_some()
+    }
+
+    pub fn tcp_ports(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .filter(|p| p.protocol == crate::types::PortProtocol::Tcp)
+            .map(|p| p.port)
+            .collect()
+    }
+}
+
+/// A start failure. On the wire only `"<stage>: <message>"` appears; the source
+/// goes to the log.
+#[derive(Debug, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct StartError {
+    pub stage: String,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StartError {
+    pub fn new(stage: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            stage: stage.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+}
+
+/// A failed stop; its message becomes `500 stop_failed`.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StopError {
+    pub message: String,
+}
+
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    fn capabilities(&self) -> BackendCapabilities;
+
+    /// Readiness for the given config, without starting anything.
+    async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;
+
+    /// Server-side check of a bundle session's config (`400 invalid_config`).
+    fn validate_config(&self, _config: &SessionConfig) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Start the workload. Resolves once it runs (after the backend reported
+    /// `running` through the sink); every failure before that is a
+    /// [`StartError`], which the core turns into a terminal `failed` status.
+    async fn start(
+        &self,
+        spec: StartSpec,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError>;
+
+    /// The registry dropped the session (retention expired or evicted): free
+    /// whatever the backend still holds for it.
+    fn release(&self, _session_id: &str) {}
+}
+
+/// A started workload.
+#[async_trait]
+pub trait BackendSession: Send + Sync + 'static {
+    /// Write to the workload's stdin; a no-op once it ended.
+    fn write_stdin(&self, bytes: Bytes);
+
+    /// Resize the workload's terminal; a no-op once it ended.
+    fn resize(&self, cols: u16, rows: u16);
+
+    /// Force-stop; idempotent. The terminal status arrives through the sink.
+    async fn stop(&self) -> Result<(), StopError>;
+}

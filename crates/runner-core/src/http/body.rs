@@ -1,0 +1,69 @@
+//! Reading a JSON request body: size limit, content type, parse. Validation of
+//! the parsed value is `crate::validate`'s job.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use serde_json::Value;
+
+use super::error::ApiError;
+
+/// The parsed body, or `None` when the request carried none.
+pub async fn read_json_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Option<Value>, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("Request body is too large (the limit is {limit} bytes)"),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large());
+    }
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large())?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("").to_owned());
+    let is_json = content_type.as_deref().is_some_and(is_json_media_type);
+    if bytes.is_empty() {
+        if is_json {
+            return Err(ApiError::bad_request(
+                "empty_json_body",
+                "Body cannot be empty when content-type is set to 'application/json'",
+            ));
+        }
+        return Ok(None);
+    }
+    if !is_json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "Unsupported Media Type: {}; send the body as application/json",
+                content_type.as_deref().unwrap_or("none")
+            ),
+        ));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|err| ApiError::bad_request("invalid_json", format!("Body is not valid JSON: {err}")))
+}
+
+fn is_json_media_type(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}

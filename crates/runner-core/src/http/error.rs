@@ -1,0 +1,72 @@
+//! The one error type at the HTTP edge: every runner-authored error is
+//! `{ "error": <code>, "message": <text> }`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::types::RunnerTerms;
+
+#[derive(Debug)]
+pub enum ApiError {
+    Json {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
+    TermsRequired(RunnerTerms),
+    /// The framework-level "no such route" answer clients already know.
+    RouteNotFound {
+        method: String,
+        uri: String,
+    },
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self::Json {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn session_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("session '{id}' not in registry"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Json {
+                status,
+                code,
+                message,
+            } => (status, Json(json!({ "error": code, "message": message }))).into_response(),
+            Self::TermsRequired(terms) => (
+                StatusCode::PRECONDITION_REQUIRED,
+                Json(json!({ "error": "terms_required", "terms": terms })),
+            )
+                .into_response(),
+            Self::RouteNotFound { method, uri } => (
+                StatusCode::NOT_FOUND,
+                Json(json!({
+                    "message": format!("Route {method}:{uri} not found"),
+                    "error": "Not Found",
+                    "statusCode": 404,
+                })),
+            )
+                .into_response(),
+        }
+    }
+}

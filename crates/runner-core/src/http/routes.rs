@@ -1,0 +1,251 @@
+//! The JSON routes of `/v1`.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::body::read_json_body;
+use super::error::ApiError;
+use super::{ACCEPTED_TERMS_HEADER, AppState, ServerOptions, check_param};
+use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
+use crate::bundle_path::normalize_bundle_path;
+use crate::registry::AdmissionError;
+use crate::types::{RunBundle, SessionConfig};
+use crate::validate::{validate_app_session, validate_probe, validate_start_session};
+
+pub async fn health(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({ "ok": true, "version": state.options.version }))
+}
+
+pub async fn capabilities(State(state): State<AppState>) -> Json<Value> {
+    let backend = state.registry.backend().capabilities();
+    let mut doc = json!({
+        "displayName": backend.display_name,
+        "description": backend.description,
+        "config": { "schema": backend.config_schema },
+        "features": backend.features,
+    });
+    if let Some(terms) = &state.options.terms {
+        doc["terms"] = json!(terms);
+    }
+    if !state.options.apps.is_empty() {
+        doc["apps"] = json!(state.options.apps.descriptors());
+    }
+    Json(doc)
+}
+
+pub async fn probe(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let (image, pull_policy) = validate_probe(body).map_err(validation_error)?;
+    let report = state
+        .registry
+        .backend()
+        .probe(&ProbeConfig { image, pull_policy })
+        .await;
+    Ok(Json(report).into_response())
+}
+
+pub async fn create_session(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let request = validate_start_session(body).map_err(validation_error)?;
+    check_terms(&state.options, &headers)?;
+    let entry = normalize_bundle_path(&request.bundle.entry_relative_path)
+        .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
+    for file in &request.bundle.files {
+        normalize_bundle_path(&file.relative_path)
+            .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
+    }
+    state
+        .registry
+        .backend()
+        .validate_config(&request.config)
+        .map_err(|message| ApiError::bad_request("invalid_config", message))?;
+    let registry_url = request
+        .config
+        .registry_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned);
+    let env = with_registry_url(
+        request.env,
+        registry_url.or_else(|| state.options.default_registry_url.clone()),
+    );
+    let created = state
+        .registry
+        .create(|session_id, created_at| StartSpec {
+            session_id: session_id.to_owned(),
+            created_at: created_at.to_owned(),
+            bundle: request.bundle,
+            entry_relative_path: entry,
+            env,
+            ports: request.ports,
+            config: request.config,
+            app: None,
+            inspect: request.inspect,
+        })
+        .map_err(admission_error)?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+pub async fn create_app_session(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    check_param(method.as_str(), &uri, &name)?;
+    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let request = validate_app_session(body).map_err(validation_error)?;
+    // The catalog is public already, so an unknown name is answered before
+    // the terms gate.
+    let Some(app) = state.options.apps.get(&name) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_app",
+            state.options.apps.unknown_app_message(&name),
+        ));
+    };
+    check_terms(&state.options, &headers)?;
+    let env = with_registry_url(
+        app.merge_env(&request.env),
+        state.options.default_registry_url.clone(),
+    );
+    let launch = AppLaunch {
+        name: name.clone(),
+        image: app.image.clone(),
+        pull_policy: app.pull_policy,
+        command: app.command.clone(),
+    };
+    let created = state
+        .registry
+        .create(|session_id, created_at| StartSpec {
+            session_id: session_id.to_owned(),
+            created_at: created_at.to_owned(),
+            bundle: RunBundle {
+                entry_relative_path: "telo.yaml".into(),
+                files: Vec::new(),
+            },
+            entry_relative_path: "telo.yaml".into(),
+            env,
+            ports: request.ports,
+            config: SessionConfig {
+                image: launch.image.clone(),
+                pull_policy: launch.pull_policy,
+                registry_url: None,
+            },
+            app: Some(launch),
+            inspect: request.inspect,
+        })
+        .map_err(admission_error)?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+pub async fn list_sessions(State(state): State<AppState>) -> Json<Value> {
+    let sessions: Vec<_> = state
+        .registry
+        .sessions()
+        .iter()
+        .map(|s| s.snapshot())
+        .collect();
+    Json(json!({ "sessions": sessions }))
+}
+
+pub async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    check_param(method.as_str(), &uri, &id)?;
+    let session = state
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::session_not_found(&id))?;
+    Ok(Json(session.snapshot()).into_response())
+}
+
+pub async fn delete_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    check_param(method.as_str(), &uri, &id)?;
+    state.registry.stop(&id).await.map_err(|err| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "stop_failed",
+            err.message,
+        )
+    })?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Sessions are only created by a client that accepted the current terms.
+fn check_terms(options: &ServerOptions, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(terms) = &options.terms else {
+        return Ok(());
+    };
+    let accepted = headers
+        .get(ACCEPTED_TERMS_HEADER)
+        .map(|v| v.as_bytes() == terms.version.as_bytes())
+        .unwrap_or(false);
+    if accepted {
+        Ok(())
+    } else {
+        Err(ApiError::TermsRequired(terms.clone()))
+    }
+}
+
+/// `TELO_REGISTRY_URL` reaches the workload unless the request env names it
+/// (even as an empty string).
+fn with_registry_url(
+    mut env: Vec<(String, String)>,
+    url: Option<String>,
+) -> Vec<(String, String)> {
+    if let Some(url) = url
+        && !env.iter().any(|(key, _)| key == "TELO_REGISTRY_URL")
+    {
+        env.push(("TELO_REGISTRY_URL".into(), url));
+    }
+    env
+}
+
+fn validation_error(err: crate::validate::ValidationError) -> ApiError {
+    ApiError::bad_request("invalid_request", err.message)
+}
+
+fn admission_error(err: AdmissionError) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "too_many_sessions", err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_url_is_added_only_when_the_env_does_not_name_it() {
+        let env = with_registry_url(vec![], Some("https://r".into()));
+        assert_eq!(env, vec![("TELO_REGISTRY_URL".into(), "https://r".into())]);
+        let env = with_registry_url(
+            vec![("TELO_REGISTRY_URL".into(), String::new())],
+            Some("https://r".into()),
+        );
+        assert_eq!(env, vec![("TELO_REGISTRY_URL".into(), String::new())]);
+        assert!(with_registry_url(vec![], None).is_empty());
+    }
+}

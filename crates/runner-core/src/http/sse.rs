@@ -1,0 +1,172 @@
+//! `GET /v1/sessions/:id/events`: replay from the client's last event id, then
+//! live events, ending after the terminal status.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::stream;
+use serde::Deserialize;
+use tokio::time::{Instant, Interval, interval_at};
+
+use super::error::ApiError;
+use super::{AppState, check_param, stream_allows_origin};
+use crate::registry::{Batch, Cursor, EventFrame};
+
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(20_000);
+const GAP_FRAME: &[u8] = b"event: gap\ndata: {\"reason\":\"buffer_evicted\"}\n\n";
+const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
+
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    #[serde(rename = "lastEventId")]
+    last_event_id: Option<String>,
+}
+
+pub async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    check_param(method.as_str(), &uri, &id)?;
+    let session = state
+        .registry
+        .get(&id)
+        .ok_or_else(|| ApiError::session_not_found(&id))?;
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_resume_id)
+        .or_else(|| query.last_event_id.as_deref().and_then(parse_resume_id))
+        .unwrap_or(0);
+
+    let mut cursor = session.subscribe_events(last_event_id);
+    let first = cursor.try_next();
+    let mut initial = BytesMut::new();
+    let ended = write_batch(&mut initial, &first) || session.is_terminal();
+
+    let stream = EventStream {
+        cursor,
+        heartbeat: interval_at(Instant::now() + HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL),
+        initial: Some(initial.freeze()),
+        ended,
+    };
+    let body = Body::from_stream(stream::unfold(stream, EventStream::step));
+
+    let mut response = body.into_response();
+    let response_headers = response.headers_mut();
+    response_headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response_headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    response_headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+    response_headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    // Set here because the stream carries its own CORS decision: a literal `*`
+    // inside an origin list is not a wildcard for it.
+    let origin = headers.get(header::ORIGIN);
+    let origin_text = origin.and_then(|o| o.to_str().ok());
+    if stream_allows_origin(&state.options.cors, origin_text) {
+        let value = match &state.options.cors {
+            crate::config::CorsOrigins::Any => Some(HeaderValue::from_static("*")),
+            crate::config::CorsOrigins::List(_) => origin.cloned(),
+        };
+        if let Some(value) = value {
+            response_headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        }
+    }
+    response_headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+    Ok(response)
+}
+
+struct EventStream {
+    cursor: Cursor<EventFrame>,
+    heartbeat: Interval,
+    initial: Option<Bytes>,
+    ended: bool,
+}
+
+impl EventStream {
+    async fn step(mut self) -> Option<(Result<Bytes, std::io::Error>, Self)> {
+        if let Some(initial) = self.initial.take() {
+            return Some((Ok(initial), self));
+        }
+        if self.ended {
+            return None;
+        }
+        tokio::select! {
+            batch = self.cursor.next() => {
+                let batch = batch?;
+                let mut out = BytesMut::new();
+                self.ended = write_batch(&mut out, &batch);
+                Some((Ok(out.freeze()), self))
+            }
+            _ = self.heartbeat.tick() => Some((Ok(Bytes::from_static(HEARTBEAT_FRAME)), self)),
+        }
+    }
+}
+
+/// Append the SSE frames of a batch; returns whether it held the terminal status.
+fn write_batch(out: &mut BytesMut, batch: &Batch<EventFrame>) -> bool {
+    if batch.gap {
+        out.put_slice(GAP_FRAME);
+    }
+    for (id, frame) in &batch.entries {
+        out.put_slice(format!("id: {id}\nevent: {}\ndata: ", frame.name).as_bytes());
+        out.put_slice(&frame.data);
+        out.put_slice(b"\n\n");
+        if frame.terminal {
+            return true;
+        }
+    }
+    false
+}
+
+/// `parseInt(value, 10)` accepted only when finite and non-negative; anything
+/// else falls through to the next source of a resume point.
+pub fn parse_resume_id(raw: &str) -> Option<u64> {
+    let trimmed = raw.trim_start();
+    let (negative, digits) = match trimmed.as_bytes().first() {
+        Some(b'-') => (true, &trimmed[1..]),
+        Some(b'+') => (false, &trimmed[1..]),
+        _ => (false, trimmed),
+    };
+    let end = digits
+        .bytes()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(digits.len());
+    if end == 0 {
+        return None;
+    }
+    let value: u64 = digits[..end].parse().unwrap_or(u64::MAX);
+    if negative && value != 0 {
+        return None;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_ids_parse_like_parse_int() {
+        assert_eq!(parse_resume_id("12"), Some(12));
+        assert_eq!(parse_resume_id("  7abc"), Some(7));
+        assert_eq!(parse_resume_id("0"), Some(0));
+        assert_eq!(parse_resume_id("-0"), Some(0));
+        assert_eq!(parse_resume_id("-3"), None);
+        assert_eq!(parse_resume_id("abc"), None);
+        assert_eq!(parse_resume_id(""), None);
+        assert_eq!(parse_resume_id("99999999999999999999999"), Some(u64::MAX));
+    }
+}

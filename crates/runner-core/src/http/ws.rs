@@ -1,0 +1,239 @@
+//! `GET /v1/sessions/:id/io`: the terminal byte channel over WebSocket.
+//!
+//! Every rejection happens after the handshake, with a 44xx close code a
+//! browser can read; a refused upgrade would only show as 1006, which clients
+//! treat as a network blip and retry forever.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::time::{Instant, sleep_until};
+
+use super::{AppState, stream_allows_origin};
+use crate::registry::{Batch, Session};
+
+pub const CLOSE_NORMAL: u16 = 1000;
+pub const CLOSE_FORBIDDEN_ORIGIN: u16 = 4403;
+pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
+pub const CLOSE_NOTHING_TO_REPLAY: u16 = 4410;
+/// Resizes within this window collapse into the last one.
+pub const RESIZE_THROTTLE: Duration = Duration::from_millis(50);
+pub const MAX_TERMINAL_DIMENSION: u16 = 10_000;
+/// How long the terminal close waits for output still queued to a client.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(2_000);
+
+#[derive(Debug, Deserialize)]
+pub struct IoQuery {
+    #[serde(rename = "lastSeq")]
+    last_seq: Option<String>,
+}
+
+pub async fn io(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<IoQuery>,
+    request: Request,
+) -> Response {
+    let (mut parts, _body) = request.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
+        Ok(upgrade) => upgrade,
+        Err(_) => {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            return response;
+        }
+    };
+    let origin = parts
+        .headers
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let last_seq = query
+        .last_seq
+        .as_deref()
+        .and_then(super::sse::parse_resume_id)
+        .unwrap_or(0);
+    upgrade
+        .on_upgrade(move |socket| async move {
+            if !stream_allows_origin(&state.options.cors, origin.as_deref()) {
+                close_with(socket, CLOSE_FORBIDDEN_ORIGIN, "forbidden_origin").await;
+                return;
+            }
+            let Some(session) = state.registry.get(&id) else {
+                close_with(socket, CLOSE_SESSION_NOT_FOUND, "session not found").await;
+                return;
+            };
+            serve(socket, session, last_seq).await;
+        })
+        .into_response()
+}
+
+async fn close_with(mut socket: WebSocket, code: u16, reason: &'static str) {
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code,
+            reason: Utf8Bytes::from_static(reason),
+        })))
+        .await;
+}
+
+async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
+    let mut cursor = session.subscribe_output(last_seq);
+    let mut events = session.watch_events();
+    events.borrow_and_update();
+    let first = cursor.try_next();
+    let terminal_at_connect = session.is_terminal();
+    if terminal_at_connect && first.entries.is_empty() && !first.gap {
+        close_with(socket, CLOSE_NOTHING_TO_REPLAY, "session terminal, nothing to replay").await;
+        return;
+    }
+
+    let (mut tx, mut rx) = socket.split();
+    let seq_frame = format!(r#"{{"type":"seq","seq":{last_seq}}}"#);
+    if tx.send(Message::Text(seq_frame.into())).await.is_err() {
+        return;
+    }
+    if send_batch(&mut tx, first).await.is_err() {
+        return;
+    }
+
+    let mut pending_resize: Option<(u16, u16)> = None;
+    let mut resize_deadline: Option<Instant> = None;
+    let mut terminal = terminal_at_connect;
+    while !terminal {
+        tokio::select! {
+            message = rx.next() => match message {
+                Some(Ok(Message::Binary(bytes))) => {
+                    // Input sent before the workload is up is dropped, not queued.
+                    if let Some(handle) = session.handle() {
+                        handle.write_stdin(bytes);
+                    }
+                }
+                Some(Ok(Message::Text(text))) => {
+                    if let Some(size) = parse_resize(text.as_str()) {
+                        pending_resize = Some(size);
+                        resize_deadline.get_or_insert_with(|| Instant::now() + RESIZE_THROTTLE);
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+            batch = cursor.next() => match batch {
+                Some(batch) => if send_batch(&mut tx, batch).await.is_err() { return },
+                None => break,
+            },
+            changed = events.changed() => {
+                if changed.is_err() || session.is_terminal() {
+                    terminal = true;
+                }
+            }
+            () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
+                resize_deadline = None;
+                if let (Some((cols, rows)), Some(handle)) = (pending_resize.take(), session.handle()) {
+                    handle.resize(cols, rows);
+                }
+            }
+        }
+    }
+
+    // The session ended: flush what is left, then close normally.
+    let drain = async {
+        let rest = cursor.try_next();
+        if send_batch(&mut tx, rest).await.is_err() {
+            return;
+        }
+        let _ = tx.flush().await;
+    };
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+    let _ = tx
+        .send(Message::Close(Some(CloseFrame {
+            code: CLOSE_NORMAL,
+            reason: Utf8Bytes::from_static("session terminal"),
+        })))
+        .await;
+}
+
+async fn send_batch<S>(tx: &mut S, batch: Batch<Bytes>) -> Result<(), axum::Error>
+where
+    S: SinkExt<Message, Error = axum::Error> + Unpin,
+{
+    if batch.gap {
+        tx.feed(Message::Text(Utf8Bytes::from_static(
+            r#"{"type":"gap","reason":"buffer_evicted"}"#,
+        )))
+        .await?;
+    }
+    for (seq, chunk) in batch.entries {
+        tx.feed(Message::Binary(output_frame(seq, &chunk))).await?;
+    }
+    tx.flush().await
+}
+
+/// `[seq: u32 big-endian][bytes]`.
+pub fn output_frame(seq: u64, chunk: &[u8]) -> Bytes {
+    let mut frame = BytesMut::with_capacity(4 + chunk.len());
+    // The wire field is 32 bits; 2^32 chunks is far beyond any session.
+    frame.put_u32(seq as u32);
+    frame.put_slice(chunk);
+    frame.freeze()
+}
+
+/// A `{"type":"resize","cols":C,"rows":R}` frame: values coerced like
+/// JavaScript's `Number()`, floored, at least 1, clamped to 10,000. Anything
+/// else is ignored.
+pub fn parse_resize(text: &str) -> Option<(u16, u16)> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    if value.get("type")?.as_str()? != "resize" {
+        return None;
+    }
+    let dimension = |key: &str| -> Option<u16> {
+        let n = js_number_of(value.get(key))?.floor();
+        if !n.is_finite() || n < 1.0 {
+            return None;
+        }
+        Some(n.min(f64::from(MAX_TERMINAL_DIMENSION)) as u16)
+    };
+    Some((dimension("cols")?, dimension("rows")?))
+}
+
+fn js_number_of(value: Option<&Value>) -> Option<f64> {
+    match value {
+        None => None,
+        Some(Value::Null) => Some(0.0),
+        Some(Value::Bool(b)) => Some(if *b { 1.0 } else { 0.0 }),
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::String(s)) => crate::config::js_number(s),
+        Some(Value::Array(_) | Value::Object(_)) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resize_frames_are_coerced_floored_and_clamped() {
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":80,"rows":24}"#), Some((80, 24)));
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":"80","rows":24.9}"#), Some((80, 24)));
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":99999,"rows":1}"#), Some((10_000, 1)));
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":0,"rows":24}"#), None);
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":"x","rows":24}"#), None);
+        assert_eq!(parse_resize(r#"{"type":"resize","cols":80}"#), None);
+        assert_eq!(parse_resize(r#"{"type":"other","cols":80,"rows":24}"#), None);
+        assert_eq!(parse_resize("not json"), None);
+    }
+
+    #[test]
+    fn output_frames_carry_a_big_endian_sequence_prefix() {
+        assert_eq!(&output_frame(258, b"hi")[..], &[0, 0, 1, 2, b'h', b'i']);
+    }
+}

@@ -1,0 +1,38 @@
+//! Session ids: 12 characters of the lowercase RFC 4648 base32 alphabet (about
+//! 60 random bits), safe as a DNS label and inside Kubernetes object names.
+
+const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+pub const SESSION_ID_LEN: usize = 12;
+
+pub fn new_session_id() -> String {
+    let bytes: [u8; SESSION_ID_LEN] = rand::random();
+    // 256 is a multiple of 32, so `% 32` is unbiased.
+    bytes
+        .iter()
+        .map(|b| ALPHABET[(*b % 32) as usize] as char)
+        .collect()
+}
+
+/// Whether `id` has the shape of an id this runner generates.
+pub fn is_session_id(id: &str) -> bool {
+    id.len() == SESSION_ID_LEN && id.bytes().all(|b| ALPHABET.contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_twelve_base32_characters() {
+        for _ in 0..1000 {
+            let id = new_session_id();
+            assert!(is_session_id(&id), "{id}");
+        }
+    }
+
+    #[test]
+    fn ids_do_not_repeat() {
+        let ids: std::collections::HashSet<_> = (0..10_000).map(|_| new_session_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+    }
+}

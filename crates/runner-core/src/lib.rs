@@ -1,0 +1,25 @@
+//! The backend-neutral core of telo-runner: the `/v1` contract types, the
+//! session registry with its replay buffers, the HTTP/SSE/WebSocket router and
+//! the helpers backends share (reachability, debug relay, bundle paths).
+
+pub mod apps;
+pub mod backend;
+pub mod bundle_path;
+pub mod capabilities;
+pub mod config;
+pub mod debug_relay;
+pub mod http;
+pub mod ids;
+pub mod reachability;
+pub mod registry;
+pub mod replay;
+pub mod terms;
+pub mod time;
+pub mod types;
+pub mod validate;
+
+pub use backend::{
+    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec,
+    StopError,
+};
+pub use registry::{RegistryLimits, SessionRegistry, SessionSink};

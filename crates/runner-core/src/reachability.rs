@@ -1,0 +1,99 @@
+//! Per-port TCP reachability of a workload, as seen from the runner: a startup
+//! signal (`checking` → `reachable`, or `unreachable` after a while and maybe
+//! `reachable` later), not continuous monitoring.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep, timeout};
+use tokio_util::sync::CancellationToken;
+
+use crate::registry::SessionSink;
+use crate::types::ReachabilityState;
+
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
+pub const UNREACHABLE_AFTER: Duration = Duration::from_millis(30_000);
+pub const RETRY_INTERVAL: Duration = Duration::from_millis(1_000);
+pub const RETRY_INTERVAL_AFTER_UNREACHABLE: Duration = Duration::from_millis(5_000);
+
+/// Watch every port concurrently until each is reachable or `stop` fires.
+pub async fn watch_reachability(
+    host: IpAddr,
+    ports: Vec<u16>,
+    sink: SessionSink,
+    stop: CancellationToken,
+) {
+    let watches = ports.into_iter().map(|port| {
+        let sink = sink.clone();
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                () = watch_port(SocketAddr::new(host, port), |state| sink.reachability(port, state)) => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    });
+    futures_util::future::join_all(watches).await;
+}
+
+/// One port's sequence of states, reported through `report`; returns once the
+/// port answered.
+pub async fn watch_port(addr: SocketAddr, mut report: impl FnMut(ReachabilityState)) {
+    report(ReachabilityState::Checking);
+    let started = Instant::now();
+    let mut reported_unreachable = false;
+    loop {
+        if let Ok(Ok(_)) = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            report(ReachabilityState::Reachable);
+            return;
+        }
+        if !reported_unreachable && started.elapsed() >= UNREACHABLE_AFTER {
+            reported_unreachable = true;
+            report(ReachabilityState::Unreachable);
+        }
+        sleep(if reported_unreachable {
+            RETRY_INTERVAL_AFTER_UNREACHABLE
+        } else {
+            RETRY_INTERVAL
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn a_listening_port_is_reachable_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let states = Arc::new(Mutex::new(Vec::new()));
+        let seen = states.clone();
+        watch_port(addr, move |s| seen.lock().unwrap().push(s)).await;
+        assert_eq!(
+            *states.lock().unwrap(),
+            vec![ReachabilityState::Checking, ReachabilityState::Reachable]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_port_turns_unreachable_after_thirty_seconds_then_recovers() {
+        // Reserve a port, then free it so connects are refused.
+        let addr = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap()
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let watcher = tokio::spawn(watch_port(addr, move |s| {
+            let _ = tx.send(s);
+        }));
+        assert_eq!(rx.recv().await, Some(ReachabilityState::Checking));
+        assert_eq!(rx.recv().await, Some(ReachabilityState::Unreachable));
+        let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        assert_eq!(rx.recv().await, Some(ReachabilityState::Reachable));
+        watcher.await.unwrap();
+    }
+}

@@ -1,0 +1,611 @@
+//! The session registry: admission, per-session replay buffers, the background
+//! start, stop, retention and eviction.
+//!
+//! Subscribers (SSE streams, WebSockets) never get their own queues. Each
+//! session keeps two replay buffers — lifecycle events and terminal output —
+//! and a `watch` channel per buffer that carries the newest id. A subscriber
+//! keeps a cursor and, when woken, copies what lies past it out of the buffer.
+//! So a connect is "snapshot and subscribe" in one step (nothing can fall
+//! between them), memory is bounded by the buffers whatever the number of
+//! subscribers, and a subscriber too slow to keep up is never waited for: it
+//! learns it missed evicted entries through a `gap`, exactly like a client that
+//! reconnects late.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use crate::backend::{Backend, BackendSession, StartSpec, StopError};
+use crate::ids::new_session_id;
+use crate::replay::{Replay, ReplayBuffer};
+use crate::time::iso_now;
+use crate::types::{
+    ReachabilityState, RunEvent, RunPhase, RunStatus, SessionCreated, SessionSnapshot,
+    is_event_frame,
+};
+
+/// Output chunks larger than this are split so that the byte cap of the
+/// replay buffer really bounds memory (one huge chunk would otherwise be kept
+/// whole as the newest entry).
+pub const MAX_OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct RegistryLimits {
+    /// Live plus retained sessions.
+    pub max_sessions: usize,
+    /// How long a finished session stays readable.
+    pub exit_ttl: Duration,
+    /// Cap of each of the two per-session replay buffers.
+    pub replay_buffer_bytes: usize,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdmissionError {
+    #[error("runner is at its configured max of {max} concurrent sessions")]
+    TooManySessions { max: usize },
+}
+
+/// One serialized lifecycle event, as stored for replay.
+#[derive(Debug, Clone)]
+pub struct EventFrame {
+    /// SSE `event:` name.
+    pub name: &'static str,
+    /// The whole `RunEvent` as JSON.
+    pub data: Bytes,
+    /// A terminal status: the last event a stream delivers.
+    pub terminal: bool,
+}
+
+#[derive(Clone)]
+pub struct SessionRegistry {
+    inner: Arc<RegistryInner>,
+}
+
+struct RegistryInner {
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    limits: RegistryLimits,
+    backend: Arc<dyn Backend>,
+    tasks: TaskTracker,
+    /// Cancels retention timers and in-flight starts at the end of shutdown.
+    shutdown: CancellationToken,
+}
+
+pub struct Session {
+    id: String,
+    created_at: String,
+    user_stopped: AtomicBool,
+    state: Mutex<SessionState>,
+    events_seq: watch::Sender<u64>,
+    output_seq: watch::Sender<u64>,
+    /// Fires when the session reaches a terminal status or leaves the registry,
+    /// stopping whatever background work a backend tied to it.
+    ended: CancellationToken,
+}
+
+struct SessionState {
+    status: RunStatus,
+    exited_at: Option<String>,
+    events: ReplayBuffer<EventFrame>,
+    output: ReplayBuffer<Bytes>,
+    handle: Option<Arc<dyn BackendSession>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind, never
+    // a broken invariant worth taking the whole runner down for.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl SessionRegistry {
+    pub fn new(backend: Arc<dyn Backend>, limits: RegistryLimits) -> Self {
+        Self {
+            inner: Arc::new(RegistryInner {
+                sessions: Mutex::new(HashMap::new()),
+                limits,
+                backend,
+                tasks: TaskTracker::new(),
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    pub fn limits(&self) -> &RegistryLimits {
+        &self.inner.limits
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        lock(&self.inner.sessions).get(id).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.inner.sessions).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every session, oldest first.
+    pub fn sessions(&self) -> Vec<Arc<Session>> {
+        let mut all: Vec<_> = lock(&self.inner.sessions).values().cloned().collect();
+        all.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        all
+    }
+
+    /// Admit a new session and start it in the background. Returns as soon as
+    /// the session is registered; every start failure arrives later as a
+    /// terminal `failed` status.
+    pub fn create(
+        &self,
+        build_spec: impl FnOnce(&str, &str) -> StartSpec,
+    ) -> Result<SessionCreated, AdmissionError> {
+        let session = self.admit()?;
+        let spec = build_spec(&session.id, &session.created_at);
+        let created = SessionCreated {
+            session_id: session.id.clone(),
+            stream_url: format!("/v1/sessions/{}/events", session.id),
+            created_at: session.created_at.clone(),
+        };
+        self.spawn_start(session, spec);
+        Ok(created)
+    }
+
+    fn admit(&self) -> Result<Arc<Session>, AdmissionError> {
+        let mut evicted = None;
+        let session = {
+            let mut sessions = lock(&self.inner.sessions);
+            if sessions.len() >= self.inner.limits.max_sessions {
+                // History yields to live work: the finished session that ended
+                // longest ago makes room; live sessions are never evicted.
+                let oldest_finished = sessions
+                    .values()
+                    .filter_map(|s| s.exited_at().map(|at| (at, s.id.clone())))
+                    .min();
+                match oldest_finished {
+                    Some((_, id)) => evicted = sessions.remove(&id),
+                    None => {
+                        return Err(AdmissionError::TooManySessions {
+                            max: self.inner.limits.max_sessions,
+                        });
+                    }
+                }
+            }
+            let id = loop {
+                let id = new_session_id();
+                if !sessions.contains_key(&id) {
+                    break id;
+                }
+            };
+            let session = Arc::new(Session::new(
+                id.clone(),
+                iso_now(),
+                self.inner.limits.replay_buffer_bytes,
+            ));
+            sessions.insert(id, session.clone());
+            session
+        };
+        if let Some(evicted) = evicted {
+            debug!(session_id = %evicted.id, "evicted finished session to admit a new one");
+            self.release(&evicted);
+        }
+        // Every stream starts with the status the session is in.
+        session.emit(RunEvent::Status {
+            status: RunStatus::Starting,
+        });
+        Ok(session)
+    }
+
+    fn spawn_start(&self, session: Arc<Session>, spec: StartSpec) {
+        let sink = SessionSink {
+            session: session.clone(),
+            registry: Arc::downgrade(&self.inner),
+        };
+        let backend = self.inner.backend.clone();
+        let shutdown = self.inner.shutdown.clone();
+        let span = info_span!("session", session_id = %session.id);
+        self.inner.tasks.spawn(
+            async move {
+                let started = tokio::select! {
+                    started = backend.start(spec, sink.clone()) => started,
+                    () = shutdown.cancelled() => {
+                        sink.status(RunStatus::Stopped);
+                        return;
+                    }
+                };
+                match started {
+                    Ok(handle) => {
+                        lock(&session.state).handle = Some(handle.clone());
+                        // A DELETE that arrived while the workload was coming up
+                        // is honoured now that there is something to stop.
+                        if session.is_user_stopped()
+                            && !session.is_terminal()
+                            && let Err(err) = handle.stop().await
+                        {
+                            warn!(error = %err, "stopping a session deleted during start failed");
+                        }
+                    }
+                    Err(err) => {
+                        error!(stage = %err.stage, error = ?err, "session start failed");
+                        sink.status(RunStatus::failed(err.to_string()));
+                    }
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// DELETE: idempotent; an unknown or finished session is a no-op, and a
+    /// session still starting is stopped as soon as its workload is up.
+    pub async fn stop(&self, id: &str) -> Result<(), StopError> {
+        let Some(session) = self.get(id) else {
+            return Ok(());
+        };
+        session.user_stopped.store(true, Ordering::SeqCst);
+        if session.is_terminal() {
+            return Ok(());
+        }
+        let handle = lock(&session.state).handle.clone();
+        match handle {
+            Some(handle) => handle.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stop every live session (each reports `stopped`), wait up to `grace` for
+    /// them to end, then cancel whatever is left and every retention timer.
+    pub async fn shutdown(&self, grace: Duration) {
+        let sessions = self.sessions();
+        for session in &sessions {
+            session.user_stopped.store(true, Ordering::SeqCst);
+        }
+        let mut stops = tokio::task::JoinSet::new();
+        for session in sessions.iter().filter(|s| !s.is_terminal()) {
+            let handle = lock(&session.state).handle.clone();
+            if let Some(handle) = handle {
+                let id = session.id.clone();
+                stops.spawn(async move {
+                    if let Err(err) = handle.stop().await {
+                        warn!(session_id = %id, error = %err, "stop during shutdown failed");
+                    }
+                });
+            }
+        }
+        let all_ended = async {
+            while stops.join_next().await.is_some() {}
+            for session in &sessions {
+                session.ended.cancelled().await;
+            }
+        };
+        if tokio::time::timeout(grace, all_ended).await.is_err() {
+            warn!("sessions still running after the shutdown grace period");
+        }
+        for session in &sessions {
+            if !session.is_terminal() {
+                session.emit(RunEvent::Status {
+                    status: RunStatus::Stopped,
+                });
+            }
+        }
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        if tokio::time::timeout(grace, self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!("background session tasks did not finish after shutdown");
+        }
+    }
+
+    fn release(&self, session: &Arc<Session>) {
+        session.ended.cancel();
+        self.inner.backend.release(&session.id);
+    }
+}
+
+impl RegistryInner {
+    fn schedule_removal(self: &Arc<Self>, session: &Arc<Session>) {
+        let ttl = self.limits.exit_ttl;
+        let registry = Arc::downgrade(self);
+        let target = Arc::downgrade(session);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(ttl) => {}
+                () = shutdown.cancelled() => return,
+            }
+            let (Some(registry), Some(target)) = (registry.upgrade(), target.upgrade()) else {
+                return;
+            };
+            let removed = {
+                let mut sessions = lock(&registry.sessions);
+                match sessions.get(&target.id) {
+                    Some(current) if Arc::ptr_eq(current, &target) => sessions.remove(&target.id),
+                    _ => None,
+                }
+            };
+            if let Some(removed) = removed {
+                debug!(session_id = %removed.id, "finished session reached its retention limit");
+                removed.ended.cancel();
+                registry.backend.release(&removed.id);
+            }
+        });
+    }
+}
+
+impl Session {
+    fn new(id: String, created_at: String, replay_buffer_bytes: usize) -> Self {
+        Self {
+            id,
+            created_at,
+            user_stopped: AtomicBool::new(false),
+            state: Mutex::new(SessionState {
+                status: RunStatus::Starting,
+                exited_at: None,
+                events: ReplayBuffer::new(replay_buffer_bytes),
+                output: ReplayBuffer::new(replay_buffer_bytes),
+                handle: None,
+            }),
+            events_seq: watch::Sender::new(0),
+            output_seq: watch::Sender::new(0),
+            ended: CancellationToken::new(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn created_at(&self) -> &str {
+        &self.created_at
+    }
+
+    pub fn status(&self) -> RunStatus {
+        lock(&self.state).status.clone()
+    }
+
+    pub fn exited_at(&self) -> Option<String> {
+        lock(&self.state).exited_at.clone()
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        lock(&self.state).status.is_terminal()
+    }
+
+    pub fn is_user_stopped(&self) -> bool {
+        self.user_stopped.load(Ordering::SeqCst)
+    }
+
+    pub fn snapshot(&self) -> SessionSnapshot {
+        let state = lock(&self.state);
+        SessionSnapshot {
+            session_id: self.id.clone(),
+            status: state.status.clone(),
+            created_at: self.created_at.clone(),
+            exited_at: state.exited_at.clone(),
+        }
+    }
+
+    /// The live backend session, once its start resolved.
+    pub fn handle(&self) -> Option<Arc<dyn BackendSession>> {
+        lock(&self.state).handle.clone()
+    }
+
+    /// A token that fires when the session ends or leaves the registry.
+    pub fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
+    /// Record an event; returns its id, or `None` when the session already
+    /// reached a terminal status (nothing follows the terminal status).
+    fn emit(&self, event: RunEvent) -> Option<u64> {
+        let terminal = matches!(&event, RunEvent::Status { status } if status.is_terminal());
+        let data = match serde_json::to_vec(&event) {
+            Ok(data) => Bytes::from(data),
+            Err(err) => {
+                error!(error = %err, "could not serialize a session event");
+                return None;
+            }
+        };
+        let frame = EventFrame {
+            name: event.name(),
+            data,
+            terminal,
+        };
+        let id = {
+            let mut state = lock(&self.state);
+            if state.status.is_terminal() {
+                return None;
+            }
+            if let RunEvent::Status { status } = event {
+                state.status = status;
+                if terminal {
+                    state.exited_at = Some(iso_now());
+                }
+            }
+            let size = frame.data.len();
+            state.events.push(frame, size)
+        };
+        self.events_seq.send_replace(id);
+        Some(id)
+    }
+
+    fn push_output(&self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        let last = {
+            let mut state = lock(&self.state);
+            let mut last = 0;
+            if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
+                let size = chunk.len();
+                last = state.output.push(chunk, size);
+            } else {
+                for piece in chunk.chunks(MAX_OUTPUT_CHUNK_BYTES) {
+                    // Copied, so evicting one piece frees its memory.
+                    last = state.output.push(Bytes::copy_from_slice(piece), piece.len());
+                }
+            }
+            last
+        };
+        self.output_seq.send_replace(last);
+    }
+
+    /// Lifecycle events after `after`, then live ones.
+    pub fn subscribe_events(self: &Arc<Self>, after: u64) -> Cursor<EventFrame> {
+        Cursor {
+            session: self.clone(),
+            rx: self.events_seq.subscribe(),
+            position: after,
+            read: Session::replay_events,
+        }
+    }
+
+    /// Output chunks after sequence number `after`, then live ones.
+    pub fn subscribe_output(self: &Arc<Self>, after: u64) -> Cursor<Bytes> {
+        Cursor {
+            session: self.clone(),
+            rx: self.output_seq.subscribe(),
+            position: after,
+            read: Session::replay_output,
+        }
+    }
+
+    /// A receiver that changes whenever a lifecycle event is recorded.
+    pub fn watch_events(&self) -> watch::Receiver<u64> {
+        self.events_seq.subscribe()
+    }
+
+    pub fn replay_events(&self, after: u64) -> Replay<EventFrame> {
+        lock(&self.state).events.replay(after)
+    }
+
+    pub fn replay_output(&self, after: u64) -> Replay<Bytes> {
+        lock(&self.state).output.replay(after)
+    }
+}
+
+/// A subscriber's position in one of a session's replay buffers.
+pub struct Cursor<T> {
+    session: Arc<Session>,
+    rx: watch::Receiver<u64>,
+    position: u64,
+    read: fn(&Session, u64) -> Replay<T>,
+}
+
+/// What a subscriber reads next.
+pub struct Batch<T> {
+    /// Entries it wanted were evicted before it read them.
+    pub gap: bool,
+    pub entries: Vec<(u64, T)>,
+}
+
+impl<T> Cursor<T> {
+    /// Everything available now past the cursor, without waiting (may be empty).
+    pub fn try_next(&mut self) -> Batch<T> {
+        // Mark the channel seen before reading, so a push racing with the read
+        // still wakes the next `changed()`.
+        self.rx.borrow_and_update();
+        let replay = (self.read)(&self.session, self.position);
+        if let Some((id, _)) = replay.entries.last() {
+            self.position = *id;
+        }
+        Batch {
+            gap: replay.has_gap,
+            entries: replay.entries,
+        }
+    }
+
+    /// Wait for entries past the cursor. `None` once the session left the
+    /// registry and nothing more can come.
+    pub async fn next(&mut self) -> Option<Batch<T>> {
+        loop {
+            let batch = self.try_next();
+            if batch.gap || !batch.entries.is_empty() {
+                return Some(batch);
+            }
+            if self.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+}
+
+/// What a backend reports a session's life through.
+#[derive(Clone)]
+pub struct SessionSink {
+    session: Arc<Session>,
+    registry: Weak<RegistryInner>,
+}
+
+impl SessionSink {
+    pub fn session_id(&self) -> &str {
+        &self.session.id
+    }
+
+    pub fn status(&self, status: RunStatus) {
+        let terminal = status.is_terminal();
+        let kind = status.kind();
+        if self.session.emit(RunEvent::Status { status }).is_none() {
+            return;
+        }
+        info!(session_id = %self.session.id, status = kind, "session status");
+        if terminal {
+            self.session.ended.cancel();
+            if let Some(registry) = self.registry.upgrade() {
+                registry.schedule_removal(&self.session);
+            }
+        }
+    }
+
+    pub fn progress(&self, phase: RunPhase, message: impl Into<String>, done: Option<bool>) {
+        self.session.emit(RunEvent::Progress {
+            phase,
+            message: message.into(),
+            done,
+        });
+    }
+
+    pub fn output(&self, bytes: Bytes) {
+        self.session.push_output(bytes);
+    }
+
+    /// Relays a kernel debug frame; only event frames are kept.
+    pub fn debug(&self, frame: Value) {
+        if is_event_frame(&frame) {
+            self.session.emit(RunEvent::Debug { frame });
+        }
+    }
+
+    pub fn reachability(&self, port: u16, state: ReachabilityState) {
+        self.session.emit(RunEvent::Reachability { port, state });
+    }
+
+    pub fn is_user_stopped(&self) -> bool {
+        self.session.is_user_stopped()
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.session.is_terminal()
+    }
+
+    /// Fires when the session ends: background work tied to it stops.
+    pub fn ended(&self) -> CancellationToken {
+        self.session.ended.clone()
+    }
+}

@@ -1,0 +1,170 @@
+//! A byte-capped ring of numbered entries: what a (re)connecting client replays.
+
+use std::collections::VecDeque;
+
+/// Entries numbered from 1, never reused. The oldest are evicted once the sum of
+/// entry sizes exceeds the cap, but the newest entry is always kept, even when it
+/// alone is larger than the cap: a client must always be able to read the last
+/// thing that happened.
+#[derive(Debug)]
+pub struct ReplayBuffer<T> {
+    entries: VecDeque<Entry<T>>,
+    total_bytes: usize,
+    cap_bytes: usize,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    id: u64,
+    size: usize,
+    item: T,
+}
+
+/// What a client resuming after `after` gets.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Replay<T> {
+    pub entries: Vec<(u64, T)>,
+    /// Entries the client has not seen were evicted before it asked.
+    pub has_gap: bool,
+}
+
+impl<T: Clone> ReplayBuffer<T> {
+    pub fn new(cap_bytes: usize) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            total_bytes: 0,
+            cap_bytes,
+            next_id: 1,
+        }
+    }
+
+    /// Append an entry of `size` bytes; returns its id.
+    pub fn push(&mut self, item: T, size: usize) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.entries.push_back(Entry { id, size, item });
+        self.total_bytes += size;
+        while self.total_bytes > self.cap_bytes && self.entries.len() > 1 {
+            if let Some(evicted) = self.entries.pop_front() {
+                self.total_bytes -= evicted.size;
+            }
+        }
+        id
+    }
+
+    /// The id the next entry will get.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
+    /// The id of the newest entry, or 0 when nothing was ever pushed.
+    pub fn last_id(&self) -> u64 {
+        self.next_id - 1
+    }
+
+    /// The oldest id still held (the next id when empty).
+    pub fn oldest_id(&self) -> u64 {
+        self.entries.front().map_or(self.next_id, |e| e.id)
+    }
+
+    /// Entries with an id greater than `after`.
+    pub fn replay(&self, after: u64) -> Replay<T> {
+        let oldest = self.oldest_id();
+        let has_gap = after.saturating_add(1) < oldest;
+        // Ids are contiguous, so the first wanted entry's index is computable.
+        let skip = after.saturating_sub(oldest.saturating_sub(1)) as usize;
+        let entries = self
+            .entries
+            .iter()
+            .skip(skip)
+            .map(|e| (e.id, e.item.clone()))
+            .collect();
+        Replay { entries, has_gap }
+    }
+
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn ids_start_at_one_and_replay_from_zero_is_everything() {
+        let mut buf = ReplayBuffer::new(100);
+        assert_eq!(buf.push("a", 1), 1);
+        assert_eq!(buf.push("b", 1), 2);
+        let replay = buf.replay(0);
+        assert_eq!(replay.entries, vec![(1, "a"), (2, "b")]);
+        assert!(!replay.has_gap);
+        assert_eq!(buf.replay(1).entries, vec![(2, "b")]);
+        assert!(buf.replay(2).entries.is_empty());
+        assert!(buf.replay(99).entries.is_empty());
+    }
+
+    #[test]
+    fn oldest_entries_are_evicted_and_a_gap_reported() {
+        let mut buf = ReplayBuffer::new(10);
+        for i in 0..5 {
+            buf.push(i, 4);
+        }
+        // 5 entries of 4 bytes under a 10-byte cap: only the last two remain.
+        assert_eq!(buf.len(), 2);
+        assert_eq!(buf.oldest_id(), 4);
+        let replay = buf.replay(0);
+        assert!(replay.has_gap);
+        assert_eq!(replay.entries, vec![(4, 3), (5, 4)]);
+        let replay = buf.replay(3);
+        assert!(!replay.has_gap, "the client has everything up to 3");
+        assert_eq!(replay.entries.len(), 2);
+    }
+
+    #[test]
+    fn the_newest_entry_is_kept_even_above_the_cap() {
+        let mut buf = ReplayBuffer::new(10);
+        buf.push("small", 2);
+        buf.push("huge", 50);
+        assert_eq!(buf.len(), 1);
+        assert_eq!(buf.replay(0).entries, vec![(2, "huge")]);
+        assert!(buf.replay(0).has_gap);
+    }
+
+    #[test]
+    fn an_empty_buffer_has_no_gap() {
+        let buf: ReplayBuffer<u8> = ReplayBuffer::new(10);
+        assert_eq!(buf.oldest_id(), 1);
+        assert!(!buf.replay(0).has_gap);
+    }
+
+    proptest! {
+        #[test]
+        fn replay_returns_exactly_the_resident_entries_after_the_cursor(
+            sizes in proptest::collection::vec(0usize..40, 0..60),
+            cap in 1usize..100,
+            after in 0u64..70,
+        ) {
+            let mut buf = ReplayBuffer::new(cap);
+            for (i, size) in sizes.iter().enumerate() {
+                buf.push(i as u64 + 1, *size);
+            }
+            prop_assert!(buf.total_bytes() <= cap || buf.len() == 1);
+            let replay = buf.replay(after);
+            let expected: Vec<u64> = (buf.oldest_id()..buf.next_id()).filter(|id| *id > after).collect();
+            let got: Vec<u64> = replay.entries.iter().map(|(id, item)| { assert_eq!(id, item); *id }).collect();
+            prop_assert_eq!(got, expected);
+            prop_assert_eq!(replay.has_gap, after + 1 < buf.oldest_id());
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The JSON types of the `/v1` contract, exactly as clients see them.
+//!
+//! Field names, tag names and the omission of absent optional fields are part of
+//! the wire format the Telo editor parses; change them only together with the
+//! contract.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullPolicy {
+    Missing,
+    Always,
+    Never,
+}
+
+impl PullPolicy {
+    pub const ALL: [&'static str; 3] = ["missing", "always", "never"];
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "missing" => Some(Self::Missing),
+            "always" => Some(Self::Always),
+            "never" => Some(Self::Never),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Always => "always",
+            Self::Never => "never",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PortProtocol {
+    Tcp,
+    Udp,
+}
+
+impl PortProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PortMapping {
+    pub port: u16,
+    pub protocol: PortProtocol,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerEndpoint {
+    /// Directly dialable host; `""` means "the host the client reached the runner on".
+    pub host: String,
+    pub port: u16,
+    pub protocol: PortProtocol,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum RunStatus {
+    Starting,
+    Running {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoints: Option<Vec<RunnerEndpoint>>,
+        #[serde(default, rename = "inspectUrl", skip_serializing_if = "Option::is_none")]
+        inspect_url: Option<String>,
+    },
+    Exited {
+        code: i64,
+    },
+    Failed {
+        message: String,
+    },
+    Stopped,
+}
+
+impl RunStatus {
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::Exited { .. } | Self::Failed { .. } | Self::Stopped
+        )
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::Failed {
+            message: message.into(),
+        }
+    }
+
+    /// The `kind` tag, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running { .. } => "running",
+            Self::Exited { .. } => "exited",
+            Self::Failed { .. } => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunPhase {
+    Build,
+    Provision,
+    Boot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReachabilityState {
+    Checking,
+    Reachable,
+    Unreachable,
+}
+
+/// A session lifecycle event as carried in SSE `data:` lines (the whole object,
+/// `type` included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RunEvent {
+    Stdout {
+        chunk: String,
+    },
+    Stderr {
+        chunk: String,
+    },
+    Status {
+        status: RunStatus,
+    },
+    Progress {
+        phase: RunPhase,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        done: Option<bool>,
+    },
+    Debug {
+        frame: Value,
+    },
+    Reachability {
+        port: u16,
+        state: ReachabilityState,
+    },
+}
+
+impl RunEvent {
+    /// The SSE `event:` name, which equals the `type` tag.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Stdout { .. } => "stdout",
+            Self::Stderr { .. } => "stderr",
+            Self::Status { .. } => "status",
+            Self::Progress { .. } => "progress",
+            Self::Debug { .. } => "debug",
+            Self::Reachability { .. } => "reachability",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerTerms {
+    pub version: String,
+    pub title: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunnerAppDescriptor {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigIssue {
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum AvailabilityReport {
+    Ready,
+    NeedsSetup {
+        issues: Vec<ConfigIssue>,
+    },
+    Unavailable {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remediation: Option<String>,
+    },
+}
+
+/// `config` of a session request: the editable surface advertised in
+/// `/v1/capabilities`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionConfig {
+    pub image: String,
+    #[serde(rename = "pullPolicy")]
+    pub pull_policy: PullPolicy,
+    #[serde(
+        default,
+        rename = "registryUrl",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub registry_url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleFile {
+    #[serde(rename = "relativePath")]
+    pub relative_path: String,
+    pub contents: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunBundle {
+    #[serde(rename = "entryRelativePath")]
+    pub entry_relative_path: String,
+    pub files: Vec<BundleFile>,
+}
+
+/// Response of both session-creating routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCreated {
+    #[serde(rename = "sessionId")]
+    pub session_id: String,
+    #[serde(rename = "streamUrl")]
+    pub stream_url: String,
+    #[serde(rename = "createdAt")]
+    pub created_at: String,
+}
+
+/// `GET /v1/sessions/:id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSnapshot {
+    #[serde(rename = "sessionId")]
+    pub session_id: String,
+    pub status: RunStatus,
+    #[serde(rename = "createdAt")]
+    pub created_at: String,
+    #[serde(
+        default,
+        rename = "exitedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub exited_at: Option<String>,
+}
+
+/// A kernel debug frame is an event frame unless its `kind` says `log` or
+/// `record`; only event frames are relayed, so log spam can never evict
+/// lifecycle events from the replay buffer.
+pub fn is_event_frame(frame: &Value) -> bool {
+    !matches!(
+        frame.get("kind").and_then(Value::as_str),
+        Some("log") | Some("record")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn statuses_serialize_with_kind_tags_and_without_absent_fields() {
+        assert_eq!(
+            serde_json::to_value(RunStatus::Starting).unwrap(),
+            json!({"kind": "starting"})
+        );
+        assert_eq!(
+            serde_json::to_value(RunStatus::Running {
+                endpoints: None,
+                inspect_url: None
+            })
+            .unwrap(),
+            json!({"kind": "running"})
+        );
+        assert_eq!(
+            serde_json::to_value(RunStatus::Exited { code: 3 }).unwrap(),
+            json!({"kind": "exited", "code": 3})
+        );
+    }
+
+    #[test]
+    fn events_carry_their_type_tag() {
+        let event = RunEvent::Progress {
+            phase: RunPhase::Provision,
+            message: "Scheduling".into(),
+            done: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            r#"{"type":"progress","phase":"provision","message":"Scheduling"}"#
+        );
+        let event = RunEvent::Reachability {
+            port: 8080,
+            state: ReachabilityState::Checking,
+        };
+        assert_eq!(
+            serde_json::to_string(&event).unwrap(),
+            r#"{"type":"reachability","port":8080,"state":"checking"}"#
+        );
+    }
+
+    #[test]
+    fn availability_reports_use_kebab_case_status() {
+        assert_eq!(
+            serde_json::to_value(AvailabilityReport::NeedsSetup { issues: vec![] }).unwrap(),
+            json!({"status": "needs-setup", "issues": []})
+        );
+    }
+
+    #[test]
+    fn log_and_record_frames_are_not_event_frames() {
+        assert!(is_event_frame(&json!({"event": "Kernel.Started"})));
+        assert!(is_event_frame(&json!({"kind": "event", "event": "X"})));
+        assert!(!is_event_frame(&json!({"kind": "log", "line": "x"})));
+        assert!(!is_event_frame(&json!({"kind": "record", "record": {}})));
+    }
+}

@@ -1,0 +1,245 @@
+//! Registry behaviour that needs control over when a backend's start resolves:
+//! a scripted backend stands in for a slow workload.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use runner_core::backend::{
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StopError,
+};
+use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};
+use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, SessionConfig};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, oneshot};
+
+/// Starts resolve when the test says so.
+struct GatedBackend {
+    gates: Mutex<Vec<oneshot::Receiver<Result<(), StartError>>>>,
+    stops: Arc<AtomicUsize>,
+}
+
+struct GatedSession {
+    sink: SessionSink,
+    stops: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl BackendSession for GatedSession {
+    fn write_stdin(&self, bytes: Bytes) {
+        self.sink.output(bytes);
+    }
+    fn resize(&self, _cols: u16, _rows: u16) {}
+    async fn stop(&self) -> Result<(), StopError> {
+        self.stops.fetch_add(1, Ordering::SeqCst);
+        let status = if self.sink.is_user_stopped() {
+            RunStatus::Stopped
+        } else {
+            RunStatus::failed("killed")
+        };
+        self.sink.status(status);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Backend for GatedBackend {
+    fn capabilities(&self) -> BackendCapabilities {
+        BackendCapabilities {
+            display_name: "gated".into(),
+            description: "test".into(),
+            config_schema: json!({}),
+            features: json!({}),
+        }
+    }
+    async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {
+        AvailabilityReport::Ready
+    }
+    async fn start(
+        &self,
+        _spec: StartSpec,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        let gate = self.gates.lock().await.remove(0);
+        gate.await.expect("gate kept")?;
+        sink.status(RunStatus::Running {
+            endpoints: None,
+            inspect_url: None,
+        });
+        Ok(Arc::new(GatedSession {
+            sink,
+            stops: self.stops.clone(),
+        }))
+    }
+}
+
+fn spec(id: &str, created_at: &str) -> StartSpec {
+    StartSpec {
+        session_id: id.into(),
+        created_at: created_at.into(),
+        bundle: RunBundle {
+            entry_relative_path: "telo.yaml".into(),
+            files: vec![],
+        },
+        entry_relative_path: "telo.yaml".into(),
+        env: vec![],
+        ports: vec![],
+        config: SessionConfig {
+            image: "x".into(),
+            pull_policy: PullPolicy::Missing,
+            registry_url: None,
+        },
+        app: None,
+        inspect: false,
+    }
+}
+
+type Gate = oneshot::Sender<Result<(), StartError>>;
+
+fn registry(starts: usize) -> (SessionRegistry, Vec<Gate>, Arc<AtomicUsize>) {
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..starts {
+        let (tx, rx) = oneshot::channel();
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let stops = Arc::new(AtomicUsize::new(0));
+    let backend = GatedBackend {
+        gates: Mutex::new(receivers),
+        stops: stops.clone(),
+    };
+    let registry = SessionRegistry::new(
+        Arc::new(backend),
+        RegistryLimits {
+            max_sessions: 4,
+            exit_ttl: Duration::from_secs(3600),
+            replay_buffer_bytes: 1_000_000,
+        },
+    );
+    (registry, senders, stops)
+}
+
+async fn statuses_until_terminal(registry: &SessionRegistry, id: &str) -> Vec<Value> {
+    let session = registry.get(id).expect("session");
+    let mut cursor = session.subscribe_events(0);
+    let mut statuses = Vec::new();
+    loop {
+        let batch = tokio::time::timeout(Duration::from_secs(5), cursor.next())
+            .await
+            .expect("terminal status in time")
+            .expect("session stays");
+        for (_, frame) in batch.entries {
+            let event: Value = serde_json::from_slice(&frame.data).unwrap();
+            if frame.name == "status" {
+                statuses.push(event["status"].clone());
+            }
+            if frame.terminal {
+                return statuses;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_delete_during_start_is_honoured_once_the_workload_is_up() {
+    let (registry, mut gates, stops) = registry(1);
+    let created = registry.create(spec).unwrap();
+    registry.stop(&created.session_id).await.unwrap();
+    assert_eq!(stops.load(Ordering::SeqCst), 0, "nothing to stop yet");
+    gates.remove(0).send(Ok(())).unwrap();
+    let statuses = statuses_until_terminal(&registry, &created.session_id).await;
+    assert_eq!(
+        statuses,
+        vec![
+            json!({"kind": "starting"}),
+            json!({"kind": "running"}),
+            json!({"kind": "stopped"})
+        ]
+    );
+    assert_eq!(stops.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_start_failure_is_a_terminal_failed_status_with_its_stage() {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(spec).unwrap();
+    gates
+        .remove(0)
+        .send(Err(StartError::new("create", "could not create the session pod")))
+        .unwrap();
+    let statuses = statuses_until_terminal(&registry, &created.session_id).await;
+    assert_eq!(
+        statuses.last().unwrap(),
+        &json!({"kind": "failed", "message": "create: could not create the session pod"})
+    );
+    // A DELETE before a failed start still ends as `failed`.
+    let snapshot = registry.get(&created.session_id).unwrap().snapshot();
+    assert!(snapshot.exited_at.is_some());
+}
+
+#[tokio::test]
+async fn nothing_follows_the_terminal_status() {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(spec).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    registry.stop(&created.session_id).await.unwrap();
+    let statuses = statuses_until_terminal(&registry, &created.session_id).await;
+    let session = registry.get(&created.session_id).unwrap();
+    let handle = session.handle().expect("started");
+    handle.stop().await.unwrap();
+    let replay = session.replay_events(0);
+    let terminal_count = replay.entries.iter().filter(|(_, f)| f.terminal).count();
+    assert_eq!(terminal_count, 1);
+    assert!(replay.entries.last().unwrap().1.terminal);
+    assert_eq!(statuses.last().unwrap(), &json!({"kind": "stopped"}));
+}
+
+#[tokio::test]
+async fn shutdown_reports_every_session_stopped_even_one_still_starting() {
+    let (registry, mut gates, _) = registry(2);
+    let live = registry.create(spec).unwrap();
+    let starting = registry.create(spec).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    let live_session = registry.get(&live.session_id).unwrap();
+    let mut cursor = live_session.subscribe_events(0);
+    while live_session.handle().is_none() {
+        cursor.next().await;
+    }
+    registry.shutdown(Duration::from_millis(200)).await;
+    assert_eq!(
+        registry.get(&live.session_id).unwrap().status(),
+        RunStatus::Stopped
+    );
+    assert_eq!(
+        registry.get(&starting.session_id).unwrap().status(),
+        RunStatus::Stopped
+    );
+    drop(gates);
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(spec).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    let session = registry.get(&created.session_id).unwrap();
+    let mut events = session.subscribe_events(0);
+    while session.handle().is_none() {
+        events.next().await;
+    }
+    let mut slow = session.subscribe_output(0);
+    let handle = session.handle().unwrap();
+    // 3 MB of output into a 1 MB buffer while the subscriber does not read.
+    for _ in 0..48 {
+        handle.write_stdin(Bytes::from(vec![b'x'; 64 * 1024]));
+    }
+    let batch = slow.next().await.unwrap();
+    assert!(batch.gap);
+    let bytes: usize = batch.entries.iter().map(|(_, b)| b.len()).sum();
+    assert!(bytes <= 1_000_000);
+    assert_eq!(batch.entries.last().unwrap().0, 48);
+}

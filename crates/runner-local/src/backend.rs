@@ -1,0 +1,352 @@
+//! The local backend: every session is the Telo CLI (or an operator app's
+//! command) running as a local process in its own PTY, in its own directory,
+//! with nothing of the runner's environment but a `PATH`.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use runner_core::capabilities::{SchemaOptions, session_config_schema};
+use runner_core::debug_relay::relay_debug_stream;
+use runner_core::reachability::watch_reachability;
+use runner_core::types::{AvailabilityReport, PullPolicy, RunStatus, RunnerEndpoint};
+use runner_core::{
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
+};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use crate::config::LocalConfig;
+use crate::executable::resolve_executable;
+use crate::launch::{LaunchPlan, app_argv, telo_argv, workload_env};
+use crate::process_group::ProcessGroup;
+use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
+use crate::session::{LocalSession, Supervision, supervise};
+use crate::work_dir::{WorkDir, sweep_work_root};
+
+/// The image name advertised (read-only) in the config schema: there is no
+/// image, the runner's host is the environment.
+pub const LOCAL_IMAGE: &str = "local";
+/// Stdin chunks queued for a session before further input is dropped.
+pub const STDIN_QUEUE_CHUNKS: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LocalBackendError {
+    #[error("could not create the HTTP client for debug streams")]
+    HttpClient(#[source] reqwest::Error),
+}
+
+pub struct LocalBackend {
+    config: LocalConfig,
+    http: reqwest::Client,
+}
+
+/// Joins an error with its sources, so a start failure says *why*.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+impl LocalBackend {
+    pub fn new(config: LocalConfig) -> Result<Self, LocalBackendError> {
+        let http = reqwest::Client::builder()
+            // The debug stream is on loopback; a proxy from the runner's
+            // environment must not be asked for it.
+            .no_proxy()
+            .build()
+            .map_err(LocalBackendError::HttpClient)?;
+        Ok(Self { config, http })
+    }
+
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    /// Boot sweep: removes every session directory under the work root (the
+    /// registry is empty at boot, so they are all leftovers). Returns how many
+    /// were removed.
+    pub fn sweep_work_root(&self) -> usize {
+        sweep_work_root(&self.config.work_root)
+    }
+
+    fn telo_not_found(&self) -> String {
+        format!(
+            "Telo CLI '{}' was not found on this runner's host",
+            self.config.telo
+        )
+    }
+
+    /// The command line a session runs, with its program resolved; fails
+    /// before anything is created on disk.
+    fn command_line(
+        &self,
+        spec: &StartSpec,
+        inspect_port: Option<u16>,
+    ) -> Result<Vec<std::ffi::OsString>, StartError> {
+        match &spec.app {
+            Some(app) => {
+                let Some(command) = app.command.as_deref().filter(|c| !c.is_empty()) else {
+                    return Err(StartError::new(
+                        "start",
+                        format!(
+                            "app '{}' has no 'command' configured for the local backend",
+                            app.name
+                        ),
+                    ));
+                };
+                let program =
+                    resolve_executable(&command[0], &self.config.path).ok_or_else(|| {
+                        StartError::new(
+                            "start",
+                            format!(
+                                "command '{}' of app '{}' was not found on this runner's host",
+                                command[0], app.name
+                            ),
+                        )
+                    })?;
+                Ok(app_argv(&program, command))
+            }
+            None => {
+                let telo = resolve_executable(&self.config.telo, &self.config.path)
+                    .ok_or_else(|| StartError::new("start", self.telo_not_found()))?;
+                Ok(telo_argv(&telo, &spec.entry_relative_path, inspect_port))
+            }
+        }
+    }
+
+    fn stage(&self, spec: &StartSpec, work: &WorkDir) -> Result<(), StartError> {
+        let staged = work.create().and_then(|()| {
+            if spec.self_contained() {
+                Ok(())
+            } else {
+                work.write_bundle(&spec.bundle)
+            }
+        });
+        staged.map_err(|err| StartError::new("create", error_chain(&err)).with_source(err))
+    }
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    fn capabilities(&self) -> BackendCapabilities {
+        BackendCapabilities {
+            display_name: "Local runner".to_owned(),
+            description: "Runs each session as a Telo CLI process on the runner's own machine, in a private directory and terminal.".to_owned(),
+            config_schema: session_config_schema(&SchemaOptions {
+                image_default: LOCAL_IMAGE.to_owned(),
+                enforced: true,
+                image_enum: Vec::new(),
+                registry_url: true,
+                pull_policy_default: PullPolicy::Missing,
+                pull_policy_description: Some(
+                    "Ignored by the local runner: sessions use the Telo CLI installed on the runner's host.".to_owned(),
+                ),
+            }),
+            features: json!({ "io": true, "ports": true }),
+        }
+    }
+
+    async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {
+        if resolve_executable(&self.config.telo, &self.config.path).is_none() {
+            return AvailabilityReport::Unavailable {
+                message: format!("{}.", self.telo_not_found()),
+                remediation: Some(
+                    "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
+                        .to_owned(),
+                ),
+            };
+        }
+        if let Err(err) = std::fs::create_dir_all(&self.config.work_root) {
+            warn!(dir = %self.config.work_root.display(), error = %err, "session work root is not usable");
+            return AvailabilityReport::Unavailable {
+                message: format!("The runner cannot create session directories: {err}."),
+                remediation: Some(
+                    "Set RUNNER_LOCAL_WORK_DIR to a directory the runner can write to.".to_owned(),
+                ),
+            };
+        }
+        AvailabilityReport::Ready
+    }
+
+    async fn start(
+        &self,
+        spec: StartSpec,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
+            .map_err(|err| StartError::new("start", err.to_string()))?;
+        // An app runs its own command; only the Telo CLI gets `--inspect`.
+        let inspect_port = if spec.inspect && !spec.self_contained() {
+            Some(free_loopback_port().map_err(|err| {
+                StartError::new(
+                    "start",
+                    format!("could not reserve a port for --inspect: {err}"),
+                )
+                .with_source(err)
+            })?)
+        } else {
+            None
+        };
+        let argv = self.command_line(&spec, inspect_port)?;
+        if let Err(err) = self.stage(&spec, &work) {
+            work.remove();
+            return Err(err);
+        }
+        let plan = LaunchPlan {
+            argv,
+            cwd: work.app(),
+            env: workload_env(&spec.env, &work.home(), &self.config.path),
+        };
+        let launched = spawn_in_pty(&plan).map_err(|err| {
+            let program = match &spec.app {
+                Some(app) => app.command.as_ref().and_then(|c| c.first()).cloned(),
+                None => Some(self.config.telo.clone()),
+            };
+            let message = format!("could not start '{}': {err}", program.unwrap_or_default());
+            StartError::new("start", message).with_source(err)
+        });
+        let process = match launched {
+            Ok(process) => process,
+            Err(err) => {
+                work.remove();
+                return Err(err);
+            }
+        };
+        let (session, supervision) = match wire_session(&spec, process, &sink, self.config.max_ttl)
+        {
+            Ok(wired) => wired,
+            Err(err) => {
+                work.remove();
+                return Err(err);
+            }
+        };
+        info!(session_id = %spec.session_id, dir = %work.root().display(), "session process started");
+
+        let endpoints = spec
+            .ports
+            .iter()
+            .map(|mapping| RunnerEndpoint {
+                host: String::new(),
+                port: mapping.port,
+                protocol: mapping.protocol,
+                url: None,
+            })
+            .collect();
+        sink.status(RunStatus::Running {
+            endpoints: Some(endpoints),
+            inspect_url: None,
+        });
+        // Only now: the terminal status must never overtake `running`.
+        tokio::spawn(supervise(supervision));
+
+        let tcp_ports = spec.tcp_ports();
+        if !tcp_ports.is_empty() {
+            tokio::spawn(watch_reachability(
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                tcp_ports,
+                sink.clone(),
+                sink.ended(),
+            ));
+        }
+        if let Some(port) = inspect_port {
+            let frames = sink.clone();
+            tokio::spawn(relay_debug_stream(
+                self.http.clone(),
+                format!("http://127.0.0.1:{port}/events"),
+                move |frame| frames.debug(frame),
+                sink.ended(),
+            ));
+        }
+        Ok(session)
+    }
+
+    fn release(&self, session_id: &str) {
+        if let Ok(work) = WorkDir::for_session(&self.config.work_root, session_id) {
+            work.remove();
+        }
+    }
+}
+
+/// Starts the threads of a freshly spawned process and prepares its
+/// supervisor. On failure the process group is killed.
+fn wire_session(
+    spec: &StartSpec,
+    process: PtyProcess,
+    sink: &SessionSink,
+    max_ttl: std::time::Duration,
+) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
+    let PtyProcess {
+        pid,
+        child,
+        master,
+        output,
+        input,
+    } = process;
+    let id = &spec.session_id;
+    let group = Arc::new(ProcessGroup::new(pid));
+    let thread_error = |err: std::io::Error| {
+        StartError::new("start", format!("could not start a session thread: {err}"))
+            .with_source(err)
+    };
+
+    let (exited_tx, exited) = oneshot::channel();
+    let waiter = group.clone();
+    std::thread::Builder::new()
+        .name(format!("wait-{id}"))
+        .spawn(move || {
+            let _ = exited_tx.send(waiter.wait(child));
+        })
+        .map_err(|err| {
+            // Without a waiter nobody would reap it: kill it, and let the
+            // dropped child handle leave a zombie only until the runner exits.
+            let _ = group.kill();
+            thread_error(err)
+        })?;
+
+    let (drained_tx, output_drained) = oneshot::channel();
+    let output_sink = sink.clone();
+    let (input_queue, input_rx) = std::sync::mpsc::sync_channel(STDIN_QUEUE_CHUNKS);
+    let threads = std::thread::Builder::new()
+        .name(format!("out-{id}"))
+        .spawn(move || pump_output(output, output_sink, drained_tx))
+        .and_then(|_| {
+            std::thread::Builder::new()
+                .name(format!("in-{id}"))
+                .spawn(move || pump_input(input, input_rx))
+        });
+    if let Err(err) = threads {
+        let _ = group.kill();
+        return Err(thread_error(err));
+    }
+
+    let session = Arc::new(LocalSession::new(id.clone(), group, master, input_queue));
+    let supervision = Supervision {
+        session: session.clone(),
+        sink: sink.clone(),
+        exited,
+        output_drained,
+        max_ttl,
+    };
+    Ok((session, supervision))
+}
+
+/// A loopback port that was free a moment ago, for the CLI's `--inspect`.
+fn free_loopback_port() -> std::io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,172 @@
+//! The local backend's configuration, read from the environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positive_int};
+
+pub const DEFAULT_TELO: &str = "telo";
+pub const DEFAULT_MAX_TTL_SECONDS: u64 = 3600;
+/// The workload `PATH` when the runner itself has none.
+pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// Directory name under the system temporary directory used by default.
+pub const DEFAULT_WORK_DIR_NAME: &str = "telo-runner-sessions";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// The Telo CLI: a path, or a name looked up on [`LocalConfig::path`].
+    pub telo: String,
+    /// Parent of every session's private work directory. Absolute.
+    pub work_root: PathBuf,
+    /// A session still running after this long is stopped and reported failed.
+    pub max_ttl: Duration,
+    /// The `PATH` workloads get, also where a bare `telo` name is looked up.
+    pub path: String,
+}
+
+pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_TELO",
+        default: "telo",
+        description: "The Telo CLI sessions run: a path to its executable, or a name looked up on RUNNER_LOCAL_PATH.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_WORK_DIR",
+        default: "(system temp dir)/telo-runner-sessions",
+        description: "Absolute directory holding one private work directory per session; leftovers are removed at boot.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_PATH",
+        default: "(the runner's PATH)",
+        description: "PATH given to session processes; none of the runner's other environment reaches them.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_TTL_SECONDS",
+        default: "3600",
+        description: "Longest a session may run; one still running then is stopped and reported as failed.",
+    },
+];
+
+/// Reads the local backend's variables. The runner's own `PATH` (from `env`,
+/// like every other variable, so tests never depend on the machine) is the
+/// workload `PATH` unless `RUNNER_LOCAL_PATH` says otherwise.
+pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
+    let telo = env_string(env, "RUNNER_LOCAL_TELO").unwrap_or_else(|| DEFAULT_TELO.to_owned());
+    let work_root = match env_string(env, "RUNNER_LOCAL_WORK_DIR") {
+        Some(raw) => {
+            let dir = PathBuf::from(&raw);
+            // The boot sweep deletes session directories under this root, so
+            // a root that silently moved with the runner's working directory
+            // could sweep the wrong place.
+            if !dir.is_absolute() {
+                return Err(ConfigError(format!(
+                    "RUNNER_LOCAL_WORK_DIR must be an absolute path, got '{raw}'."
+                )));
+            }
+            dir
+        }
+        None => std::env::temp_dir().join(DEFAULT_WORK_DIR_NAME),
+    };
+    let max_ttl_seconds = parse_positive_int(
+        env.get("RUNNER_MAX_TTL_SECONDS").map(String::as_str),
+        DEFAULT_MAX_TTL_SECONDS,
+        "RUNNER_MAX_TTL_SECONDS",
+    )?;
+    let path = env_string(env, "RUNNER_LOCAL_PATH")
+        .or_else(|| env_string(env, "PATH"))
+        .unwrap_or_else(|| FALLBACK_PATH.to_owned());
+    Ok(LocalConfig {
+        telo,
+        work_root,
+        max_ttl: Duration::from_secs(max_ttl_seconds),
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Env {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_environment_yields_the_documented_defaults() {
+        let config = load_local_config(&Env::new()).unwrap();
+        assert_eq!(
+            config,
+            LocalConfig {
+                telo: "telo".into(),
+                work_root: std::env::temp_dir().join("telo-runner-sessions"),
+                max_ttl: Duration::from_secs(3600),
+                path: FALLBACK_PATH.into(),
+            }
+        );
+    }
+
+    #[test]
+    fn workloads_get_the_runners_path_unless_overridden() {
+        let env = vars(&[("PATH", "/opt/bin:/usr/bin")]);
+        assert_eq!(load_local_config(&env).unwrap().path, "/opt/bin:/usr/bin");
+        let env = vars(&[
+            ("PATH", "/opt/bin"),
+            ("RUNNER_LOCAL_PATH", " /sandbox/bin "),
+        ]);
+        assert_eq!(load_local_config(&env).unwrap().path, "/sandbox/bin");
+    }
+
+    #[test]
+    fn every_local_variable_is_read() {
+        let env = vars(&[
+            ("RUNNER_LOCAL_TELO", " /opt/telo/bin/telo "),
+            ("RUNNER_LOCAL_WORK_DIR", "/var/lib/telo-runner"),
+            ("RUNNER_MAX_TTL_SECONDS", "90"),
+        ]);
+        let config = load_local_config(&env).unwrap();
+        assert_eq!(config.telo, "/opt/telo/bin/telo");
+        assert_eq!(config.work_root, PathBuf::from("/var/lib/telo-runner"));
+        assert_eq!(config.max_ttl, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn a_bad_ttl_is_refused_with_the_raw_value() {
+        for raw in ["0", "-5", "1.5", "an hour"] {
+            let env = vars(&[("RUNNER_MAX_TTL_SECONDS", raw)]);
+            assert_eq!(
+                load_local_config(&env),
+                Err(ConfigError(format!(
+                    "RUNNER_MAX_TTL_SECONDS must be a positive integer, got '{raw}'."
+                )))
+            );
+        }
+    }
+
+    #[test]
+    fn a_relative_work_dir_is_refused() {
+        let env = vars(&[("RUNNER_LOCAL_WORK_DIR", "sessions")]);
+        assert_eq!(
+            load_local_config(&env),
+            Err(ConfigError(
+                "RUNNER_LOCAL_WORK_DIR must be an absolute path, got 'sessions'.".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_documentation_table_names_every_variable_read() {
+        let names: Vec<&str> = LOCAL_ENV_VARS.iter().map(|doc| doc.name).collect();
+        assert_eq!(
+            names,
+            [
+                "RUNNER_LOCAL_TELO",
+                "RUNNER_LOCAL_WORK_DIR",
+                "RUNNER_LOCAL_PATH",
+                "RUNNER_MAX_TTL_SECONDS"
+            ]
+        );
+    }
+}

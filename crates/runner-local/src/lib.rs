@@ -1,0 +1,23 @@
+//! The local backend of telo-runner: each session runs the Telo CLI (or an
+//! operator app's command) as a local process in its own PTY, in a private
+//! work directory, with exactly the session's environment plus `PATH`,
+//! `HOME`, `TERM`, `SHELL` and `FORCE_COLOR`.
+//!
+//! `config` reads the environment, `launch` decides what runs (pure data),
+//! `work_dir` owns the per-session directories, `pty` and `process_group` do
+//! the process work, `session` turns the process's end into one terminal
+//! status, and `backend` ties them to the core's `Backend` seam.
+
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod config;
+pub mod executable;
+pub mod launch;
+pub mod process_group;
+pub mod pty;
+pub mod session;
+pub mod work_dir;
+
+pub use backend::{LocalBackend, LocalBackendError};
+pub use config::{LOCAL_ENV_VARS, LocalConfig, load_local_config};

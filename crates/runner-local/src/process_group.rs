@@ -1,0 +1,92 @@
+//! A session's processes, as one process group: the session process is
+//! started as a session leader, so its pid is also the id of the group that
+//! every child it forks joins. Killing the group — not just the process —
+//! is what keeps a workload's background children from outliving it.
+
+use std::sync::{Mutex, MutexGuard};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
+use portable_pty::Child;
+use tracing::warn;
+
+/// Exit code reported when the process's status could not be read at all.
+const UNKNOWN_EXIT_CODE: i64 = -1;
+
+pub struct ProcessGroup {
+    pid: Pid,
+    /// Set once the leader was reaped. Until then its pid cannot be reused,
+    /// so signalling the group can never hit an unrelated process; after,
+    /// nothing is signalled any more.
+    reaped: Mutex<bool>,
+}
+
+fn lock(mutex: &Mutex<bool>) -> MutexGuard<'_, bool> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl ProcessGroup {
+    pub fn new(pid: Pid) -> Self {
+        Self {
+            pid,
+            reaped: Mutex::new(false),
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// SIGKILLs every process of the group. A group that is already gone is
+    /// not an error.
+    pub fn kill(&self) -> Result<(), Errno> {
+        let reaped = lock(&self.reaped);
+        if *reaped {
+            return Ok(());
+        }
+        kill_group(self.pid)
+    }
+
+    /// Blocks until the leader exits, kills whatever is left of its group,
+    /// reaps the leader and returns its exit code (`128 + signal` when a
+    /// signal ended it, as a shell reports it).
+    pub fn wait(&self, mut child: Box<dyn Child + Send + Sync>) -> i64 {
+        // Wait without reaping: the zombie keeps the pid (and so the group id)
+        // reserved while the leftovers are killed.
+        let status = loop {
+            match waitid(
+                Id::Pid(self.pid),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT,
+            ) {
+                Ok(status) => break Some(status),
+                Err(Errno::EINTR) => continue,
+                Err(err) => {
+                    warn!(pid = self.pid.as_raw(), error = %err, "could not wait for a session process");
+                    break None;
+                }
+            }
+        };
+        let mut reaped = lock(&self.reaped);
+        if let Err(err) = kill_group(self.pid) {
+            warn!(pid = self.pid.as_raw(), error = %err, "could not kill what was left of a session's processes");
+        }
+        let fallback = child.wait();
+        *reaped = true;
+        match status {
+            Some(WaitStatus::Exited(_, code)) => i64::from(code),
+            Some(WaitStatus::Signaled(_, signal, _)) => 128 + signal as i64,
+            _ => fallback.map_or(UNKNOWN_EXIT_CODE, |status| i64::from(status.exit_code())),
+        }
+    }
+}
+
+fn kill_group(pid: Pid) -> Result<(), Errno> {
+    match killpg(pid, Signal::SIGKILL) {
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Err(err) => Err(err),
+    }
+}

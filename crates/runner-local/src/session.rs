@@ -1,0 +1,173 @@
+//! One running local session: its terminal, its process group, and the task
+//! that turns the process's end into exactly one terminal status.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::TrySendError;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use portable_pty::{MasterPty, PtySize};
+use runner_core::types::RunStatus;
+use runner_core::{BackendSession, SessionSink, StopError};
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use crate::process_group::ProcessGroup;
+use crate::pty::InputQueue;
+
+/// How long, after the process exited, its last output may take to arrive
+/// before the terminal status is reported anyway. Output normally drains in
+/// microseconds; this bound only matters when a process escaped the group
+/// (a daemon that called `setsid`) and still holds the terminal open.
+pub const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub struct LocalSession {
+    id: String,
+    group: Arc<ProcessGroup>,
+    stop_requested: AtomicBool,
+    /// Present while the process runs; dropped when it ends, which closes the
+    /// stdin queue (ending the input thread) and the terminal.
+    terminal: Mutex<Option<Terminal>>,
+}
+
+struct Terminal {
+    master: Box<dyn MasterPty + Send>,
+    input: InputQueue,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl LocalSession {
+    pub fn new(
+        id: String,
+        group: Arc<ProcessGroup>,
+        master: Box<dyn MasterPty + Send>,
+        input: InputQueue,
+    ) -> Self {
+        Self {
+            id,
+            group,
+            stop_requested: AtomicBool::new(false),
+            terminal: Mutex::new(Some(Terminal { master, input })),
+        }
+    }
+
+    fn kill(&self, why: &str) {
+        debug!(session_id = %self.id, why, "killing the session's process group");
+        if let Err(err) = self.group.kill() {
+            warn!(session_id = %self.id, error = %err, "could not kill the session's process group");
+        }
+    }
+
+    fn close_terminal(&self) {
+        lock(&self.terminal).take();
+    }
+}
+
+#[async_trait]
+impl BackendSession for LocalSession {
+    fn write_stdin(&self, bytes: Bytes) {
+        let terminal = lock(&self.terminal);
+        let Some(terminal) = terminal.as_ref() else {
+            return;
+        };
+        match terminal.input.try_send(bytes) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            // A workload that never reads its stdin must not stall the
+            // runner's WebSocket handler: input beyond the queue is dropped.
+            Err(TrySendError::Full(dropped)) => {
+                warn!(session_id = %self.id, bytes = dropped.len(), "stdin queue full, input dropped");
+            }
+        }
+    }
+
+    fn resize(&self, cols: u16, rows: u16) {
+        if cols == 0 || rows == 0 {
+            return;
+        }
+        let terminal = lock(&self.terminal);
+        let Some(terminal) = terminal.as_ref() else {
+            return;
+        };
+        let size = PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        };
+        if let Err(err) = terminal.master.resize(size) {
+            debug!(session_id = %self.id, error = %format!("{err:#}"), "terminal resize failed");
+        }
+    }
+
+    async fn stop(&self) -> Result<(), StopError> {
+        self.stop_requested.store(true, Ordering::SeqCst);
+        self.group.kill().map_err(|err| StopError {
+            message: format!("could not stop the session's processes: {err}"),
+        })
+    }
+}
+
+/// Everything the supervisor waits on.
+pub struct Supervision {
+    pub session: Arc<LocalSession>,
+    pub sink: SessionSink,
+    /// The exit code, once the process ended and was reaped.
+    pub exited: oneshot::Receiver<i64>,
+    /// Fires once all terminal output was delivered.
+    pub output_drained: oneshot::Receiver<()>,
+    pub max_ttl: Duration,
+}
+
+/// Waits for the session to end — on its own, by `stop`, by its lifetime
+/// running out, or because the registry let go of it — and reports the one
+/// terminal status, after all of its output.
+pub async fn supervise(supervision: Supervision) {
+    let Supervision {
+        session,
+        sink,
+        mut exited,
+        output_drained,
+        max_ttl,
+    } = supervision;
+    let ended = sink.ended();
+    let mut lifetime_exceeded = false;
+    let exit_code = tokio::select! {
+        code = &mut exited => code,
+        () = tokio::time::sleep(max_ttl) => {
+            lifetime_exceeded = true;
+            session.kill("maximum lifetime exceeded");
+            exited.await
+        }
+        // The registry finished the session without us (shutdown) or dropped
+        // it: its processes must not run on unobserved.
+        () = ended.cancelled() => {
+            session.kill("session ended");
+            exited.await
+        }
+    };
+    if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, output_drained)
+        .await
+        .is_err()
+    {
+        warn!(session_id = %session.id, "terminal still open after the session's process ended");
+    }
+    session.close_terminal();
+    let stopped = session.stop_requested.load(Ordering::SeqCst) || sink.is_user_stopped();
+    let status = match exit_code {
+        _ if stopped => RunStatus::Stopped,
+        _ if lifetime_exceeded => RunStatus::failed(format!(
+            "session exceeded its maximum lifetime of {} s and was stopped",
+            max_ttl.as_secs()
+        )),
+        Ok(code) => RunStatus::Exited { code },
+        Err(_) => RunStatus::failed("lost track of the session's process"),
+    };
+    sink.status(status);
+}

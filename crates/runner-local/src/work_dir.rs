@@ -1,0 +1,254 @@
+//! Each session's private directory: `<root>/<sessionId>/app` holds the bundle
+//! and is the workload's working directory, `<root>/<sessionId>/home` is its
+//! `HOME`, so nothing a workload writes lands in another session or in the
+//! runner's own home.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use runner_core::bundle_path::{InvalidBundlePath, normalize_bundle_path};
+use runner_core::ids::is_session_id;
+use runner_core::types::RunBundle;
+use tracing::{info, warn};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkDirError {
+    #[error("invalid session id '{0}'")]
+    InvalidSessionId(String),
+    #[error("could not create the session directory '{path}'")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    InvalidBundlePath(#[from] InvalidBundlePath),
+    #[error("could not write bundle file '{relative_path}'")]
+    WriteFile {
+        relative_path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkDir {
+    root: PathBuf,
+}
+
+impl WorkDir {
+    /// The session's directory under `work_root`. Only ids of the shape the
+    /// registry generates are accepted, so an id can never name a path
+    /// outside the root.
+    pub fn for_session(work_root: &Path, session_id: &str) -> Result<Self, WorkDirError> {
+        if !is_session_id(session_id) {
+            return Err(WorkDirError::InvalidSessionId(session_id.to_owned()));
+        }
+        Ok(Self {
+            root: work_root.join(session_id),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workload's working directory, holding the bundle.
+    pub fn app(&self) -> PathBuf {
+        self.root.join("app")
+    }
+
+    /// The workload's `HOME`.
+    pub fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    /// Creates the (empty) `app` and `home` directories, private to the
+    /// runner's user.
+    pub fn create(&self) -> Result<(), WorkDirError> {
+        use std::os::unix::fs::DirBuilderExt;
+        for dir in [self.root.clone(), self.app(), self.home()] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|source| WorkDirError::CreateDir { path: dir, source })?;
+        }
+        Ok(())
+    }
+
+    /// Writes every bundle file under `app`, creating parent directories.
+    /// Paths are checked again here even though the core already did: this
+    /// is the place where a traversal would do harm.
+    pub fn write_bundle(&self, bundle: &RunBundle) -> Result<(), WorkDirError> {
+        let app = self.app();
+        for file in &bundle.files {
+            let relative = normalize_bundle_path(&file.relative_path)?;
+            let target = app.join(&relative);
+            let write_error = |source| WorkDirError::WriteFile {
+                relative_path: relative.clone(),
+                source,
+            };
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(write_error)?;
+            }
+            std::fs::write(&target, &file.contents).map_err(write_error)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the directory and everything in it; a missing one is fine.
+    pub fn remove(&self) {
+        remove_dir(&self.root);
+    }
+}
+
+fn remove_dir(dir: &Path) -> bool {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => true,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => false,
+        Err(err) => {
+            warn!(dir = %dir.display(), error = %err, "could not remove a session work directory");
+            false
+        }
+    }
+}
+
+/// Boot sweep: removes every session directory left under `work_root` by a
+/// previous runner process (the registry is empty at boot, so none of them
+/// belongs to a live session). Only entries named like a session id are
+/// touched, so a root pointed at a directory holding other data loses
+/// nothing else. Returns how many directories were removed.
+pub fn sweep_work_root(work_root: &Path) -> usize {
+    let entries = match std::fs::read_dir(work_root) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return 0,
+        Err(err) => {
+            warn!(dir = %work_root.display(), error = %err, "could not list the session work root");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_session_dir = name.to_str().is_some_and(is_session_id)
+            && entry.file_type().is_ok_and(|kind| kind.is_dir());
+        if !is_session_dir {
+            continue;
+        }
+        let path = entry.path();
+        if remove_dir(&path) {
+            info!(dir = %path.display(), "removed a work directory left by a previous run");
+            removed += 1;
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runner_core::types::BundleFile;
+
+    const ID: &str = "abcdefgh2345";
+
+    fn bundle(paths: &[&str]) -> RunBundle {
+        RunBundle {
+            entry_relative_path: paths[0].to_owned(),
+            files: paths
+                .iter()
+                .map(|p| BundleFile {
+                    relative_path: (*p).to_owned(),
+                    contents: format!("contents of {p}"),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_generated_session_ids_name_a_directory() {
+        let root = Path::new("/tmp/root");
+        for bad in ["..", "../abcdefgh2345", "abc/defgh234", "ABCDEFGH2345", ""] {
+            assert!(
+                matches!(
+                    WorkDir::for_session(root, bad),
+                    Err(WorkDirError::InvalidSessionId(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let dir = WorkDir::for_session(root, ID).unwrap();
+        assert_eq!(dir.app(), Path::new("/tmp/root/abcdefgh2345/app"));
+        assert_eq!(dir.home(), Path::new("/tmp/root/abcdefgh2345/home"));
+    }
+
+    #[test]
+    fn bundle_files_are_written_under_app_with_their_parents() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = WorkDir::for_session(root.path(), ID).unwrap();
+        dir.create().unwrap();
+        dir.write_bundle(&bundle(&[
+            "/app/telo.yaml",
+            "lib/deep/x.yaml",
+            "a/../b.yaml",
+        ]))
+        .unwrap();
+        let read = |p: &str| std::fs::read_to_string(dir.app().join(p)).unwrap();
+        assert_eq!(read("app/telo.yaml"), "contents of /app/telo.yaml");
+        assert_eq!(read("lib/deep/x.yaml"), "contents of lib/deep/x.yaml");
+        assert_eq!(read("b.yaml"), "contents of a/../b.yaml");
+        assert!(dir.home().is_dir());
+    }
+
+    #[test]
+    fn a_traversing_path_is_refused_and_nothing_escapes() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = WorkDir::for_session(root.path(), ID).unwrap();
+        dir.create().unwrap();
+        let err = dir
+            .write_bundle(&bundle(&["ok.yaml", "../../escape.yaml"]))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid bundle relativePath '../../escape.yaml'"
+        );
+        assert!(!root.path().join("escape.yaml").exists());
+    }
+
+    #[test]
+    fn remove_deletes_the_whole_session_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = WorkDir::for_session(root.path(), ID).unwrap();
+        dir.create().unwrap();
+        dir.write_bundle(&bundle(&["a/b.yaml"])).unwrap();
+        dir.remove();
+        assert!(!dir.root().exists());
+        // Removing twice is fine.
+        dir.remove();
+    }
+
+    #[test]
+    fn the_sweep_removes_session_directories_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        for id in ["abcdefgh2345", "zzzzzzzz7777"] {
+            let dir = WorkDir::for_session(root.path(), id).unwrap();
+            dir.create().unwrap();
+            dir.write_bundle(&bundle(&["x.yaml"])).unwrap();
+        }
+        std::fs::create_dir(root.path().join("keep-me")).unwrap();
+        std::fs::write(root.path().join("mnopqrstuvwx"), "a file, not a dir").unwrap();
+        assert_eq!(sweep_work_root(root.path()), 2);
+        let mut left: Vec<String> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["keep-me", "mnopqrstuvwx"]);
+    }
+
+    #[test]
+    fn sweeping_a_missing_root_is_a_no_op() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(sweep_work_root(&root.path().join("absent")), 0);
+    }
+}

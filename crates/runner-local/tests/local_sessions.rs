@@ -1,0 +1,398 @@
+//! The local backend end to end: a real registry, real processes (`fake-telo`
+//! as the Telo CLI, `sh` for app commands) in real PTYs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use runner_core::types::{
+    AvailabilityReport, PortMapping, PortProtocol, PullPolicy, ReachabilityState, RunEvent,
+    RunStatus, RunnerEndpoint,
+};
+use runner_core::{Backend, ProbeConfig, RegistryLimits};
+use serde_json::json;
+use support::{
+    Events, Harness, Output, app_spec, bundle_spec, free_port, limits, output_now, wait_until_dead,
+    with_ports,
+};
+
+fn probe_config() -> ProbeConfig {
+    ProbeConfig {
+        image: "local".to_owned(),
+        pull_policy: PullPolicy::Missing,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_reaches_the_buffer_before_the_exit_code_is_reported() {
+    let harness = Harness::new();
+    let session = harness.start(bundle_spec(json!({
+        "stdout": ["hello from the workload"],
+        "exitCode": 3,
+    })));
+    let mut events = Events::of(&session);
+    assert_eq!(
+        events.running().await,
+        RunStatus::Running {
+            endpoints: Some(vec![]),
+            inspect_url: None
+        }
+    );
+    assert_eq!(events.terminal().await, RunStatus::Exited { code: 3 });
+    // Everything the process wrote is in the buffer by the time it is
+    // reported finished: a client that attaches now sees it all.
+    assert!(output_now(&session).contains("hello from the workload\r\n"));
+    assert_eq!(
+        events.seen[0],
+        RunEvent::Status {
+            status: RunStatus::Starting
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workload_sees_only_the_session_env_and_its_own_home() {
+    // Cargo sets this in the test process; it must not reach the workload.
+    let runner_only = "CARGO_MANIFEST_DIR";
+    assert!(std::env::var_os(runner_only).is_some());
+    let harness = Harness::new();
+    let mut spec = bundle_spec(json!({
+        "printEnv": ["SESSION_VAR", "HOME", "PATH", "FORCE_COLOR", "TERM", runner_only],
+    }));
+    spec.env = vec![("SESSION_VAR".to_owned(), "from the session".to_owned())];
+    let session = harness.start(spec);
+    let mut events = Events::of(&session);
+    assert_eq!(events.terminal().await, RunStatus::Exited { code: 0 });
+    let home = harness.session_dir(&session).join("home");
+    let expected = format!(
+        "SESSION_VAR=from the session\r\nHOME={}\r\nPATH={}\r\nFORCE_COLOR=1\r\nTERM=xterm-256color\r\n{runner_only}=<unset>\r\n",
+        home.display(),
+        harness.config.path,
+    );
+    assert_eq!(output_now(&session), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_reaches_the_workload_and_its_answer_comes_back() {
+    let harness = Harness::new();
+    let session = harness.start(bundle_spec(json!({ "echo": true })));
+    let mut events = Events::of(&session);
+    events.running().await;
+    let handle = support::handle_of(&session).await;
+    let mut output = Output::of(&session);
+    handle.write_stdin("ping\n".into());
+    // Once echoed by the terminal, once by the workload.
+    output.until_count("ping\r\n", 2).await;
+    handle.write_stdin("exit\n".into());
+    assert_eq!(events.terminal().await, RunStatus::Exited { code: 0 });
+    support::wait_until_threads_end(&session).await;
+    // Input after the end is ignored, not an error.
+    handle.write_stdin("late\n".into());
+    handle.resize(100, 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_reaches_the_workloads_terminal() {
+    let harness = Harness::new();
+    let session = harness.start(bundle_spec(json!({ "printSize": true, "echo": true })));
+    let mut output = Output::of(&session);
+    output.until("size 80x24").await;
+    support::handle_of(&session).await.resize(132, 43);
+    output.until("size 132x43").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_reports_stopped_and_kills_the_whole_process_group() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&[
+        "sh",
+        "-c",
+        "sleep 300 & echo \"child $!\"; wait",
+    ])));
+    let mut output = Output::of(&session);
+    output.until("\r\n").await;
+    let child: i32 = output
+        .text
+        .trim()
+        .strip_prefix("child ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+    wait_until_dead(child).await;
+    support::wait_until_threads_end(&session).await;
+    // Stopping again is a no-op.
+    harness.registry.stop(session.id()).await.unwrap();
+    support::handle_of(&session).await.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_children_do_not_outlive_a_workload_that_exited() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&[
+        "sh",
+        "-c",
+        "sleep 300 & echo \"child $!\"",
+    ])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    let text = output_now(&session);
+    let child: i32 = text.trim().strip_prefix("child ").unwrap().parse().unwrap();
+    wait_until_dead(child).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_killed_by_a_signal_exits_with_128_plus_the_signal() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&["sh", "-c", "kill -TERM $$"])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 128 + 15 }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_lifetime_fails_saying_so() {
+    let harness = Harness::with(|c| c.max_ttl = Duration::from_secs(1), limits());
+    let session = harness.start(bundle_spec(json!({ "echo": true })));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed("session exceeded its maximum lifetime of 1 s and was stopped")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_telo_cli_makes_the_probe_unavailable_and_starts_fail() {
+    let harness = Harness::with(|c| c.telo = "/nonexistent/bin/telo".to_owned(), limits());
+    assert_eq!(
+        harness.backend.probe(&probe_config()).await,
+        AvailabilityReport::Unavailable {
+            message: "Telo CLI '/nonexistent/bin/telo' was not found on this runner's host."
+                .to_owned(),
+            remediation: Some(
+                "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
+                    .to_owned()
+            ),
+        }
+    );
+    let session = harness.start(bundle_spec(json!({})));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed(
+            "start: Telo CLI '/nonexistent/bin/telo' was not found on this runner's host"
+        )
+    );
+    assert!(!harness.session_dir(&session).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telo_cli_on_the_path_is_found_by_name() {
+    let telo = test_support::fake_telo::fake_telo_path();
+    let harness = Harness::with(
+        |c| {
+            c.telo = "fake-telo".to_owned();
+            c.path = format!("/nonexistent:{}", telo.parent().unwrap().display());
+        },
+        limits(),
+    );
+    assert_eq!(
+        harness.backend.probe(&probe_config()).await,
+        AvailabilityReport::Ready
+    );
+    let session = harness.start(bundle_spec(json!({ "stdout": ["found"] })));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    assert!(output_now(&session).contains("found"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_directory_lives_until_the_session_is_evicted() {
+    let harness = Harness::with(
+        |_| {},
+        RegistryLimits {
+            max_sessions: 1,
+            ..limits()
+        },
+    );
+    let first = harness.start(bundle_spec(json!({})));
+    assert_eq!(
+        Events::of(&first).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    let dir = harness.session_dir(&first);
+    assert!(dir.join("app/app/telo.yaml").is_file());
+    assert!(dir.join("home").is_dir());
+    // Admitting a second session evicts the finished first one.
+    let second = harness.start(bundle_spec(json!({})));
+    assert!(harness.registry.get(first.id()).is_none());
+    assert!(!dir.exists());
+    Events::of(&second).terminal().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_boot_sweep_removes_leftover_session_directories_only() {
+    let harness = Harness::new();
+    let root = &harness.config.work_root;
+    std::fs::create_dir_all(root.join("abcdefgh2345/app")).unwrap();
+    std::fs::write(root.join("abcdefgh2345/app/x.yaml"), "x").unwrap();
+    std::fs::create_dir_all(root.join("operator-notes")).unwrap();
+    assert_eq!(harness.backend.sweep_work_root(), 1);
+    assert!(!root.join("abcdefgh2345").exists());
+    assert!(root.join("operator-notes").is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_session_runs_its_command_in_an_empty_private_directory() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&[
+        "sh",
+        "-c",
+        "echo \"cwd=$PWD files=$(ls -A | wc -l)\"",
+    ])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    let app_dir = harness.session_dir(&session).join("app");
+    assert_eq!(
+        output_now(&session).trim(),
+        format!("cwd={} files=0", app_dir.display())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_without_a_command_fails_to_start() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(None));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed("start: app 'agent' has no 'command' configured for the local backend")
+    );
+    assert!(!harness.session_dir(&session).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_that_cannot_be_written_fails_at_create_and_leaves_nothing() {
+    let harness = Harness::new();
+    let mut spec = bundle_spec(json!({}));
+    let file = spec.bundle.files[0].clone();
+    // `app/telo.yaml` is a file, so it cannot also be a directory.
+    spec.bundle.files.push(runner_core::types::BundleFile {
+        relative_path: "app/telo.yaml/inner.yaml".to_owned(),
+        ..file
+    });
+    let session = harness.start(spec);
+    match Events::of(&session).terminal().await {
+        RunStatus::Failed { message } => assert!(
+            message.starts_with("create: could not write bundle file 'app/telo.yaml/inner.yaml': "),
+            "{message}"
+        ),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(!harness.session_dir(&session).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_ports_are_endpoints_and_are_watched_for_reachability() {
+    let harness = Harness::new();
+    let port = free_port();
+    let session = harness.start(with_ports(
+        bundle_spec(json!({ "listen": [port] })),
+        &[
+            PortMapping {
+                port,
+                protocol: PortProtocol::Tcp,
+            },
+            PortMapping {
+                port: 5353,
+                protocol: PortProtocol::Udp,
+            },
+        ],
+    ));
+    let mut events = Events::of(&session);
+    assert_eq!(
+        events.running().await,
+        RunStatus::Running {
+            endpoints: Some(vec![
+                RunnerEndpoint {
+                    host: String::new(),
+                    port,
+                    protocol: PortProtocol::Tcp,
+                    url: None,
+                },
+                RunnerEndpoint {
+                    host: String::new(),
+                    port: 5353,
+                    protocol: PortProtocol::Udp,
+                    url: None,
+                },
+            ]),
+            inspect_url: None,
+        }
+    );
+    events
+        .until("reachable", |e| {
+            *e == RunEvent::Reachability {
+                port,
+                state: ReachabilityState::Reachable,
+            }
+        })
+        .await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(events.terminal().await, RunStatus::Stopped);
+    // Only tcp ports are watched.
+    assert!(
+        !events
+            .seen
+            .iter()
+            .any(|e| matches!(e, RunEvent::Reachability { port: 5353, .. }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_relays_the_kernels_event_frames_only() {
+    let harness = Harness::new();
+    let mut spec = bundle_spec(json!({ "debugEvents": ["Kernel.Starting", "Kernel.Started"] }));
+    spec.inspect = true;
+    let session = harness.start(spec);
+    let mut events = Events::of(&session);
+    let is_event = |name: &'static str| move |e: &RunEvent| matches!(e, RunEvent::Debug { frame } if frame["event"] == name);
+    events
+        .until("Kernel.Starting", is_event("Kernel.Starting"))
+        .await;
+    events
+        .until("Kernel.Started", is_event("Kernel.Started"))
+        .await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(events.terminal().await, RunStatus::Stopped);
+    let debug_kinds: Vec<_> = events
+        .seen
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::Debug { frame } => Some(frame["kind"].clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(debug_kinds, [json!("event"), json!("event")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_describe_a_fixed_local_image() {
+    let harness = Harness::new();
+    let capabilities = harness.backend.capabilities();
+    assert_eq!(capabilities.display_name, "Local runner");
+    assert_eq!(capabilities.features, json!({ "io": true, "ports": true }));
+    let image = &capabilities.config_schema["properties"]["image"];
+    assert_eq!(image["default"], json!("local"));
+    assert_eq!(image["readOnly"], json!(true));
+    assert!(capabilities.config_schema["properties"]["registryUrl"].is_object());
+}

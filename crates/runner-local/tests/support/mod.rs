@@ -1,0 +1,324 @@
+//! A real `SessionRegistry` over a `LocalBackend` running `fake-telo`, and
+//! waits on its events and output — always on the event, with a timeout.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runner_core::registry::{Cursor, EventFrame, Session};
+use runner_core::types::{
+    BundleFile, PortMapping, PullPolicy, RunBundle, RunEvent, RunStatus, SessionConfig,
+};
+use runner_core::{AppLaunch, RegistryLimits, SessionRegistry, StartSpec};
+use runner_local::{LocalBackend, LocalConfig};
+use serde_json::Value;
+use tempfile::TempDir;
+use test_support::WAIT;
+use test_support::fake_telo::fake_telo_path;
+
+pub struct Harness {
+    pub registry: SessionRegistry,
+    pub backend: Arc<LocalBackend>,
+    pub config: LocalConfig,
+    /// Holds the work root; removed with the harness.
+    _work_root: TempDir,
+}
+
+pub fn config(work_root: &TempDir) -> LocalConfig {
+    LocalConfig {
+        telo: fake_telo_path().to_string_lossy().into_owned(),
+        work_root: work_root.path().join("sessions"),
+        max_ttl: Duration::from_secs(3600),
+        path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
+    }
+}
+
+pub fn limits() -> RegistryLimits {
+    RegistryLimits {
+        max_sessions: 32,
+        exit_ttl: Duration::from_secs(3600),
+        replay_buffer_bytes: 1 << 20,
+    }
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Self::with(|_| {}, limits())
+    }
+
+    pub fn with(adjust: impl FnOnce(&mut LocalConfig), limits: RegistryLimits) -> Self {
+        let work_root = tempfile::tempdir().unwrap();
+        let mut config = config(&work_root);
+        adjust(&mut config);
+        let backend = Arc::new(LocalBackend::new(config.clone()).unwrap());
+        let registry = SessionRegistry::new(backend.clone(), limits);
+        Self {
+            registry,
+            backend,
+            config,
+            _work_root: work_root,
+        }
+    }
+
+    /// Starts a session from `spec` (its id and creation time are filled in).
+    pub fn start(&self, spec: StartSpec) -> Arc<Session> {
+        let created = self
+            .registry
+            .create(|id, created_at| StartSpec {
+                session_id: id.to_owned(),
+                created_at: created_at.to_owned(),
+                ..spec
+            })
+            .unwrap();
+        self.registry.get(&created.session_id).unwrap()
+    }
+
+    pub fn session_dir(&self, session: &Session) -> std::path::PathBuf {
+        self.config.work_root.join(session.id())
+    }
+}
+
+/// A bundle session whose one-file entry scripts fake-telo with `script`.
+pub fn bundle_spec(script: Value) -> StartSpec {
+    let manifest =
+        format!("kind: Telo.Application\nmetadata: {{ name: test }}\nfakeTelo: {script}\n");
+    StartSpec {
+        session_id: String::new(),
+        created_at: String::new(),
+        bundle: RunBundle {
+            entry_relative_path: "app/telo.yaml".to_owned(),
+            files: vec![BundleFile {
+                relative_path: "app/telo.yaml".to_owned(),
+                contents: manifest,
+            }],
+        },
+        entry_relative_path: "app/telo.yaml".to_owned(),
+        env: Vec::new(),
+        ports: Vec::new(),
+        config: SessionConfig {
+            image: "local".to_owned(),
+            pull_policy: PullPolicy::Missing,
+            registry_url: None,
+        },
+        app: None,
+        inspect: false,
+    }
+}
+
+/// An app session running `command`.
+pub fn app_spec(command: Option<&[&str]>) -> StartSpec {
+    StartSpec {
+        bundle: RunBundle {
+            entry_relative_path: String::new(),
+            files: Vec::new(),
+        },
+        entry_relative_path: String::new(),
+        app: Some(AppLaunch {
+            name: "agent".to_owned(),
+            image: "unused".to_owned(),
+            pull_policy: PullPolicy::Missing,
+            command: command.map(|argv| argv.iter().map(|a| (*a).to_owned()).collect()),
+        }),
+        ..bundle_spec(Value::Null)
+    }
+}
+
+pub fn with_ports(mut spec: StartSpec, ports: &[PortMapping]) -> StartSpec {
+    spec.ports = ports.to_vec();
+    spec
+}
+
+fn decode(frame: &EventFrame) -> RunEvent {
+    serde_json::from_slice(&frame.data).unwrap()
+}
+
+/// Reads a session's lifecycle events in order.
+pub struct Events {
+    cursor: Cursor<EventFrame>,
+    /// Read from the buffer but not yet looked at.
+    pending: std::collections::VecDeque<RunEvent>,
+    /// Every event looked at so far.
+    pub seen: Vec<RunEvent>,
+}
+
+impl Events {
+    pub fn of(session: &Arc<Session>) -> Self {
+        Self {
+            cursor: session.subscribe_events(0),
+            pending: std::collections::VecDeque::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads until `wanted` matches an event, which is returned.
+    pub async fn until(&mut self, what: &str, wanted: impl Fn(&RunEvent) -> bool) -> RunEvent {
+        let Self {
+            cursor,
+            pending,
+            seen,
+        } = self;
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                while let Some(event) = pending.pop_front() {
+                    seen.push(event.clone());
+                    if wanted(&event) {
+                        return event;
+                    }
+                }
+                let batch = cursor.next().await.expect("session left the registry");
+                pending.extend(batch.entries.iter().map(|(_, frame)| decode(frame)));
+            }
+        })
+        .await;
+        match found {
+            Ok(event) => event,
+            Err(_) => panic!("timed out waiting for {what}; events so far: {seen:#?}"),
+        }
+    }
+
+    pub async fn running(&mut self) -> RunStatus {
+        match self
+            .until("running", |e| {
+                matches!(e, RunEvent::Status { status } if matches!(status, RunStatus::Running { .. }) || status.is_terminal())
+            })
+            .await
+        {
+            RunEvent::Status {
+                status: status @ RunStatus::Running { .. },
+            } => status,
+            other => panic!("session ended before running: {other:?}"),
+        }
+    }
+
+    pub async fn terminal(&mut self) -> RunStatus {
+        match self
+            .until(
+                "a terminal status",
+                |e| matches!(e, RunEvent::Status { status } if status.is_terminal()),
+            )
+            .await
+        {
+            RunEvent::Status { status } => status,
+            _ => unreachable!(),
+        }
+    }
+}
+
+/// Reads a session's terminal output.
+pub struct Output {
+    cursor: Cursor<bytes::Bytes>,
+    pub text: String,
+}
+
+impl Output {
+    pub fn of(session: &Arc<Session>) -> Self {
+        Self {
+            cursor: session.subscribe_output(0),
+            text: String::new(),
+        }
+    }
+
+    /// Reads until the output holds `needle` `times` times in all.
+    pub async fn until_count(&mut self, needle: &str, times: usize) {
+        let cursor = &mut self.cursor;
+        let text = &mut self.text;
+        let found = tokio::time::timeout(WAIT, async {
+            while text.matches(needle).count() < times {
+                let batch = cursor.next().await.expect("session left the registry");
+                for (_, chunk) in batch.entries {
+                    text.push_str(&String::from_utf8_lossy(&chunk));
+                }
+            }
+        })
+        .await;
+        if found.is_err() {
+            panic!("timed out waiting for {needle:?} x{times}; output so far: {text:?}");
+        }
+    }
+
+    pub async fn until(&mut self, needle: &str) {
+        self.until_count(needle, 1).await;
+    }
+}
+
+/// Everything in a session's output buffer right now, without waiting.
+pub fn output_now(session: &Session) -> String {
+    session
+        .replay_output(0)
+        .entries
+        .iter()
+        .map(|(_, chunk)| String::from_utf8_lossy(chunk).into_owned())
+        .collect()
+}
+
+/// A loopback TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until process `pid` is gone (or a zombie nobody reaps: it runs no
+/// more either way).
+pub async fn wait_until_dead(pid: i32) {
+    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // `<pid> (<comm>) <state> …`; the command may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    };
+    let waited = tokio::time::timeout(WAIT, async {
+        let mut poll = tokio::time::interval(Duration::from_millis(10));
+        while !dead() {
+            poll.tick().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "process {pid} still alive");
+}
+
+/// The backend handle, which the registry records right after `start`
+/// returned — a moment after `running` was emitted, so it is waited for.
+pub async fn handle_of(session: &Session) -> Arc<dyn runner_core::BackendSession> {
+    let handle = tokio::time::timeout(WAIT, async {
+        let mut poll = tokio::time::interval(Duration::from_millis(5));
+        loop {
+            if let Some(handle) = session.handle() {
+                return handle;
+            }
+            poll.tick().await;
+        }
+    })
+    .await;
+    handle.expect("the session never got a backend handle")
+}
+
+/// Waits until none of this process's threads belongs to `session` (the
+/// backend names them `<role>-<session id>`, cut to Linux's 15 bytes).
+pub async fn wait_until_threads_end(session: &Session) {
+    let marker = format!("-{}", &session.id()[..10]);
+    let session_threads = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.contains(&marker))
+            .collect()
+    };
+    let waited = tokio::time::timeout(WAIT, async {
+        let mut poll = tokio::time::interval(Duration::from_millis(10));
+        while !session_threads().is_empty() {
+            poll.tick().await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "session threads still running: {:?}",
+        session_threads()
+    );
+}

@@ -1,0 +1,187 @@
+//! Build and run the service from an environment.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use runner_core::config::{ConfigError, CoreConfig, Env, load_core_config};
+use runner_core::http::{AppState, ServerOptions, router};
+use runner_core::{Backend, RegistryLimits, SessionRegistry};
+use runner_local::{LocalBackend, load_local_config};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Default port of the local backend (the Kubernetes backend uses 8062).
+pub const LOCAL_DEFAULT_PORT: u16 = 8061;
+/// How long shutdown waits for sessions to report `stopped`.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Which backend runs the sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Local,
+    Kubernetes,
+}
+
+pub fn backend_kind(env: &Env) -> Result<BackendKind, ConfigError> {
+    match runner_core::config::env_string(env, "RUNNER_BACKEND").as_deref() {
+        None | Some("local") => Ok(BackendKind::Local),
+        Some("kubernetes") => Ok(BackendKind::Kubernetes),
+        Some(other) => Err(ConfigError(format!(
+            "RUNNER_BACKEND must be one of local | kubernetes (got '{other}')."
+        ))),
+    }
+}
+
+/// A configured service, ready to listen.
+pub struct Service {
+    pub core: CoreConfig,
+    registry: SessionRegistry,
+    router: axum::Router,
+}
+
+impl Service {
+    /// Read and validate the whole configuration; every problem is a
+    /// [`ConfigError`] whose text the binary prints before exiting with 2.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let kind = backend_kind(env)?;
+        let core = load_core_config(env, LOCAL_DEFAULT_PORT)?;
+        let backend: Arc<dyn Backend> = match kind {
+            BackendKind::Local => {
+                let local = LocalBackend::new(load_local_config(env)?)
+                    .map_err(|err| ConfigError(err.to_string()))?;
+                local.sweep_work_root();
+                Arc::new(local)
+            }
+            BackendKind::Kubernetes => {
+                return Err(ConfigError(
+                    "RUNNER_BACKEND=kubernetes is not built yet in this version of telo-runner; use RUNNER_BACKEND=local."
+                        .into(),
+                ));
+            }
+        };
+        let registry = SessionRegistry::new(
+            backend,
+            RegistryLimits {
+                max_sessions: core.max_sessions,
+                exit_ttl: core.exit_ttl,
+                replay_buffer_bytes: core.replay_buffer_bytes,
+            },
+        );
+        let options = ServerOptions {
+            version: VERSION.to_owned(),
+            cors: core.cors_origins.clone(),
+            terms: core.terms.clone(),
+            apps: core.apps.clone(),
+            default_registry_url: core.default_registry_url.clone(),
+            max_body_bytes: core.max_body_bytes,
+        };
+        let router = router(
+            AppState {
+                registry: registry.clone(),
+                options: Arc::new(options),
+            },
+            axum::Router::new(),
+        );
+        Ok(Self {
+            core,
+            registry,
+            router,
+        })
+    }
+
+    pub fn registry(&self) -> &SessionRegistry {
+        &self.registry
+    }
+
+    /// Bind and serve until `shutdown` fires, then stop every session (each
+    /// reported `stopped`), let streams end, and return.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<()> {
+        let registry = self.registry.clone();
+        let drained = CancellationToken::new();
+        let stop_sessions = {
+            let drained = drained.clone();
+            async move {
+                shutdown.cancelled().await;
+                info!("shutting down: stopping sessions");
+                registry.shutdown(SHUTDOWN_GRACE).await;
+                drained.cancel();
+            }
+        };
+        let server = axum::serve(listener, self.router)
+            .with_graceful_shutdown({
+                let drained = drained.clone();
+                async move { drained.cancelled().await }
+            })
+            .into_future();
+        let (served, ()) = tokio::join!(
+            async {
+                // Connections still open once the sessions are gone (idle
+                // keep-alives, clients that never read) must not hold the exit.
+                tokio::select! {
+                    served = server => served,
+                    () = async {
+                        drained.cancelled().await;
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    } => {
+                        warn!("connections still open after shutdown; exiting anyway");
+                        Ok(())
+                    }
+                }
+            },
+            stop_sessions
+        );
+        served
+    }
+}
+
+/// A service running in the background of the current runtime (tests, the
+/// terminal client's embedded mode).
+pub struct RunningService {
+    pub addr: SocketAddr,
+    pub registry: SessionRegistry,
+    shutdown: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningService {
+    pub async fn start(env: &Env, listen: SocketAddr) -> anyhow::Result<Self> {
+        let service = Service::from_env(env)?;
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let registry = service.registry().clone();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(service.serve(listener, shutdown.clone()));
+        Ok(Self {
+            addr,
+            registry,
+            shutdown,
+            task,
+        })
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown, as on SIGTERM.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await??;
+        Ok(())
+    }
+}
+
+impl Drop for RunningService {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

@@ -1,0 +1,132 @@
+//! The `telo-runner` executable: configuration refusals, `--help`, and graceful
+//! shutdown on a signal.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use rstest::rstest;
+use serde_json::json;
+use test_support::fake_telo::fake_telo_path;
+use test_support::sse::SseStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_telo-runner");
+static WORK_ROOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Kills the child if the test ends before it exited.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve_command(vars: &[(&str, &str)]) -> Command {
+    // Each runner sweeps its work root at boot, so every test gets its own.
+    let work_root = std::env::temp_dir().join(format!(
+        "telo-runner-binary-test-{}-{}",
+        std::process::id(),
+        WORK_ROOTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    ));
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUNNER_LOCAL_TELO", fake_telo_path())
+        .env("RUNNER_LOCAL_WORK_DIR", &work_root)
+        .stdin(Stdio::null());
+    for (key, value) in vars {
+        command.env(key, value);
+    }
+    command
+}
+
+#[rstest]
+#[case(&[("RUNNER_MAX_SESSIONS", "abc")], "RUNNER_MAX_SESSIONS must be a positive integer, got 'abc'.")]
+#[case(&[("RUNNER_EXIT_TTL_MS", "0")], "RUNNER_EXIT_TTL_MS must be a positive integer, got '0'.")]
+#[case(&[("RUNNER_REPLAY_BUFFER_BYTES", "-5")], "RUNNER_REPLAY_BUFFER_BYTES must be a positive integer, got '-5'.")]
+#[case(&[("PORT", "")], "PORT must be an integer in 1..65535, got ''.")]
+#[case(&[("PORT", "70000")], "PORT must be an integer in 1..65535, got '70000'.")]
+#[case(&[("RUNNER_APPS", "[1]")], "RUNNER_APPS must be a JSON object mapping app name → app config.")]
+#[case(&[("RUNNER_APPS", r#"{"a":{}}"#)], "RUNNER_APPS entry 'a' needs a non-empty string 'image'.")]
+#[case(&[("RUNNER_TERMS_FILE", "/nonexistent/terms.md")], "RUNNER_TERMS_FILE could not be read at '/nonexistent/terms.md': ")]
+#[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
+#[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
+fn bad_configuration_exits_2_with_the_exact_message(
+    #[case] vars: &[(&str, &str)],
+    #[case] message: &str,
+) {
+    let output = serve_command(vars).output().expect("run telo-runner");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with(message), "stderr: {stderr:?}\nwanted: {message:?}");
+    assert!(output.stdout.is_empty(), "nothing was served");
+}
+
+#[test]
+fn help_documents_every_environment_variable() {
+    let output = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for var in runner_core::config::CORE_ENV_VARS
+        .iter()
+        .chain(runner_local::LOCAL_ENV_VARS)
+        .chain(telo_runner::cli::BINARY_ENV_VARS)
+    {
+        assert!(help.contains(var.name), "--help misses {}", var.name);
+    }
+}
+
+#[tokio::test]
+async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
+    let mut child = ChildGuard(
+        serve_command(&[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn telo-runner"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("first line names the address")
+        .to_owned();
+
+    let client = reqwest::Client::new();
+    let created: serde_json::Value = client
+        .post(format!("{base}/v1/sessions"))
+        .json(&test_support::bundle::start_body(json!({"echo": true})))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sessionId"].as_str().unwrap();
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+
+    let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+
+    let rest = events.events_until_end().await;
+    assert_eq!(rest.last().unwrap().json()["status"], json!({"kind": "stopped"}));
+    let status = tokio::task::spawn_blocking(move || child.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}

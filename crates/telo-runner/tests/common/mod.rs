@@ -1,0 +1,128 @@
+//! A real runner on an ephemeral loopback port, with fake-telo as its kernel.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use telo_runner::server::RunningService;
+use tempfile::TempDir;
+use test_support::fake_telo::fake_telo_path;
+use test_support::sse::SseStream;
+use test_support::ws::{self, Socket};
+
+pub struct Runner {
+    pub service: Option<RunningService>,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub work_dir: TempDir,
+}
+
+impl Runner {
+    pub async fn start() -> Runner {
+        Self::start_with(&[]).await
+    }
+
+    pub async fn start_with(vars: &[(&str, &str)]) -> Runner {
+        let work_dir = tempfile::tempdir().expect("work dir");
+        let mut env: HashMap<String, String> = HashMap::new();
+        env.insert(
+            "RUNNER_LOCAL_TELO".into(),
+            fake_telo_path().to_string_lossy().into_owned(),
+        );
+        env.insert(
+            "RUNNER_LOCAL_WORK_DIR".into(),
+            work_dir.path().join("sessions").to_string_lossy().into_owned(),
+        );
+        for (key, value) in vars {
+            env.insert((*key).into(), (*value).into());
+        }
+        let service = RunningService::start(&env, "127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("runner starts");
+        Runner {
+            base: service.base_url(),
+            service: Some(service),
+            client: reqwest::Client::new(),
+            work_dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("{}{}", self.base.replacen("http", "ws", 1), path)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self.client.get(self.url(path)).send().await.expect("GET");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.post_with(path, body, &[]).await
+    }
+
+    pub async fn post_with(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value) {
+        let mut request = self.client.post(self.url(path)).json(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("POST");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, String) {
+        let response = self.client.delete(self.url(path)).send().await.expect("DELETE");
+        (response.status(), response.text().await.expect("body"))
+    }
+
+    /// Start a session scripted by `fake_telo`; returns its id.
+    pub async fn create(&self, fake_telo: Value) -> String {
+        self.create_body(test_support::bundle::start_body(fake_telo)).await
+    }
+
+    pub async fn create_body(&self, body: Value) -> String {
+        let (status, created) = self.post("/v1/sessions", &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        created["sessionId"].as_str().expect("sessionId").to_owned()
+    }
+
+    pub async fn events(&self, id: &str, headers: &[(&str, &str)]) -> SseStream {
+        SseStream::connect(&self.url(&format!("/v1/sessions/{id}/events")), headers).await
+    }
+
+    pub async fn events_query(&self, id: &str, query: &str, headers: &[(&str, &str)]) -> SseStream {
+        SseStream::connect(&self.url(&format!("/v1/sessions/{id}/events?{query}")), headers).await
+    }
+
+    pub async fn io(&self, id: &str, query: &str) -> Socket {
+        ws::connect(&self.ws_url(&format!("/v1/sessions/{id}/io{query}")), None).await
+    }
+
+    /// Wait for the session's terminal status through SSE; returns its JSON.
+    pub async fn wait_terminal(&self, id: &str) -> Value {
+        let mut events = self.events(id, &[]).await;
+        let frames = events.events_until_end().await;
+        let last = frames.last().expect("at least one event");
+        assert_eq!(last.event.as_deref(), Some("status"));
+        last.json()["status"].clone()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(service) = self.service.take() {
+            service.stop().await.expect("clean shutdown");
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! WebSocket client helpers for the `/io` channel.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::WAIT;
+
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// What the server sent, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IoFrame {
+    Output { seq: u32, bytes: Vec<u8> },
+    Text(serde_json::Value),
+    Close { code: u16, reason: String },
+}
+
+pub async fn connect(url: &str, origin: Option<&str>) -> Socket {
+    let mut request = url.into_client_request().expect("valid ws url");
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("origin", origin.parse().expect("origin header"));
+    }
+    let (socket, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+        .await
+        .expect("ws connect timed out")
+        .expect("ws connect failed");
+    socket
+}
+
+/// The next meaningful frame; `None` when the connection ended without a close frame.
+pub async fn next_frame_within(socket: &mut Socket, timeout: Duration) -> Option<IoFrame> {
+    loop {
+        let message = tokio::time::timeout(timeout, socket.next())
+            .await
+            .expect("timed out waiting for a ws frame");
+        match message {
+            Some(Ok(Message::Binary(bytes))) => {
+                assert!(bytes.len() >= 4, "binary frame shorter than its seq prefix");
+                let seq = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                return Some(IoFrame::Output {
+                    seq,
+                    bytes: bytes[4..].to_vec(),
+                });
+            }
+            Some(Ok(Message::Text(text))) => {
+                return Some(IoFrame::Text(
+                    serde_json::from_str(text.as_str()).expect("text frames are JSON"),
+                ));
+            }
+            Some(Ok(Message::Close(frame))) => {
+                let (code, reason) = frame
+                    .map(|CloseFrame { code, reason }| (u16::from(code), reason.to_string()))
+                    .unwrap_or((1005, String::new()));
+                return Some(IoFrame::Close { code, reason });
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+pub async fn next_frame(socket: &mut Socket) -> Option<IoFrame> {
+    next_frame_within(socket, WAIT).await
+}
+
+/// Read output until `needle` appeared in the concatenated bytes; returns the
+/// frames read (close included if it came first, which fails the wait).
+pub async fn read_until_output(socket: &mut Socket, needle: &str) -> Vec<IoFrame> {
+    let mut frames = Vec::new();
+    let mut text = Vec::new();
+    loop {
+        let frame = next_frame(socket)
+            .await
+            .unwrap_or_else(|| panic!("socket ended before {needle:?}; got {:?}", String::from_utf8_lossy(&text)));
+        if let IoFrame::Output { bytes, .. } = &frame {
+            text.extend_from_slice(bytes);
+        }
+        let closed = matches!(frame, IoFrame::Close { .. });
+        frames.push(frame);
+        if String::from_utf8_lossy(&text).contains(needle) {
+            return frames;
+        }
+        assert!(!closed, "socket closed before {needle:?}; got {:?}", String::from_utf8_lossy(&text));
+    }
+}
+
+/// Every frame until the server closes.
+pub async fn read_until_close(socket: &mut Socket) -> Vec<IoFrame> {
+    let mut frames = Vec::new();
+    while let Some(frame) = next_frame(socket).await {
+        let closed = matches!(frame, IoFrame::Close { .. });
+        frames.push(frame);
+        if closed {
+            break;
+        }
+    }
+    frames
+}
+
+/// The concatenated output bytes of `frames`.
+pub fn output_of(frames: &[IoFrame]) -> Vec<u8> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            IoFrame::Output { bytes, .. } => Some(bytes.as_slice()),
+            _ => None,
+        })
+        .flatten()
+        .copied()
+        .collect()
+}
+
+pub async fn send_stdin(socket: &mut Socket, bytes: &[u8]) {
+    socket
+        .send(Message::Binary(Bytes::copy_from_slice(bytes)))
+        .await
+        .expect("send stdin");
+}
+
+pub async fn send_text(socket: &mut Socket, text: &str) {
+    socket
+        .send(Message::Text(text.into()))
+        .await
+        .expect("send text");
+}
