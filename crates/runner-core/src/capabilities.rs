@@ -5,8 +5,7 @@ use serde_json::{Value, json};
 
 use crate::types::PullPolicy;
 
-const DEFAULT_PULL_POLICY_DESCRIPTION: &str =
-    "`missing` pulls on first use; `always` forces a pull every run; `never` fails if the image isn't present.";
+const DEFAULT_PULL_POLICY_DESCRIPTION: &str = "`missing` pulls on first use; `always` forces a pull every run; `never` fails if the image isn't present.";
 
 #[derive(Debug, Clone)]
 pub struct SchemaOptions {
@@ -95,7 +94,10 @@ mod tests {
         });
         assert_eq!(schema["properties"]["image"]["readOnly"], json!(true));
         assert_eq!(schema["required"], json!(["image", "pullPolicy"]));
-        assert_eq!(schema["properties"]["pullPolicy"]["default"], json!("missing"));
+        assert_eq!(
+            schema["properties"]["pullPolicy"]["default"],
+            json!("missing")
+        );
     }
 
     #[test]

@@ -84,7 +84,10 @@ impl SseFrameParser {
 /// Position and length of the first blank-line frame terminator.
 fn find_frame_end(buf: &[u8]) -> Option<(usize, usize)> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, 4));
     match (lf, crlf) {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
         (a, b) => a.or(b),
@@ -99,13 +102,19 @@ mod tests {
     fn frames_split_across_chunks_are_joined() {
         let mut parser = SseFrameParser::default();
         assert!(parser.push(b"data: {\"a\":").is_empty());
-        assert_eq!(parser.push(b"1}\n\n: comment\n\ndata: 2\n"), vec!["{\"a\":1}"]);
+        assert_eq!(
+            parser.push(b"1}\n\n: comment\n\ndata: 2\n"),
+            vec!["{\"a\":1}"]
+        );
         assert_eq!(parser.push(b"\n"), vec!["2"]);
     }
 
     #[test]
     fn multi_line_data_is_joined_with_newlines() {
         let mut parser = SseFrameParser::default();
-        assert_eq!(parser.push(b"event: x\ndata: a\ndata: b\r\n\r\n"), vec!["a\nb"]);
+        assert_eq!(
+            parser.push(b"event: x\ndata: a\ndata: b\r\n\r\n"),
+            vec!["a\nb"]
+        );
     }
 }

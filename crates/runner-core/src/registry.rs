@@ -101,7 +101,9 @@ struct SessionState {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind, never
     // a broken invariant worth taking the whole runner down for.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl SessionRegistry {
@@ -454,7 +456,9 @@ impl Session {
             } else {
                 for piece in chunk.chunks(MAX_OUTPUT_CHUNK_BYTES) {
                     // Copied, so evicting one piece frees its memory.
-                    last = state.output.push(Bytes::copy_from_slice(piece), piece.len());
+                    last = state
+                        .output
+                        .push(Bytes::copy_from_slice(piece), piece.len());
                 }
             }
             last

@@ -75,7 +75,11 @@ pub enum RunStatus {
     Running {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         endpoints: Option<Vec<RunnerEndpoint>>,
-        #[serde(default, rename = "inspectUrl", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            rename = "inspectUrl",
+            skip_serializing_if = "Option::is_none"
+        )]
         inspect_url: Option<String>,
     },
     Exited {
@@ -256,11 +260,7 @@ pub struct SessionSnapshot {
     pub status: RunStatus,
     #[serde(rename = "createdAt")]
     pub created_at: String,
-    #[serde(
-        default,
-        rename = "exitedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "exitedAt", skip_serializing_if = "Option::is_none")]
     pub exited_at: Option<String>,
 }
 

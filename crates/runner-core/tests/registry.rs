@@ -169,7 +169,10 @@ async fn a_start_failure_is_a_terminal_failed_status_with_its_stage() {
     let created = registry.create(spec).unwrap();
     gates
         .remove(0)
-        .send(Err(StartError::new("create", "could not create the session pod")))
+        .send(Err(StartError::new(
+            "create",
+            "could not create the session pod",
+        )))
         .unwrap();
     let statuses = statuses_until_terminal(&registry, &created.session_id).await;
     assert_eq!(

@@ -15,7 +15,7 @@ use runner_core::{
 };
 use serde_json::json;
 use tokio::sync::oneshot;
-use tracing::{info, warn};
+use tracing::{Instrument, Span, info, warn};
 
 use crate::config::LocalConfig;
 use crate::executable::resolve_executable;
@@ -244,25 +244,31 @@ impl Backend for LocalBackend {
             inspect_url: None,
         });
         // Only now: the terminal status must never overtake `running`.
-        tokio::spawn(supervise(supervision));
+        tokio::spawn(supervise(supervision).instrument(Span::current()));
 
         let tcp_ports = spec.tcp_ports();
         if !tcp_ports.is_empty() {
-            tokio::spawn(watch_reachability(
-                IpAddr::V4(Ipv4Addr::LOCALHOST),
-                tcp_ports,
-                sink.clone(),
-                sink.ended(),
-            ));
+            tokio::spawn(
+                watch_reachability(
+                    IpAddr::V4(Ipv4Addr::LOCALHOST),
+                    tcp_ports,
+                    sink.clone(),
+                    sink.ended(),
+                )
+                .instrument(Span::current()),
+            );
         }
         if let Some(port) = inspect_port {
             let frames = sink.clone();
-            tokio::spawn(relay_debug_stream(
-                self.http.clone(),
-                format!("http://127.0.0.1:{port}/events"),
-                move |frame| frames.debug(frame),
-                sink.ended(),
-            ));
+            tokio::spawn(
+                relay_debug_stream(
+                    self.http.clone(),
+                    format!("http://127.0.0.1:{port}/events"),
+                    move |frame| frames.debug(frame),
+                    sink.ended(),
+                )
+                .instrument(Span::current()),
+            );
         }
         Ok(session)
     }

@@ -15,7 +15,9 @@ use tracing::{info, warn};
 pub enum WorkDirError {
     #[error("invalid session id '{0}'")]
     InvalidSessionId(String),
-    #[error("could not create the session directory '{path}'")]
+    /// The path stays out of the message (which reaches clients); the log
+    /// gets it through `Debug`.
+    #[error("could not create the session's work directory")]
     CreateDir {
         path: PathBuf,
         #[source]

@@ -54,23 +54,45 @@ async fn output_reaches_the_buffer_before_the_exit_code_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workload_sees_only_the_session_env_and_its_own_home() {
-    // Cargo sets this in the test process; it must not reach the workload.
-    let runner_only = "CARGO_MANIFEST_DIR";
-    assert!(std::env::var_os(runner_only).is_some());
+    // Whatever the runner's own environment holds (beyond what the workload
+    // gets on purpose) must not reach the workload.
+    let given = [
+        "SESSION_VAR",
+        "HOME",
+        "PATH",
+        "FORCE_COLOR",
+        "TERM",
+        "SHELL",
+    ];
+    let runner_only: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| {
+            !given.contains(&name.as_str())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+        .take(8)
+        .collect();
+    assert!(
+        !runner_only.is_empty(),
+        "the test process has no environment to leak"
+    );
     let harness = Harness::new();
-    let mut spec = bundle_spec(json!({
-        "printEnv": ["SESSION_VAR", "HOME", "PATH", "FORCE_COLOR", "TERM", runner_only],
-    }));
+    let mut print_env: Vec<String> = given.iter().map(|name| (*name).to_owned()).collect();
+    print_env.extend(runner_only.iter().cloned());
+    let mut spec = bundle_spec(json!({ "printEnv": print_env }));
     spec.env = vec![("SESSION_VAR".to_owned(), "from the session".to_owned())];
     let session = harness.start(spec);
     let mut events = Events::of(&session);
     assert_eq!(events.terminal().await, RunStatus::Exited { code: 0 });
     let home = harness.session_dir(&session).join("home");
-    let expected = format!(
-        "SESSION_VAR=from the session\r\nHOME={}\r\nPATH={}\r\nFORCE_COLOR=1\r\nTERM=xterm-256color\r\n{runner_only}=<unset>\r\n",
+    let mut expected = format!(
+        "SESSION_VAR=from the session\r\nHOME={}\r\nPATH={}\r\nFORCE_COLOR=1\r\nTERM=xterm-256color\r\nSHELL=/bin/sh\r\n",
         home.display(),
         harness.config.path,
     );
+    for name in &runner_only {
+        expected.push_str(&format!("{name}=<unset>\r\n"));
+    }
     assert_eq!(output_now(&session), expected);
 }
 

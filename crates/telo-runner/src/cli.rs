@@ -9,7 +9,11 @@ use runner_core::config::{CORE_ENV_VARS, EnvVarDoc};
 use runner_local::LOCAL_ENV_VARS;
 
 #[derive(Debug, Parser)]
-#[command(name = "telo-runner", version, about = "Runs Telo applications as sandboxed sessions behind the /v1 runner contract.")]
+#[command(
+    name = "telo-runner",
+    version,
+    about = "Runs Telo applications as sandboxed sessions behind the /v1 runner contract."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -48,7 +52,11 @@ pub fn env_help() -> String {
             } else {
                 var.default.to_owned()
             };
-            let _ = writeln!(out, "    {} (default: {})\n        {}", var.name, default, var.description);
+            let _ = writeln!(
+                out,
+                "    {} (default: {})\n        {}",
+                var.name, default, var.description
+            );
         }
     }
     out

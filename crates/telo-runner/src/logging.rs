@@ -6,14 +6,21 @@ use tracing_subscriber::EnvFilter;
 
 pub fn init(env: &Env) -> Result<(), ConfigError> {
     let level = env_string(env, "LOG_LEVEL").unwrap_or_else(|| "info".into());
-    let filter = EnvFilter::try_new(&level)
-        .map_err(|err| ConfigError(format!("LOG_LEVEL is not a valid log level or filter, got '{level}': {err}")))?;
+    let filter = EnvFilter::try_new(&level).map_err(|err| {
+        ConfigError(format!(
+            "LOG_LEVEL is not a valid log level or filter, got '{level}': {err}"
+        ))
+    })?;
     let format = env_string(env, "LOG_FORMAT").unwrap_or_else(|| "pretty".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format.as_str() {
-        "json" => builder.json().flatten_event(true).with_current_span(true).init(),
+        "json" => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
         "pretty" => builder.init(),
         other => {
             return Err(ConfigError(format!(

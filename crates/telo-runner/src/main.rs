@@ -69,7 +69,10 @@ fn serve(env: &HashMap<String, String>, listen: Option<SocketAddr>) -> ExitCode 
 
 async fn wait_for_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         error!("could not install signal handlers");
         return;
     };

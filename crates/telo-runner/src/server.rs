@@ -149,7 +149,7 @@ pub struct RunningService {
     pub addr: SocketAddr,
     pub registry: SessionRegistry,
     shutdown: CancellationToken,
-    task: JoinHandle<std::io::Result<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl RunningService {
@@ -164,7 +164,7 @@ impl RunningService {
             addr,
             registry,
             shutdown,
-            task,
+            task: Some(task),
         })
     }
 
@@ -173,9 +173,11 @@ impl RunningService {
     }
 
     /// Graceful shutdown, as on SIGTERM.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        self.task.await??;
+        if let Some(task) = self.task.take() {
+            task.await??;
+        }
         Ok(())
     }
 }

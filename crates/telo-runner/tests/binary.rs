@@ -62,13 +62,19 @@ fn bad_configuration_exits_2_with_the_exact_message(
     let output = serve_command(vars).output().expect("run telo-runner");
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.starts_with(message), "stderr: {stderr:?}\nwanted: {message:?}");
+    assert!(
+        stderr.starts_with(message),
+        "stderr: {stderr:?}\nwanted: {message:?}"
+    );
     assert!(output.stdout.is_empty(), "nothing was served");
 }
 
 #[test]
 fn help_documents_every_environment_variable() {
-    let output = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    let output = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
     for var in runner_core::config::CORE_ENV_VARS
@@ -123,7 +129,10 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
 
     let rest = events.events_until_end().await;
-    assert_eq!(rest.last().unwrap().json()["status"], json!({"kind": "stopped"}));
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
     let status = tokio::task::spawn_blocking(move || child.0.wait())
         .await
         .unwrap()

@@ -31,7 +31,10 @@ async fn capabilities_describe_the_backend_without_terms_or_apps_by_default() {
     assert!(body["displayName"].is_string());
     assert!(body["description"].is_string());
     assert_eq!(body["features"]["io"], json!(true));
-    assert_eq!(body["config"]["schema"]["required"], json!(["image", "pullPolicy"]));
+    assert_eq!(
+        body["config"]["schema"]["required"],
+        json!(["image", "pullPolicy"])
+    );
     assert!(body.get("terms").is_none());
     assert!(body.get("apps").is_none());
     runner.stop().await;
@@ -50,7 +53,10 @@ async fn probe_reports_ready_and_ignores_unknown_config_keys() {
     assert_eq!(body, json!({"status": "ready"}));
     let (status, body) = runner.post("/v1/probe", &json!({})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(body["message"], json!("body must have required property 'config'"));
+    assert_eq!(
+        body["message"],
+        json!("body must have required property 'config'")
+    );
     runner.stop().await;
 }
 
@@ -58,7 +64,10 @@ async fn probe_reports_ready_and_ignores_unknown_config_keys() {
 async fn probe_reports_a_missing_telo_cli_as_unavailable() {
     let runner = Runner::start_with(&[("RUNNER_LOCAL_TELO", "/nonexistent/telo")]).await;
     let (status, body) = runner
-        .post("/v1/probe", &json!({"config": {"image": "x", "pullPolicy": "missing"}}))
+        .post(
+            "/v1/probe",
+            &json!({"config": {"image": "x", "pullPolicy": "missing"}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], json!("unavailable"));
@@ -70,12 +79,18 @@ async fn probe_reports_a_missing_telo_cli_as_unavailable() {
 async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code() {
     let runner = Runner::start().await;
     let (status, created) = runner
-        .post("/v1/sessions", &start_body(json!({"stdout": ["hello"], "exitCode": 3})))
+        .post(
+            "/v1/sessions",
+            &start_body(json!({"stdout": ["hello"], "exitCode": 3})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let id = created["sessionId"].as_str().unwrap();
     assert!(runner_core::ids::is_session_id(id), "{id}");
-    assert_eq!(created["streamUrl"], json!(format!("/v1/sessions/{id}/events")));
+    assert_eq!(
+        created["streamUrl"],
+        json!(format!("/v1/sessions/{id}/events"))
+    );
     assert!(is_iso(created["createdAt"].as_str().unwrap()));
 
     let mut events = runner.events(id, &[]).await;
@@ -88,10 +103,21 @@ async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code() {
     let kinds: Vec<_> = frames.iter().filter_map(|f| f.status_kind()).collect();
     assert_eq!(kinds, vec!["starting", "running", "exited"]);
     let ids: Vec<u64> = frames.iter().map(|f| f.id.unwrap()).collect();
-    assert_eq!(ids, (1..=frames.len() as u64).collect::<Vec<_>>(), "ids count from 1");
-    assert_eq!(frames.last().unwrap().json()["status"], json!({"kind": "exited", "code": 3}));
+    assert_eq!(
+        ids,
+        (1..=frames.len() as u64).collect::<Vec<_>>(),
+        "ids count from 1"
+    );
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 3})
+    );
     for frame in &frames {
-        assert_eq!(frame.json()["type"].as_str(), frame.event.as_deref(), "data carries the type");
+        assert_eq!(
+            frame.json()["type"].as_str(),
+            frame.event.as_deref(),
+            "data carries the type"
+        );
     }
 
     let (status, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
@@ -105,7 +131,10 @@ async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code() {
     assert!(String::from_utf8_lossy(&ws::output_of(&frames)).contains("hello"));
     assert_eq!(
         frames.last().unwrap(),
-        &IoFrame::Close { code: 1000, reason: "session terminal".into() }
+        &IoFrame::Close {
+            code: 1000,
+            reason: "session terminal".into()
+        }
     );
     runner.stop().await;
 }
@@ -115,7 +144,9 @@ async fn a_running_session_is_running_before_any_output_is_required() {
     let runner = Runner::start().await;
     let id = runner.create(json!({"echo": true})).await;
     let mut events = runner.events(id.as_str(), &[]).await;
-    let frames = events.events_until(|f| f.status_kind().as_deref() == Some("running")).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
     assert_eq!(frames[0].status_kind().as_deref(), Some("starting"));
     let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
     assert_eq!(snapshot["status"]["kind"], json!("running"));
@@ -126,7 +157,9 @@ async fn a_running_session_is_running_before_any_output_is_required() {
 #[tokio::test]
 async fn stdin_typed_into_the_socket_reaches_the_workload() {
     let runner = Runner::start().await;
-    let id = runner.create(json!({"stdout": ["ready"], "echo": true})).await;
+    let id = runner
+        .create(json!({"stdout": ["ready"], "echo": true}))
+        .await;
     let mut socket = runner.io(&id, "").await;
     ws::read_until_output(&mut socket, "ready").await;
     ws::send_stdin(&mut socket, b"ping-123\n").await;
@@ -135,16 +168,24 @@ async fn stdin_typed_into_the_socket_reaches_the_workload() {
     let frames = ws::read_until_close(&mut socket).await;
     assert_eq!(
         frames.last().unwrap(),
-        &IoFrame::Close { code: 1000, reason: "session terminal".into() }
+        &IoFrame::Close {
+            code: 1000,
+            reason: "session terminal".into()
+        }
     );
-    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "exited", "code": 0}));
+    assert_eq!(
+        runner.wait_terminal(&id).await,
+        json!({"kind": "exited", "code": 0})
+    );
     runner.stop().await;
 }
 
 #[tokio::test]
 async fn a_resize_reaches_the_terminal_and_bursts_collapse_to_the_last() {
     let runner = Runner::start().await;
-    let id = runner.create(json!({"printSize": true, "echo": true})).await;
+    let id = runner
+        .create(json!({"printSize": true, "echo": true}))
+        .await;
     let mut socket = runner.io(&id, "").await;
     ws::read_until_output(&mut socket, "size 80x24").await;
     ws::send_text(&mut socket, r#"{"type":"resize","cols":100,"rows":30}"#).await;
@@ -196,7 +237,10 @@ async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte() {
     let mut seqs = vec![last_seq];
     for frame in &rest {
         if let IoFrame::Output { seq, .. } = frame {
-            assert!(*seq > *seqs.last().unwrap(), "seq strictly increases past the resume point");
+            assert!(
+                *seq > *seqs.last().unwrap(),
+                "seq strictly increases past the resume point"
+            );
             seqs.push(*seq);
         }
     }
@@ -227,19 +271,28 @@ async fn sse_resumes_after_the_header_id_which_wins_over_the_query() {
         .await
         .events_until_end()
         .await;
-    assert_eq!(after_two.first().unwrap().id, Some(3), "bad header falls back to the query");
+    assert_eq!(
+        after_two.first().unwrap().id,
+        Some(3),
+        "bad header falls back to the query"
+    );
 
     let mut at_end = runner
         .events_query(&id, &format!("lastEventId={}", all.len()), &[])
         .await;
-    assert!(at_end.next_event().await.is_none(), "a finished session ends at once");
+    assert!(
+        at_end.next_event().await.is_none(),
+        "a finished session ends at once"
+    );
     runner.stop().await;
 }
 
 #[tokio::test]
 async fn evicted_history_is_announced_with_a_gap_on_both_channels() {
     let runner = Runner::start_with(&[("RUNNER_REPLAY_BUFFER_BYTES", "100")]).await;
-    let id = runner.create(json!({"spewBytes": 300000, "exitCode": 0})).await;
+    let id = runner
+        .create(json!({"spewBytes": 300000, "exitCode": 0}))
+        .await;
     assert_eq!(runner.wait_terminal(&id).await["kind"], json!("exited"));
 
     let mut events = runner.events(&id, &[]).await;
@@ -248,7 +301,10 @@ async fn evicted_history_is_announced_with_a_gap_on_both_channels() {
     assert_eq!(gap.id, None, "the gap frame does not move the client's id");
     assert_eq!(gap.json(), json!({"reason": "buffer_evicted"}));
     let rest = events.events_until_end().await;
-    assert_eq!(rest.last().unwrap().status_kind().as_deref(), Some("exited"));
+    assert_eq!(
+        rest.last().unwrap().status_kind().as_deref(),
+        Some("exited")
+    );
 
     let mut socket = runner.io(&id, "?lastSeq=0").await;
     assert_eq!(
@@ -260,14 +316,19 @@ async fn evicted_history_is_announced_with_a_gap_on_both_channels() {
         IoFrame::Text(json!({"type": "gap", "reason": "buffer_evicted"}))
     );
     let frames = ws::read_until_close(&mut socket).await;
-    assert!(matches!(frames[0], IoFrame::Output { .. }), "the newest chunk is always kept");
+    assert!(
+        matches!(frames[0], IoFrame::Output { .. }),
+        "the newest chunk is always kept"
+    );
     runner.stop().await;
 }
 
 #[tokio::test]
 async fn large_output_is_split_into_chunks_of_at_most_64_kib() {
     let runner = Runner::start().await;
-    let id = runner.create(json!({"spewBytes": 500000, "exitCode": 0})).await;
+    let id = runner
+        .create(json!({"spewBytes": 500000, "exitCode": 0}))
+        .await;
     runner.wait_terminal(&id).await;
     let mut socket = runner.io(&id, "?lastSeq=0").await;
     let frames = ws::read_until_close(&mut socket).await;
@@ -294,18 +355,29 @@ async fn websocket_rejections_are_close_codes_after_the_handshake() {
     .await;
     assert_eq!(
         ws::next_frame(&mut socket).await.unwrap(),
-        IoFrame::Close { code: 4404, reason: "session not found".into() }
+        IoFrame::Close {
+            code: 4404,
+            reason: "session not found".into()
+        }
     );
     // Origin outside the list, and a missing origin; `*` in a list is literal here.
     for origin in [Some("https://evil.example"), None] {
         let mut socket = ws::connect(&runner.ws_url("/v1/sessions/nope/io"), origin).await;
         assert_eq!(
             ws::next_frame(&mut socket).await.unwrap(),
-            IoFrame::Close { code: 4403, reason: "forbidden_origin".into() }
+            IoFrame::Close {
+                code: 4403,
+                reason: "forbidden_origin".into()
+            }
         );
     }
     // A plain GET is not an upgrade.
-    let response = runner.client.get(runner.url("/v1/sessions/nope/io")).send().await.unwrap();
+    let response = runner
+        .client
+        .get(runner.url("/v1/sessions/nope/io"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     runner.stop().await;
 }
@@ -318,7 +390,10 @@ async fn a_finished_session_with_nothing_to_replay_closes_4410() {
     let mut socket = runner.io(&id, "?lastSeq=999999").await;
     assert_eq!(
         ws::next_frame(&mut socket).await.unwrap(),
-        IoFrame::Close { code: 4410, reason: "session terminal, nothing to replay".into() }
+        IoFrame::Close {
+            code: 4410,
+            reason: "session terminal, nothing to replay".into()
+        }
     );
     runner.stop().await;
 }
@@ -343,12 +418,17 @@ async fn delete_stops_a_live_session_and_is_idempotent() {
     let runner = Runner::start().await;
     let id = runner.create(json!({"echo": true})).await;
     let mut events = runner.events(&id, &[]).await;
-    events.events_until(|f| f.status_kind().as_deref() == Some("running")).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
     let (status, body) = runner.delete(&format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert!(body.is_empty());
     let rest = events.events_until_end().await;
-    assert_eq!(rest.last().unwrap().json()["status"], json!({"kind": "stopped"}));
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
     let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _) = runner.delete("/v1/sessions/doesnotexist").await;
@@ -386,7 +466,11 @@ async fn capacity_evicts_the_oldest_finished_session_but_never_a_live_one() {
     // Full: one finished, one live. The finished one makes room.
     let newer = runner.create(json!({"echo": true})).await;
     let (status, _) = runner.get(&format!("/v1/sessions/{finished}")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "the finished session was evicted");
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the finished session was evicted"
+    );
     // Full of live sessions: refused.
     let (status, body) = runner
         .post("/v1/sessions", &start_body(json!({"echo": true})))
@@ -414,7 +498,10 @@ async fn finished_sessions_are_forgotten_after_the_exit_ttl() {
         if status == StatusCode::NOT_FOUND {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "session never expired");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "session never expired"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     runner.stop().await;
@@ -437,13 +524,20 @@ async fn the_terms_gate_guards_session_creation_only() {
     let (status, _) = runner
         .post_with("/v1/sessions", &body, &[("x-telo-accepted-terms", "V7")])
         .await;
-    assert_eq!(status, StatusCode::PRECONDITION_REQUIRED, "versions compare exactly");
+    assert_eq!(
+        status,
+        StatusCode::PRECONDITION_REQUIRED,
+        "versions compare exactly"
+    );
     let (status, _) = runner
         .post_with("/v1/sessions", &body, &[("x-telo-accepted-terms", "v7")])
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, _) = runner
-        .post("/v1/probe", &json!({"config": {"image": "x", "pullPolicy": "never"}}))
+        .post(
+            "/v1/probe",
+            &json!({"config": {"image": "x", "pullPolicy": "never"}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "probe is not gated");
     runner.stop().await;
@@ -454,13 +548,65 @@ async fn bad_bundles_and_bodies_get_a_400_naming_the_problem() {
     let runner = Runner::start().await;
     let good = start_body(json!({"exitCode": 0}));
     let cases: Vec<(Value, &str, &str)> = vec![
-        (json!({"env": {}, "config": {"image": "x", "pullPolicy": "missing"}}), "invalid_request", "body must have required property 'bundle'"),
-        ({ let mut b = good.clone(); b["config"]["pullPolicy"] = json!("sometimes"); b }, "invalid_request", "body/config/pullPolicy must be equal to one of the allowed values"),
-        ({ let mut b = good.clone(); b["bundle"]["entryRelativePath"] = json!(""); b }, "invalid_request", "body/bundle/entryRelativePath must NOT have fewer than 1 characters"),
-        ({ let mut b = good.clone(); b["ports"] = json!([{"port": 70000, "protocol": "tcp"}]); b }, "invalid_request", "body/ports/0/port must be <= 65535"),
-        ({ let mut b = good.clone(); b["bundle"]["entryRelativePath"] = json!("../escape.yaml"); b }, "invalid_bundle", "invalid bundle relativePath '../escape.yaml'"),
-        ({ let mut b = good.clone(); b["bundle"]["entryRelativePath"] = json!(".."); b }, "invalid_bundle", "invalid bundle relativePath '..'"),
-        ({ let mut b = good.clone(); b["bundle"]["files"][0]["relativePath"] = json!("a/../../x"); b }, "invalid_bundle", "invalid bundle relativePath 'a/../../x'"),
+        (
+            json!({"env": {}, "config": {"image": "x", "pullPolicy": "missing"}}),
+            "invalid_request",
+            "body must have required property 'bundle'",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["config"]["pullPolicy"] = json!("sometimes");
+                b
+            },
+            "invalid_request",
+            "body/config/pullPolicy must be equal to one of the allowed values",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["bundle"]["entryRelativePath"] = json!("");
+                b
+            },
+            "invalid_request",
+            "body/bundle/entryRelativePath must NOT have fewer than 1 characters",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["ports"] = json!([{"port": 70000, "protocol": "tcp"}]);
+                b
+            },
+            "invalid_request",
+            "body/ports/0/port must be <= 65535",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["bundle"]["entryRelativePath"] = json!("../escape.yaml");
+                b
+            },
+            "invalid_bundle",
+            "invalid bundle relativePath '../escape.yaml'",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["bundle"]["entryRelativePath"] = json!("..");
+                b
+            },
+            "invalid_bundle",
+            "invalid bundle relativePath '..'",
+        ),
+        (
+            {
+                let mut b = good.clone();
+                b["bundle"]["files"][0]["relativePath"] = json!("a/../../x");
+                b
+            },
+            "invalid_bundle",
+            "invalid bundle relativePath 'a/../../x'",
+        ),
     ];
     for (body, code, message) in cases {
         let (status, answer) = runner.post("/v1/sessions", &body).await;
@@ -486,7 +632,12 @@ async fn bad_bundles_and_bodies_get_a_400_naming_the_problem() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    let response = runner.client.post(runner.url("/v1/sessions")).send().await.unwrap();
+    let response = runner
+        .client
+        .post(runner.url("/v1/sessions"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["message"], json!("body must be object"));
@@ -499,7 +650,10 @@ async fn an_absolute_entry_path_is_normalized_not_refused() {
     let mut body = start_body(json!({"stdout": ["abs-ok"], "exitCode": 0}));
     body["bundle"]["entryRelativePath"] = json!("/telo.yaml");
     let id = runner.create_body(body).await;
-    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "exited", "code": 0}));
+    assert_eq!(
+        runner.wait_terminal(&id).await,
+        json!({"kind": "exited", "code": 0})
+    );
     runner.stop().await;
 }
 
@@ -544,9 +698,13 @@ async fn only_the_session_env_and_the_registry_url_reach_the_workload() {
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
     let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await)).into_owned();
+    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
+        .into_owned();
     assert!(output.contains("FOO=bar"), "{output}");
-    assert!(output.contains("TELO_REGISTRY_URL=https://registry.example"), "{output}");
+    assert!(
+        output.contains("TELO_REGISTRY_URL=https://registry.example"),
+        "{output}"
+    );
     assert!(output.contains("RUNNER_LOCAL_TELO=<unset>"), "{output}");
     assert!(output.contains("CARGO=<unset>"), "{output}");
 
@@ -556,8 +714,12 @@ async fn only_the_session_env_and_the_registry_url_reach_the_workload() {
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
     let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await)).into_owned();
-    assert!(output.contains("TELO_REGISTRY_URL=https://mine.example"), "{output}");
+    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
+        .into_owned();
+    assert!(
+        output.contains("TELO_REGISTRY_URL=https://mine.example"),
+        "{output}"
+    );
     runner.stop().await;
 }
 
@@ -569,16 +731,29 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list() {
         .request(reqwest::Method::OPTIONS, runner.url("/v1/sessions"))
         .header("origin", "https://editor.example")
         .header("access-control-request-method", "POST")
-        .header("access-control-request-headers", "content-type,x-telo-accepted-terms")
+        .header(
+            "access-control-request-headers",
+            "content-type,x-telo-accepted-terms",
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
     let headers = response.headers();
-    assert_eq!(headers["access-control-allow-origin"], "https://editor.example");
-    assert_eq!(headers["access-control-allow-methods"], "GET, POST, DELETE, OPTIONS");
-    assert_eq!(headers["access-control-allow-headers"], "content-type,x-telo-accepted-terms");
-    assert_eq!(headers["content-length"], "0");
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://editor.example"
+    );
+    assert_eq!(
+        headers["access-control-allow-methods"],
+        "GET, POST, DELETE, OPTIONS"
+    );
+    assert_eq!(
+        headers["access-control-allow-headers"],
+        "content-type,x-telo-accepted-terms"
+    );
+    // No body; hyper omits Content-Length on a 204 as HTTP requires.
+    assert!(headers.get("content-length").is_none_or(|v| v == "0"));
 
     let response = runner
         .client
@@ -597,12 +772,24 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK, "processed anyway");
-    assert!(response.headers().get("access-control-allow-origin").is_none());
+    assert!(
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
 
     let id = runner.create(json!({"exitCode": 0})).await;
-    let events = runner.events(&id, &[("origin", "https://editor.example")]).await;
-    assert_eq!(events.headers["access-control-allow-origin"], "https://editor.example");
-    let events = runner.events(&id, &[("origin", "https://evil.example")]).await;
+    let events = runner
+        .events(&id, &[("origin", "https://editor.example")])
+        .await;
+    assert_eq!(
+        events.headers["access-control-allow-origin"],
+        "https://editor.example"
+    );
+    let events = runner
+        .events(&id, &[("origin", "https://evil.example")])
+        .await;
     assert!(events.headers.get("access-control-allow-origin").is_none());
     runner.stop().await;
 }
@@ -619,9 +806,14 @@ async fn reachability_is_reported_per_declared_tcp_port() {
     let id = runner.create_body(body).await;
     let mut events = runner.events(&id, &[]).await;
     let frames = events
-        .events_until(|f| f.event.as_deref() == Some("reachability") && f.json()["state"] == "reachable")
+        .events_until(|f| {
+            f.event.as_deref() == Some("reachability") && f.json()["state"] == "reachable"
+        })
         .await;
-    let running = frames.iter().find(|f| f.status_kind().as_deref() == Some("running")).unwrap();
+    let running = frames
+        .iter()
+        .find(|f| f.status_kind().as_deref() == Some("running"))
+        .unwrap();
     assert_eq!(
         running.json()["status"]["endpoints"],
         json!([{"host": "", "port": port, "protocol": "tcp"}, {"host": "", "port": port, "protocol": "udp"}])
@@ -644,18 +836,24 @@ async fn reachability_is_reported_per_declared_tcp_port() {
 #[tokio::test]
 async fn only_kernel_event_frames_are_relayed_as_debug_events() {
     let runner = Runner::start().await;
-    let mut body = start_body(json!({"debugEvents": ["Kernel.Starting", "Kernel.Started"], "echo": true}));
+    let mut body =
+        start_body(json!({"debugEvents": ["Kernel.Starting", "Kernel.Started"], "echo": true}));
     body["inspect"] = json!(true);
     let id = runner.create_body(body).await;
     let mut events = runner.events(&id, &[]).await;
     let frames = events
-        .events_until(|f| f.event.as_deref() == Some("debug") && f.json()["frame"]["event"] == "Kernel.Started")
+        .events_until(|f| {
+            f.event.as_deref() == Some("debug") && f.json()["frame"]["event"] == "Kernel.Started"
+        })
         .await;
     let debug: Vec<_> = frames
         .iter()
         .filter(|f| f.event.as_deref() == Some("debug"))
         .map(|f| f.json()["frame"]["event"].clone())
         .collect();
-    assert_eq!(debug, vec![json!("Kernel.Starting"), json!("Kernel.Started")]);
+    assert_eq!(
+        debug,
+        vec![json!("Kernel.Starting"), json!("Kernel.Started")]
+    );
     runner.stop().await;
 }

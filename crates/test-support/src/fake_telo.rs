@@ -24,7 +24,11 @@ pub fn fake_telo_path() -> PathBuf {
                 .expect("run cargo build for fake-telo");
             assert!(status.success(), "building fake-telo failed");
         }
-        assert!(candidate.is_file(), "fake-telo not found at {}", candidate.display());
+        assert!(
+            candidate.is_file(),
+            "fake-telo not found at {}",
+            candidate.display()
+        );
         candidate
     })
     .clone()

@@ -77,9 +77,12 @@ pub async fn read_until_output(socket: &mut Socket, needle: &str) -> Vec<IoFrame
     let mut frames = Vec::new();
     let mut text = Vec::new();
     loop {
-        let frame = next_frame(socket)
-            .await
-            .unwrap_or_else(|| panic!("socket ended before {needle:?}; got {:?}", String::from_utf8_lossy(&text)));
+        let frame = next_frame(socket).await.unwrap_or_else(|| {
+            panic!(
+                "socket ended before {needle:?}; got {:?}",
+                String::from_utf8_lossy(&text)
+            )
+        });
         if let IoFrame::Output { bytes, .. } = &frame {
             text.extend_from_slice(bytes);
         }
@@ -88,7 +91,11 @@ pub async fn read_until_output(socket: &mut Socket, needle: &str) -> Vec<IoFrame
         if String::from_utf8_lossy(&text).contains(needle) {
             return frames;
         }
-        assert!(!closed, "socket closed before {needle:?}; got {:?}", String::from_utf8_lossy(&text));
+        assert!(
+            !closed,
+            "socket closed before {needle:?}; got {:?}",
+            String::from_utf8_lossy(&text)
+        );
     }
 }
 

@@ -53,9 +53,9 @@ pub async fn read_json_body(
             ),
         ));
     }
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|err| ApiError::bad_request("invalid_json", format!("Body is not valid JSON: {err}")))
+    serde_json::from_slice(&bytes).map(Some).map_err(|err| {
+        ApiError::bad_request("invalid_json", format!("Body is not valid JSON: {err}"))
+    })
 }
 
 fn is_json_media_type(content_type: &str) -> bool {
@@ -65,5 +65,6 @@ fn is_json_media_type(content_type: &str) -> bool {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }

@@ -70,11 +70,7 @@ pub async fn cors(
     response
 }
 
-fn preflight(
-    origins: &CorsOrigins,
-    request: &HeaderMap,
-    origin: Option<&HeaderValue>,
-) -> Response {
+fn preflight(origins: &CorsOrigins, request: &HeaderMap, origin: Option<&HeaderValue>) -> Response {
     if origin.is_none() || !request.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
         return (
             StatusCode::BAD_REQUEST,
@@ -105,6 +101,5 @@ fn preflight(
             HeaderValue::from_static("Access-Control-Request-Headers"),
         );
     }
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     response
 }

@@ -52,7 +52,10 @@ pub fn router(state: AppState, extra: Router) -> Router {
         .route("/v1/health", get(routes::health))
         .route("/v1/capabilities", get(routes::capabilities))
         .route("/v1/probe", post(routes::probe))
-        .route("/v1/sessions", post(routes::create_session).get(routes::list_sessions))
+        .route(
+            "/v1/sessions",
+            post(routes::create_session).get(routes::list_sessions),
+        )
         .route("/v1/apps/{name}/sessions", post(routes::create_app_session))
         .route(
             "/v1/sessions/{id}",
@@ -68,7 +71,10 @@ pub fn router(state: AppState, extra: Router) -> Router {
                 uri: request.uri().to_string(),
             }
         })
-        .layer(axum::middleware::from_fn_with_state(cors_origins, cors::cors))
+        .layer(axum::middleware::from_fn_with_state(
+            cors_origins,
+            cors::cors,
+        ))
 }
 
 /// Path parameters longer than this never match a route.

@@ -213,10 +213,7 @@ fn check_terms(options: &ServerOptions, headers: &HeaderMap) -> Result<(), ApiEr
 
 /// `TELO_REGISTRY_URL` reaches the workload unless the request env names it
 /// (even as an empty string).
-fn with_registry_url(
-    mut env: Vec<(String, String)>,
-    url: Option<String>,
-) -> Vec<(String, String)> {
+fn with_registry_url(mut env: Vec<(String, String)>, url: Option<String>) -> Vec<(String, String)> {
     if let Some(url) = url
         && !env.iter().any(|(key, _)| key == "TELO_REGISTRY_URL")
     {

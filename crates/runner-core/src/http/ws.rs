@@ -93,7 +93,12 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
     let first = cursor.try_next();
     let terminal_at_connect = session.is_terminal();
     if terminal_at_connect && first.entries.is_empty() && !first.gap {
-        close_with(socket, CLOSE_NOTHING_TO_REPLAY, "session terminal, nothing to replay").await;
+        close_with(
+            socket,
+            CLOSE_NOTHING_TO_REPLAY,
+            "session terminal, nothing to replay",
+        )
+        .await;
         return;
     }
 
@@ -222,13 +227,31 @@ mod tests {
 
     #[test]
     fn resize_frames_are_coerced_floored_and_clamped() {
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":80,"rows":24}"#), Some((80, 24)));
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":"80","rows":24.9}"#), Some((80, 24)));
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":99999,"rows":1}"#), Some((10_000, 1)));
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":0,"rows":24}"#), None);
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":"x","rows":24}"#), None);
+        assert_eq!(
+            parse_resize(r#"{"type":"resize","cols":80,"rows":24}"#),
+            Some((80, 24))
+        );
+        assert_eq!(
+            parse_resize(r#"{"type":"resize","cols":"80","rows":24.9}"#),
+            Some((80, 24))
+        );
+        assert_eq!(
+            parse_resize(r#"{"type":"resize","cols":99999,"rows":1}"#),
+            Some((10_000, 1))
+        );
+        assert_eq!(
+            parse_resize(r#"{"type":"resize","cols":0,"rows":24}"#),
+            None
+        );
+        assert_eq!(
+            parse_resize(r#"{"type":"resize","cols":"x","rows":24}"#),
+            None
+        );
         assert_eq!(parse_resize(r#"{"type":"resize","cols":80}"#), None);
-        assert_eq!(parse_resize(r#"{"type":"other","cols":80,"rows":24}"#), None);
+        assert_eq!(
+            parse_resize(r#"{"type":"other","cols":80,"rows":24}"#),
+            None
+        );
         assert_eq!(parse_resize("not json"), None);
     }
 

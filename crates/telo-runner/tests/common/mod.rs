@@ -32,7 +32,11 @@ impl Runner {
         );
         env.insert(
             "RUNNER_LOCAL_WORK_DIR".into(),
-            work_dir.path().join("sessions").to_string_lossy().into_owned(),
+            work_dir
+                .path()
+                .join("sessions")
+                .to_string_lossy()
+                .into_owned(),
         );
         for (key, value) in vars {
             env.insert((*key).into(), (*value).into());
@@ -60,7 +64,10 @@ impl Runner {
         let response = self.client.get(self.url(path)).send().await.expect("GET");
         let status = response.status();
         let text = response.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
@@ -80,17 +87,26 @@ impl Runner {
         let response = request.send().await.expect("POST");
         let status = response.status();
         let text = response.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn delete(&self, path: &str) -> (StatusCode, String) {
-        let response = self.client.delete(self.url(path)).send().await.expect("DELETE");
+        let response = self
+            .client
+            .delete(self.url(path))
+            .send()
+            .await
+            .expect("DELETE");
         (response.status(), response.text().await.expect("body"))
     }
 
     /// Start a session scripted by `fake_telo`; returns its id.
     pub async fn create(&self, fake_telo: Value) -> String {
-        self.create_body(test_support::bundle::start_body(fake_telo)).await
+        self.create_body(test_support::bundle::start_body(fake_telo))
+            .await
     }
 
     pub async fn create_body(&self, body: Value) -> String {
@@ -104,7 +120,11 @@ impl Runner {
     }
 
     pub async fn events_query(&self, id: &str, query: &str, headers: &[(&str, &str)]) -> SseStream {
-        SseStream::connect(&self.url(&format!("/v1/sessions/{id}/events?{query}")), headers).await
+        SseStream::connect(
+            &self.url(&format!("/v1/sessions/{id}/events?{query}")),
+            headers,
+        )
+        .await
     }
 
     pub async fn io(&self, id: &str, query: &str) -> Socket {
