@@ -36,6 +36,7 @@ pub const DEFAULT_REPLAY_BUFFER_BYTES: u64 = 5_000_000;
 /// The reference inherits Fastify's 1 MiB body limit; ours is the same by
 /// default but can be raised for large bundles.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1_048_576;
+pub const DEFAULT_SSE_HEARTBEAT_MS: u64 = 20_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {
@@ -59,6 +60,9 @@ pub struct CoreConfig {
     pub cors_origins: CorsOrigins,
     pub default_registry_url: Option<String>,
     pub max_body_bytes: usize,
+    /// Interval of the SSE heartbeat comment that keeps idle streams open
+    /// through proxies.
+    pub sse_heartbeat: Duration,
     pub terms: Option<RunnerTerms>,
     pub apps: AppCatalog,
 }
@@ -92,6 +96,11 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         DEFAULT_MAX_BODY_BYTES,
         "RUNNER_MAX_BODY_BYTES",
     )?;
+    let sse_heartbeat_ms = parse_positive_int(
+        var("RUNNER_SSE_HEARTBEAT_MS"),
+        DEFAULT_SSE_HEARTBEAT_MS,
+        "RUNNER_SSE_HEARTBEAT_MS",
+    )?;
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
     Ok(CoreConfig {
@@ -103,6 +112,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         cors_origins,
         default_registry_url,
         max_body_bytes,
+        sse_heartbeat: Duration::from_millis(sse_heartbeat_ms),
         terms,
         apps,
     })
@@ -152,6 +162,11 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_MAX_BODY_BYTES",
         default: "1048576",
         description: "Largest accepted request body in bytes; bigger requests get 413, so this bounds bundle size.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_SSE_HEARTBEAT_MS",
+        default: "20000",
+        description: "Interval of the `: heartbeat` comment on idle event streams; lower it behind proxies with short idle timeouts.",
     },
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
@@ -696,6 +711,7 @@ mod tests {
                 cors_origins: CorsOrigins::Any,
                 default_registry_url: None,
                 max_body_bytes: 1_048_576,
+                sse_heartbeat: Duration::from_millis(20_000),
                 terms: None,
                 apps: AppCatalog::default(),
             }

@@ -531,16 +531,18 @@ impl<T> Cursor<T> {
         }
     }
 
-    /// Wait for entries past the cursor. `None` once the session left the
-    /// registry and nothing more can come.
-    pub async fn next(&mut self) -> Option<Batch<T>> {
+    /// Wait for entries past the cursor (or news that some were evicted).
+    pub async fn next(&mut self) -> Batch<T> {
         loop {
             let batch = self.try_next();
             if batch.gap || !batch.entries.is_empty() {
-                return Some(batch);
+                return batch;
             }
+            // The sender lives in the session this cursor holds, so the
+            // channel cannot close under it; an error would only mean there is
+            // nothing more to wait for.
             if self.rx.changed().await.is_err() {
-                return None;
+                return batch;
             }
         }
     }

@@ -79,6 +79,7 @@ impl Service {
             apps: core.apps.clone(),
             default_registry_url: core.default_registry_url.clone(),
             max_body_bytes: core.max_body_bytes,
+            sse_heartbeat: core.sse_heartbeat,
         };
         let router = router(
             AppState {

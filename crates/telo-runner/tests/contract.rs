@@ -857,3 +857,114 @@ async fn only_kernel_event_frames_are_relayed_as_debug_events() {
     );
     runner.stop().await;
 }
+
+#[tokio::test]
+async fn idle_event_streams_carry_heartbeat_comments() {
+    let runner = Runner::start_with(&[("RUNNER_SSE_HEARTBEAT_MS", "50")]).await;
+    let id = runner.create(json!({"echo": true})).await;
+    let mut events = runner.events(&id, &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    loop {
+        let frame = events.next_frame().await.expect("stream stays open");
+        if frame.comments == vec!["heartbeat".to_owned()] {
+            assert_eq!(frame.id, None);
+            break;
+        }
+    }
+    runner.stop().await;
+}
+
+/// An operator catalog whose one app runs fake-telo on a manifest of its own.
+fn app_catalog(dir: &std::path::Path) -> String {
+    let manifest = dir.join("greeter.yaml");
+    std::fs::write(
+        &manifest,
+        "kind: Telo.Application\nmetadata: { name: greeter }\nfakeTelo:\n  printEnv: [API_KEY, MODE]\n  exitCode: 0\n",
+    )
+    .unwrap();
+    let fake = test_support::fake_telo::fake_telo_path();
+    json!({
+        "greeter": {
+            "image": "acme/greeter:1",
+            "title": "Greeter",
+            "env": {"API_KEY": "operator-secret"},
+            "command": [fake.to_string_lossy(), "run", manifest.to_string_lossy()],
+        },
+        "bare": {"image": "acme/bare:1"},
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn apps_are_advertised_by_identity_only_and_run_with_operator_env_winning() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = app_catalog(dir.path());
+    let runner = Runner::start_with(&[("RUNNER_APPS", catalog.as_str())]).await;
+    let (_, caps) = runner.get("/v1/capabilities").await;
+    assert_eq!(
+        caps["apps"],
+        json!([{"name": "greeter", "title": "Greeter"}, {"name": "bare"}])
+    );
+    assert!(!caps.to_string().contains("operator-secret"));
+    assert!(!caps.to_string().contains("acme/greeter"));
+
+    let (status, created) = runner
+        .post(
+            "/v1/apps/greeter/sessions",
+            &json!({"env": {"API_KEY": "client-value", "MODE": "dev"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap();
+    assert_eq!(
+        runner.wait_terminal(id).await,
+        json!({"kind": "exited", "code": 0})
+    );
+    let mut socket = runner.io(id, "?lastSeq=0").await;
+    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
+        .into_owned();
+    assert!(output.contains("API_KEY=operator-secret"), "{output}");
+    assert!(output.contains("MODE=dev"), "{output}");
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_app_is_404_before_the_terms_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = app_catalog(dir.path());
+    let runner = Runner::start_with(&[
+        ("RUNNER_APPS", catalog.as_str()),
+        ("RUNNER_TERMS_BODY", "terms"),
+    ])
+    .await;
+    let (status, body) = runner.post("/v1/apps/nope/sessions", &json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        body,
+        json!({"error": "unknown_app", "message": "app 'nope' is not offered by this runner \u{2014} offered apps: greeter, bare (see /v1/capabilities)."})
+    );
+    let (status, body) = runner.post("/v1/apps/greeter/sessions", &json!({})).await;
+    assert_eq!(status, StatusCode::PRECONDITION_REQUIRED);
+    assert_eq!(body["error"], json!("terms_required"));
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn an_app_without_a_local_command_fails_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = app_catalog(dir.path());
+    let runner = Runner::start_with(&[("RUNNER_APPS", catalog.as_str())]).await;
+    let (status, created) = runner.post("/v1/apps/bare/sessions", &json!({})).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let status = runner
+        .wait_terminal(created["sessionId"].as_str().unwrap())
+        .await;
+    assert_eq!(status["kind"], json!("failed"));
+    assert!(
+        status["message"].as_str().unwrap().starts_with("start: "),
+        "{status}"
+    );
+    runner.stop().await;
+}

@@ -36,6 +36,8 @@ pub struct ServerOptions {
     /// The runner's own `TELO_REGISTRY_URL`, passed to workloads.
     pub default_registry_url: Option<String>,
     pub max_body_bytes: usize,
+    /// Interval of the SSE heartbeat comment.
+    pub sse_heartbeat: std::time::Duration,
 }
 
 #[derive(Clone)]

@@ -16,7 +16,6 @@ use super::error::ApiError;
 use super::{AppState, check_param, stream_allows_origin};
 use crate::registry::{Batch, Cursor, EventFrame};
 
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(20_000);
 const GAP_FRAME: &[u8] = b"event: gap\ndata: {\"reason\":\"buffer_evicted\"}\n\n";
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
 
@@ -53,7 +52,7 @@ pub async fn events(
 
     let stream = EventStream {
         cursor,
-        heartbeat: interval_at(Instant::now() + HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL),
+        heartbeat: heartbeat(state.options.sse_heartbeat),
         initial: Some(initial.freeze()),
         ended,
     };
@@ -88,6 +87,13 @@ pub async fn events(
     Ok(response)
 }
 
+/// First tick one interval after connect, then every interval.
+fn heartbeat(every: Duration) -> Interval {
+    let mut interval = interval_at(Instant::now() + every, every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval
+}
+
 struct EventStream {
     cursor: Cursor<EventFrame>,
     heartbeat: Interval,
@@ -105,7 +111,6 @@ impl EventStream {
         }
         tokio::select! {
             batch = self.cursor.next() => {
-                let batch = batch?;
                 let mut out = BytesMut::new();
                 self.ended = write_batch(&mut out, &batch);
                 Some((Ok(out.freeze()), self))

@@ -132,10 +132,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
             },
-            batch = cursor.next() => match batch {
-                Some(batch) => if send_batch(&mut tx, batch).await.is_err() { return },
-                None => break,
-            },
+            batch = cursor.next() => if send_batch(&mut tx, batch).await.is_err() { return },
             changed = events.changed() => {
                 if changed.is_err() || session.is_terminal() {
                     terminal = true;

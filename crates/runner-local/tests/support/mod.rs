@@ -166,7 +166,7 @@ impl Events {
                         return event;
                     }
                 }
-                let batch = cursor.next().await.expect("session left the registry");
+                let batch = cursor.next().await;
                 pending.extend(batch.entries.iter().map(|(_, frame)| decode(frame)));
             }
         })
@@ -225,7 +225,7 @@ impl Output {
         let text = &mut self.text;
         let found = tokio::time::timeout(WAIT, async {
             while text.matches(needle).count() < times {
-                let batch = cursor.next().await.expect("session left the registry");
+                let batch = cursor.next().await;
                 for (_, chunk) in batch.entries {
                     text.push_str(&String::from_utf8_lossy(&chunk));
                 }
