@@ -67,6 +67,14 @@ pub struct CoreConfig {
     pub apps: AppCatalog,
 }
 
+/// An environment from literal pairs (tests, embedding).
+pub fn env_from_pairs(pairs: &[(&str, &str)]) -> Env {
+    pairs
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
 /// Reads the core configuration. Variables are evaluated in a fixed order and
 /// the first invalid one is reported, so the same environment always yields
 /// the same message.
@@ -480,10 +488,7 @@ mod tests {
     use serde_json::json;
 
     fn vars(pairs: &[(&str, &str)]) -> Env {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        crate::config::env_from_pairs(pairs)
     }
 
     #[rstest]

@@ -63,10 +63,7 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> Env {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        crate::config::env_from_pairs(pairs)
     }
 
     #[test]
