@@ -87,6 +87,21 @@ pub struct StartError {
 }
 
 impl StartError {
+    /// The stage of a start abandoned because the session was stopped while
+    /// it came up; the session ends `stopped`, not `failed`.
+    pub const CANCELLED: &'static str = "cancelled";
+
+    pub fn cancelled() -> Self {
+        Self::new(
+            Self::CANCELLED,
+            "the session was stopped while it was starting",
+        )
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.stage == Self::CANCELLED
+    }
+
     pub fn new(stage: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             stage: stage.into(),
@@ -99,6 +114,18 @@ impl StartError {
         self.source = Some(Box::new(source));
         self
     }
+}
+
+/// A session that outlived the runner process that started it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredSession {
+    pub session_id: String,
+    pub created_at: String,
+    /// How many times the session was taken over before (its generation):
+    /// event ids and output sequence numbers of this generation start past
+    /// every earlier one, so a client resuming from before the restart is told
+    /// it missed something instead of silently skipping output.
+    pub generation: u32,
 }
 
 /// A failed stop; its message becomes `500 stop_failed`.
@@ -128,6 +155,29 @@ pub trait Backend: Send + Sync + 'static {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError>;
+
+    /// Sessions a previous runner process left running that this backend can
+    /// take over (called once at boot, before serving). Finished or expired
+    /// workloads are cleaned up here instead of being returned.
+    async fn recover(&self) -> Vec<RecoveredSession> {
+        Vec::new()
+    }
+
+    /// Take over a session returned by [`Backend::recover`]: rebuild its
+    /// output history, report its status and re-attach, like a start.
+    async fn resume(
+        &self,
+        session: RecoveredSession,
+        _sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        Err(StartError::new(
+            "resume",
+            format!(
+                "this backend cannot resume session '{}'",
+                session.session_id
+            ),
+        ))
+    }
 
     /// The registry dropped the session (retention expired or evicted): free
     /// whatever the backend still holds for it.

@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod backend;
+pub mod base_images;
 pub mod bundle_path;
 pub mod capabilities;
 pub mod config;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::backend::{Backend, BackendSession, StartSpec, StopError};
+use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, StartSpec, StopError};
 use crate::ids::new_session_id;
 use crate::replay::{Replay, ReplayBuffer};
 use crate::time::iso_now;
@@ -36,6 +36,14 @@ use crate::types::{
 /// replay buffer really bounds memory (one huge chunk would otherwise be kept
 /// whole as the newest entry).
 pub const MAX_OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Event ids of a session's `n`-th generation (0 = started by this runner,
+/// n = taken over after the n-th restart) start at `n * EVENT_ID_GENERATION + 1`,
+/// past anything an earlier runner handed out.
+pub const EVENT_ID_GENERATION: u64 = 1 << 40;
+/// Output sequence numbers are 32 bits on the wire: 256 generations of up to
+/// 16.7 million chunks each.
+pub const OUTPUT_SEQ_GENERATION: u64 = 1 << 24;
 
 #[derive(Debug, Clone)]
 pub struct RegistryLimits {
@@ -82,6 +90,9 @@ pub struct Session {
     id: String,
     created_at: String,
     user_stopped: AtomicBool,
+    /// Fires on DELETE or shutdown, so a start still waiting on its workload
+    /// can give up at once.
+    stop_requested: CancellationToken,
     state: Mutex<SessionState>,
     events_seq: watch::Sender<u64>,
     output_seq: watch::Sender<u64>,
@@ -153,21 +164,58 @@ impl SessionRegistry {
         &self,
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> Result<SessionCreated, AdmissionError> {
-        let session = self.admit()?;
+        let session = self.admit(None)?;
         let spec = build_spec(&session.id, &session.created_at);
         let created = SessionCreated {
             session_id: session.id.clone(),
             stream_url: format!("/v1/sessions/{}/events", session.id),
             created_at: session.created_at.clone(),
         };
-        self.spawn_start(session, spec);
+        let backend = self.inner.backend.clone();
+        self.spawn_launch(session, move |sink| async move {
+            backend.start(spec, sink).await
+        });
         Ok(created)
     }
 
-    fn admit(&self) -> Result<Arc<Session>, AdmissionError> {
+    /// Take over the sessions a previous runner process left running (once,
+    /// at boot). Returns how many were adopted.
+    pub async fn recover(&self) -> usize {
+        let recovered = self.inner.backend.recover().await;
+        let count = recovered.len();
+        for session in recovered {
+            let Ok(admitted) = self.admit(Some(&session)) else {
+                continue;
+            };
+            info!(session_id = %session.session_id, generation = session.generation, "adopting a session from a previous runner");
+            let backend = self.inner.backend.clone();
+            self.spawn_launch(admitted, move |sink| async move {
+                backend.resume(session, sink).await
+            });
+        }
+        count
+    }
+
+    fn admit(&self, recovered: Option<&RecoveredSession>) -> Result<Arc<Session>, AdmissionError> {
         let mut evicted = None;
         let session = {
             let mut sessions = lock(&self.inner.sessions);
+            if let Some(recovered) = recovered {
+                // A live workload from before the restart is admitted whatever
+                // the limit: refusing it would only orphan it.
+                let session = Arc::new(Session::new(
+                    recovered.session_id.clone(),
+                    recovered.created_at.clone(),
+                    self.inner.limits.replay_buffer_bytes,
+                    recovered.generation,
+                ));
+                sessions.insert(recovered.session_id.clone(), session.clone());
+                drop(sessions);
+                session.emit(RunEvent::Status {
+                    status: RunStatus::Starting,
+                });
+                return Ok(session);
+            }
             if sessions.len() >= self.inner.limits.max_sessions {
                 // History yields to live work: the finished session that ended
                 // longest ago makes room; live sessions are never evicted.
@@ -194,6 +242,7 @@ impl SessionRegistry {
                 id.clone(),
                 iso_now(),
                 self.inner.limits.replay_buffer_bytes,
+                0,
             ));
             sessions.insert(id, session.clone());
             session
@@ -209,18 +258,22 @@ impl SessionRegistry {
         Ok(session)
     }
 
-    fn spawn_start(&self, session: Arc<Session>, spec: StartSpec) {
+    /// Run a start (or a resume) in the background and wire its outcome.
+    fn spawn_launch<F, Fut>(&self, session: Arc<Session>, launch: F)
+    where
+        F: FnOnce(SessionSink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Arc<dyn BackendSession>, StartError>> + Send,
+    {
         let sink = SessionSink {
             session: session.clone(),
             registry: Arc::downgrade(&self.inner),
         };
-        let backend = self.inner.backend.clone();
         let shutdown = self.inner.shutdown.clone();
         let span = info_span!("session", session_id = %session.id);
         self.inner.tasks.spawn(
             async move {
                 let started = tokio::select! {
-                    started = backend.start(spec, sink.clone()) => started,
+                    started = launch(sink.clone()) => started,
                     () = shutdown.cancelled() => {
                         sink.status(RunStatus::Stopped);
                         return;
@@ -238,6 +291,10 @@ impl SessionRegistry {
                             warn!(error = %err, "stopping a session deleted during start failed");
                         }
                     }
+                    Err(err) if err.is_cancelled() => {
+                        info!("session stopped while starting");
+                        sink.status(RunStatus::Stopped);
+                    }
                     Err(err) => {
                         error!(stage = %err.stage, error = ?err, "session start failed");
                         sink.status(RunStatus::failed(err.to_string()));
@@ -254,7 +311,7 @@ impl SessionRegistry {
         let Some(session) = self.get(id) else {
             return Ok(());
         };
-        session.user_stopped.store(true, Ordering::SeqCst);
+        session.request_stop();
         if session.is_terminal() {
             return Ok(());
         }
@@ -270,7 +327,7 @@ impl SessionRegistry {
     pub async fn shutdown(&self, grace: Duration) {
         let sessions = self.sessions();
         for session in &sessions {
-            session.user_stopped.store(true, Ordering::SeqCst);
+            session.request_stop();
         }
         let mut stops = tokio::task::JoinSet::new();
         for session in sessions.iter().filter(|s| !s.is_terminal()) {
@@ -347,20 +404,23 @@ impl RegistryInner {
 }
 
 impl Session {
-    fn new(id: String, created_at: String, replay_buffer_bytes: usize) -> Self {
+    fn new(id: String, created_at: String, replay_buffer_bytes: usize, generation: u32) -> Self {
+        let first_event = u64::from(generation) * EVENT_ID_GENERATION + 1;
+        let first_output = u64::from(generation) * OUTPUT_SEQ_GENERATION + 1;
         Self {
             id,
             created_at,
             user_stopped: AtomicBool::new(false),
+            stop_requested: CancellationToken::new(),
             state: Mutex::new(SessionState {
                 status: RunStatus::Starting,
                 exited_at: None,
-                events: ReplayBuffer::new(replay_buffer_bytes),
-                output: ReplayBuffer::new(replay_buffer_bytes),
+                events: ReplayBuffer::starting_at(replay_buffer_bytes, first_event),
+                output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),
                 handle: None,
             }),
-            events_seq: watch::Sender::new(0),
-            output_seq: watch::Sender::new(0),
+            events_seq: watch::Sender::new(first_event - 1),
+            output_seq: watch::Sender::new(first_output - 1),
             ended: CancellationToken::new(),
         }
     }
@@ -387,6 +447,11 @@ impl Session {
 
     pub fn is_user_stopped(&self) -> bool {
         self.user_stopped.load(Ordering::SeqCst)
+    }
+
+    fn request_stop(&self) {
+        self.user_stopped.store(true, Ordering::SeqCst);
+        self.stop_requested.cancel();
     }
 
     pub fn snapshot(&self) -> SessionSnapshot {
@@ -613,5 +678,10 @@ impl SessionSink {
     /// Fires when the session ends: background work tied to it stops.
     pub fn ended(&self) -> CancellationToken {
         self.session.ended.clone()
+    }
+
+    /// Fires when a client or shutdown asked the session to stop.
+    pub fn stop_requested(&self) -> CancellationToken {
+        self.session.stop_requested.clone()
     }
 }

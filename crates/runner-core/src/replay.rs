@@ -12,6 +12,7 @@ pub struct ReplayBuffer<T> {
     total_bytes: usize,
     cap_bytes: usize,
     next_id: u64,
+    first_id: u64,
 }
 
 #[derive(Debug)]
@@ -31,11 +32,18 @@ pub struct Replay<T> {
 
 impl<T: Clone> ReplayBuffer<T> {
     pub fn new(cap_bytes: usize) -> Self {
+        Self::starting_at(cap_bytes, 1)
+    }
+
+    /// A buffer whose first entry gets `first_id` (a session adopted after a
+    /// runner restart continues past every id the previous runner handed out).
+    pub fn starting_at(cap_bytes: usize, first_id: u64) -> Self {
         Self {
             entries: VecDeque::new(),
             total_bytes: 0,
             cap_bytes,
-            next_id: 1,
+            next_id: first_id.max(1),
+            first_id: first_id.max(1),
         }
     }
 
@@ -71,7 +79,13 @@ impl<T: Clone> ReplayBuffer<T> {
     /// Entries with an id greater than `after`.
     pub fn replay(&self, after: u64) -> Replay<T> {
         let oldest = self.oldest_id();
-        let has_gap = after.saturating_add(1) < oldest;
+        // `0` asks for everything: it only missed something if entries were
+        // evicted. Any other cursor below what is held missed what lies between.
+        let has_gap = if after == 0 {
+            oldest > self.first_id
+        } else {
+            after.saturating_add(1) < oldest
+        };
         // Ids are contiguous, so the first wanted entry's index is computable.
         let skip = after.saturating_sub(oldest.saturating_sub(1)) as usize;
         let entries = self
@@ -142,6 +156,23 @@ mod tests {
     }
 
     #[test]
+    fn a_buffer_can_continue_past_earlier_ids() {
+        let mut buf = ReplayBuffer::starting_at(100, 1_000);
+        assert_eq!(buf.push("a", 1), 1_000);
+        let replay = buf.replay(5);
+        assert!(
+            replay.has_gap,
+            "a client from before the restart missed something"
+        );
+        assert_eq!(replay.entries, vec![(1_000, "a")]);
+        assert!(!buf.replay(999).has_gap);
+        assert!(
+            !buf.replay(0).has_gap,
+            "a client asking for everything gets everything"
+        );
+    }
+
+    #[test]
     fn an_empty_buffer_has_no_gap() {
         let buf: ReplayBuffer<u8> = ReplayBuffer::new(10);
         assert_eq!(buf.oldest_id(), 1);
@@ -165,6 +196,20 @@ mod tests {
             let got: Vec<u64> = replay.entries.iter().map(|(id, item)| { assert_eq!(id, item); *id }).collect();
             prop_assert_eq!(got, expected);
             prop_assert_eq!(replay.has_gap, after + 1 < buf.oldest_id());
+        }
+
+        #[test]
+        fn from_zero_there_is_a_gap_only_after_an_eviction(
+            sizes in proptest::collection::vec(1usize..40, 0..60),
+            cap in 1usize..100,
+            first in 1u64..1_000,
+        ) {
+            let mut buf = ReplayBuffer::starting_at(cap, first);
+            for size in &sizes {
+                buf.push((), *size);
+            }
+            let evicted = buf.len() < sizes.len();
+            prop_assert_eq!(buf.replay(0).has_gap, evicted);
         }
     }
 }

@@ -107,6 +107,10 @@ impl Service {
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
         let registry = self.registry.clone();
+        let adopted = registry.recover().await;
+        if adopted > 0 {
+            info!(adopted, "took over sessions from a previous runner");
+        }
         let drained = CancellationToken::new();
         let stop_sessions = {
             let drained = drained.clone();
