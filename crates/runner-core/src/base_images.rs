@@ -369,7 +369,9 @@ impl BaseImageCatalog {
 
     /// Exact membership in [`current`](Self::current).
     pub fn is_allowed(&self, image: &str) -> bool {
-        self.offered_snapshot().iter().any(|offered| offered == image)
+        self.offered_snapshot()
+            .iter()
+            .any(|offered| offered == image)
     }
 
     /// The `validateConfig` refusal for an image this catalog does not offer.
@@ -466,7 +468,8 @@ impl BaseImageCatalog {
     /// page order.
     async fn fetch_tags_newest_first(&self) -> Result<Vec<String>, HubRequestError> {
         let mut url = self.hub_api_url(&[&self.hub_namespace, &self.hub_repository, "tags"]);
-        url.query_pairs_mut().append_pair("page_size", TAGS_PAGE_SIZE);
+        url.query_pairs_mut()
+            .append_pair("page_size", TAGS_PAGE_SIZE);
         let mut scanned: Vec<ScannedTag> = Vec::new();
         while scanned.len() < self.max_tags_scanned {
             let page = self.get_hub_json(url.clone()).await?;

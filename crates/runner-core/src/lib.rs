@@ -10,6 +10,7 @@ pub mod capabilities;
 pub mod config;
 pub mod debug_relay;
 pub mod http;
+pub mod http_client;
 pub mod ids;
 pub mod reachability;
 pub mod registry;
@@ -20,7 +21,7 @@ pub mod types;
 pub mod validate;
 
 pub use backend::{
-    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec,
-    StopError,
+    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, RecoveredSession,
+    StartError, StartSpec, StopError,
 };
 pub use registry::{RegistryLimits, SessionRegistry, SessionSink};

@@ -56,7 +56,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> Result<Self, LocalBackendError> {
-        let http = reqwest::Client::builder()
+        let http = runner_core::http_client::client_builder()
             // The debug stream is on loopback; a proxy from the runner's
             // environment must not be asked for it.
             .no_proxy()

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
 use runner_core::config::{CORE_ENV_VARS, EnvVarDoc};
+use runner_k8s::config::K8S_ENV_VARS;
 use runner_local::LOCAL_ENV_VARS;
 
 #[derive(Debug, Parser)]
@@ -35,7 +36,7 @@ pub enum Command {
 pub const BINARY_ENV_VARS: &[EnvVarDoc] = &[EnvVarDoc {
     name: "RUNNER_BACKEND",
     default: "local",
-    description: "Which backend runs sessions: `local` (processes on this host) or `kubernetes` (pods).",
+    description: "Which backend runs sessions: `local` (processes on this host) or `kubernetes` (pods in a cluster).",
 }];
 
 pub fn env_help() -> String {
@@ -44,6 +45,7 @@ pub fn env_help() -> String {
         ("Service", BINARY_ENV_VARS),
         ("Core", CORE_ENV_VARS),
         ("Local backend", LOCAL_ENV_VARS),
+        ("Kubernetes backend", K8S_ENV_VARS),
     ] {
         let _ = writeln!(out, "\n  {title}:");
         for var in vars {

@@ -34,7 +34,7 @@ fn serve(env: &HashMap<String, String>, listen: Option<SocketAddr>) -> ExitCode 
         }
     };
     runtime.block_on(async {
-        let service = match Service::from_env(env) {
+        let service = match Service::from_env(env).await {
             Ok(service) => service,
             Err(err) => {
                 eprintln!("{err}");

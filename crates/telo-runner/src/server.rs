@@ -7,6 +7,7 @@ use std::time::Duration;
 use runner_core::config::{ConfigError, CoreConfig, Env, load_core_config};
 use runner_core::http::{AppState, ServerOptions, router};
 use runner_core::{Backend, RegistryLimits, SessionRegistry};
+use runner_k8s::config::load_k8s_config;
 use runner_local::{LocalBackend, load_local_config};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -47,23 +48,24 @@ pub struct Service {
 impl Service {
     /// Read and validate the whole configuration; every problem is a
     /// [`ConfigError`] whose text the binary prints before exiting with 2.
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let kind = backend_kind(env)?;
-        let core = load_core_config(env, LOCAL_DEFAULT_PORT)?;
-        let backend: Arc<dyn Backend> = match kind {
-            BackendKind::Local => {
-                let local = LocalBackend::new(load_local_config(env)?)
-                    .map_err(|err| ConfigError(err.to_string()))?;
-                local.sweep_work_root();
-                Arc::new(local)
-            }
-            BackendKind::Kubernetes => {
-                return Err(ConfigError(
-                    "RUNNER_BACKEND=kubernetes is not built yet in this version of telo-runner; use RUNNER_BACKEND=local."
-                        .into(),
-                ));
-            }
-        };
+    pub async fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        runner_core::http_client::install_tls_provider();
+        let (core, backend, routes): (CoreConfig, Arc<dyn Backend>, axum::Router) =
+            match backend_kind(env)? {
+                BackendKind::Local => {
+                    let core = load_core_config(env, LOCAL_DEFAULT_PORT)?;
+                    let local = LocalBackend::new(load_local_config(env)?)
+                        .map_err(|err| ConfigError(err.to_string()))?;
+                    local.sweep_work_root();
+                    (core, Arc::new(local), axum::Router::new())
+                }
+                BackendKind::Kubernetes => {
+                    let config = load_k8s_config(env)?;
+                    let core = config.core.clone();
+                    let setup = runner_k8s::setup::build(config, env).await?;
+                    (core, setup.backend, setup.routes)
+                }
+            };
         let registry = SessionRegistry::new(
             backend,
             RegistryLimits {
@@ -86,7 +88,7 @@ impl Service {
                 registry: registry.clone(),
                 options: Arc::new(options),
             },
-            axum::Router::new(),
+            routes,
         );
         Ok(Self {
             core,
@@ -159,8 +161,14 @@ pub struct RunningService {
 
 impl RunningService {
     pub async fn start(env: &Env, listen: SocketAddr) -> anyhow::Result<Self> {
-        let service = Service::from_env(env)?;
         let listener = TcpListener::bind(listen).await?;
+        Self::start_on(env, listener).await
+    }
+
+    /// Serve on a listener bound by the caller (who may need its address in
+    /// the configuration, e.g. `RUNNER_SELF_URL`).
+    pub async fn start_on(env: &Env, listener: TcpListener) -> anyhow::Result<Self> {
+        let service = Service::from_env(env).await?;
         let addr = listener.local_addr()?;
         let registry = service.registry().clone();
         let shutdown = CancellationToken::new();

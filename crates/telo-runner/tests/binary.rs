@@ -55,6 +55,8 @@ fn serve_command(vars: &[(&str, &str)]) -> Command {
 #[case(&[("RUNNER_TERMS_FILE", "/nonexistent/terms.md")], "RUNNER_TERMS_FILE could not be read at '/nonexistent/terms.md': ")]
 #[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
+#[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]
+#[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_ROUTING_MODE", "Ingress")], "SESSION_ROUTING_MODE must be one of auto | ingress | gateway | none (got 'Ingress').")]
 fn bad_configuration_exits_2_with_the_exact_message(
     #[case] vars: &[(&str, &str)],
     #[case] message: &str,
@@ -80,6 +82,7 @@ fn help_documents_every_environment_variable() {
     for var in runner_core::config::CORE_ENV_VARS
         .iter()
         .chain(runner_local::LOCAL_ENV_VARS)
+        .chain(runner_k8s::config::K8S_ENV_VARS)
         .chain(telo_runner::cli::BINARY_ENV_VARS)
     {
         assert!(help.contains(var.name), "--help misses {}", var.name);
@@ -109,7 +112,7 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
         .expect("first line names the address")
         .to_owned();
 
-    let client = reqwest::Client::new();
+    let client = runner_core::http_client::client();
     let created: serde_json::Value = client
         .post(format!("{base}/v1/sessions"))
         .json(&test_support::bundle::start_body(json!({"echo": true})))

@@ -11,3 +11,10 @@ use std::time::Duration;
 
 /// The default time a test waits for something that should happen promptly.
 pub const WAIT: Duration = Duration::from_secs(15);
+
+/// An HTTP client for tests (the workspace's reqwest has TLS without a
+/// built-in provider; install the process-wide one first).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}

@@ -41,7 +41,7 @@ pub struct SseStream {
 
 impl SseStream {
     pub async fn connect(url: &str, headers: &[(&str, &str)]) -> SseStream {
-        let client = reqwest::Client::new();
+        let client = crate::http_client();
         let mut request = client.get(url).header("accept", "text/event-stream");
         for (name, value) in headers {
             request = request.header(*name, *value);

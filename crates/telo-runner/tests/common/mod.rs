@@ -47,7 +47,7 @@ impl Runner {
         Runner {
             base: service.base_url(),
             service: Some(service),
-            client: reqwest::Client::new(),
+            client: runner_core::http_client::client(),
             work_dir,
         }
     }

@@ -1,0 +1,342 @@
+//! `KubeBackend`: the runner-core `Backend` on a Kubernetes cluster.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use runner_core::base_images::BaseImageCatalog;
+use runner_core::capabilities::{SchemaOptions, session_config_schema};
+use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
+use runner_core::{
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, RecoveredSession, SessionSink,
+    StartError, StartSpec,
+};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::api_error::api_failure;
+use crate::bundle_store::BundleStore;
+use crate::config::{K8sConfig, OrphanPolicy};
+use crate::event_watcher::EventWatcher;
+use crate::limits::clamp_limits;
+use crate::pod_spec::{
+    AppPodInput, PodSettings, Resources, RunPodInput, SessionKind, SessionRecord, build_app_pod,
+    build_session_pod, session_record_from_pod,
+};
+use crate::pod_watcher::PodWatcher;
+use crate::session::{SessionContext, SessionShape, bring_up, delete_pod, watch_session};
+
+/// How many times a session was taken over by a restarted runner.
+pub const GENERATION_ANNOTATION: &str = "telo.run/generation";
+
+pub struct KubeBackend {
+    config: Arc<K8sConfig>,
+    client: Client,
+    ctx: Arc<SessionContext>,
+    settings: PodSettings,
+    catalog: Option<Arc<BaseImageCatalog>>,
+    /// Sessions found at boot, kept until `resume` takes them.
+    recovered: Mutex<HashMap<String, SessionRecord>>,
+    stop: CancellationToken,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl KubeBackend {
+    /// Wire the backend to a cluster: start the shared watches.
+    pub fn new(
+        config: K8sConfig,
+        client: Client,
+        bundles: Arc<BundleStore>,
+        catalog: Option<Arc<BaseImageCatalog>>,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let namespace = config.session_namespace.clone();
+        let (pod_watcher, pod_task) =
+            PodWatcher::spawn(client.clone(), &namespace, &config.managed_by, stop.clone());
+        let (event_watcher, event_task) =
+            EventWatcher::spawn(client.clone(), &namespace, stop.clone());
+        let http = runner_core::http_client::client_builder()
+            .no_proxy()
+            .build()
+            .unwrap_or_else(|_| runner_core::http_client::client());
+        let ctx = Arc::new(SessionContext {
+            pods: Api::namespaced(client.clone(), &namespace),
+            pod_watcher,
+            event_watcher,
+            bundles,
+            http,
+            start_deadline: config.start_deadline,
+        });
+        let mut tasks = vec![pod_task, event_task];
+        if let Some(catalog) = &catalog {
+            tasks.push(
+                catalog
+                    .clone()
+                    .spawn_refresher(config.base_image_catalog.refresh_interval, stop.clone()),
+            );
+        }
+        let settings = PodSettings {
+            namespace,
+            managed_by: config.managed_by.clone(),
+            init_image: config.init_image.clone(),
+            default_image: config.default_image.clone(),
+            image_pull_secret: config.image_pull_secret.clone(),
+            runtime_class: config.runtime_class.clone(),
+        };
+        Self {
+            config: Arc::new(config),
+            client,
+            ctx,
+            settings,
+            catalog,
+            recovered: Mutex::new(HashMap::new()),
+            stop,
+            tasks: Mutex::new(tasks),
+        }
+    }
+
+    pub fn pod_watcher(&self) -> &Arc<PodWatcher> {
+        &self.ctx.pod_watcher
+    }
+
+    fn resources(&self, app: bool) -> Resources {
+        let ceilings = if app {
+            &self.config.app_limits
+        } else {
+            &self.config.limits
+        };
+        let limits = clamp_limits(ceilings, None);
+        Resources {
+            cpu: limits.cpu,
+            memory: limits.memory,
+            ephemeral_storage: limits.ephemeral_storage,
+            ttl_seconds: u32::try_from(limits.ttl_seconds).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn build_pod(&self, spec: &StartSpec) -> Result<Pod, StartError> {
+        match &spec.app {
+            Some(app) => Ok(build_app_pod(
+                &self.settings,
+                &AppPodInput {
+                    session_id: &spec.session_id,
+                    created_at: &spec.created_at,
+                    app_name: &app.name,
+                    image: &app.image,
+                    pull_policy: app.pull_policy,
+                    env: &spec.env,
+                    ports: &spec.ports,
+                    inspect: spec.inspect,
+                    resources: &self.resources(true),
+                },
+            )),
+            None => {
+                let bundle_url = self
+                    .ctx
+                    .bundles
+                    .stage(&spec.session_id, &spec.bundle)
+                    .map_err(|err| StartError::new("bundle", err.to_string()))?;
+                Ok(build_session_pod(
+                    &self.settings,
+                    &RunPodInput {
+                        session_id: &spec.session_id,
+                        created_at: &spec.created_at,
+                        bundle_url: &bundle_url,
+                        entry_relative_path: &spec.entry_relative_path,
+                        image: &spec.config.image,
+                        pull_policy: spec.config.pull_policy,
+                        env: &spec.env,
+                        ports: &spec.ports,
+                        inspect: spec.inspect,
+                        resources: &self.resources(false),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// Stop the shared watches (runner shutdown).
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for KubeBackend {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[async_trait]
+impl Backend for KubeBackend {
+    fn capabilities(&self) -> BackendCapabilities {
+        let image_enum = self
+            .catalog
+            .as_ref()
+            .map(|catalog| catalog.current())
+            .unwrap_or_default();
+        BackendCapabilities {
+            display_name: self.config.display_name.clone(),
+            description: self.config.description.clone(),
+            config_schema: session_config_schema(&SchemaOptions {
+                image_default: self.config.default_image.clone(),
+                enforced: true,
+                image_enum,
+                registry_url: false,
+                pull_policy_default: PullPolicy::Missing,
+                pull_policy_description: Some(
+                    "Kernel-image freshness, applied as the Pod's imagePullPolicy. `missing` pulls on first use; `always` pulls every run; `never` fails if the node lacks the image."
+                        .to_owned(),
+                ),
+            }),
+            features: json!({ "io": true, "ports": true }),
+        }
+    }
+
+    async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let namespace = &self.config.session_namespace;
+        if namespaces.get(namespace).await.is_ok() {
+            return AvailabilityReport::Ready;
+        }
+        if namespaces.list(&Default::default()).await.is_err() {
+            return AvailabilityReport::Unavailable {
+                message: "Kubernetes API server not reachable from the runner.".into(),
+                remediation: Some("Check the runner's in-cluster ServiceAccount and RBAC.".into()),
+            };
+        }
+        AvailabilityReport::Unavailable {
+            message: format!("Session namespace '{namespace}' does not exist."),
+            remediation: Some(format!(
+                "Install the runner's Helm chart, which provisions the '{namespace}' namespace."
+            )),
+        }
+    }
+
+    fn validate_config(&self, config: &SessionConfig) -> Result<(), String> {
+        match &self.catalog {
+            Some(catalog) if !catalog.is_allowed(&config.image) => {
+                Err(catalog.allowlist_error(&config.image))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn start(
+        &self,
+        spec: StartSpec,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        let pod = self.build_pod(&spec)?;
+        let watching = watch_session(&self.ctx, &spec.session_id);
+        if let Err(err) = self.ctx.pods.create(&PostParams::default(), &pod).await {
+            self.ctx.bundles.drop_bundle(&spec.session_id);
+            return Err(api_failure(
+                err,
+                "create",
+                "could not create the session pod",
+            ));
+        }
+        let shape = SessionShape {
+            session_id: spec.session_id.clone(),
+            ports: spec.ports.clone(),
+            inspect: spec.inspect && !spec.self_contained(),
+        };
+        bring_up(self.ctx.clone(), shape, sink, watching).await
+    }
+
+    async fn recover(&self) -> Vec<RecoveredSession> {
+        self.ctx.pod_watcher.wait_synced().await;
+        let mut recovered = Vec::new();
+        for pod in self.ctx.pod_watcher.pods() {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+            let finished = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+            let record = session_record_from_pod(&pod);
+            let adoptable = self.config.orphan_policy == OrphanPolicy::Adopt && !finished;
+            match record {
+                Ok(record) if adoptable => {
+                    let generation = pod
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(GENERATION_ANNOTATION))
+                        .and_then(|g| g.parse::<u32>().ok())
+                        .unwrap_or(0)
+                        .saturating_add(1);
+                    // Recorded on the pod so a later restart continues past
+                    // this generation's ids.
+                    let patch = json!({"metadata": {"annotations": {GENERATION_ANNOTATION: generation.to_string()}}});
+                    if let Err(err) = self
+                        .ctx
+                        .pods
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        warn!(pod = %name, error = %err, "could not record the adoption; deleting the pod instead");
+                        let _ = delete_pod(&self.ctx.pods, &name).await;
+                        continue;
+                    }
+                    recovered.push(RecoveredSession {
+                        session_id: record.session_id.clone(),
+                        created_at: record.created_at.clone(),
+                        generation,
+                    });
+                    self.recovered
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(record.session_id.clone(), record);
+                }
+                other => {
+                    let why = match &other {
+                        Err(err) => err.to_string(),
+                        Ok(_) if finished => "finished".to_owned(),
+                        Ok(_) => "orphan policy is reap".to_owned(),
+                    };
+                    info!(pod = %name, reason = %why, "deleting a session pod left by a previous runner");
+                    if let Err(err) = delete_pod(&self.ctx.pods, &name).await {
+                        warn!(pod = %name, error = %err, "could not delete a leftover session pod");
+                    }
+                }
+            }
+        }
+        recovered
+    }
+
+    async fn resume(
+        &self,
+        session: RecoveredSession,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        let record = self
+            .recovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session.session_id)
+            .ok_or_else(|| StartError::new("resume", "the session's pod record was lost"))?;
+        let watching = watch_session(&self.ctx, &record.session_id);
+        let shape = SessionShape {
+            session_id: record.session_id.clone(),
+            ports: record.ports.clone(),
+            inspect: record.inspect && record.kind == SessionKind::Run,
+        };
+        bring_up(self.ctx.clone(), shape, sink, watching).await
+    }
+
+    fn release(&self, session_id: &str) {
+        self.ctx.bundles.drop_bundle(session_id);
+    }
+}

@@ -1,0 +1,1232 @@
+//! The Kubernetes backend's configuration, read from the environment once at
+//! boot (spec/k8s-runner.md §2).
+//!
+//! Variables are evaluated in the reference's order — `RUNNER_SELF_URL` first,
+//! then the session namespace, the core config, and the backend's own fields —
+//! so an environment with several mistakes reports the same one the reference
+//! runner would, with the same sentence. Anything wrong is refused here, with
+//! exit code 2 at the binary: a runner that boots on a typo and then fails
+//! every session is harder to diagnose than one that does not boot.
+
+use std::fmt;
+use std::time::Duration;
+
+use runner_core::config::{
+    ConfigError, CoreConfig, Env, EnvVarDoc, env_string, load_core_config, parse_bool,
+    parse_positive_int,
+};
+
+/// The port the Kubernetes runner listens on when `PORT` is unset; the core
+/// default (8061) belongs to the Docker runner, and the chart's Service
+/// targets this one.
+pub const DEFAULT_PORT: u16 = 8062;
+
+pub const DEFAULT_DISPLAY_NAME: &str = "Telo Runner";
+pub const DEFAULT_DESCRIPTION: &str = "Runs the Telo application in a cloud environment";
+pub const DEFAULT_SESSION_NAMESPACE: &str = "telo-sessions";
+/// A source-checkout fallback only: the container image bakes the kernel
+/// image it was built against into `RUNNER_IMAGE`.
+pub const DEFAULT_IMAGE: &str = "telorun/node:latest-slim";
+/// The bundle-fetch init container runs `wget` and `tar`, nothing else.
+pub const DEFAULT_INIT_IMAGE: &str = "busybox:stable";
+pub const DEFAULT_MANAGED_BY: &str = "telo-k8s-runner";
+
+/// Run-session ceilings are sized for a pod that downloads and resolves its
+/// own module closure into an emptyDir: the older 50m / 100Mi / 512Mi meant an
+/// OOM kill on memory and an eviction on ephemeral storage for an ordinary app.
+pub const DEFAULT_MAX_CPU: &str = "500m";
+pub const DEFAULT_MAX_MEMORY: &str = "512Mi";
+pub const DEFAULT_MAX_TTL_SECONDS: u64 = 3600;
+pub const DEFAULT_MAX_EPHEMERAL_STORAGE: &str = "1Gi";
+/// App and watch sessions are operator-curated and long-lived, so they keep
+/// their own ceilings (notably a six-hour TTL) without loosening the
+/// anonymous run-session ones.
+pub const DEFAULT_APP_MAX_TTL_SECONDS: u64 = 21_600;
+
+pub const DEFAULT_BASE_IMAGE_REPOSITORY: &str = "telorun/node";
+pub const DEFAULT_BASE_IMAGE_LIMIT: u64 = 20;
+pub const DEFAULT_BASE_IMAGE_REFRESH_SECONDS: u64 = 3600;
+pub const DEFAULT_DOCKER_HUB_URL: &str = "https://hub.docker.com";
+
+pub const DEFAULT_ROUTE_READY_TIMEOUT_SECONDS: u64 = 60;
+/// How long a pod may stay short of `Running` before the start is abandoned.
+/// `activeDeadlineSeconds` bounds only a pod that already runs, so a pod
+/// stuck in `Pending` needs this runner-side deadline.
+pub const DEFAULT_START_DEADLINE_SECONDS: u64 = 120;
+
+const SELF_URL_REQUIRED: &str = "RUNNER_SELF_URL env var is required. Set it to the runner's \
+     in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session \
+     initContainers can fetch the bundle.";
+
+/// Everything the Kubernetes backend is configured with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct K8sConfig {
+    pub core: CoreConfig,
+    /// Shown by clients in the runner picker (`/v1/capabilities`).
+    pub display_name: String,
+    pub description: String,
+    /// Where session pods, services and routing objects are created.
+    pub session_namespace: String,
+    pub default_image: String,
+    pub init_image: String,
+    /// dockerconfig Secret in the session namespace the kubelet pulls session
+    /// images with (the kernel image and any private catalog image).
+    pub image_pull_secret: Option<String>,
+    /// Sandbox RuntimeClass (gVisor, Kata); unset means the cluster default.
+    pub runtime_class: Option<String>,
+    /// The runner's in-cluster base URL without trailing slashes; the init
+    /// container fetches the bundle from `<self_url>/internal/bundles/<id>`.
+    pub self_url: String,
+    /// Value of `app.kubernetes.io/managed-by` on every session object; the
+    /// selector of the shared watch and of adoption.
+    pub managed_by: String,
+    pub limits: LimitCeilings,
+    pub app_limits: LimitCeilings,
+    pub routing: RoutingConfig,
+    pub base_image_catalog: BaseImageCatalogConfig,
+    pub orphan_policy: OrphanPolicy,
+    pub start_deadline: Duration,
+}
+
+/// Operator ceilings for one session shape. Quantities stay strings: they are
+/// handed to Kubernetes as written, and [`crate::limits`] compares them only
+/// when a request asks for less.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitCeilings {
+    pub cpu: String,
+    pub memory: String,
+    pub ttl_seconds: u64,
+    pub ephemeral_storage: String,
+}
+
+/// Which layer per-session routes are published on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoutingMode {
+    /// Decide from what is configured, then from what the cluster serves, and
+    /// refuse to boot when that is ambiguous.
+    Auto,
+    /// `networking.k8s.io/v1` Ingress.
+    Ingress,
+    /// `gateway.networking.k8s.io` HTTPRoute.
+    Gateway,
+    /// Publish nothing: sessions are logs-only even with a base domain.
+    None,
+}
+
+impl RoutingMode {
+    pub const ALL: [RoutingMode; 4] = [Self::Auto, Self::Ingress, Self::Gateway, Self::None];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Ingress => "ingress",
+            Self::Gateway => "gateway",
+            Self::None => "none",
+        }
+    }
+
+    /// Exact, case-sensitive match, as the reference.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.as_str() == raw)
+    }
+}
+
+impl fmt::Display for RoutingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The Gateway a session's HTTPRoute attaches to. It is configured, never
+/// discovered: picking one of several Gateways is a guess, and a route on the
+/// wrong Gateway fails as silently as no route at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayParent {
+    pub name: String,
+    /// Defaults to the session namespace, as Gateway API's own
+    /// `parentRefs[].namespace` defaults to the route's namespace.
+    pub namespace: String,
+    /// The listener to attach to, when only one of several should carry
+    /// session traffic.
+    pub section_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutingConfig {
+    pub mode: RoutingMode,
+    /// Wildcard domain of per-session hosts (`<port>-<id>.<base_domain>`);
+    /// without it no host can be built, so routing is off whatever the mode.
+    pub base_domain: Option<String>,
+    pub ingress_class_name: Option<String>,
+    /// `kubernetes.io/tls` Secret the session Ingress presents. Ingress only:
+    /// under Gateway API the certificate belongs to the Gateway's listener.
+    pub tls_secret_name: Option<String>,
+    pub gateway: Option<GatewayParent>,
+    /// How long a published route may stay unclaimed by any controller before
+    /// it is reported `unprogrammed`.
+    pub route_ready_timeout: Duration,
+}
+
+/// The menu of base images a session may pick, read from Docker Hub tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseImageCatalogConfig {
+    pub enabled: bool,
+    /// Docker Hub `namespace/repository`.
+    pub repository: String,
+    pub filter: TagFilter,
+    /// How many tags are offered at most.
+    pub limit: usize,
+    pub refresh_interval: Duration,
+    /// Docker Hub's base URL without trailing slashes. Not in the reference:
+    /// it lets tests and air-gapped mirrors serve the tag list themselves.
+    pub hub_url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagFilter {
+    /// Only tags that name an exact version.
+    pub pinned_only: bool,
+    pub exclude_sha: bool,
+    pub exclude_prerelease: bool,
+    /// Regular-expression sources (Rust `regex` syntax), already validated.
+    pub include: Option<String>,
+    pub exclude: Option<String>,
+}
+
+/// What the runner does at boot with session pods a previous process left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OrphanPolicy {
+    /// Take live sessions over (re-attach, rebuild history, resume status);
+    /// delete only finished or expired ones.
+    #[default]
+    Adopt,
+    /// Delete every session pod, as the reference runner does.
+    Reap,
+}
+
+impl OrphanPolicy {
+    pub const ALL: [OrphanPolicy; 2] = [Self::Adopt, Self::Reap];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Adopt => "adopt",
+            Self::Reap => "reap",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|policy| policy.as_str() == raw)
+    }
+}
+
+impl fmt::Display for OrphanPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Reads the whole Kubernetes backend configuration; the first invalid
+/// variable in evaluation order is the error.
+pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
+    let self_url = load_self_url(env)?;
+    let session_namespace = string_or(env, "RUNNER_SESSION_NAMESPACE", DEFAULT_SESSION_NAMESPACE);
+    let core = load_core_config(env, DEFAULT_PORT)?;
+    let display_name = string_or(env, "RUNNER_DISPLAY_NAME", DEFAULT_DISPLAY_NAME);
+    let description = string_or(env, "RUNNER_DESCRIPTION", DEFAULT_DESCRIPTION);
+    let default_image = string_or(env, "RUNNER_IMAGE", DEFAULT_IMAGE);
+    let init_image = string_or(env, "RUNNER_INIT_IMAGE", DEFAULT_INIT_IMAGE);
+    let image_pull_secret = env_string(env, "RUNNER_IMAGE_PULL_SECRET");
+    let runtime_class = env_string(env, "RUNNER_RUNTIME_CLASS");
+    let routing = load_routing_config(env, &session_namespace)?;
+    let managed_by = string_or(env, "RUNNER_MANAGED_BY", DEFAULT_MANAGED_BY);
+    let limits = load_ceilings(env, "RUNNER_MAX", DEFAULT_MAX_TTL_SECONDS)?;
+    let app_limits = load_ceilings(env, "RUNNER_APP_MAX", DEFAULT_APP_MAX_TTL_SECONDS)?;
+    let base_image_catalog = load_base_image_catalog(env)?;
+    // Our additions come last so they never change which reference error an
+    // environment produces.
+    let orphan_policy = load_orphan_policy(env)?;
+    let start_deadline = Duration::from_secs(parse_positive_int(
+        var(env, "RUNNER_START_DEADLINE_SECONDS"),
+        DEFAULT_START_DEADLINE_SECONDS,
+        "RUNNER_START_DEADLINE_SECONDS",
+    )?);
+    Ok(K8sConfig {
+        core,
+        display_name,
+        description,
+        session_namespace,
+        default_image,
+        init_image,
+        image_pull_secret,
+        runtime_class,
+        self_url,
+        managed_by,
+        limits,
+        app_limits,
+        routing,
+        base_image_catalog,
+        orphan_policy,
+        start_deadline,
+    })
+}
+
+/// `RUNNER_SELF_URL`, trimmed and without trailing slashes. A value made only
+/// of slashes is refused like a missing one (the reference accepted it and
+/// handed the init container a host-less URL).
+fn load_self_url(env: &Env) -> Result<String, ConfigError> {
+    env_string(env, "RUNNER_SELF_URL")
+        .map(|url| url.trim_end_matches('/').to_owned())
+        .filter(|url| !url.is_empty())
+        .ok_or_else(|| ConfigError(SELF_URL_REQUIRED.to_owned()))
+}
+
+/// `SESSION_*` routing variables. Mode and the gateway-mode requirements are
+/// checked here; what depends on the cluster is decided at boot by
+/// [`crate::routing::mode::decide`].
+pub fn load_routing_config(
+    env: &Env,
+    session_namespace: &str,
+) -> Result<RoutingConfig, ConfigError> {
+    let mode = load_routing_mode(env)?;
+    let gateway_name = env_string(env, "SESSION_GATEWAY_NAME");
+    let tls_secret_name = env_string(env, "SESSION_INGRESS_TLS_SECRET");
+
+    // A certificate for a layer that never presents it is a silent downgrade to
+    // plaintext origin traffic. This catches only the mode that names the layer
+    // outright; under `auto` a named Gateway decides later, and the decision
+    // repeats the check against the resolved layer.
+    if mode == RoutingMode::Gateway && tls_secret_name.is_some() {
+        return Err(ConfigError(
+            "SESSION_INGRESS_TLS_SECRET is set but SESSION_ROUTING_MODE=gateway. Under Gateway API \
+             the origin certificate belongs to the Gateway listener's own `tls.certificateRefs`, \
+             not to the per-session route. Move the Secret reference to the Gateway and unset \
+             this."
+                .to_owned(),
+        ));
+    }
+    if mode == RoutingMode::Gateway && gateway_name.is_none() {
+        return Err(gateway_name_required(session_namespace));
+    }
+
+    let base_domain = env_string(env, "SESSION_ROUTING_BASE_DOMAIN");
+    let ingress_class_name = env_string(env, "SESSION_INGRESS_CLASS");
+    let gateway = gateway_name.map(|name| GatewayParent {
+        name,
+        namespace: string_or(env, "SESSION_GATEWAY_NAMESPACE", session_namespace),
+        section_name: env_string(env, "SESSION_GATEWAY_SECTION_NAME"),
+    });
+    let route_ready_timeout = Duration::from_secs(parse_positive_int(
+        var(env, "SESSION_ROUTE_READY_TIMEOUT_SECONDS"),
+        DEFAULT_ROUTE_READY_TIMEOUT_SECONDS,
+        "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
+    )?);
+    Ok(RoutingConfig {
+        mode,
+        base_domain,
+        ingress_class_name,
+        tls_secret_name,
+        gateway,
+        route_ready_timeout,
+    })
+}
+
+/// The refusal of gateway mode without a Gateway to attach routes to; shared
+/// with the routing decision, which can meet a hand-built config.
+pub(crate) fn gateway_name_required(session_namespace: &str) -> ConfigError {
+    ConfigError(format!(
+        "SESSION_ROUTING_MODE=gateway requires SESSION_GATEWAY_NAME — the Gateway each session's \
+         HTTPRoute attaches to. Set it (and SESSION_GATEWAY_NAMESPACE when the Gateway is not in \
+         '{session_namespace}')."
+    ))
+}
+
+/// An unknown mode is refused rather than read as `auto`: a typo that silently
+/// fell back to the default is the very failure explicit modes exist to end.
+fn load_routing_mode(env: &Env) -> Result<RoutingMode, ConfigError> {
+    let Some(raw) = env_string(env, "SESSION_ROUTING_MODE") else {
+        return Ok(RoutingMode::Auto);
+    };
+    RoutingMode::parse(&raw).ok_or_else(|| {
+        let choices: Vec<&str> = RoutingMode::ALL.iter().map(|mode| mode.as_str()).collect();
+        ConfigError(format!(
+            "SESSION_ROUTING_MODE must be one of {} (got '{raw}').",
+            choices.join(" | ")
+        ))
+    })
+}
+
+/// `<prefix>_CPU`, `<prefix>_MEMORY`, `<prefix>_TTL_SECONDS`,
+/// `<prefix>_EPHEMERAL_STORAGE`. Quantities are not validated here: an
+/// unparseable ceiling is passed to Kubernetes as written, as the reference.
+fn load_ceilings(env: &Env, prefix: &str, ttl_default: u64) -> Result<LimitCeilings, ConfigError> {
+    let cpu = string_or(env, &format!("{prefix}_CPU"), DEFAULT_MAX_CPU);
+    let memory = string_or(env, &format!("{prefix}_MEMORY"), DEFAULT_MAX_MEMORY);
+    let ttl_key = format!("{prefix}_TTL_SECONDS");
+    let ttl_seconds = parse_positive_int(var(env, &ttl_key), ttl_default, &ttl_key)?;
+    let ephemeral_storage = string_or(
+        env,
+        &format!("{prefix}_EPHEMERAL_STORAGE"),
+        DEFAULT_MAX_EPHEMERAL_STORAGE,
+    );
+    Ok(LimitCeilings {
+        cpu,
+        memory,
+        ttl_seconds,
+        ephemeral_storage,
+    })
+}
+
+fn load_base_image_catalog(env: &Env) -> Result<BaseImageCatalogConfig, ConfigError> {
+    let bool_var = |key: &str| parse_bool(var(env, key), true, key);
+    let enabled = bool_var("RUNNER_BASE_IMAGE_CATALOG_ENABLED")?;
+    let repository = string_or(env, "RUNNER_BASE_IMAGE_REPO", DEFAULT_BASE_IMAGE_REPOSITORY);
+    let filter = TagFilter {
+        pinned_only: bool_var("RUNNER_BASE_IMAGE_PINNED_ONLY")?,
+        exclude_sha: bool_var("RUNNER_BASE_IMAGE_EXCLUDE_SHA")?,
+        exclude_prerelease: bool_var("RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE")?,
+        include: load_tag_regex(env, "RUNNER_BASE_IMAGE_INCLUDE")?,
+        exclude: load_tag_regex(env, "RUNNER_BASE_IMAGE_EXCLUDE")?,
+    };
+    let limit_raw = var(env, "RUNNER_BASE_IMAGE_LIMIT");
+    let limit = parse_positive_int(
+        limit_raw,
+        DEFAULT_BASE_IMAGE_LIMIT,
+        "RUNNER_BASE_IMAGE_LIMIT",
+    )
+    .and_then(|limit| {
+        usize::try_from(limit).map_err(|_| {
+            ConfigError(format!(
+                "RUNNER_BASE_IMAGE_LIMIT must be a positive integer, got '{}'.",
+                limit_raw.unwrap_or_default()
+            ))
+        })
+    })?;
+    let refresh_interval = Duration::from_secs(parse_positive_int(
+        var(env, "RUNNER_BASE_IMAGE_REFRESH_SECONDS"),
+        DEFAULT_BASE_IMAGE_REFRESH_SECONDS,
+        "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
+    )?);
+    let hub_url = load_hub_url(env)?;
+    Ok(BaseImageCatalogConfig {
+        enabled,
+        repository,
+        filter,
+        limit,
+        refresh_interval,
+        hub_url,
+    })
+}
+
+/// A tag filter is compiled once here so a bad pattern stops the boot instead
+/// of emptying the image menu at the first refresh. The syntax is Rust's
+/// `regex` (no look-around or back-references), which covers the tag
+/// patterns operators write.
+fn load_tag_regex(env: &Env, field: &str) -> Result<Option<String>, ConfigError> {
+    let Some(source) = env_string(env, field) else {
+        return Ok(None);
+    };
+    regex::Regex::new(&source)
+        .map(|_| Some(source))
+        .map_err(|err| ConfigError(format!("{field} is not a valid regular expression: {err}")))
+}
+
+fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
+    let Some(raw) = env_string(env, "RUNNER_DOCKER_HUB_URL") else {
+        return Ok(DEFAULT_DOCKER_HUB_URL.to_owned());
+    };
+    let url = raw.trim_end_matches('/');
+    let has_host = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .is_some_and(|rest| !rest.is_empty());
+    if has_host {
+        Ok(url.to_owned())
+    } else {
+        Err(ConfigError(format!(
+            "RUNNER_DOCKER_HUB_URL must be an http:// or https:// URL (got '{raw}')."
+        )))
+    }
+}
+
+fn load_orphan_policy(env: &Env) -> Result<OrphanPolicy, ConfigError> {
+    let Some(raw) = env_string(env, "RUNNER_ORPHAN_POLICY") else {
+        return Ok(OrphanPolicy::default());
+    };
+    OrphanPolicy::parse(&raw).ok_or_else(|| {
+        let choices: Vec<&str> = OrphanPolicy::ALL.iter().map(|p| p.as_str()).collect();
+        ConfigError(format!(
+            "RUNNER_ORPHAN_POLICY must be one of {} (got '{raw}').",
+            choices.join(" | ")
+        ))
+    })
+}
+
+fn var<'a>(env: &'a Env, key: &str) -> Option<&'a str> {
+    env.get(key).map(String::as_str)
+}
+
+fn string_or(env: &Env, key: &str, default: &str) -> String {
+    env_string(env, key).unwrap_or_else(|| default.to_owned())
+}
+
+/// Every variable the Kubernetes backend reads beyond the core ones
+/// ([`runner_core::config::CORE_ENV_VARS`]). With this backend `PORT`
+/// defaults to [`DEFAULT_PORT`] (8062), not the core's 8061.
+pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
+    EnvVarDoc {
+        name: "RUNNER_SELF_URL",
+        default: "(required)",
+        description: "The runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062); session init containers fetch their bundle from it.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_DISPLAY_NAME",
+        default: DEFAULT_DISPLAY_NAME,
+        description: "Name clients show for this runner.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_DESCRIPTION",
+        default: DEFAULT_DESCRIPTION,
+        description: "One-line description clients show for this runner.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_SESSION_NAMESPACE",
+        default: DEFAULT_SESSION_NAMESPACE,
+        description: "Namespace session pods, services and routes are created in; it must exist.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_IMAGE",
+        default: DEFAULT_IMAGE,
+        description: "Kernel image run sessions use when the request picks none.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_INIT_IMAGE",
+        default: DEFAULT_INIT_IMAGE,
+        description: "Image of the init container that downloads and unpacks the bundle; needs wget and tar.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_IMAGE_PULL_SECRET",
+        default: "(unset)",
+        description: "dockerconfig Secret in the session namespace used to pull session images from a private registry.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_RUNTIME_CLASS",
+        default: "(unset)",
+        description: "RuntimeClass of session pods (e.g. gvisor); unset means the cluster default.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MANAGED_BY",
+        default: DEFAULT_MANAGED_BY,
+        description: "Value of the app.kubernetes.io/managed-by label on every session object; two runners sharing a namespace need different values.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_CPU",
+        default: DEFAULT_MAX_CPU,
+        description: "CPU limit (and request) of a run-session container.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_MEMORY",
+        default: DEFAULT_MAX_MEMORY,
+        description: "Memory limit (and request) of a run-session container.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_TTL_SECONDS",
+        default: "3600",
+        description: "Longest a run-session pod may run (activeDeadlineSeconds).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_EPHEMERAL_STORAGE",
+        default: DEFAULT_MAX_EPHEMERAL_STORAGE,
+        description: "Ephemeral-storage limit of a run-session container; the module cache counts against it.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_APP_MAX_CPU",
+        default: DEFAULT_MAX_CPU,
+        description: "CPU limit of app-session and watch-session containers.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_APP_MAX_MEMORY",
+        default: DEFAULT_MAX_MEMORY,
+        description: "Memory limit of app-session and watch-session containers.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_APP_MAX_TTL_SECONDS",
+        default: "21600",
+        description: "Longest an app-session pod may run (activeDeadlineSeconds).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_APP_MAX_EPHEMERAL_STORAGE",
+        default: DEFAULT_MAX_EPHEMERAL_STORAGE,
+        description: "Ephemeral-storage limit of app-session and watch-session containers.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_CATALOG_ENABLED",
+        default: "true",
+        description: "Offer clients a menu of base-image tags read from Docker Hub.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_REPO",
+        default: DEFAULT_BASE_IMAGE_REPOSITORY,
+        description: "Docker Hub namespace/repository the base-image menu lists tags of.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_PINNED_ONLY",
+        default: "true",
+        description: "List only tags that name an exact version.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_EXCLUDE_SHA",
+        default: "true",
+        description: "Leave out tags that are commit hashes.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE",
+        default: "true",
+        description: "Leave out pre-release tags (alpha, beta, rc, ...).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_INCLUDE",
+        default: "(unset)",
+        description: "Regular expression a tag must match to be listed; an invalid one is a boot error.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_EXCLUDE",
+        default: "(unset)",
+        description: "Regular expression of tags to leave out; an invalid one is a boot error.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_LIMIT",
+        default: "20",
+        description: "Most tags the base-image menu offers.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
+        default: "3600",
+        description: "How often the base-image menu is re-read from Docker Hub.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_DOCKER_HUB_URL",
+        default: DEFAULT_DOCKER_HUB_URL,
+        description: "Base URL the tag list is read from; point it at a mirror or a local server.",
+    },
+    EnvVarDoc {
+        name: "SESSION_ROUTING_MODE",
+        default: "auto",
+        description: "Routing layer for session ports: auto, ingress, gateway or none; auto refuses to boot when the choice is ambiguous.",
+    },
+    EnvVarDoc {
+        name: "SESSION_ROUTING_BASE_DOMAIN",
+        default: "(unset)",
+        description: "Wildcard domain of session hosts (<port>-<session>.<domain>); unset means sessions are logs-only.",
+    },
+    EnvVarDoc {
+        name: "SESSION_INGRESS_CLASS",
+        default: "(unset)",
+        description: "ingressClassName of session Ingresses; setting it also makes auto choose Ingress.",
+    },
+    EnvVarDoc {
+        name: "SESSION_INGRESS_TLS_SECRET",
+        default: "(unset)",
+        description: "TLS Secret session Ingresses present for *.<domain>; refused when routing is Gateway API.",
+    },
+    EnvVarDoc {
+        name: "SESSION_GATEWAY_NAME",
+        default: "(unset)",
+        description: "Gateway session HTTPRoutes attach to; required for gateway mode, and makes auto choose Gateway API.",
+    },
+    EnvVarDoc {
+        name: "SESSION_GATEWAY_NAMESPACE",
+        default: "(the session namespace)",
+        description: "Namespace of that Gateway.",
+    },
+    EnvVarDoc {
+        name: "SESSION_GATEWAY_SECTION_NAME",
+        default: "(unset)",
+        description: "Listener of the Gateway session routes attach to.",
+    },
+    EnvVarDoc {
+        name: "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
+        default: "60",
+        description: "How long a route may stay unclaimed by a controller before it is reported unprogrammed.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_ORPHAN_POLICY",
+        default: "adopt",
+        description: "What to do at boot with sessions a previous runner left: adopt live ones, or reap (delete) them all.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_START_DEADLINE_SECONDS",
+        default: "120",
+        description: "How long a session pod may take to reach Running before the start fails.",
+    },
+    EnvVarDoc {
+        name: "KUBECONFIG",
+        default: "(in-cluster service account, else ~/.kube/config)",
+        description: "Kubeconfig used outside a cluster; inside one the pod's service account is used.",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use runner_core::config::{CORE_ENV_VARS, env_from_pairs};
+
+    const SELF_URL: (&str, &str) = ("RUNNER_SELF_URL", "http://runner.test:8062");
+
+    /// A minimal valid environment plus `pairs` (later keys win).
+    fn env_with(pairs: &[(&str, &str)]) -> Env {
+        let mut env = env_from_pairs(&[SELF_URL]);
+        env.extend(env_from_pairs(pairs));
+        env
+    }
+
+    fn load(pairs: &[(&str, &str)]) -> Result<K8sConfig, ConfigError> {
+        load_k8s_config(&env_with(pairs))
+    }
+
+    fn error(pairs: &[(&str, &str)]) -> String {
+        match load(pairs) {
+            Ok(config) => panic!("expected a config error, loaded {config:?}"),
+            Err(ConfigError(message)) => message,
+        }
+    }
+
+    #[test]
+    fn only_the_self_url_is_required_and_everything_else_has_its_default() {
+        let config = load(&[]).unwrap();
+        assert_eq!(config.core, load_core_config(&Env::new(), 8062).unwrap());
+        assert_eq!(config.core.port, 8062);
+        assert_eq!(config.display_name, "Telo Runner");
+        assert_eq!(
+            config.description,
+            "Runs the Telo application in a cloud environment"
+        );
+        assert_eq!(config.session_namespace, "telo-sessions");
+        assert_eq!(config.default_image, "telorun/node:latest-slim");
+        assert_eq!(config.init_image, "busybox:stable");
+        assert_eq!(config.image_pull_secret, None);
+        assert_eq!(config.runtime_class, None);
+        assert_eq!(config.self_url, "http://runner.test:8062");
+        assert_eq!(config.managed_by, "telo-k8s-runner");
+        assert_eq!(
+            config.limits,
+            LimitCeilings {
+                cpu: "500m".into(),
+                memory: "512Mi".into(),
+                ttl_seconds: 3600,
+                ephemeral_storage: "1Gi".into(),
+            }
+        );
+        assert_eq!(
+            config.app_limits,
+            LimitCeilings {
+                cpu: "500m".into(),
+                memory: "512Mi".into(),
+                ttl_seconds: 21_600,
+                ephemeral_storage: "1Gi".into(),
+            }
+        );
+        assert_eq!(
+            config.routing,
+            RoutingConfig {
+                mode: RoutingMode::Auto,
+                base_domain: None,
+                ingress_class_name: None,
+                tls_secret_name: None,
+                gateway: None,
+                route_ready_timeout: Duration::from_secs(60),
+            }
+        );
+        assert_eq!(
+            config.base_image_catalog,
+            BaseImageCatalogConfig {
+                enabled: true,
+                repository: "telorun/node".into(),
+                filter: TagFilter {
+                    pinned_only: true,
+                    exclude_sha: true,
+                    exclude_prerelease: true,
+                    include: None,
+                    exclude: None,
+                },
+                limit: 20,
+                refresh_interval: Duration::from_secs(3600),
+                hub_url: "https://hub.docker.com".into(),
+            }
+        );
+        assert_eq!(config.orphan_policy, OrphanPolicy::Adopt);
+        assert_eq!(config.start_deadline, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn every_variable_overrides_its_default() {
+        let config = load(&[
+            ("PORT", "9000"),
+            ("RUNNER_DISPLAY_NAME", " Cluster "),
+            ("RUNNER_DESCRIPTION", "Runs in the lab"),
+            ("RUNNER_SESSION_NAMESPACE", "lab"),
+            ("RUNNER_IMAGE", "telorun/node:0.30.1-slim"),
+            ("RUNNER_INIT_IMAGE", "busybox:1.36"),
+            ("RUNNER_IMAGE_PULL_SECRET", "pull"),
+            ("RUNNER_RUNTIME_CLASS", "gvisor"),
+            ("RUNNER_MANAGED_BY", "lab-runner"),
+            ("RUNNER_MAX_CPU", "250m"),
+            ("RUNNER_MAX_MEMORY", "256Mi"),
+            ("RUNNER_MAX_TTL_SECONDS", "600"),
+            ("RUNNER_MAX_EPHEMERAL_STORAGE", "2Gi"),
+            ("RUNNER_APP_MAX_CPU", "1"),
+            ("RUNNER_APP_MAX_MEMORY", "1Gi"),
+            ("RUNNER_APP_MAX_TTL_SECONDS", "7200"),
+            ("RUNNER_APP_MAX_EPHEMERAL_STORAGE", "4Gi"),
+            ("RUNNER_BASE_IMAGE_CATALOG_ENABLED", "no"),
+            ("RUNNER_BASE_IMAGE_REPO", "acme/node"),
+            ("RUNNER_BASE_IMAGE_PINNED_ONLY", "false"),
+            ("RUNNER_BASE_IMAGE_EXCLUDE_SHA", "0"),
+            ("RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE", "No"),
+            ("RUNNER_BASE_IMAGE_INCLUDE", " ^\\d+\\.\\d+ "),
+            ("RUNNER_BASE_IMAGE_EXCLUDE", "-slim$"),
+            ("RUNNER_BASE_IMAGE_LIMIT", "5"),
+            ("RUNNER_BASE_IMAGE_REFRESH_SECONDS", "60"),
+            ("RUNNER_DOCKER_HUB_URL", "http://127.0.0.1:9999/"),
+            ("SESSION_ROUTING_MODE", "ingress"),
+            ("SESSION_ROUTING_BASE_DOMAIN", "telo.run"),
+            ("SESSION_INGRESS_CLASS", "nginx"),
+            ("SESSION_INGRESS_TLS_SECRET", "origin-tls"),
+            ("SESSION_ROUTE_READY_TIMEOUT_SECONDS", "5"),
+            ("RUNNER_ORPHAN_POLICY", "reap"),
+            ("RUNNER_START_DEADLINE_SECONDS", "30"),
+        ])
+        .unwrap();
+        assert_eq!(config.core.port, 9000);
+        assert_eq!(config.display_name, "Cluster");
+        assert_eq!(config.description, "Runs in the lab");
+        assert_eq!(config.session_namespace, "lab");
+        assert_eq!(config.default_image, "telorun/node:0.30.1-slim");
+        assert_eq!(config.init_image, "busybox:1.36");
+        assert_eq!(config.image_pull_secret.as_deref(), Some("pull"));
+        assert_eq!(config.runtime_class.as_deref(), Some("gvisor"));
+        assert_eq!(config.managed_by, "lab-runner");
+        assert_eq!(
+            config.limits,
+            LimitCeilings {
+                cpu: "250m".into(),
+                memory: "256Mi".into(),
+                ttl_seconds: 600,
+                ephemeral_storage: "2Gi".into(),
+            }
+        );
+        assert_eq!(
+            config.app_limits,
+            LimitCeilings {
+                cpu: "1".into(),
+                memory: "1Gi".into(),
+                ttl_seconds: 7200,
+                ephemeral_storage: "4Gi".into(),
+            }
+        );
+        assert_eq!(
+            config.base_image_catalog,
+            BaseImageCatalogConfig {
+                enabled: false,
+                repository: "acme/node".into(),
+                filter: TagFilter {
+                    pinned_only: false,
+                    exclude_sha: false,
+                    exclude_prerelease: false,
+                    include: Some("^\\d+\\.\\d+".into()),
+                    exclude: Some("-slim$".into()),
+                },
+                limit: 5,
+                refresh_interval: Duration::from_secs(60),
+                hub_url: "http://127.0.0.1:9999".into(),
+            }
+        );
+        assert_eq!(
+            config.routing,
+            RoutingConfig {
+                mode: RoutingMode::Ingress,
+                base_domain: Some("telo.run".into()),
+                ingress_class_name: Some("nginx".into()),
+                tls_secret_name: Some("origin-tls".into()),
+                gateway: None,
+                route_ready_timeout: Duration::from_secs(5),
+            }
+        );
+        assert_eq!(config.orphan_policy, OrphanPolicy::Reap);
+        assert_eq!(config.start_deadline, Duration::from_secs(30));
+    }
+
+    #[rstest]
+    #[case::unset(None)]
+    #[case::empty(Some(""))]
+    #[case::blank(Some(" \t "))]
+    #[case::only_slashes(Some("///"))]
+    fn a_missing_self_url_is_refused_with_the_reference_sentence(#[case] raw: Option<&str>) {
+        let env = match raw {
+            Some(raw) => env_from_pairs(&[("RUNNER_SELF_URL", raw)]),
+            None => Env::new(),
+        };
+        assert_eq!(
+            load_k8s_config(&env),
+            Err(ConfigError(
+                "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL \
+                 (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can \
+                 fetch the bundle."
+                    .to_owned()
+            ))
+        );
+    }
+
+    #[rstest]
+    #[case("http://runner:8062/", "http://runner:8062")]
+    #[case(" http://runner:8062/// ", "http://runner:8062")]
+    #[case("http://runner:8062/base/", "http://runner:8062/base")]
+    #[case("http://runner:8062", "http://runner:8062")]
+    fn the_self_url_loses_its_trailing_slashes(#[case] raw: &str, #[case] expected: &str) {
+        let config = load(&[("RUNNER_SELF_URL", raw)]).unwrap();
+        assert_eq!(config.self_url, expected);
+    }
+
+    #[test]
+    fn the_self_url_is_checked_before_anything_else() {
+        let env = env_from_pairs(&[
+            ("PORT", ""),
+            ("SESSION_ROUTING_MODE", "bogus"),
+            ("RUNNER_MAX_TTL_SECONDS", "x"),
+        ]);
+        let Err(ConfigError(message)) = load_k8s_config(&env) else {
+            panic!("expected an error");
+        };
+        assert!(message.starts_with("RUNNER_SELF_URL env var is required."));
+    }
+
+    #[rstest]
+    #[case::core_before_routing(
+        &[("PORT", "0"), ("SESSION_ROUTING_MODE", "bogus")],
+        "PORT must be an integer in 1..65535, got '0'."
+    )]
+    #[case::routing_before_limits(
+        &[("SESSION_ROUTING_MODE", "bogus"), ("RUNNER_MAX_TTL_SECONDS", "x")],
+        "SESSION_ROUTING_MODE must be one of auto | ingress | gateway | none (got 'bogus')."
+    )]
+    #[case::limits_before_app_limits(
+        &[("RUNNER_MAX_TTL_SECONDS", "x"), ("RUNNER_APP_MAX_TTL_SECONDS", "y")],
+        "RUNNER_MAX_TTL_SECONDS must be a positive integer, got 'x'."
+    )]
+    #[case::app_limits_before_catalog(
+        &[("RUNNER_APP_MAX_TTL_SECONDS", "y"), ("RUNNER_BASE_IMAGE_LIMIT", "z")],
+        "RUNNER_APP_MAX_TTL_SECONDS must be a positive integer, got 'y'."
+    )]
+    #[case::catalog_before_our_additions(
+        &[("RUNNER_BASE_IMAGE_LIMIT", "z"), ("RUNNER_ORPHAN_POLICY", "keep")],
+        "RUNNER_BASE_IMAGE_LIMIT must be a positive integer, got 'z'."
+    )]
+    fn the_first_invalid_variable_in_reference_order_is_reported(
+        #[case] pairs: &[(&str, &str)],
+        #[case] message: &str,
+    ) {
+        assert_eq!(error(pairs), message);
+    }
+
+    #[rstest]
+    #[case(None, RoutingMode::Auto)]
+    #[case(Some(""), RoutingMode::Auto)]
+    #[case(Some("  "), RoutingMode::Auto)]
+    #[case(Some("auto"), RoutingMode::Auto)]
+    #[case(Some("ingress"), RoutingMode::Ingress)]
+    #[case(Some(" none "), RoutingMode::None)]
+    fn routing_modes_are_read_exactly(#[case] raw: Option<&str>, #[case] mode: RoutingMode) {
+        let pairs: Vec<(&str, &str)> = raw
+            .map(|raw| ("SESSION_ROUTING_MODE", raw))
+            .into_iter()
+            .collect();
+        assert_eq!(load(&pairs).unwrap().routing.mode, mode);
+    }
+
+    #[rstest]
+    #[case("Auto", "Auto")]
+    #[case("ingres", "ingres")]
+    #[case(" GATEWAY ", "GATEWAY")]
+    #[case("auto,ingress", "auto,ingress")]
+    fn a_mistyped_routing_mode_is_refused_not_read_as_auto(#[case] raw: &str, #[case] shown: &str) {
+        assert_eq!(
+            error(&[("SESSION_ROUTING_MODE", raw)]),
+            format!(
+                "SESSION_ROUTING_MODE must be one of auto | ingress | gateway | none (got '{shown}')."
+            )
+        );
+    }
+
+    const TLS_UNDER_GATEWAY: &str = "SESSION_INGRESS_TLS_SECRET is set but \
+        SESSION_ROUTING_MODE=gateway. Under Gateway API the origin certificate belongs to the \
+        Gateway listener's own `tls.certificateRefs`, not to the per-session route. Move the \
+        Secret reference to the Gateway and unset this.";
+
+    #[rstest]
+    #[case::with_a_gateway(&[("SESSION_GATEWAY_NAME", "public")])]
+    #[case::before_the_missing_gateway_name(&[])]
+    fn a_tls_secret_is_refused_in_gateway_mode(#[case] extra: &[(&str, &str)]) {
+        let mut pairs = vec![
+            ("SESSION_ROUTING_MODE", "gateway"),
+            ("SESSION_INGRESS_TLS_SECRET", "origin-tls"),
+        ];
+        pairs.extend_from_slice(extra);
+        assert_eq!(error(&pairs), TLS_UNDER_GATEWAY);
+    }
+
+    #[rstest]
+    #[case(None, "telo-sessions")]
+    #[case(Some("lab"), "lab")]
+    fn gateway_mode_requires_a_gateway_name(#[case] namespace: Option<&str>, #[case] shown: &str) {
+        let mut pairs = vec![("SESSION_ROUTING_MODE", "gateway")];
+        pairs.extend(namespace.map(|ns| ("RUNNER_SESSION_NAMESPACE", ns)));
+        assert_eq!(
+            error(&pairs),
+            format!(
+                "SESSION_ROUTING_MODE=gateway requires SESSION_GATEWAY_NAME — the Gateway each \
+                 session's HTTPRoute attaches to. Set it (and SESSION_GATEWAY_NAMESPACE when the \
+                 Gateway is not in '{shown}')."
+            )
+        );
+    }
+
+    #[rstest]
+    #[case::auto_with_tls("auto")]
+    #[case::ingress_with_tls("ingress")]
+    #[case::none_with_tls("none")]
+    fn a_tls_secret_outside_gateway_mode_is_left_to_the_routing_decision(#[case] mode: &str) {
+        let config = load(&[
+            ("SESSION_ROUTING_MODE", mode),
+            ("SESSION_INGRESS_TLS_SECRET", "origin-tls"),
+            ("SESSION_GATEWAY_NAME", "public"),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.routing.tls_secret_name.as_deref(),
+            Some("origin-tls")
+        );
+    }
+
+    #[test]
+    fn the_gateway_namespace_defaults_to_the_session_namespace() {
+        let config = load(&[
+            ("RUNNER_SESSION_NAMESPACE", "lab"),
+            ("SESSION_ROUTING_MODE", "gateway"),
+            ("SESSION_GATEWAY_NAME", " public "),
+            ("SESSION_GATEWAY_NAMESPACE", "  "),
+        ])
+        .unwrap();
+        assert_eq!(
+            config.routing.gateway,
+            Some(GatewayParent {
+                name: "public".into(),
+                namespace: "lab".into(),
+                section_name: None,
+            })
+        );
+    }
+
+    #[test]
+    fn a_named_gateway_carries_its_namespace_and_listener() {
+        let config = load(&[
+            ("SESSION_GATEWAY_NAME", "public"),
+            ("SESSION_GATEWAY_NAMESPACE", "gateway-system"),
+            ("SESSION_GATEWAY_SECTION_NAME", "https"),
+        ])
+        .unwrap();
+        assert_eq!(config.routing.mode, RoutingMode::Auto);
+        assert_eq!(
+            config.routing.gateway,
+            Some(GatewayParent {
+                name: "public".into(),
+                namespace: "gateway-system".into(),
+                section_name: Some("https".into()),
+            })
+        );
+    }
+
+    #[test]
+    fn gateway_details_without_a_name_configure_no_gateway() {
+        let config = load(&[
+            ("SESSION_GATEWAY_NAMESPACE", "gateway-system"),
+            ("SESSION_GATEWAY_SECTION_NAME", "https"),
+        ])
+        .unwrap();
+        assert_eq!(config.routing.gateway, None);
+    }
+
+    #[rstest]
+    #[case("RUNNER_MAX_TTL_SECONDS", "0")]
+    #[case("RUNNER_MAX_TTL_SECONDS", "1h")]
+    #[case("RUNNER_APP_MAX_TTL_SECONDS", "-5")]
+    #[case("RUNNER_BASE_IMAGE_LIMIT", "2.5")]
+    #[case("RUNNER_BASE_IMAGE_REFRESH_SECONDS", "soon")]
+    #[case("SESSION_ROUTE_READY_TIMEOUT_SECONDS", "0")]
+    #[case("RUNNER_START_DEADLINE_SECONDS", "two minutes")]
+    fn whole_number_variables_refuse_anything_else(#[case] key: &str, #[case] raw: &str) {
+        assert_eq!(
+            error(&[(key, raw)]),
+            format!("{key} must be a positive integer, got '{raw}'.")
+        );
+    }
+
+    #[rstest]
+    #[case("RUNNER_BASE_IMAGE_CATALOG_ENABLED")]
+    #[case("RUNNER_BASE_IMAGE_PINNED_ONLY")]
+    #[case("RUNNER_BASE_IMAGE_EXCLUDE_SHA")]
+    #[case("RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE")]
+    fn boolean_variables_refuse_other_words(#[case] key: &str) {
+        assert_eq!(
+            error(&[(key, "maybe")]),
+            format!("{key} must be a boolean (true/false), got 'maybe'.")
+        );
+    }
+
+    #[rstest]
+    #[case("RUNNER_BASE_IMAGE_INCLUDE", "(unclosed")]
+    #[case("RUNNER_BASE_IMAGE_EXCLUDE", "[z-a]")]
+    #[case("RUNNER_BASE_IMAGE_INCLUDE", "a{2,1}")]
+    fn an_invalid_tag_pattern_stops_the_boot(#[case] key: &str, #[case] pattern: &str) {
+        let cause = regex::Regex::new(pattern).unwrap_err();
+        assert_eq!(
+            error(&[(key, pattern)]),
+            format!("{key} is not a valid regular expression: {cause}")
+        );
+    }
+
+    #[test]
+    fn blank_tag_patterns_mean_no_filter() {
+        let config = load(&[
+            ("RUNNER_BASE_IMAGE_INCLUDE", " "),
+            ("RUNNER_BASE_IMAGE_EXCLUDE", ""),
+        ])
+        .unwrap();
+        assert_eq!(config.base_image_catalog.filter.include, None);
+        assert_eq!(config.base_image_catalog.filter.exclude, None);
+    }
+
+    #[rstest]
+    #[case(None, OrphanPolicy::Adopt)]
+    #[case(Some(""), OrphanPolicy::Adopt)]
+    #[case(Some("adopt"), OrphanPolicy::Adopt)]
+    #[case(Some(" reap "), OrphanPolicy::Reap)]
+    fn the_orphan_policy_is_adopt_or_reap(#[case] raw: Option<&str>, #[case] policy: OrphanPolicy) {
+        let pairs: Vec<(&str, &str)> = raw
+            .map(|raw| ("RUNNER_ORPHAN_POLICY", raw))
+            .into_iter()
+            .collect();
+        assert_eq!(load(&pairs).unwrap().orphan_policy, policy);
+    }
+
+    #[rstest]
+    #[case("delete", "delete")]
+    #[case("Reap", "Reap")]
+    #[case(" keep ", "keep")]
+    fn an_unknown_orphan_policy_is_refused(#[case] raw: &str, #[case] shown: &str) {
+        assert_eq!(
+            error(&[("RUNNER_ORPHAN_POLICY", raw)]),
+            format!("RUNNER_ORPHAN_POLICY must be one of adopt | reap (got '{shown}').")
+        );
+    }
+
+    #[rstest]
+    #[case("https://hub.example.test", "https://hub.example.test")]
+    #[case("http://127.0.0.1:8080//", "http://127.0.0.1:8080")]
+    #[case("  ", "https://hub.docker.com")]
+    fn the_docker_hub_url_is_configurable(#[case] raw: &str, #[case] expected: &str) {
+        let config = load(&[("RUNNER_DOCKER_HUB_URL", raw)]).unwrap();
+        assert_eq!(config.base_image_catalog.hub_url, expected);
+    }
+
+    #[rstest]
+    #[case("hub.docker.com", "hub.docker.com")]
+    #[case("ftp://mirror", "ftp://mirror")]
+    #[case(" https:// ", "https://")]
+    fn a_docker_hub_url_without_scheme_or_host_is_refused(#[case] raw: &str, #[case] shown: &str) {
+        assert_eq!(
+            error(&[("RUNNER_DOCKER_HUB_URL", raw)]),
+            format!("RUNNER_DOCKER_HUB_URL must be an http:// or https:// URL (got '{shown}').")
+        );
+    }
+
+    #[test]
+    fn variables_of_removed_features_are_neither_required_nor_read() {
+        let baseline = load(&[]).unwrap();
+        let with_removed = load(&[
+            ("RUNNER_IMAGE_REPOSITORY", "registry.test/sessions"),
+            ("RUNNER_BUILD_NAMESPACE", "telo-builds"),
+            (
+                "RUNNER_BUILDER_IMAGE",
+                "gcr.io/kaniko-project/executor:latest",
+            ),
+            ("RUNNER_BUILD_TIMEOUT_SECONDS", "not-a-number"),
+            ("RUNNER_REGISTRY_INSECURE", "perhaps"),
+            ("RUNNER_REGISTRY_API_URL", "http://registry.test"),
+            ("RUNNER_REGISTRY_PUSH_SECRET", "push"),
+            ("RUNNER_INGRESS_BASE_DOMAIN", "old.test"),
+            ("RUNNER_INGRESS_CLASS", "old"),
+            ("SESSION_INGRESS_BASE_DOMAIN", "old.test"),
+        ])
+        .unwrap();
+        assert_eq!(with_removed, baseline);
+        assert_eq!(with_removed.routing.base_domain, None);
+    }
+
+    #[test]
+    fn the_documentation_table_names_each_variable_once() {
+        let mut names: Vec<&str> = K8S_ENV_VARS.iter().map(|doc| doc.name).collect();
+        let total = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), total, "a variable is documented twice");
+        for core in CORE_ENV_VARS {
+            assert!(
+                !names.contains(&core.name),
+                "{} is already documented by the core",
+                core.name
+            );
+        }
+        for name in [
+            "RUNNER_SELF_URL",
+            "RUNNER_DISPLAY_NAME",
+            "RUNNER_DESCRIPTION",
+            "RUNNER_SESSION_NAMESPACE",
+            "RUNNER_IMAGE",
+            "RUNNER_INIT_IMAGE",
+            "RUNNER_IMAGE_PULL_SECRET",
+            "RUNNER_RUNTIME_CLASS",
+            "RUNNER_MANAGED_BY",
+            "RUNNER_MAX_CPU",
+            "RUNNER_MAX_MEMORY",
+            "RUNNER_MAX_TTL_SECONDS",
+            "RUNNER_MAX_EPHEMERAL_STORAGE",
+            "RUNNER_APP_MAX_CPU",
+            "RUNNER_APP_MAX_MEMORY",
+            "RUNNER_APP_MAX_TTL_SECONDS",
+            "RUNNER_APP_MAX_EPHEMERAL_STORAGE",
+            "RUNNER_BASE_IMAGE_CATALOG_ENABLED",
+            "RUNNER_BASE_IMAGE_REPO",
+            "RUNNER_BASE_IMAGE_PINNED_ONLY",
+            "RUNNER_BASE_IMAGE_EXCLUDE_SHA",
+            "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE",
+            "RUNNER_BASE_IMAGE_INCLUDE",
+            "RUNNER_BASE_IMAGE_EXCLUDE",
+            "RUNNER_BASE_IMAGE_LIMIT",
+            "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
+            "RUNNER_DOCKER_HUB_URL",
+            "SESSION_ROUTING_MODE",
+            "SESSION_ROUTING_BASE_DOMAIN",
+            "SESSION_INGRESS_CLASS",
+            "SESSION_INGRESS_TLS_SECRET",
+            "SESSION_GATEWAY_NAME",
+            "SESSION_GATEWAY_NAMESPACE",
+            "SESSION_GATEWAY_SECTION_NAME",
+            "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
+            "RUNNER_ORPHAN_POLICY",
+            "RUNNER_START_DEADLINE_SECONDS",
+            "KUBECONFIG",
+        ] {
+            assert!(names.contains(&name), "{name} is undocumented");
+        }
+    }
+}

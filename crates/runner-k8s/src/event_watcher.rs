@@ -1,0 +1,127 @@
+//! One watch over the Kubernetes Events of the session namespace, feeding each
+//! session's `progress` stream with what the scheduler and kubelet say about
+//! its pod ("Pulling image …", "FailedScheduling: …").
+//!
+//! Events carry no labels of ours, so they are matched to sessions by the name
+//! of the pod they are about.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Event as KubeEvent;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::pod_spec::pod_name;
+
+/// How many unread events a session may have queued; more are dropped (they
+/// are progress hints, never state).
+const PER_SESSION_QUEUE: usize = 64;
+
+/// What a session is told about one Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    /// `Normal` or `Warning`.
+    pub kind: String,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Pod name → the session listening for its events.
+    subscribers: HashMap<String, Subscriber>,
+}
+
+struct Subscriber {
+    tx: mpsc::Sender<PodEvent>,
+    /// Event uid and count already delivered, so a re-list does not repeat them.
+    delivered: HashSet<(String, i32)>,
+}
+
+pub struct EventWatcher {
+    shared: Mutex<Shared>,
+}
+
+fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl EventWatcher {
+    pub fn spawn(
+        client: Client,
+        namespace: &str,
+        stop: CancellationToken,
+    ) -> (Arc<Self>, JoinHandle<()>) {
+        let watcher = Arc::new(Self {
+            shared: Mutex::new(Shared::default()),
+        });
+        let api: Api<KubeEvent> = Api::namespaced(client, namespace);
+        let config = watcher::Config::default().fields("involvedObject.kind=Pod");
+        let task = {
+            let watcher = watcher.clone();
+            tokio::spawn(async move {
+                let mut events = watcher::watcher(api, config).default_backoff().boxed();
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        event = events.next() => match event {
+                            Some(Ok(Event::Apply(event) | Event::InitApply(event))) => watcher.deliver(&event),
+                            Some(Ok(_)) => {}
+                            Some(Err(err)) => warn!(error = %err, "event watch interrupted; re-listing"),
+                            None => return,
+                        }
+                    }
+                }
+            })
+        };
+        (watcher, task)
+    }
+
+    fn deliver(&self, event: &KubeEvent) {
+        let Some(pod) = event.involved_object.name.as_deref() else {
+            return;
+        };
+        let mut shared = lock(&self.shared);
+        let Some(subscriber) = shared.subscribers.get_mut(pod) else {
+            return;
+        };
+        let key = (
+            event.metadata.uid.clone().unwrap_or_default(),
+            event.count.unwrap_or(1),
+        );
+        if !subscriber.delivered.insert(key) {
+            return;
+        }
+        let _ = subscriber.tx.try_send(PodEvent {
+            kind: event.type_.clone().unwrap_or_default(),
+            reason: event.reason.clone().unwrap_or_default(),
+            message: event.message.clone().unwrap_or_default(),
+        });
+    }
+
+    /// Events about the session's pod from now on.
+    pub fn subscribe(&self, session_id: &str) -> mpsc::Receiver<PodEvent> {
+        let (tx, rx) = mpsc::channel(PER_SESSION_QUEUE);
+        lock(&self.shared).subscribers.insert(
+            pod_name(session_id),
+            Subscriber {
+                tx,
+                delivered: HashSet::new(),
+            },
+        );
+        rx
+    }
+
+    pub fn unsubscribe(&self, session_id: &str) {
+        lock(&self.shared).subscribers.remove(&pod_name(session_id));
+    }
+}

@@ -1,0 +1,20 @@
+//! The Kubernetes backend: every session runs as a Pod in the session
+//! namespace, watched through one shared watch, attached over the `attach`
+//! subresource, and adopted again after a runner restart.
+
+pub mod api_error;
+pub mod backend;
+pub mod bundle_store;
+pub mod client;
+pub mod config;
+pub mod event_watcher;
+pub mod limits;
+pub mod pod_spec;
+pub mod pod_status;
+pub mod pod_watcher;
+pub mod routing;
+pub mod session;
+pub mod setup;
+pub mod terminal;
+
+pub use backend::KubeBackend;

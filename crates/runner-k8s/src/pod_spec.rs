@@ -1,0 +1,871 @@
+//! The Pods a session runs as (spec/k8s-runner.md §3.2 run sessions, §3.3 app
+//! sessions), and the session record each of them carries so that a restarted
+//! runner can adopt it (design.md §2).
+//!
+//! Everything here is a plain function from data to a manifest: no client, no
+//! runtime. The backend maps its config and limits onto [`PodSettings`] and
+//! [`Resources`] and hands the result to the API.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, LocalObjectReference,
+    Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use runner_core::ids::is_session_id;
+use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Where `telo run --inspect` listens inside a run-session pod. Never declared
+/// as a container port: only the runner dials it, on the pod IP.
+pub const INSPECT_PORT: u16 = 9230;
+pub const APP_DIR: &str = "/app";
+pub const WORK_DIR: &str = "/work";
+pub const DEPS_DIR: &str = "/telo-cache";
+pub const HOME_DIR: &str = "/home/telo";
+pub const TMP_MOUNT: &str = "/tmp";
+
+/// Label on every object the runner creates; its value is `RUNNER_MANAGED_BY`.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const SESSION_ID_LABEL: &str = "telo.run/session-id";
+
+pub const CREATED_AT_ANNOTATION: &str = "telo.run/created-at";
+pub const KIND_ANNOTATION: &str = "telo.run/kind";
+pub const PORTS_ANNOTATION: &str = "telo.run/ports";
+pub const INSPECT_ANNOTATION: &str = "telo.run/inspect";
+pub const APP_ANNOTATION: &str = "telo.run/app";
+
+/// The workload container of every session pod; failure messages name it.
+pub const SESSION_CONTAINER: &str = "session";
+/// The init container that downloads and unpacks the bundle.
+pub const BODY_FETCH_CONTAINER: &str = "body-fetch";
+
+/// Every session pod runs as this non-root user and group.
+const SESSION_UID: i64 = 1000;
+
+/// The part of the runner's configuration every session pod depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSettings {
+    /// `RUNNER_SESSION_NAMESPACE`.
+    pub namespace: String,
+    /// `RUNNER_MANAGED_BY`: the value of [`MANAGED_BY_LABEL`].
+    pub managed_by: String,
+    /// `RUNNER_INIT_IMAGE`; it needs `sh`, `wget` and `tar`.
+    pub init_image: String,
+    /// The image used when a session names none.
+    pub default_image: String,
+    /// `RUNNER_IMAGE_PULL_SECRET`.
+    pub image_pull_secret: Option<String>,
+    /// `RUNNER_RUNTIME_CLASS`.
+    pub runtime_class: Option<String>,
+}
+
+/// Clamped limits of one session (spec/k8s-runner.md §8): quantities are
+/// passed to Kubernetes verbatim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources {
+    pub cpu: String,
+    pub memory: String,
+    pub ephemeral_storage: String,
+    /// The pod's `activeDeadlineSeconds`.
+    pub ttl_seconds: u32,
+}
+
+/// What a run session (a client bundle executed by `telo run`) needs in its pod.
+#[derive(Debug, Clone, Copy)]
+pub struct RunPodInput<'a> {
+    pub session_id: &'a str,
+    /// ISO-8601, as reported to clients.
+    pub created_at: &'a str,
+    /// Where the init container downloads the staged bundle from
+    /// ([`crate::bundle_store::BundleStore::stage`]).
+    pub bundle_url: &'a str,
+    /// Normalized, traversal-checked, without a leading `/`.
+    pub entry_relative_path: &'a str,
+    /// The requested image; empty means [`PodSettings::default_image`].
+    pub image: &'a str,
+    pub pull_policy: PullPolicy,
+    /// The session environment, in insertion order.
+    pub env: &'a [(String, String)],
+    pub ports: &'a [PortMapping],
+    pub inspect: bool,
+    pub resources: &'a Resources,
+}
+
+/// What an app session (an operator catalog image run with its own
+/// entrypoint) needs in its pod.
+#[derive(Debug, Clone, Copy)]
+pub struct AppPodInput<'a> {
+    pub session_id: &'a str,
+    pub created_at: &'a str,
+    /// The catalog name of the app.
+    pub app_name: &'a str,
+    /// The catalog image; empty means [`PodSettings::default_image`].
+    pub image: &'a str,
+    pub pull_policy: PullPolicy,
+    /// The merged environment (operator keys already won), in order.
+    pub env: &'a [(String, String)],
+    pub ports: &'a [PortMapping],
+    /// Only recorded: the image's own entrypoint decides whether anything
+    /// listens on the inspect port, so the pod itself does not change.
+    pub inspect: bool,
+    pub resources: &'a Resources,
+}
+
+/// `telo-run-<sessionId>`: the pod's name, and the name of the Service and
+/// Ingress that route to it.
+pub fn pod_name(session_id: &str) -> String {
+    format!("telo-run-{session_id}")
+}
+
+/// The label selector matching every session pod of this runner.
+pub fn managed_by_selector(managed_by: &str) -> String {
+    format!("{MANAGED_BY_LABEL}={managed_by}")
+}
+
+/// `pullPolicyToK8s`: `missing` is Kubernetes' `IfNotPresent`.
+pub fn pull_policy_to_k8s(policy: PullPolicy) -> &'static str {
+    match policy {
+        PullPolicy::Always => "Always",
+        PullPolicy::Never => "Never",
+        PullPolicy::Missing => "IfNotPresent",
+    }
+}
+
+/// The run-session pod of spec/k8s-runner.md §3.2.
+///
+/// Departures from the reference, each invisible to a workload that behaves:
+/// - the pod carries the [`SessionRecord`] annotations (the reference's run
+///   pods carry none) so a restarted runner can adopt it;
+/// - session env values are escaped against Kubernetes' `$(VAR)` expansion,
+///   so a value such as `pa$$word` reaches the workload unchanged;
+/// - a session env entry whose name the runner sets itself (`HOME`, …) is
+///   left out instead of duplicated; Kubernetes would let the runner's later
+///   entry win anyway, so the workload sees the same environment.
+pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
+    let record = SessionRecord {
+        session_id: run.session_id.to_owned(),
+        created_at: run.created_at.to_owned(),
+        kind: SessionKind::Run,
+        ports: run.ports.to_vec(),
+        inspect: run.inspect,
+        app: None,
+    };
+
+    let mut command = vec!["telo".to_owned(), "run".to_owned()];
+    if run.inspect {
+        // Options go before the manifest path: everything after it belongs to
+        // the app.
+        command.extend([
+            "--inspect".to_owned(),
+            format!("0.0.0.0:{INSPECT_PORT}"),
+            "--no-open".to_owned(),
+        ]);
+    }
+    command.push(format!("{APP_DIR}/{}", run.entry_relative_path));
+
+    let runner_env = [
+        ("TELO_CACHE_DIR", DEPS_DIR.to_owned()),
+        ("HOME", HOME_DIR.to_owned()),
+        ("npm_config_cache", format!("{HOME_DIR}/.npm")),
+        ("FORCE_COLOR", "1".to_owned()),
+    ];
+
+    let body_fetch = Container {
+        name: BODY_FETCH_CONTAINER.to_owned(),
+        image: Some(settings.init_image.clone()),
+        command: Some(vec!["sh".to_owned(), "-c".to_owned()]),
+        args: Some(vec![body_fetch_script(run.bundle_url)]),
+        volume_mounts: Some(vec![mount("app", APP_DIR), mount("tmp", TMP_MOUNT)]),
+        security_context: Some(hardened_container_security()),
+        ..Container::default()
+    };
+
+    let session = Container {
+        name: SESSION_CONTAINER.to_owned(),
+        image: Some(image_or_default(run.image, settings)),
+        image_pull_policy: Some(pull_policy_to_k8s(run.pull_policy).to_owned()),
+        working_dir: Some(WORK_DIR.to_owned()),
+        command: Some(command),
+        env: Some(container_env(run.env, &runner_env)),
+        stdin: Some(true),
+        stdin_once: Some(false),
+        tty: Some(true),
+        ports: container_ports(run.ports),
+        resources: Some(resource_requirements(run.resources)),
+        volume_mounts: Some(vec![
+            mount("app", APP_DIR),
+            mount("telo-cache", DEPS_DIR),
+            mount("work", WORK_DIR),
+            mount("home", HOME_DIR),
+            mount("tmp", TMP_MOUNT),
+        ]),
+        security_context: Some(hardened_container_security()),
+        ..Container::default()
+    };
+
+    Pod {
+        metadata: session_metadata(settings, &record),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            active_deadline_seconds: Some(i64::from(run.resources.ttl_seconds)),
+            automount_service_account_token: Some(false),
+            image_pull_secrets: image_pull_secrets(settings),
+            runtime_class_name: settings.runtime_class.clone(),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(SESSION_UID),
+                run_as_group: Some(SESSION_UID),
+                // The emptyDir volumes are writable by the non-root user only
+                // through this group.
+                fs_group: Some(SESSION_UID),
+                seccomp_profile: Some(runtime_default_seccomp()),
+                ..PodSecurityContext::default()
+            }),
+            init_containers: Some(vec![body_fetch]),
+            containers: vec![session],
+            volumes: Some(
+                ["app", "telo-cache", "work", "home", "tmp"]
+                    .into_iter()
+                    .map(empty_dir)
+                    .collect(),
+            ),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The app-session pod of spec/k8s-runner.md §3.3: the catalog image runs its
+/// own entrypoint as its own user, so the pod is deliberately less locked
+/// down than a run pod (no user, no read-only root, no volumes).
+///
+/// Like [`build_session_pod`], it carries the [`SessionRecord`] annotations
+/// and escapes env values against `$(VAR)` expansion; `FORCE_COLOR` set by
+/// the runner replaces one in the merged env.
+pub fn build_app_pod(settings: &PodSettings, app: &AppPodInput<'_>) -> Pod {
+    let record = SessionRecord {
+        session_id: app.session_id.to_owned(),
+        created_at: app.created_at.to_owned(),
+        kind: SessionKind::App,
+        ports: app.ports.to_vec(),
+        inspect: app.inspect,
+        app: Some(app.app_name.to_owned()),
+    };
+
+    let session = Container {
+        name: SESSION_CONTAINER.to_owned(),
+        image: Some(image_or_default(app.image, settings)),
+        image_pull_policy: Some(pull_policy_to_k8s(app.pull_policy).to_owned()),
+        env: Some(container_env(app.env, &[("FORCE_COLOR", "1".to_owned())])),
+        stdin: Some(true),
+        stdin_once: Some(false),
+        tty: Some(true),
+        ports: container_ports(app.ports),
+        resources: Some(resource_requirements(app.resources)),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(drop_all_capabilities()),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+
+    Pod {
+        metadata: session_metadata(settings, &record),
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            active_deadline_seconds: Some(i64::from(app.resources.ttl_seconds)),
+            automount_service_account_token: Some(false),
+            image_pull_secrets: image_pull_secrets(settings),
+            runtime_class_name: settings.runtime_class.clone(),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(runtime_default_seccomp()),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![session],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn session_metadata(settings: &PodSettings, record: &SessionRecord) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(pod_name(&record.session_id)),
+        namespace: Some(settings.namespace.clone()),
+        labels: Some(BTreeMap::from([
+            (MANAGED_BY_LABEL.to_owned(), settings.managed_by.clone()),
+            (SESSION_ID_LABEL.to_owned(), record.session_id.clone()),
+        ])),
+        annotations: Some(record_annotations(record)),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The init container's shell script. The URL is ours (self URL, session id,
+/// hex token), but the self URL comes from configuration, so the characters
+/// the shell still interprets inside double quotes are escaped: for every
+/// ordinary URL the script is exactly the reference's.
+fn body_fetch_script(bundle_url: &str) -> String {
+    let mut quoted = String::with_capacity(bundle_url.len());
+    for c in bundle_url.chars() {
+        if matches!(c, '"' | '\\' | '$' | '`') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    format!("set -e; wget -qO /tmp/body.tgz \"{quoted}\"; tar xzf /tmp/body.tgz -C {APP_DIR}")
+}
+
+fn image_or_default(image: &str, settings: &PodSettings) -> String {
+    if image.trim().is_empty() {
+        settings.default_image.clone()
+    } else {
+        image.to_owned()
+    }
+}
+
+/// The session env in order, then the runner's entries. Kubernetes expands
+/// `$(NAME)` and collapses `$$` in env values; doubling every `$` turns that
+/// off, so a client's value arrives byte for byte as it does on the local
+/// backend.
+fn container_env(session_env: &[(String, String)], runner_env: &[(&str, String)]) -> Vec<EnvVar> {
+    session_env
+        .iter()
+        .filter(|(name, _)| !runner_env.iter().any(|(ours, _)| ours == name))
+        .map(|(name, value)| env_var(name, value.replace('$', "$$")))
+        .chain(
+            runner_env
+                .iter()
+                .map(|(name, value)| env_var(name, value.clone())),
+        )
+        .collect()
+}
+
+fn env_var(name: &str, value: String) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value),
+        value_from: None,
+    }
+}
+
+/// Declared ports; `None` (the key omitted) when there are none.
+fn container_ports(ports: &[PortMapping]) -> Option<Vec<ContainerPort>> {
+    if ports.is_empty() {
+        return None;
+    }
+    Some(
+        ports
+            .iter()
+            .map(|p| ContainerPort {
+                container_port: i32::from(p.port),
+                protocol: Some(
+                    match p.protocol {
+                        PortProtocol::Tcp => "TCP",
+                        PortProtocol::Udp => "UDP",
+                    }
+                    .to_owned(),
+                ),
+                ..ContainerPort::default()
+            })
+            .collect(),
+    )
+}
+
+/// Requests equal limits for cpu and memory (Guaranteed-style sizing);
+/// ephemeral storage is only capped, never reserved.
+fn resource_requirements(resources: &Resources) -> ResourceRequirements {
+    ResourceRequirements {
+        limits: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity(resources.cpu.clone())),
+            ("memory".to_owned(), Quantity(resources.memory.clone())),
+            (
+                "ephemeral-storage".to_owned(),
+                Quantity(resources.ephemeral_storage.clone()),
+            ),
+        ])),
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity(resources.cpu.clone())),
+            ("memory".to_owned(), Quantity(resources.memory.clone())),
+        ])),
+        claims: None,
+    }
+}
+
+fn image_pull_secrets(settings: &PodSettings) -> Option<Vec<LocalObjectReference>> {
+    settings
+        .image_pull_secret
+        .as_ref()
+        .map(|name| vec![LocalObjectReference { name: name.clone() }])
+}
+
+fn hardened_container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(drop_all_capabilities()),
+        ..SecurityContext::default()
+    }
+}
+
+fn drop_all_capabilities() -> Capabilities {
+    Capabilities {
+        add: None,
+        drop: Some(vec!["ALL".to_owned()]),
+    }
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".to_owned(),
+        localhost_profile: None,
+    }
+}
+
+fn mount(volume: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(volume: &str) -> Volume {
+    Volume {
+        name: volume.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// Which builder made a session pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionKind {
+    /// A client bundle run by `telo run` ([`build_session_pod`]).
+    Run,
+    /// An operator catalog app ([`build_app_pod`]).
+    App,
+}
+
+impl SessionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::App => "app",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "run" => Some(Self::Run),
+            "app" => Some(Self::App),
+            _ => None,
+        }
+    }
+}
+
+/// What a restarted runner needs, beyond the pod's own spec and status, to
+/// put a session back in its registry. The pod's `activeDeadlineSeconds`
+/// (with `created_at`) tells whether it is past its deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub session_id: String,
+    /// ISO-8601 creation time, exactly as first reported to clients.
+    pub created_at: String,
+    pub kind: SessionKind,
+    pub ports: Vec<PortMapping>,
+    pub inspect: bool,
+    /// The catalog app name; present exactly for [`SessionKind::App`].
+    pub app: Option<String>,
+}
+
+/// A pod that does not carry a well-formed [`SessionRecord`]: not ours, made
+/// by another version, or edited by hand. Adoption skips it rather than guess.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("session pod has no '{0}' label")]
+    MissingLabel(&'static str),
+    #[error("session pod has no '{0}' annotation")]
+    MissingAnnotation(&'static str),
+    #[error("label '{SESSION_ID_LABEL}' is not a session id: '{0}'")]
+    InvalidSessionId(String),
+    #[error(
+        "pod '{}' is not named after its session '{session_id}' (expected '{}')",
+        .name.as_deref().unwrap_or(""),
+        pod_name(.session_id)
+    )]
+    NameMismatch {
+        name: Option<String>,
+        session_id: String,
+    },
+    #[error("annotation '{CREATED_AT_ANNOTATION}' is not an RFC 3339 time: '{value}'")]
+    InvalidCreatedAt {
+        value: String,
+        #[source]
+        source: time::error::Parse,
+    },
+    #[error("annotation '{KIND_ANNOTATION}' is neither 'run' nor 'app': '{0}'")]
+    InvalidKind(String),
+    #[error("annotation '{PORTS_ANNOTATION}' is not a list of ports")]
+    InvalidPorts(#[source] serde_json::Error),
+    #[error("annotation '{INSPECT_ANNOTATION}' is neither 'true' nor 'false': '{0}'")]
+    InvalidInspect(String),
+    #[error("an app session pod needs a non-empty '{APP_ANNOTATION}' annotation")]
+    MissingApp,
+    #[error("a run session pod must not carry a '{APP_ANNOTATION}' annotation")]
+    UnexpectedApp,
+}
+
+/// The annotations that carry `record` on its pod.
+pub fn record_annotations(record: &SessionRecord) -> BTreeMap<String, String> {
+    let ports = record
+        .ports
+        .iter()
+        .map(|p| {
+            format!(
+                r#"{{"port":{},"protocol":"{}"}}"#,
+                p.port,
+                p.protocol.as_str()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut annotations = BTreeMap::from([
+        (CREATED_AT_ANNOTATION.to_owned(), record.created_at.clone()),
+        (KIND_ANNOTATION.to_owned(), record.kind.as_str().to_owned()),
+        (PORTS_ANNOTATION.to_owned(), format!("[{ports}]")),
+        (INSPECT_ANNOTATION.to_owned(), record.inspect.to_string()),
+    ]);
+    if let Some(app) = &record.app {
+        annotations.insert(APP_ANNOTATION.to_owned(), app.clone());
+    }
+    annotations
+}
+
+/// Reads back the record [`record_annotations`] wrote. Labels and
+/// annotations are editable by anyone with access to the namespace, so every
+/// field is checked rather than trusted.
+pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> {
+    let labels = pod.metadata.labels.as_ref();
+    let session_id = labels
+        .and_then(|l| l.get(SESSION_ID_LABEL))
+        .ok_or(RecordError::MissingLabel(SESSION_ID_LABEL))?;
+    if !is_session_id(session_id) {
+        return Err(RecordError::InvalidSessionId(session_id.clone()));
+    }
+    // The name is what the backend deletes and attaches to; a label that
+    // points at another session's pod must not make us act on this one.
+    if pod.metadata.name.as_deref() != Some(pod_name(session_id).as_str()) {
+        return Err(RecordError::NameMismatch {
+            name: pod.metadata.name.clone(),
+            session_id: session_id.clone(),
+        });
+    }
+
+    let annotations = pod.metadata.annotations.as_ref();
+    let annotation = |key: &'static str| {
+        annotations
+            .and_then(|a| a.get(key))
+            .ok_or(RecordError::MissingAnnotation(key))
+    };
+
+    let created_at = annotation(CREATED_AT_ANNOTATION)?;
+    if let Err(source) = OffsetDateTime::parse(created_at, &Rfc3339) {
+        return Err(RecordError::InvalidCreatedAt {
+            value: created_at.clone(),
+            source,
+        });
+    }
+
+    let raw_kind = annotation(KIND_ANNOTATION)?;
+    let kind =
+        SessionKind::parse(raw_kind).ok_or_else(|| RecordError::InvalidKind(raw_kind.clone()))?;
+
+    let ports: Vec<PortMapping> =
+        serde_json::from_str(annotation(PORTS_ANNOTATION)?).map_err(RecordError::InvalidPorts)?;
+
+    let inspect = match annotation(INSPECT_ANNOTATION)?.as_str() {
+        "true" => true,
+        "false" => false,
+        other => return Err(RecordError::InvalidInspect(other.to_owned())),
+    };
+
+    let app = annotations.and_then(|a| a.get(APP_ANNOTATION));
+    let app = match (kind, app) {
+        (SessionKind::App, Some(name)) if !name.is_empty() => Some(name.clone()),
+        (SessionKind::App, _) => return Err(RecordError::MissingApp),
+        (SessionKind::Run, Some(_)) => return Err(RecordError::UnexpectedApp),
+        (SessionKind::Run, None) => None,
+    };
+
+    Ok(SessionRecord {
+        session_id: session_id.clone(),
+        created_at: created_at.clone(),
+        kind,
+        ports,
+        inspect,
+        app,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: &str = "abc234defghi";
+
+    fn record(kind: SessionKind) -> SessionRecord {
+        SessionRecord {
+            session_id: SESSION.to_owned(),
+            created_at: "2026-01-01T00:00:00.123Z".to_owned(),
+            kind,
+            ports: vec![
+                PortMapping {
+                    port: 8080,
+                    protocol: PortProtocol::Tcp,
+                },
+                PortMapping {
+                    port: 5353,
+                    protocol: PortProtocol::Udp,
+                },
+            ],
+            inspect: true,
+            app: (kind == SessionKind::App).then(|| "tool".to_owned()),
+        }
+    }
+
+    fn pod_carrying(record: &SessionRecord) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(pod_name(&record.session_id)),
+                labels: Some(BTreeMap::from([(
+                    SESSION_ID_LABEL.to_owned(),
+                    record.session_id.clone(),
+                )])),
+                annotations: Some(record_annotations(record)),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        }
+    }
+
+    fn with_annotation(mut pod: Pod, key: &str, value: Option<&str>) -> Pod {
+        let annotations = pod.metadata.annotations.get_or_insert_default();
+        match value {
+            Some(value) => annotations.insert(key.to_owned(), value.to_owned()),
+            None => annotations.remove(key),
+        };
+        pod
+    }
+
+    #[test]
+    fn annotations_are_compact_and_readable() {
+        let annotations = record_annotations(&record(SessionKind::App));
+        assert_eq!(
+            annotations,
+            BTreeMap::from([
+                (
+                    "telo.run/created-at".to_owned(),
+                    "2026-01-01T00:00:00.123Z".to_owned()
+                ),
+                ("telo.run/kind".to_owned(), "app".to_owned()),
+                (
+                    "telo.run/ports".to_owned(),
+                    r#"[{"port":8080,"protocol":"tcp"},{"port":5353,"protocol":"udp"}]"#.to_owned()
+                ),
+                ("telo.run/inspect".to_owned(), "true".to_owned()),
+                ("telo.run/app".to_owned(), "tool".to_owned()),
+            ])
+        );
+        let run = record_annotations(&SessionRecord {
+            ports: vec![],
+            inspect: false,
+            ..record(SessionKind::Run)
+        });
+        assert_eq!(run["telo.run/ports"], "[]");
+        assert_eq!(run["telo.run/inspect"], "false");
+        assert!(!run.contains_key("telo.run/app"));
+    }
+
+    #[test]
+    fn records_read_back_from_their_pod() {
+        for kind in [SessionKind::Run, SessionKind::App] {
+            let record = record(kind);
+            assert_eq!(
+                session_record_from_pod(&pod_carrying(&record)).unwrap(),
+                record
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_without_labels_or_annotations_is_not_a_session() {
+        let error = session_record_from_pod(&Pod::default()).unwrap_err();
+        assert!(matches!(error, RecordError::MissingLabel(SESSION_ID_LABEL)));
+        assert_eq!(
+            error.to_string(),
+            "session pod has no 'telo.run/session-id' label"
+        );
+
+        let mut pod = pod_carrying(&record(SessionKind::Run));
+        pod.metadata.annotations = None;
+        assert!(matches!(
+            session_record_from_pod(&pod),
+            Err(RecordError::MissingAnnotation(CREATED_AT_ANNOTATION))
+        ));
+    }
+
+    #[test]
+    fn a_malformed_session_id_label_is_refused() {
+        for bad in [
+            "",
+            "ABC234DEFGHI",
+            "abc234defgh",
+            "abc234defghij",
+            "abc234defgh1",
+        ] {
+            let mut pod = pod_carrying(&record(SessionKind::Run));
+            pod.metadata
+                .labels
+                .get_or_insert_default()
+                .insert(SESSION_ID_LABEL.to_owned(), bad.to_owned());
+            pod.metadata.name = Some(pod_name(bad));
+            assert!(
+                matches!(session_record_from_pod(&pod), Err(RecordError::InvalidSessionId(ref id)) if id == bad),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_whose_name_is_not_its_session_is_refused() {
+        let mut pod = pod_carrying(&record(SessionKind::Run));
+        pod.metadata.name = Some("telo-run-zzzzzzzzzzzz".to_owned());
+        let error = session_record_from_pod(&pod).unwrap_err();
+        assert!(matches!(error, RecordError::NameMismatch { .. }));
+        assert_eq!(
+            error.to_string(),
+            "pod 'telo-run-zzzzzzzzzzzz' is not named after its session 'abc234defghi' \
+             (expected 'telo-run-abc234defghi')"
+        );
+        pod.metadata.name = None;
+        assert!(matches!(
+            session_record_from_pod(&pod),
+            Err(RecordError::NameMismatch { name: None, .. })
+        ));
+    }
+
+    #[test]
+    fn every_missing_annotation_is_named() {
+        for key in [
+            CREATED_AT_ANNOTATION,
+            KIND_ANNOTATION,
+            PORTS_ANNOTATION,
+            INSPECT_ANNOTATION,
+        ] {
+            let pod = with_annotation(pod_carrying(&record(SessionKind::Run)), key, None);
+            match session_record_from_pod(&pod) {
+                Err(RecordError::MissingAnnotation(missing)) => assert_eq!(missing, key),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_annotations_are_refused_with_the_reason() {
+        let cases: [(&str, &str, &str); 10] = [
+            (
+                CREATED_AT_ANNOTATION,
+                "yesterday",
+                "annotation 'telo.run/created-at' is not an RFC 3339 time: 'yesterday'",
+            ),
+            (
+                KIND_ANNOTATION,
+                "watch",
+                "annotation 'telo.run/kind' is neither 'run' nor 'app': 'watch'",
+            ),
+            (
+                KIND_ANNOTATION,
+                "Run",
+                "annotation 'telo.run/kind' is neither 'run' nor 'app': 'Run'",
+            ),
+            (
+                PORTS_ANNOTATION,
+                "8080",
+                "annotation 'telo.run/ports' is not a list of ports",
+            ),
+            (
+                PORTS_ANNOTATION,
+                r#"[{"port":70000,"protocol":"tcp"}]"#,
+                "annotation 'telo.run/ports' is not a list of ports",
+            ),
+            (
+                PORTS_ANNOTATION,
+                r#"[{"port":80,"protocol":"TCP"}]"#,
+                "annotation 'telo.run/ports' is not a list of ports",
+            ),
+            (
+                PORTS_ANNOTATION,
+                r#"[{"port":80}]"#,
+                "annotation 'telo.run/ports' is not a list of ports",
+            ),
+            (
+                PORTS_ANNOTATION,
+                "",
+                "annotation 'telo.run/ports' is not a list of ports",
+            ),
+            (
+                INSPECT_ANNOTATION,
+                "yes",
+                "annotation 'telo.run/inspect' is neither 'true' nor 'false': 'yes'",
+            ),
+            (
+                APP_ANNOTATION,
+                "tool",
+                "a run session pod must not carry a 'telo.run/app' annotation",
+            ),
+        ];
+        for (key, value, message) in cases {
+            let pod = with_annotation(pod_carrying(&record(SessionKind::Run)), key, Some(value));
+            let error = session_record_from_pod(&pod).unwrap_err();
+            assert_eq!(error.to_string(), message, "{key}={value}");
+        }
+    }
+
+    #[test]
+    fn an_app_pod_needs_its_app_name() {
+        for app in [None, Some("")] {
+            let pod = with_annotation(pod_carrying(&record(SessionKind::App)), APP_ANNOTATION, app);
+            assert!(
+                matches!(session_record_from_pod(&pod), Err(RecordError::MissingApp)),
+                "{app:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_body_fetch_script_quotes_what_the_shell_would_interpret() {
+        assert_eq!(
+            body_fetch_script("http://r:8062/internal/bundles/abc?token=t"),
+            r#"set -e; wget -qO /tmp/body.tgz "http://r:8062/internal/bundles/abc?token=t"; tar xzf /tmp/body.tgz -C /app"#
+        );
+        assert_eq!(
+            body_fetch_script(r#"http://r/$(id)`x`"\"#),
+            r#"set -e; wget -qO /tmp/body.tgz "http://r/\$(id)\`x\`\"\\"; tar xzf /tmp/body.tgz -C /app"#
+        );
+    }
+
+    #[test]
+    fn pull_policies_map_to_kubernetes_names() {
+        assert_eq!(pull_policy_to_k8s(PullPolicy::Always), "Always");
+        assert_eq!(pull_policy_to_k8s(PullPolicy::Never), "Never");
+        assert_eq!(pull_policy_to_k8s(PullPolicy::Missing), "IfNotPresent");
+    }
+}

@@ -1,0 +1,615 @@
+//! What a session pod's status means for the session: the progress line while
+//! it comes up, whether it can still start, and how it ended
+//! (spec/k8s-runner.md §4.4, §4.5). Pure functions over the `Pod` object.
+
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use runner_core::types::RunStatus;
+
+/// Longest excerpt of a kubelet or pod message quoted in a failure; image pull
+/// errors can run to kilobytes of registry response.
+pub const MAX_FAILURE_DETAIL_CHARS: usize = 500;
+
+/// Waiting reasons a pod does not recover from by itself within a session's
+/// start window. Each names something only a person can change: the image
+/// reference, the registry credentials, a Secret or ConfigMap the container
+/// refers to, the container's command.
+///
+/// `ErrImagePull` and `ImagePullBackOff` count although a real kubelet keeps
+/// retrying the pull: a tag that does not exist, or a registry that refuses
+/// the credentials, does not start existing or accepting while the session
+/// waits, and a registry outage outlasts the start deadline anyway. Reporting
+/// the kubelet's own reason within seconds beats a bare "did not reach
+/// Running" after two minutes; the user can simply run again.
+pub const START_BLOCKING_WAIT_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Waiting reasons every healthy pod passes through; never a failure.
+const BENIGN_WAIT_REASONS: &[&str] = &["PodInitializing", "ContainerCreating"];
+
+/// The progress line for a pod still coming up (`Pending`), `None` once it is
+/// past that. The first waiting container, init containers first, says what
+/// the pod is busy with; no waiting container means it is not yet scheduled.
+pub fn provision_message(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Pending") {
+        return None;
+    }
+    let waiting_reason = container_statuses(status).find_map(|(_, container)| {
+        container
+            .state
+            .as_ref()
+            .and_then(|state| state.waiting.as_ref())
+            .and_then(|waiting| non_empty(waiting.reason.as_deref()))
+    });
+    let message = match waiting_reason {
+        Some("ContainerCreating") => "Creating container",
+        Some("PodInitializing") => "Delivering application",
+        Some("ErrImagePull" | "ImagePullBackOff") => "Pulling image",
+        Some(other) => other,
+        None => "Scheduling",
+    };
+    Some(message.to_owned())
+}
+
+/// The session status a finished pod stands for. A stop the user asked for
+/// is `stopped` whatever the pod says, since deleting it is what failed it.
+pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
+    if user_stopped {
+        return RunStatus::Stopped;
+    }
+    if phase(pod) == Some("Succeeded") {
+        let code = container_exit_code(pod).unwrap_or(0);
+        return RunStatus::Exited {
+            code: i64::from(code),
+        };
+    }
+    RunStatus::Failed {
+        message: pod_failure_message(Some(pod)),
+    }
+}
+
+/// Exit code of the pod's first (main) container, once it terminated.
+pub fn container_exit_code(pod: &Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|terminated| terminated.exit_code)
+}
+
+/// Why a pod failed, as specifically as its status allows. Init containers
+/// are read first: a failed init container leaves the main one never
+/// started, and reading only the main container would fall through to the
+/// bare "pod failed". Then the pod's own message (e.g. the deadline), its
+/// reason (e.g. `Evicted`), and finally "pod failed".
+pub fn pod_failure_message(pod: Option<&Pod>) -> String {
+    let Some(status) = pod.and_then(|pod| pod.status.as_ref()) else {
+        return "pod failed".to_owned();
+    };
+    let container_problem = container_statuses(status).find_map(|(label, container)| {
+        let problem = state_problem(container.state.as_ref())
+            .or_else(|| state_problem(container.last_state.as_ref()))?;
+        Some(format!("{label} \"{}\" {problem}", container.name))
+    });
+    container_problem
+        .or_else(|| non_blank(status.message.as_deref()).map(truncate_detail))
+        .or_else(|| non_empty(status.reason.as_deref()).map(str::to_owned))
+        .unwrap_or_else(|| "pod failed".to_owned())
+}
+
+/// The failure message of a pod that cannot reach `Running` on its own, or
+/// `None` while it still might. This is what lets a start fail within seconds
+/// with the kubelet's or scheduler's reason instead of waiting out the start
+/// deadline: a container waiting for one of [`START_BLOCKING_WAIT_REASONS`],
+/// or a pod the scheduler reported `Unschedulable`.
+///
+/// An unschedulable pod can still be placed if nodes are added, as a cluster
+/// autoscaler does; a session start does not outlive a node scale-up, so it
+/// is reported rather than waited on.
+pub fn start_blocker(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    let blocked_container = container_statuses(status).find_map(|(label, container)| {
+        let waiting = container.state.as_ref()?.waiting.as_ref()?;
+        let reason = non_empty(waiting.reason.as_deref())?;
+        START_BLOCKING_WAIT_REASONS.contains(&reason).then(|| {
+            format!(
+                "{label} \"{}\" {}",
+                container.name,
+                waiting_problem(reason, waiting.message.as_deref())
+            )
+        })
+    });
+    blocked_container.or_else(|| unschedulable(status))
+}
+
+fn unschedulable(status: &PodStatus) -> Option<String> {
+    let condition = status.conditions.as_ref()?.iter().find(|condition| {
+        condition.type_ == "PodScheduled"
+            && condition.status == "False"
+            && condition.reason.as_deref() == Some("Unschedulable")
+    })?;
+    Some(match non_blank(condition.message.as_deref()) {
+        Some(message) => format!("pod cannot be scheduled: {}", truncate_detail(message)),
+        None => "pod cannot be scheduled".to_owned(),
+    })
+}
+
+/// Init containers, then regular ones, each with the label failure messages
+/// use for it.
+fn container_statuses(
+    status: &PodStatus,
+) -> impl Iterator<Item = (&'static str, &ContainerStatus)> {
+    let init = status.init_container_statuses.iter().flatten();
+    let main = status.container_statuses.iter().flatten();
+    init.map(|container| ("init container", container))
+        .chain(main.map(|container| ("container", container)))
+}
+
+/// A non-zero exit, or a waiting reason other than the benign start-up ones.
+fn state_problem(state: Option<&ContainerState>) -> Option<String> {
+    let state = state?;
+    if let Some(terminated) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
+        let reason = non_empty(terminated.reason.as_deref())
+            .map(|reason| format!("{reason} "))
+            .unwrap_or_default();
+        let detail = detail_suffix(terminated.message.as_deref());
+        return Some(format!(
+            "failed: {reason}(exit code {}){detail}",
+            terminated.exit_code
+        ));
+    }
+    let waiting = state.waiting.as_ref()?;
+    let reason = non_empty(waiting.reason.as_deref())?;
+    if BENIGN_WAIT_REASONS.contains(&reason) {
+        return None;
+    }
+    Some(waiting_problem(reason, waiting.message.as_deref()))
+}
+
+fn waiting_problem(reason: &str, message: Option<&str>) -> String {
+    format!("waiting: {reason}{}", detail_suffix(message))
+}
+
+fn detail_suffix(message: Option<&str>) -> String {
+    non_blank(message)
+        .map(|message| format!(": {}", truncate_detail(message)))
+        .unwrap_or_default()
+}
+
+fn truncate_detail(text: &str) -> String {
+    let trimmed = text.trim();
+    match trimmed.char_indices().nth(MAX_FAILURE_DETAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
+        None => trimmed.to_owned(),
+    }
+}
+
+fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+fn non_empty(text: Option<&str>) -> Option<&str> {
+    text.filter(|text| !text.is_empty())
+}
+
+/// Blank messages are treated as absent so a failure never ends in `": "`.
+fn non_blank(text: Option<&str>) -> Option<&str> {
+    text.filter(|text| !text.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+    use serde_json::{Value, json};
+
+    fn pod(status: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": "telo-run-abc" },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn init_terminated(exit_code: i32, reason: &str, message: Option<&str>) -> Value {
+        let mut terminated = json!({ "exitCode": exit_code, "reason": reason });
+        if let Some(message) = message {
+            terminated["message"] = json!(message);
+        }
+        json!({
+            "phase": "Failed",
+            "initContainerStatuses": [status_of("bundle-fetch", json!({ "terminated": terminated }))],
+        })
+    }
+
+    fn status_of(name: &str, state: Value) -> Value {
+        json!({
+            "name": name, "image": "img", "imageID": "", "ready": false,
+            "restartCount": 0, "state": state,
+        })
+    }
+
+    fn waiting(name: &str, reason: &str, message: Option<&str>) -> Value {
+        let mut waiting = json!({ "reason": reason });
+        if let Some(message) = message {
+            waiting["message"] = json!(message);
+        }
+        status_of(name, json!({ "waiting": waiting }))
+    }
+
+    // --- pod_failure_message: the reference's backend-failure cases ---
+
+    #[test]
+    fn a_failed_init_container_is_named_with_its_exit_code() {
+        let pod = pod(init_terminated(1, "Error", None));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "init container \"bundle-fetch\" failed: Error (exit code 1)"
+        );
+    }
+
+    #[test]
+    fn a_failed_init_container_carries_its_termination_message() {
+        let pod = pod(init_terminated(
+            1,
+            "Error",
+            Some("wget: download timed out\n"),
+        ));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "init container \"bundle-fetch\" failed: Error (exit code 1): wget: download timed out"
+        );
+    }
+
+    #[test]
+    fn an_init_container_stuck_pulling_is_named_with_the_kubelet_reason() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "initContainerStatuses": [waiting("bundle-fetch", "ImagePullBackOff", Some("Back-off pulling image"))],
+        }));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "init container \"bundle-fetch\" waiting: ImagePullBackOff: Back-off pulling image"
+        );
+    }
+
+    #[test]
+    fn a_completed_init_container_is_skipped_for_the_failing_main_one() {
+        let pod = pod(json!({
+            "phase": "Failed",
+            "initContainerStatuses": [status_of("bundle-fetch", json!({ "terminated": { "exitCode": 0, "reason": "Completed" } }))],
+            "containerStatuses": [status_of("session", json!({ "terminated": { "exitCode": 137, "reason": "OOMKilled" } }))],
+        }));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "container \"session\" failed: OOMKilled (exit code 137)"
+        );
+    }
+
+    #[test]
+    fn a_benign_wait_falls_through_to_the_pod_message() {
+        let pod = pod(json!({
+            "phase": "Failed",
+            "message": "Pod was active on the node longer than the specified deadline",
+            "reason": "DeadlineExceeded",
+            "containerStatuses": [waiting("session", "PodInitializing", None)],
+        }));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "Pod was active on the node longer than the specified deadline"
+        );
+    }
+
+    #[test]
+    fn a_pod_reason_alone_is_reported() {
+        let pod = pod(json!({ "phase": "Failed", "reason": "Evicted" }));
+        assert_eq!(pod_failure_message(Some(&pod)), "Evicted");
+    }
+
+    #[test]
+    fn a_pod_with_nothing_to_say_simply_failed() {
+        assert_eq!(
+            pod_failure_message(Some(&pod(json!({ "phase": "Failed" })))),
+            "pod failed"
+        );
+        assert_eq!(pod_failure_message(None), "pod failed");
+        let bare: Pod = serde_json::from_value(json!({ "metadata": {} })).unwrap();
+        assert_eq!(pod_failure_message(Some(&bare)), "pod failed");
+    }
+
+    #[test]
+    fn long_termination_messages_are_truncated() {
+        let long = "x".repeat(800);
+        let pod = pod(json!({
+            "phase": "Failed",
+            "containerStatuses": [status_of("session", json!({ "terminated": { "exitCode": 1, "reason": "Error", "message": long } }))],
+        }));
+        let message = pod_failure_message(Some(&pod));
+        assert!(message.ends_with('…'), "{message}");
+        assert!(message.chars().count() < 560, "{}", message.chars().count());
+        assert!(message.contains(&"x".repeat(500)));
+        assert!(!message.contains(&"x".repeat(501)));
+    }
+
+    #[test]
+    fn truncation_counts_characters_not_bytes() {
+        let long = "é".repeat(600);
+        let pod = pod(json!({ "phase": "Failed", "message": long }));
+        let message = pod_failure_message(Some(&pod));
+        assert_eq!(message.chars().count(), 501);
+        assert!(message.ends_with("é…"));
+    }
+
+    #[test]
+    fn the_previous_state_explains_a_container_waiting_after_a_crash() {
+        let mut container = waiting("session", "PodInitializing", None);
+        container["lastState"] = json!({ "terminated": { "exitCode": 2, "message": "boom" } });
+        let pod = pod(json!({ "phase": "Failed", "containerStatuses": [container] }));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "container \"session\" failed: (exit code 2): boom"
+        );
+    }
+
+    #[test]
+    fn blank_messages_are_treated_as_absent() {
+        let pod = pod(json!({
+            "phase": "Failed",
+            "message": "   ",
+            "reason": "Evicted",
+            "containerStatuses": [status_of("session", json!({ "terminated": { "exitCode": 1, "reason": "Error", "message": " \n" } }))],
+        }));
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "container \"session\" failed: Error (exit code 1)"
+        );
+    }
+
+    // --- provision_message ---
+
+    #[rstest]
+    #[case::nothing_waiting(json!({ "phase": "Pending" }), Some("Scheduling"))]
+    #[case::creating(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "ContainerCreating", None)] }),
+        Some("Creating container")
+    )]
+    #[case::delivering(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "PodInitializing", None)] }),
+        Some("Delivering application")
+    )]
+    #[case::pulling(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "ErrImagePull", None)] }),
+        Some("Pulling image")
+    )]
+    #[case::pull_backoff(
+        json!({ "phase": "Pending", "initContainerStatuses": [waiting("body-fetch", "ImagePullBackOff", None)] }),
+        Some("Pulling image")
+    )]
+    #[case::other_reasons_verbatim(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "CreateContainerConfigError", Some("secret missing"))] }),
+        Some("CreateContainerConfigError")
+    )]
+    #[case::init_containers_first(
+        json!({
+            "phase": "Pending",
+            "initContainerStatuses": [waiting("body-fetch", "ContainerCreating", None)],
+            "containerStatuses": [waiting("session", "PodInitializing", None)],
+        }),
+        Some("Creating container")
+    )]
+    #[case::empty_reason_is_no_reason(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "", None)] }),
+        Some("Scheduling")
+    )]
+    #[case::running(json!({ "phase": "Running" }), None)]
+    #[case::succeeded(json!({ "phase": "Succeeded" }), None)]
+    #[case::no_phase(json!({}), None)]
+    fn provision_messages_follow_the_pending_pod(
+        #[case] status: Value,
+        #[case] expected: Option<&str>,
+    ) {
+        assert_eq!(provision_message(&pod(status)).as_deref(), expected);
+    }
+
+    // --- terminal_status and container_exit_code ---
+
+    fn succeeded(exit_code: Option<i32>) -> Pod {
+        let state = match exit_code {
+            Some(code) => json!({ "terminated": { "exitCode": code } }),
+            None => json!({}),
+        };
+        pod(json!({ "phase": "Succeeded", "containerStatuses": [status_of("session", state)] }))
+    }
+
+    #[test]
+    fn a_user_stop_is_stopped_whatever_the_pod_says() {
+        assert_eq!(
+            terminal_status(&succeeded(Some(0)), true),
+            RunStatus::Stopped
+        );
+        let failed = pod(json!({ "phase": "Failed", "reason": "Evicted" }));
+        assert_eq!(terminal_status(&failed, true), RunStatus::Stopped);
+    }
+
+    #[rstest]
+    #[case(Some(0), 0)]
+    #[case(Some(3), 3)]
+    #[case(None, 0)]
+    fn a_succeeded_pod_exits_with_its_container_code(
+        #[case] exit_code: Option<i32>,
+        #[case] expected: i64,
+    ) {
+        assert_eq!(
+            terminal_status(&succeeded(exit_code), false),
+            RunStatus::Exited { code: expected }
+        );
+    }
+
+    #[test]
+    fn any_other_end_is_a_failure_with_the_derived_message() {
+        let pod = pod(init_terminated(1, "Error", None));
+        assert_eq!(
+            terminal_status(&pod, false),
+            RunStatus::Failed {
+                message: "init container \"bundle-fetch\" failed: Error (exit code 1)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_exit_code_is_read_from_the_first_container_only() {
+        assert_eq!(container_exit_code(&succeeded(Some(7))), Some(7));
+        assert_eq!(container_exit_code(&succeeded(None)), None);
+        assert_eq!(
+            container_exit_code(&pod(json!({ "phase": "Running" }))),
+            None
+        );
+        let second_only = pod(json!({
+            "phase": "Running",
+            "containerStatuses": [
+                status_of("workspace", json!({ "running": {} })),
+                status_of("app-web", json!({ "terminated": { "exitCode": 4 } })),
+            ],
+        }));
+        assert_eq!(container_exit_code(&second_only), None);
+    }
+
+    // --- start_blocker ---
+
+    #[rstest]
+    #[case("ErrImagePull")]
+    #[case("ImagePullBackOff")]
+    #[case("InvalidImageName")]
+    #[case("ErrImageNeverPull")]
+    #[case("CreateContainerConfigError")]
+    #[case("CreateContainerError")]
+    #[case("RunContainerError")]
+    fn a_container_that_cannot_start_blocks_the_start(#[case] reason: &str) {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("session", reason, Some("the kubelet says why"))],
+        }));
+        assert_eq!(
+            start_blocker(&pod),
+            Some(format!(
+                "container \"session\" waiting: {reason}: the kubelet says why"
+            ))
+        );
+    }
+
+    #[test]
+    fn an_init_container_that_cannot_pull_blocks_the_start() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "initContainerStatuses": [waiting("body-fetch", "ErrImagePull", Some("manifest unknown"))],
+            "containerStatuses": [waiting("session", "PodInitializing", None)],
+        }));
+        assert_eq!(
+            start_blocker(&pod).as_deref(),
+            Some("init container \"body-fetch\" waiting: ErrImagePull: manifest unknown")
+        );
+    }
+
+    #[test]
+    fn a_blocking_reason_without_a_message_is_still_reported() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("session", "InvalidImageName", None)],
+        }));
+        assert_eq!(
+            start_blocker(&pod).as_deref(),
+            Some("container \"session\" waiting: InvalidImageName")
+        );
+    }
+
+    #[rstest]
+    #[case::scheduling(json!({ "phase": "Pending" }))]
+    #[case::creating(json!({ "phase": "Pending", "containerStatuses": [waiting("session", "ContainerCreating", None)] }))]
+    #[case::delivering(json!({ "phase": "Pending", "containerStatuses": [waiting("session", "PodInitializing", None)] }))]
+    #[case::unknown_reason(json!({ "phase": "Pending", "containerStatuses": [waiting("session", "SomethingNew", None)] }))]
+    #[case::running(json!({ "phase": "Running", "containerStatuses": [status_of("session", json!({ "running": {} }))] }))]
+    #[case::already_failed(json!({ "phase": "Failed", "containerStatuses": [waiting("session", "ErrImagePull", None)] }))]
+    #[case::scheduling_gated(json!({
+        "phase": "Pending",
+        "conditions": [{ "type": "PodScheduled", "status": "False", "reason": "SchedulingGated" }],
+    }))]
+    #[case::scheduled(json!({
+        "phase": "Pending",
+        "conditions": [{ "type": "PodScheduled", "status": "True" }],
+    }))]
+    fn a_pod_that_may_still_start_is_not_blocked(#[case] status: Value) {
+        assert_eq!(start_blocker(&pod(status)), None);
+    }
+
+    #[test]
+    fn an_unschedulable_pod_is_reported_with_the_scheduler_message() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient memory.",
+            }],
+        }));
+        assert_eq!(
+            start_blocker(&pod).as_deref(),
+            Some("pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory.")
+        );
+    }
+
+    #[test]
+    fn an_unschedulable_pod_without_a_message_is_still_reported() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "conditions": [{ "type": "PodScheduled", "status": "False", "reason": "Unschedulable" }],
+        }));
+        assert_eq!(
+            start_blocker(&pod).as_deref(),
+            Some("pod cannot be scheduled")
+        );
+    }
+
+    #[test]
+    fn blocker_messages_are_truncated_like_failures() {
+        let long = "y".repeat(900);
+        let pod = pod(json!({
+            "phase": "Pending",
+            "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": long,
+            }],
+        }));
+        let message = start_blocker(&pod).unwrap();
+        assert!(message.ends_with('…'));
+        assert_eq!(
+            message.chars().count(),
+            "pod cannot be scheduled: ".len() + 501
+        );
+    }
+
+    #[test]
+    fn a_blocked_container_outranks_the_scheduler() {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "conditions": [{ "type": "PodScheduled", "status": "False", "reason": "Unschedulable" }],
+            "containerStatuses": [waiting("session", "ErrImagePull", None)],
+        }));
+        assert_eq!(
+            start_blocker(&pod).as_deref(),
+            Some("container \"session\" waiting: ErrImagePull")
+        );
+    }
+}

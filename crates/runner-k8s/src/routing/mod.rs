@@ -1,0 +1,3 @@
+//! Per-session routing: Service plus Ingress or Gateway API HTTPRoutes.
+
+pub mod mode;

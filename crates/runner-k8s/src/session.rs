@@ -1,0 +1,385 @@
+//! One session's pod, from creation (or adoption) to its terminal status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
+use runner_core::reachability::watch_reachability;
+use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus, RunnerEndpoint};
+use runner_core::{BackendSession, SessionSink, StartError, StopError};
+use tokio::sync::{OnceCell, mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::api_error::{api_reason, is_not_found};
+use crate::bundle_store::BundleStore;
+use crate::event_watcher::{EventWatcher, PodEvent};
+use crate::pod_spec::{INSPECT_PORT, pod_name};
+use crate::pod_status::{pod_failure_message, provision_message, start_blocker, terminal_status};
+use crate::pod_watcher::{PodState, PodWatcher};
+use crate::terminal::{self, Terminal};
+
+/// How long, after the pod finished, its last output may take to arrive
+/// before the terminal status is reported anyway.
+const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every session of one backend shares.
+pub struct SessionContext {
+    pub pods: Api<Pod>,
+    pub pod_watcher: Arc<PodWatcher>,
+    pub event_watcher: Arc<EventWatcher>,
+    pub bundles: Arc<BundleStore>,
+    pub http: reqwest::Client,
+    pub start_deadline: Duration,
+}
+
+/// The declared shape of a session, as needed once its pod runs.
+#[derive(Debug, Clone)]
+pub struct SessionShape {
+    pub session_id: String,
+    pub ports: Vec<PortMapping>,
+    pub inspect: bool,
+}
+
+/// Unsubscribes a session from the shared watches when it is done with them.
+struct Subscriptions {
+    ctx: Arc<SessionContext>,
+    session_id: String,
+}
+
+impl Drop for Subscriptions {
+    fn drop(&mut self) {
+        self.ctx.pod_watcher.unsubscribe(&self.session_id);
+        self.ctx.event_watcher.unsubscribe(&self.session_id);
+    }
+}
+
+/// Subscribe before the pod exists, so no event about it is missed.
+pub struct Watching {
+    pods: watch::Receiver<PodState>,
+    events: mpsc::Receiver<PodEvent>,
+    _guard: Subscriptions,
+}
+
+pub fn watch_session(ctx: &Arc<SessionContext>, session_id: &str) -> Watching {
+    Watching {
+        pods: ctx.pod_watcher.subscribe(session_id),
+        events: ctx.event_watcher.subscribe(session_id),
+        _guard: Subscriptions {
+            ctx: ctx.clone(),
+            session_id: session_id.to_owned(),
+        },
+    }
+}
+
+enum Arrival {
+    Running(Arc<Pod>),
+    /// The pod finished before it was ever seen running.
+    Finished(Arc<Pod>),
+}
+
+/// Wait for the pod to run, reporting progress; then attach and supervise it.
+pub async fn bring_up(
+    ctx: Arc<SessionContext>,
+    shape: SessionShape,
+    sink: SessionSink,
+    mut watching: Watching,
+) -> Result<Arc<dyn BackendSession>, StartError> {
+    let name = pod_name(&shape.session_id);
+    let arrival = match wait_until_running(&ctx, &sink, &mut watching).await {
+        Ok(arrival) => arrival,
+        Err(failure) => {
+            ctx.bundles.drop_bundle(&shape.session_id);
+            // The start error is what the client must see; a failing delete is
+            // only logged (the reference let it replace the real cause).
+            if let Err(err) = delete_pod(&ctx.pods, &name).await {
+                warn!(pod = %name, error = %err, "could not delete a pod that failed to start");
+            }
+            return Err(failure);
+        }
+    };
+    let session = Arc::new(KubeSession {
+        ctx: ctx.clone(),
+        name: name.clone(),
+        sink: sink.clone(),
+        terminal: OnceCell::new(),
+    });
+    match arrival {
+        Arrival::Finished(pod) => {
+            // It ran and ended between two looks: report what it did.
+            sink.status(running_status(&shape));
+            let history = terminal::read_history(&ctx.pods, &name).await;
+            if !history.is_empty() {
+                sink.output(Bytes::from(history));
+            }
+            sink.status(terminal_status(&pod, sink.is_user_stopped()));
+            ctx.bundles.drop_bundle(&shape.session_id);
+            cleanup_finished(&ctx.pods, &name).await;
+        }
+        Arrival::Running(pod) => {
+            sink.status(running_status(&shape));
+            if let Some(terminal) = terminal::attach(&ctx.pods, &name, &sink).await {
+                let _ = session.terminal.set(terminal);
+            }
+            let pod_ip = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok());
+            start_watchers(&ctx, &shape, &sink, pod_ip);
+            tokio::spawn(supervise(session.clone(), shape, watching));
+        }
+    }
+    Ok(session)
+}
+
+fn running_status(shape: &SessionShape) -> RunStatus {
+    RunStatus::Running {
+        endpoints: Some(
+            shape
+                .ports
+                .iter()
+                .map(|p| RunnerEndpoint {
+                    host: String::new(),
+                    port: p.port,
+                    protocol: p.protocol,
+                    url: None,
+                })
+                .collect(),
+        ),
+        inspect_url: None,
+    }
+}
+
+async fn wait_until_running(
+    ctx: &SessionContext,
+    sink: &SessionSink,
+    watching: &mut Watching,
+) -> Result<Arrival, StartError> {
+    let deadline = tokio::time::sleep(ctx.start_deadline);
+    tokio::pin!(deadline);
+    let stop = sink.stop_requested();
+    let mut last_progress: Option<String> = None;
+    let mut report = |message: String| {
+        if last_progress.as_deref() != Some(message.as_str()) {
+            sink.progress(RunPhase::Provision, message.clone(), None);
+            last_progress = Some(message);
+        }
+    };
+    loop {
+        let state = watching.pods.borrow_and_update().clone();
+        match state {
+            PodState::Present(pod) => {
+                if let Some(blocker) = start_blocker(&pod) {
+                    return Err(start_failed(blocker));
+                }
+                match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                    Some("Running") => return Ok(Arrival::Running(pod)),
+                    Some("Succeeded") => return Ok(Arrival::Finished(pod)),
+                    Some("Failed") => return Err(start_failed(pod_failure_message(Some(&pod)))),
+                    _ => {
+                        if let Some(message) = provision_message(&pod) {
+                            report(message);
+                        }
+                    }
+                }
+            }
+            PodState::Gone => {
+                return Err(start_failed(
+                    "pod disappeared before reaching Running".into(),
+                ));
+            }
+            PodState::Unknown => {}
+        }
+        tokio::select! {
+            changed = watching.pods.changed() => {
+                if changed.is_err() {
+                    return Err(start_failed("the runner stopped watching the pod".into()));
+                }
+            }
+            Some(event) = watching.events.recv() => {
+                if let Some(message) = event_progress(&event) {
+                    report(message);
+                }
+            }
+            () = &mut deadline => {
+                return Err(start_failed("pod did not reach Running within the start deadline".into()));
+            }
+            () = stop.cancelled() => return Err(StartError::cancelled()),
+        }
+    }
+}
+
+fn start_failed(message: String) -> StartError {
+    StartError::new("start", format!("pod failed to start: {message}"))
+}
+
+/// The progress line a Kubernetes Event about the pod is worth, if any.
+fn event_progress(event: &PodEvent) -> Option<String> {
+    if event.message.is_empty() {
+        return None;
+    }
+    match event.reason.as_str() {
+        // Said better by the pod status itself.
+        "Scheduled" | "Created" | "Started" | "Killing" => None,
+        _ => Some(event.message.clone()),
+    }
+}
+
+fn start_watchers(
+    ctx: &Arc<SessionContext>,
+    shape: &SessionShape,
+    sink: &SessionSink,
+    pod_ip: Option<std::net::IpAddr>,
+) {
+    let tcp_ports: Vec<u16> = shape
+        .ports
+        .iter()
+        .filter(|p| p.protocol == PortProtocol::Tcp)
+        .map(|p| p.port)
+        .collect();
+    let ended = sink.ended();
+    match pod_ip {
+        Some(ip) => {
+            if !tcp_ports.is_empty() {
+                tokio::spawn(watch_reachability(
+                    ip,
+                    tcp_ports,
+                    sink.clone(),
+                    ended.clone(),
+                ));
+            }
+            if shape.inspect {
+                let sink = sink.clone();
+                let url = format!(
+                    "http://{}/events",
+                    std::net::SocketAddr::new(ip, INSPECT_PORT)
+                );
+                tokio::spawn(runner_core::debug_relay::relay_debug_stream(
+                    ctx.http.clone(),
+                    url,
+                    move |frame| sink.debug(frame),
+                    ended,
+                ));
+            }
+        }
+        None => {
+            for port in tcp_ports {
+                sink.reachability(port, runner_core::types::ReachabilityState::Unreachable);
+            }
+            if shape.inspect {
+                sink.output(Bytes::from_static(
+                    b"\r\n[runner] debug stream unavailable: pod IP unknown\r\n",
+                ));
+            }
+        }
+    }
+}
+
+/// Follow the running pod to its end and report exactly one terminal status.
+async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching: Watching) {
+    let sink = session.sink.clone();
+    let ended = sink.ended();
+    let outcome = loop {
+        let state = watching.pods.borrow_and_update().clone();
+        match state {
+            PodState::Present(pod) => {
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                if matches!(phase, Some("Succeeded" | "Failed")) {
+                    break Some(pod);
+                }
+            }
+            PodState::Gone => break None,
+            PodState::Unknown => {}
+        }
+        tokio::select! {
+            changed = watching.pods.changed() => if changed.is_err() { break None },
+            // Stopped, or the registry ended the session (shutdown).
+            () = ended.cancelled() => {
+                drop(watching);
+                if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
+                    warn!(pod = %session.name, error = %err, "could not delete the pod of an ended session");
+                }
+                return;
+            }
+        }
+    };
+    drop(watching);
+    if let Some(terminal) = session.terminal.get()
+        && tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, terminal.wait_output_done())
+            .await
+            .is_err()
+    {
+        debug!(pod = %session.name, "output still open after the pod finished");
+    }
+    let status = match outcome {
+        Some(pod) => terminal_status(&pod, sink.is_user_stopped()),
+        None if sink.is_user_stopped() => RunStatus::Stopped,
+        None => RunStatus::failed("pod disappeared"),
+    };
+    info!(session_id = %shape.session_id, status = status.kind(), "session pod finished");
+    sink.status(status);
+    session.ctx.bundles.drop_bundle(&shape.session_id);
+    cleanup_finished(&session.ctx.pods, &session.name).await;
+}
+
+/// A finished pod has told us everything; delete it so the namespace (and its
+/// quota) does not fill with completed pods. Routing objects go with it.
+async fn cleanup_finished(pods: &Api<Pod>, name: &str) {
+    if let Err(err) = delete_pod(pods, name).await {
+        warn!(pod = name, error = %err, "could not delete a finished session pod");
+    }
+}
+
+/// Delete now (grace 0); an already-gone pod is fine.
+pub async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
+    match pods
+        .delete(
+            name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if is_not_found(&err) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+pub struct KubeSession {
+    ctx: Arc<SessionContext>,
+    name: String,
+    sink: SessionSink,
+    terminal: OnceCell<Terminal>,
+}
+
+#[async_trait]
+impl BackendSession for KubeSession {
+    fn write_stdin(&self, bytes: Bytes) {
+        if let Some(terminal) = self.terminal.get() {
+            terminal.write_stdin(bytes);
+        }
+    }
+
+    fn resize(&self, cols: u16, rows: u16) {
+        if let Some(terminal) = self.terminal.get() {
+            terminal.resize(cols, rows);
+        }
+    }
+
+    async fn stop(&self) -> Result<(), StopError> {
+        delete_pod(&self.ctx.pods, &self.name)
+            .await
+            .map_err(|err| StopError {
+                message: format!("could not delete the session pod: {}", api_reason(&err)),
+            })?;
+        self.sink.status(RunStatus::Stopped);
+        Ok(())
+    }
+}

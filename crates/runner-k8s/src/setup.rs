@@ -1,0 +1,64 @@
+//! Assemble the backend from configuration: client, bundle store, base-image
+//! catalog, shared watches, and the bundle route the init containers fetch.
+
+use std::sync::Arc;
+
+use runner_core::base_images::{BaseImageCatalog, CatalogOptions, TagFilter};
+use runner_core::config::{ConfigError, Env};
+use tracing::warn;
+
+use crate::backend::KubeBackend;
+use crate::bundle_store::{self, BundleStore};
+use crate::client::kube_client;
+use crate::config::K8sConfig;
+
+pub struct KubeSetup {
+    pub backend: Arc<KubeBackend>,
+    /// Routes the backend adds to the runner (`/internal/bundles/:id`).
+    pub routes: axum::Router,
+}
+
+pub async fn build(config: K8sConfig, env: &Env) -> Result<KubeSetup, ConfigError> {
+    let client = kube_client(env).await?;
+    let bundles = Arc::new(BundleStore::new(config.self_url.clone()));
+    let catalog = if config.base_image_catalog.enabled {
+        Some(catalog(&config).await?)
+    } else {
+        None
+    };
+    let backend = Arc::new(KubeBackend::new(config, client, bundles.clone(), catalog));
+    Ok(KubeSetup {
+        backend,
+        routes: bundle_store::router(bundles),
+    })
+}
+
+async fn catalog(config: &K8sConfig) -> Result<Arc<BaseImageCatalog>, ConfigError> {
+    let settings = &config.base_image_catalog;
+    let compile = |source: &Option<String>| -> Result<Vec<regex::Regex>, ConfigError> {
+        source
+            .iter()
+            .map(|s| regex::Regex::new(s).map_err(|err| ConfigError(err.to_string())))
+            .collect()
+    };
+    let client = runner_core::http_client::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|err| ConfigError(format!("could not build the HTTP client: {err}")))?;
+    let mut options = CatalogOptions::new(&settings.repository, &config.default_image, client);
+    options.filter = TagFilter {
+        pinned_only: settings.filter.pinned_only,
+        exclude_sha: settings.filter.exclude_sha,
+        exclude_prerelease: settings.filter.exclude_prerelease,
+        include: compile(&settings.filter.include)?,
+        exclude: compile(&settings.filter.exclude)?,
+    };
+    options.limit = settings.limit;
+    options.hub_url = settings.hub_url.clone();
+    let catalog =
+        Arc::new(BaseImageCatalog::new(options).map_err(|err| ConfigError(err.to_string()))?);
+    if let Err(err) = catalog.refresh().await {
+        warn!(error = %err, "initial base-image catalog refresh failed; serving the default image only");
+    }
+    Ok(catalog)
+}
