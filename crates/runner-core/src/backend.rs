@@ -187,10 +187,11 @@ pub trait Backend: Send + Sync + 'static {
 /// A started workload.
 #[async_trait]
 pub trait BackendSession: Send + Sync + 'static {
-    /// Write to the workload's stdin; a no-op once it ended.
+    /// Write to the workload's stdin; a no-op once it ended. Must not block
+    /// (queue or drop): it is called with the session's state locked.
     fn write_stdin(&self, bytes: Bytes);
 
-    /// Resize the workload's terminal; a no-op once it ended.
+    /// Resize the workload's terminal; a no-op once it ended. Must not block.
     fn resize(&self, cols: u16, rows: u16);
 
     /// Force-stop; idempotent. The terminal status arrives through the sink.

@@ -107,7 +107,16 @@ struct SessionState {
     events: ReplayBuffer<EventFrame>,
     output: ReplayBuffer<Bytes>,
     handle: Option<Arc<dyn BackendSession>>,
+    /// Input that arrived while the workload was coming up, delivered once it
+    /// is up (the reference dropped it, losing the first keystrokes and the
+    /// editor's initial terminal size).
+    early_stdin: Vec<Bytes>,
+    early_stdin_bytes: usize,
+    early_resize: Option<(u16, u16)>,
 }
+
+/// Input held for a session that is still starting, at most.
+pub const EARLY_STDIN_BYTES: usize = 64 * 1024;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind, never
@@ -281,7 +290,7 @@ impl SessionRegistry {
                 };
                 match started {
                     Ok(handle) => {
-                        lock(&session.state).handle = Some(handle.clone());
+                        session.install_handle(handle.clone());
                         // A DELETE that arrived while the workload was coming up
                         // is honoured now that there is something to stop.
                         if session.is_user_stopped()
@@ -418,6 +427,9 @@ impl Session {
                 events: ReplayBuffer::starting_at(replay_buffer_bytes, first_event),
                 output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),
                 handle: None,
+                early_stdin: Vec::new(),
+                early_stdin_bytes: 0,
+                early_resize: None,
             }),
             events_seq: watch::Sender::new(first_event - 1),
             output_seq: watch::Sender::new(first_output - 1),
@@ -467,6 +479,45 @@ impl Session {
     /// The live backend session, once its start resolved.
     pub fn handle(&self) -> Option<Arc<dyn BackendSession>> {
         lock(&self.state).handle.clone()
+    }
+
+    /// Terminal input: to the workload, or held (bounded) until it is up.
+    pub fn write_stdin(&self, bytes: Bytes) {
+        let mut state = lock(&self.state);
+        if let Some(handle) = &state.handle {
+            handle.write_stdin(bytes);
+        } else if !state.status.is_terminal()
+            && state.early_stdin_bytes + bytes.len() <= EARLY_STDIN_BYTES
+        {
+            state.early_stdin_bytes += bytes.len();
+            state.early_stdin.push(bytes);
+        }
+    }
+
+    /// A terminal resize: applied now, or remembered (the last one wins) until
+    /// the workload is up.
+    pub fn resize(&self, cols: u16, rows: u16) {
+        let mut state = lock(&self.state);
+        if let Some(handle) = &state.handle {
+            handle.resize(cols, rows);
+        } else {
+            state.early_resize = Some((cols, rows));
+        }
+    }
+
+    /// The workload is up: deliver what waited for it, in order, then let
+    /// input flow directly. Done under the state lock (backends take input
+    /// without blocking) so nothing typed meanwhile can overtake it.
+    fn install_handle(&self, handle: Arc<dyn BackendSession>) {
+        let mut state = lock(&self.state);
+        if let Some((cols, rows)) = state.early_resize.take() {
+            handle.resize(cols, rows);
+        }
+        for bytes in std::mem::take(&mut state.early_stdin) {
+            handle.write_stdin(bytes);
+        }
+        state.early_stdin_bytes = 0;
+        state.handle = Some(handle);
     }
 
     /// A token that fires when the session ends or leaves the registry.

@@ -70,8 +70,51 @@ pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
             code: i64::from(code),
         };
     }
+    // The workload ending with a non-zero code is the workload's answer, not
+    // a platform failure: report it as `exited` with its code, as the local
+    // and docker backends do. (The reference reported every non-zero exit as
+    // `failed`, so a script's `exit 3` read like a broken cluster.) Anything
+    // the platform did — OOM kill, deadline, eviction, a failed init
+    // container — stays `failed` with its reason.
+    if let Some(code) = plain_exit_code(pod) {
+        return RunStatus::Exited {
+            code: i64::from(code),
+        };
+    }
     RunStatus::Failed {
         message: pod_failure_message(Some(pod)),
+    }
+}
+
+/// The main container's exit code when the process simply exited: it
+/// terminated with the kubelet's generic reason (`Error`, or `Completed`), the
+/// pod itself carries no reason of its own (deadline, eviction), and every init
+/// container completed.
+fn plain_exit_code(pod: &Pod) -> Option<i32> {
+    let status = pod.status.as_ref()?;
+    if status.reason.as_deref().is_some_and(|r| !r.is_empty()) {
+        return None;
+    }
+    let inits_ok = status.init_container_statuses.iter().flatten().all(|init| {
+        init.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    });
+    if !inits_ok {
+        return None;
+    }
+    let terminated = status
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    match terminated.reason.as_deref() {
+        None | Some("Error") | Some("Completed") => Some(terminated.exit_code),
+        Some(_) => None,
     }
 }
 

@@ -120,7 +120,8 @@ pub async fn bring_up(
             cleanup_finished(&ctx.pods, &name).await;
         }
         Arrival::Running(pod) => {
-            sink.status(running_status(&shape));
+            // Attached before `running` is announced, so a client that starts
+            // typing on `running` reaches the workload.
             if let Some(terminal) = terminal::attach(&ctx.pods, &name, &sink).await {
                 let _ = session.terminal.set(terminal);
             }
@@ -129,6 +130,7 @@ pub async fn bring_up(
                 .as_ref()
                 .and_then(|s| s.pod_ip.as_deref())
                 .and_then(|ip| ip.parse().ok());
+            sink.status(running_status(&shape));
             start_watchers(&ctx, &shape, &sink, pod_ip);
             tokio::spawn(supervise(session.clone(), shape, watching));
         }
@@ -162,13 +164,9 @@ async fn wait_until_running(
     let deadline = tokio::time::sleep(ctx.start_deadline);
     tokio::pin!(deadline);
     let stop = sink.stop_requested();
-    let mut last_progress: Option<String> = None;
-    let mut report = |message: String| {
-        if last_progress.as_deref() != Some(message.as_str()) {
-            sink.progress(RunPhase::Provision, message.clone(), None);
-            last_progress = Some(message);
-        }
-    };
+    // What the pod status says is repeated on every update, so it is
+    // reported when it changes; Kubernetes Events are news each time.
+    let mut last_status_message: Option<String> = None;
     loop {
         let state = watching.pods.borrow_and_update().clone();
         match state {
@@ -181,8 +179,11 @@ async fn wait_until_running(
                     Some("Succeeded") => return Ok(Arrival::Finished(pod)),
                     Some("Failed") => return Err(start_failed(pod_failure_message(Some(&pod)))),
                     _ => {
-                        if let Some(message) = provision_message(&pod) {
-                            report(message);
+                        if let Some(message) = provision_message(&pod)
+                            && last_status_message.as_deref() != Some(message.as_str())
+                        {
+                            sink.progress(RunPhase::Provision, message.clone(), None);
+                            last_status_message = Some(message);
                         }
                     }
                 }
@@ -202,7 +203,7 @@ async fn wait_until_running(
             }
             Some(event) = watching.events.recv() => {
                 if let Some(message) = event_progress(&event) {
-                    report(message);
+                    sink.progress(RunPhase::Provision, message, None);
                 }
             }
             () = &mut deadline => {

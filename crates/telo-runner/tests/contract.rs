@@ -1,10 +1,12 @@
-//! The `/v1` contract, black-box over real sockets, on the local backend.
+//! The `/v1` contract, black-box over real sockets, on both backends: local
+//! processes, and pods on a kube-sim cluster.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::Runner;
+use common::{Backend, Runner};
 use reqwest::StatusCode;
+use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::bundle::start_body;
 use test_support::ws::{self, IoFrame};
@@ -13,9 +15,12 @@ fn is_iso(text: &str) -> bool {
     text.len() == 24 && text.ends_with('Z') && text.as_bytes()[10] == b'T'
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn health_answers_ok_with_the_version() {
-    let runner = Runner::start().await;
+async fn health_answers_ok_with_the_version(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let (status, body) = runner.get("/v1/health").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["ok"], json!(true));
@@ -23,9 +28,14 @@ async fn health_answers_ok_with_the_version() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn capabilities_describe_the_backend_without_terms_or_apps_by_default() {
-    let runner = Runner::start().await;
+async fn capabilities_describe_the_backend_without_terms_or_apps_by_default(
+    #[case] backend: Backend,
+) {
+    let runner = Runner::start_on(backend, &[]).await;
     let (status, body) = runner.get("/v1/capabilities").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body["displayName"].is_string());
@@ -40,9 +50,12 @@ async fn capabilities_describe_the_backend_without_terms_or_apps_by_default() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn probe_reports_ready_and_ignores_unknown_config_keys() {
-    let runner = Runner::start().await;
+async fn probe_reports_ready_and_ignores_unknown_config_keys(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let (status, body) = runner
         .post(
             "/v1/probe",
@@ -75,9 +88,12 @@ async fn probe_reports_a_missing_telo_cli_as_unavailable() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code() {
-    let runner = Runner::start().await;
+async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let (status, created) = runner
         .post(
             "/v1/sessions",
@@ -139,9 +155,12 @@ async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn a_running_session_is_running_before_any_output_is_required() {
-    let runner = Runner::start().await;
+async fn a_running_session_is_running_before_any_output_is_required(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner.create(json!({"echo": true})).await;
     let mut events = runner.events(id.as_str(), &[]).await;
     let frames = events
@@ -154,9 +173,12 @@ async fn a_running_session_is_running_before_any_output_is_required() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn stdin_typed_into_the_socket_reaches_the_workload() {
-    let runner = Runner::start().await;
+async fn stdin_typed_into_the_socket_reaches_the_workload(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner
         .create(json!({"stdout": ["ready"], "echo": true}))
         .await;
@@ -180,9 +202,12 @@ async fn stdin_typed_into_the_socket_reaches_the_workload() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn a_resize_reaches_the_terminal_and_bursts_collapse_to_the_last() {
-    let runner = Runner::start().await;
+async fn a_resize_reaches_the_terminal_and_bursts_collapse_to_the_last(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner
         .create(json!({"printSize": true, "echo": true}))
         .await;
@@ -202,9 +227,12 @@ async fn a_resize_reaches_the_terminal_and_bursts_collapse_to_the_last() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte() {
-    let runner = Runner::start().await;
+async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner
         .create(json!({"stdout": ["first"], "echo": true}))
         .await;
@@ -252,9 +280,12 @@ async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn sse_resumes_after_the_header_id_which_wins_over_the_query() {
-    let runner = Runner::start().await;
+async fn sse_resumes_after_the_header_id_which_wins_over_the_query(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner.create(json!({"exitCode": 0})).await;
     let all = runner.events(&id, &[]).await.events_until_end().await;
     assert!(all.len() >= 3);
@@ -287,9 +318,12 @@ async fn sse_resumes_after_the_header_id_which_wins_over_the_query() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn evicted_history_is_announced_with_a_gap_on_both_channels() {
-    let runner = Runner::start_with(&[("RUNNER_REPLAY_BUFFER_BYTES", "100")]).await;
+async fn evicted_history_is_announced_with_a_gap_on_both_channels(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_REPLAY_BUFFER_BYTES", "100")]).await;
     let id = runner
         .create(json!({"spewBytes": 300000, "exitCode": 0}))
         .await;
@@ -323,9 +357,12 @@ async fn evicted_history_is_announced_with_a_gap_on_both_channels() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn large_output_is_split_into_chunks_of_at_most_64_kib() {
-    let runner = Runner::start().await;
+async fn large_output_is_split_into_chunks_of_at_most_64_kib(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner
         .create(json!({"spewBytes": 500000, "exitCode": 0}))
         .await;
@@ -344,9 +381,16 @@ async fn large_output_is_split_into_chunks_of_at_most_64_kib() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn websocket_rejections_are_close_codes_after_the_handshake() {
-    let runner = Runner::start_with(&[("RUNNER_CORS_ORIGINS", "https://editor.example, *")]).await;
+async fn websocket_rejections_are_close_codes_after_the_handshake(#[case] backend: Backend) {
+    let runner = Runner::start_on(
+        backend,
+        &[("RUNNER_CORS_ORIGINS", "https://editor.example, *")],
+    )
+    .await;
     // Unknown session (allowed origin).
     let mut socket = ws::connect(
         &runner.ws_url("/v1/sessions/nope/io"),
@@ -382,9 +426,12 @@ async fn websocket_rejections_are_close_codes_after_the_handshake() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn a_finished_session_with_nothing_to_replay_closes_4410() {
-    let runner = Runner::start().await;
+async fn a_finished_session_with_nothing_to_replay_closes_4410(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner.create(json!({"stdout": ["x"], "exitCode": 0})).await;
     runner.wait_terminal(&id).await;
     let mut socket = runner.io(&id, "?lastSeq=999999").await;
@@ -398,9 +445,12 @@ async fn a_finished_session_with_nothing_to_replay_closes_4410() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn many_sockets_share_one_session() {
-    let runner = Runner::start().await;
+async fn many_sockets_share_one_session(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner.create(json!({"echo": true})).await;
     let mut sockets = Vec::new();
     for _ in 0..5 {
@@ -413,9 +463,12 @@ async fn many_sockets_share_one_session() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn delete_stops_a_live_session_and_is_idempotent() {
-    let runner = Runner::start().await;
+async fn delete_stops_a_live_session_and_is_idempotent(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let id = runner.create(json!({"echo": true})).await;
     let mut events = runner.events(&id, &[]).await;
     events
@@ -436,9 +489,12 @@ async fn delete_stops_a_live_session_and_is_idempotent() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn unknown_sessions_are_404_on_every_route() {
-    let runner = Runner::start().await;
+async fn unknown_sessions_are_404_on_every_route(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let (status, body) = runner.get("/v1/sessions/abcdefghijkl").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(
@@ -457,9 +513,14 @@ async fn unknown_sessions_are_404_on_every_route() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn capacity_evicts_the_oldest_finished_session_but_never_a_live_one() {
-    let runner = Runner::start_with(&[("RUNNER_MAX_SESSIONS", "2")]).await;
+async fn capacity_evicts_the_oldest_finished_session_but_never_a_live_one(
+    #[case] backend: Backend,
+) {
+    let runner = Runner::start_on(backend, &[("RUNNER_MAX_SESSIONS", "2")]).await;
     let finished = runner.create(json!({"exitCode": 0})).await;
     runner.wait_terminal(&finished).await;
     let live = runner.create(json!({"echo": true})).await;
@@ -487,9 +548,12 @@ async fn capacity_evicts_the_oldest_finished_session_but_never_a_live_one() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn finished_sessions_are_forgotten_after_the_exit_ttl() {
-    let runner = Runner::start_with(&[("RUNNER_EXIT_TTL_MS", "50")]).await;
+async fn finished_sessions_are_forgotten_after_the_exit_ttl(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_EXIT_TTL_MS", "50")]).await;
     let id = runner.create(json!({"exitCode": 0})).await;
     runner.wait_terminal(&id).await;
     let deadline = tokio::time::Instant::now() + test_support::WAIT;
@@ -507,12 +571,18 @@ async fn finished_sessions_are_forgotten_after_the_exit_ttl() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn the_terms_gate_guards_session_creation_only() {
-    let runner = Runner::start_with(&[
-        ("RUNNER_TERMS_BODY", "Be nice."),
-        ("RUNNER_TERMS_VERSION", "v7"),
-    ])
+async fn the_terms_gate_guards_session_creation_only(#[case] backend: Backend) {
+    let runner = Runner::start_on(
+        backend,
+        &[
+            ("RUNNER_TERMS_BODY", "Be nice."),
+            ("RUNNER_TERMS_VERSION", "v7"),
+        ],
+    )
     .await;
     let (_, caps) = runner.get("/v1/capabilities").await;
     let terms = json!({"version": "v7", "title": "Usage agreement", "body": "Be nice."});
@@ -543,9 +613,12 @@ async fn the_terms_gate_guards_session_creation_only() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn bad_bundles_and_bodies_get_a_400_naming_the_problem() {
-    let runner = Runner::start().await;
+async fn bad_bundles_and_bodies_get_a_400_naming_the_problem(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let good = start_body(json!({"exitCode": 0}));
     let cases: Vec<(Value, &str, &str)> = vec![
         (
@@ -644,9 +717,12 @@ async fn bad_bundles_and_bodies_get_a_400_naming_the_problem() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn an_absolute_entry_path_is_normalized_not_refused() {
-    let runner = Runner::start().await;
+async fn an_absolute_entry_path_is_normalized_not_refused(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let mut body = start_body(json!({"stdout": ["abs-ok"], "exitCode": 0}));
     body["bundle"]["entryRelativePath"] = json!("/telo.yaml");
     let id = runner.create_body(body).await;
@@ -657,9 +733,12 @@ async fn an_absolute_entry_path_is_normalized_not_refused() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn oversize_bodies_are_refused_with_413() {
-    let runner = Runner::start_with(&[("RUNNER_MAX_BODY_BYTES", "2048")]).await;
+async fn oversize_bodies_are_refused_with_413(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_MAX_BODY_BYTES", "2048")]).await;
     let mut body = start_body(json!({"exitCode": 0}));
     body["bundle"]["files"].as_array_mut().unwrap().push(json!({
         "relativePath": "big.txt",
@@ -671,9 +750,12 @@ async fn oversize_bodies_are_refused_with_413() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn types_are_coerced_like_the_reference_validator() {
-    let runner = Runner::start().await;
+async fn types_are_coerced_like_the_reference_validator(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let mut body = start_body(json!({"printEnv": ["NUM"], "exitCode": 0}));
     body["env"] = json!({"NUM": 42});
     body["inspect"] = json!("false");
@@ -685,11 +767,18 @@ async fn types_are_coerced_like_the_reference_validator() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn only_the_session_env_and_the_registry_url_reach_the_workload() {
+async fn only_the_session_env_and_the_registry_url_reach_the_workload(#[case] backend: Backend) {
     // SAFETY-free: the variable is unique to this test and only read by the
     // workload through the runner, which must not pass it on.
-    let runner = Runner::start_with(&[("TELO_REGISTRY_URL", "https://registry.example")]).await;
+    let runner = Runner::start_on(
+        backend,
+        &[("TELO_REGISTRY_URL", "https://registry.example")],
+    )
+    .await;
     let mut body = start_body(json!({
         "printEnv": ["FOO", "TELO_REGISTRY_URL", "RUNNER_LOCAL_TELO", "CARGO"],
         "exitCode": 0,
@@ -723,9 +812,16 @@ async fn only_the_session_env_and_the_registry_url_reach_the_workload() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn cors_preflight_and_origin_echo_follow_the_configured_list() {
-    let runner = Runner::start_with(&[("RUNNER_CORS_ORIGINS", "https://editor.example")]).await;
+async fn cors_preflight_and_origin_echo_follow_the_configured_list(#[case] backend: Backend) {
+    let runner = Runner::start_on(
+        backend,
+        &[("RUNNER_CORS_ORIGINS", "https://editor.example")],
+    )
+    .await;
     let response = runner
         .client
         .request(reqwest::Method::OPTIONS, runner.url("/v1/sessions"))
@@ -794,9 +890,12 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn reachability_is_reported_per_declared_tcp_port() {
-    let runner = Runner::start().await;
+async fn reachability_is_reported_per_declared_tcp_port(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -833,9 +932,12 @@ async fn reachability_is_reported_per_declared_tcp_port() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn only_kernel_event_frames_are_relayed_as_debug_events() {
-    let runner = Runner::start().await;
+async fn only_kernel_event_frames_are_relayed_as_debug_events(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
     let mut body =
         start_body(json!({"debugEvents": ["Kernel.Starting", "Kernel.Started"], "echo": true}));
     body["inspect"] = json!(true);
@@ -858,9 +960,12 @@ async fn only_kernel_event_frames_are_relayed_as_debug_events() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn idle_event_streams_carry_heartbeat_comments() {
-    let runner = Runner::start_with(&[("RUNNER_SSE_HEARTBEAT_MS", "50")]).await;
+async fn idle_event_streams_carry_heartbeat_comments(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_SSE_HEARTBEAT_MS", "50")]).await;
     let id = runner.create(json!({"echo": true})).await;
     let mut events = runner.events(&id, &[]).await;
     events

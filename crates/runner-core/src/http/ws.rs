@@ -117,12 +117,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
     while !terminal {
         tokio::select! {
             message = rx.next() => match message {
-                Some(Ok(Message::Binary(bytes))) => {
-                    // Input sent before the workload is up is dropped, not queued.
-                    if let Some(handle) = session.handle() {
-                        handle.write_stdin(bytes);
-                    }
-                }
+                Some(Ok(Message::Binary(bytes))) => session.write_stdin(bytes),
                 Some(Ok(Message::Text(text))) => {
                     if let Some(size) = parse_resize(text.as_str()) {
                         pending_resize = Some(size);
@@ -140,8 +135,8 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
             }
             () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
                 resize_deadline = None;
-                if let (Some((cols, rows)), Some(handle)) = (pending_resize.take(), session.handle()) {
-                    handle.resize(cols, rows);
+                if let Some((cols, rows)) = pending_resize.take() {
+                    session.resize(cols, rows);
                 }
             }
         }

@@ -11,11 +11,22 @@ use test_support::fake_telo::fake_telo_path;
 use test_support::sse::SseStream;
 use test_support::ws::{self, Socket};
 
+/// Which backend a runner under test uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    /// Pods on a kube-sim cluster, with fake-telo as the kernel image.
+    Kubernetes,
+}
+
 pub struct Runner {
     pub service: Option<RunningService>,
     pub base: String,
     pub client: reqwest::Client,
     pub work_dir: TempDir,
+    pub backend: Backend,
+    /// The simulated cluster (Kubernetes backend only).
+    pub sim: Option<kube_sim::KubeSim>,
 }
 
 impl Runner {
@@ -24,6 +35,57 @@ impl Runner {
     }
 
     pub async fn start_with(vars: &[(&str, &str)]) -> Runner {
+        Self::start_on(Backend::Local, vars).await
+    }
+
+    pub async fn start_on(backend: Backend, vars: &[(&str, &str)]) -> Runner {
+        match backend {
+            Backend::Local => Self::start_local(vars).await,
+            Backend::Kubernetes => Self::start_kube(kube_sim::KubeSim::builder(), vars).await,
+        }
+    }
+
+    /// A runner on the Kubernetes backend against a fresh kube-sim built by
+    /// `sim` (fake-telo as the kernel, the built-in bundle fetcher as busybox).
+    pub async fn start_kube(sim: kube_sim::KubeSimBuilder, vars: &[(&str, &str)]) -> Runner {
+        let work_dir = tempfile::tempdir().expect("work dir");
+        let sim = sim
+            .fake_telo(fake_telo_path())
+            .start()
+            .await
+            .expect("kube-sim starts");
+        let kubeconfig = work_dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut env: HashMap<String, String> = HashMap::new();
+        env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
+        env.insert(
+            "KUBECONFIG".into(),
+            kubeconfig.to_string_lossy().into_owned(),
+        );
+        env.insert("RUNNER_SELF_URL".into(), format!("http://{addr}"));
+        env.insert("RUNNER_BASE_IMAGE_CATALOG_ENABLED".into(), "false".into());
+        env.insert("RUNNER_IMAGE".into(), "telorun/node:0-slim".into());
+        for (key, value) in vars {
+            env.insert((*key).into(), (*value).into());
+        }
+        let service = RunningService::start_on(&env, listener)
+            .await
+            .expect("runner starts");
+        Runner {
+            base: service.base_url(),
+            service: Some(service),
+            client: runner_core::http_client::client(),
+            work_dir,
+            backend: Backend::Kubernetes,
+            sim: Some(sim),
+        }
+    }
+
+    async fn start_local(vars: &[(&str, &str)]) -> Runner {
         let work_dir = tempfile::tempdir().expect("work dir");
         let mut env: HashMap<String, String> = HashMap::new();
         env.insert(
@@ -49,6 +111,8 @@ impl Runner {
             service: Some(service),
             client: runner_core::http_client::client(),
             work_dir,
+            backend: Backend::Local,
+            sim: None,
         }
     }
 
@@ -143,6 +207,9 @@ impl Runner {
     pub async fn stop(mut self) {
         if let Some(service) = self.service.take() {
             service.stop().await.expect("clean shutdown");
+        }
+        if let Some(sim) = self.sim.take() {
+            sim.shutdown().await;
         }
     }
 }

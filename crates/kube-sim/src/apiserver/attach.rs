@@ -1,0 +1,216 @@
+//! `pods/attach` over WebSocket (`v5.channel.k8s.io`, `v4.channel.k8s.io`):
+//! channel 0 stdin, 1 stdout, 2 stderr, 3 error/status, 4 terminal resize,
+//! 255 stream close (v5). The container's live output is relayed; stdin
+//! and resizes go to the process.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::extract::Request;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::ApiContext;
+use super::errors::ApiError;
+use super::logs::pick_container;
+use super::request::{Query, ResourcePath};
+use crate::kubelet::streams::{ContainerStreams, StdinMsg, StreamKind};
+
+pub const V5: &str = "v5.channel.k8s.io";
+pub const V4: &str = "v4.channel.k8s.io";
+const SUPPORTED: &[&str] = &[
+    V5,
+    V4,
+    "v3.channel.k8s.io",
+    "v2.channel.k8s.io",
+    "channel.k8s.io",
+];
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+const CLOSE: u8 = 255;
+
+#[derive(Debug, Clone, Copy)]
+struct Options {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+}
+
+pub async fn handle(
+    ctx: Arc<ApiContext>,
+    target: ResourcePath,
+    query: Query,
+    req: Request,
+) -> Response {
+    match prepare(ctx, target, query, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn prepare(
+    ctx: Arc<ApiContext>,
+    target: ResourcePath,
+    query: Query,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let name = target.name.clone().unwrap_or_default();
+    let pod = ctx.registry.get(target.res, target.ns(), &name)?;
+    let container = pick_container(&pod.value, query.get("container"))?;
+    let opts = Options {
+        stdin: query.flag("stdin"),
+        stdout: query.flag("stdout"),
+        stderr: query.flag("stderr"),
+        tty: query.flag("tty"),
+    };
+    if !opts.stdin && !opts.stdout && !opts.stderr {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    let offered: Vec<String> = req
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
+        .collect();
+    let (mut parts, _body) = req.into_parts();
+    let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
+        .await
+        .map_err(|_| ApiError::bad_request("Upgrade request required"))?;
+    let Some(protocol) = offered
+        .iter()
+        .find(|p| SUPPORTED.contains(&p.as_str()))
+        .cloned()
+    else {
+        return Err(ApiError::bad_request(format!(
+            "unable to upgrade connection: no supported subprotocol (offered {offered:?}, supported {SUPPORTED:?})"
+        )));
+    };
+    let streams = ctx
+        .kubelet
+        .container_streams(pod.uid(), &container, false)
+        .filter(|s| !s.is_closed())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to upgrade connection: container not found ({container:?})"
+            ))
+        })?;
+    let v5 = protocol == V5;
+    Ok(ws
+        .protocols([protocol])
+        .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5)))
+}
+
+/// A normal closure: clients treat it as end-of-stream on every channel
+/// (a close without a status code reads as an error).
+fn normal_close() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: close_code::NORMAL,
+        reason: "".into(),
+    }))
+}
+
+fn frame(channel: u8, data: &[u8]) -> Message {
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(channel);
+    v.extend_from_slice(data);
+    Message::Binary(Bytes::from(v))
+}
+
+async fn session(
+    ctx: Arc<ApiContext>,
+    socket: WebSocket,
+    streams: Arc<ContainerStreams>,
+    opts: Options,
+    v5: bool,
+) {
+    let (mut tx, mut rx) = socket.split();
+    let mut output = streams.subscribe_output();
+    let mut log_seq = streams.subscribe_log();
+    let mut stream_epoch = ctx.faults.stream_epoch();
+    let shutdown = ctx.shutdown.clone();
+    // The apiserver announces the connection with an empty frame on the
+    // lowest writable channel.
+    let first = if opts.stdout {
+        STDOUT
+    } else if opts.stderr {
+        STDERR
+    } else {
+        ERROR
+    };
+    if tx.send(frame(first, &[])).await.is_err() {
+        return;
+    }
+    let wants = |kind: StreamKind| match kind {
+        StreamKind::Stdout => opts.stdout.then_some(STDOUT),
+        // With a TTY everything arrives on stdout.
+        StreamKind::Stderr => (opts.stderr && !opts.tty).then_some(STDERR),
+    };
+    loop {
+        tokio::select! {
+            out = output.recv() => match out {
+                Ok((kind, data)) => {
+                    if let Some(ch) = wants(kind)
+                        && tx.send(frame(ch, &data)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            },
+            changed = log_seq.changed() => {
+                if changed.is_err() || streams.is_closed() {
+                    // Relay what is still queued, then report the end.
+                    while let Ok((kind, data)) = output.try_recv() {
+                        if let Some(ch) = wants(kind)
+                            && tx.send(frame(ch, &data)).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    break;
+                }
+            }
+            msg = rx.next() => match msg {
+                Some(Ok(Message::Binary(b))) if !b.is_empty() => match b[0] {
+                    STDIN if opts.stdin => streams.write_stdin(StdinMsg::Data(b.slice(1..))),
+                    RESIZE => {
+                        if let Ok(size) = serde_json::from_slice::<serde_json::Value>(&b[1..]) {
+                            let w = size.get("Width").and_then(|v| v.as_u64()).unwrap_or(80);
+                            let h = size.get("Height").and_then(|v| v.as_u64()).unwrap_or(24);
+                            streams.resize(w.min(u16::MAX as u64) as u16, h.min(u16::MAX as u64) as u16);
+                        }
+                    }
+                    CLOSE if v5 && b.get(1) == Some(&STDIN) => streams.write_stdin(StdinMsg::Close),
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+            _ = stream_epoch.changed() => {
+                let _ = tx.send(normal_close()).await;
+                return;
+            }
+            _ = shutdown.cancelled() => {
+                let _ = tx.send(normal_close()).await;
+                return;
+            }
+        }
+    }
+    let status = json!({"metadata": {}, "status": "Success"});
+    let _ = tx.send(frame(ERROR, status.to_string().as_bytes())).await;
+    let _ = tx.send(normal_close()).await;
+}

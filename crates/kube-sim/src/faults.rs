@@ -1,0 +1,187 @@
+//! Fault injection: failing the next N requests of a verb/resource, added
+//! latency, dropping every watch, and an apiserver "restart" that closes
+//! every open stream (watches, logs, attach) while keeping all state.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::apiserver::errors::ApiError;
+
+/// One "fail the next N requests" rule.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailRule {
+    /// Kubernetes verb (`create`, `list`, `watch`, `get`, …); absent = any.
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// Resource (`pods`, `pods/attach`, `httproutes`); absent = any.
+    #[serde(default)]
+    pub resource: Option<String>,
+    pub count: u32,
+    pub code: u16,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A request to `/_sim/faults`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum FaultCommand {
+    /// Fail the next `count` matching requests with `code`.
+    #[serde(rename_all = "camelCase")]
+    FailNext(FailRule),
+    /// Delay every API request by `ms`.
+    Latency { ms: u64 },
+    /// Close every open watch stream now.
+    DropWatches,
+    /// Close every open stream (watches, logs, attach), keep all state.
+    Restart,
+    /// Remove every rule and the latency.
+    Clear,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultState {
+    pub fail: Vec<FailRule>,
+    pub latency_ms: u64,
+    pub watch_drops: u64,
+    pub restarts: u64,
+}
+
+pub struct Faults {
+    state: Mutex<FaultState>,
+    watch_epoch: watch::Sender<u64>,
+    stream_epoch: watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(FaultState::default()),
+            watch_epoch: watch::channel(0).0,
+            stream_epoch: watch::channel(0).0,
+        }
+    }
+}
+
+impl Faults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn apply(&self, cmd: FaultCommand) {
+        match cmd {
+            FaultCommand::FailNext(rule) => self.lock().fail.push(rule),
+            FaultCommand::Latency { ms } => self.lock().latency_ms = ms,
+            FaultCommand::DropWatches => self.drop_watches(),
+            FaultCommand::Restart => self.restart(),
+            FaultCommand::Clear => {
+                let mut s = self.lock();
+                s.fail.clear();
+                s.latency_ms = 0;
+            }
+        }
+    }
+
+    /// Fails the next `count` requests of `verb` on `resource` with `code`.
+    pub fn fail_next(&self, verb: &str, resource: &str, count: u32, code: u16) {
+        self.apply(FaultCommand::FailNext(FailRule {
+            verb: Some(verb.to_string()),
+            resource: Some(resource.to_string()),
+            count,
+            code,
+            message: None,
+        }));
+    }
+
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency_ms = latency.as_millis() as u64;
+    }
+
+    pub fn latency(&self) -> Duration {
+        Duration::from_millis(self.lock().latency_ms)
+    }
+
+    pub fn drop_watches(&self) {
+        self.lock().watch_drops += 1;
+        self.watch_epoch.send_modify(|e| *e += 1);
+    }
+
+    pub fn restart(&self) {
+        self.lock().restarts += 1;
+        self.watch_epoch.send_modify(|e| *e += 1);
+        self.stream_epoch.send_modify(|e| *e += 1);
+    }
+
+    pub fn clear(&self) {
+        self.apply(FaultCommand::Clear);
+    }
+
+    pub fn state(&self) -> FaultState {
+        self.lock().clone()
+    }
+
+    /// Consumes one matching failure rule, if any.
+    pub fn take_failure(&self, verb: &str, resource: &str) -> Option<ApiError> {
+        let mut s = self.lock();
+        let idx = s.fail.iter().position(|r| {
+            r.count > 0
+                && r.verb.as_deref().is_none_or(|v| v == verb)
+                && r.resource.as_deref().is_none_or(|x| x == resource)
+        })?;
+        let rule = &mut s.fail[idx];
+        rule.count -= 1;
+        let err = ApiError::injected(rule.code, rule.message.clone());
+        if rule.count == 0 {
+            s.fail.remove(idx);
+        }
+        Some(err)
+    }
+
+    /// Changes when watches must close.
+    pub fn watch_epoch(&self) -> watch::Receiver<u64> {
+        self.watch_epoch.subscribe()
+    }
+
+    /// Changes when every stream must close.
+    pub fn stream_epoch(&self) -> watch::Receiver<u64> {
+        self.stream_epoch.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_consumed_in_order() {
+        let f = Faults::default();
+        f.fail_next("create", "pods", 2, 500);
+        assert!(f.take_failure("list", "pods").is_none());
+        assert_eq!(f.take_failure("create", "pods").map(|e| e.code), Some(500));
+        assert_eq!(
+            f.take_failure("create", "pods").map(|e| e.reason),
+            Some("InternalError".into())
+        );
+        assert!(f.take_failure("create", "pods").is_none());
+    }
+
+    #[test]
+    fn commands_parse_from_json() {
+        let cmd: FaultCommand = serde_json::from_str(
+            r#"{"action":"failNext","verb":"create","resource":"pods","count":1,"code":429}"#,
+        )
+        .expect("parses");
+        assert!(matches!(
+            cmd,
+            FaultCommand::FailNext(FailRule { code: 429, .. })
+        ));
+        let cmd: FaultCommand =
+            serde_json::from_str(r#"{"action":"dropWatches"}"#).expect("parses");
+        assert_eq!(cmd, FaultCommand::DropWatches);
+    }
+}

@@ -1,0 +1,24 @@
+//! kube-sim: a simulated Kubernetes apiserver and kubelet for tests,
+//! benchmarks and demos. The apiserver answers real clients (kube-rs,
+//! kubectl) with real error bodies and watch semantics; the kubelet runs
+//! containers as local processes. See the README for what is simulated.
+
+#![forbid(unsafe_code)]
+
+pub mod apiserver;
+pub mod controllers;
+pub mod events;
+pub mod faults;
+pub mod kinds;
+pub mod kubeconfig;
+pub mod kubelet;
+pub mod meta;
+pub mod sim;
+pub mod stats;
+
+pub use apiserver::authz::Denial;
+pub use apiserver::errors::ApiError;
+pub use faults::{FaultCommand, Faults};
+pub use kubelet::images::{ImageBehaviour, ImageTable};
+pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};
+pub use stats::Stats;

@@ -1,0 +1,92 @@
+//! `kube-sim`: serves a simulated cluster until killed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use kube_sim::{ImageBehaviour, KubeSim};
+
+/// A simulated Kubernetes apiserver + kubelet running pods as local processes.
+#[derive(Debug, Parser)]
+#[command(name = "kube-sim", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Where to write a kubeconfig for this simulator.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Serve the Gateway API (gateway.networking.k8s.io v1 and v1beta1).
+    #[arg(long)]
+    gateway_api: bool,
+    /// Start with the simulated Ingress controller switched off.
+    #[arg(long)]
+    no_ingress_controller: bool,
+    /// Start with the simulated Gateway controller switched off.
+    #[arg(long)]
+    no_gateway_controller: bool,
+    /// `<glob>=<behaviour>`: fake-telo, fake-telo:<entry>, bundle-fetcher,
+    /// host, virtual, pull-error[:<message>]. Repeatable; checked before the
+    /// defaults.
+    #[arg(long = "image", value_name = "GLOB=BEHAVIOUR")]
+    images: Vec<String>,
+    /// The fake-telo binary (default: next to kube-sim, else on PATH).
+    #[arg(long)]
+    fake_telo: Option<PathBuf>,
+    /// Create an IngressClass handled by the simulated controller;
+    /// `NAME:default` marks it the cluster default.
+    #[arg(long = "ingress-class", value_name = "NAME[:default]")]
+    ingress_classes: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let args = Args::parse();
+    let mut builder = KubeSim::builder()
+        .listen(args.listen)
+        .gateway_api(args.gateway_api)
+        .ingress_controller(!args.no_ingress_controller)
+        .gateway_controller(!args.no_gateway_controller);
+    for spec in &args.images {
+        let (glob, behaviour) = spec
+            .rsplit_once('=')
+            .with_context(|| format!("--image expects <glob>=<behaviour>, got {spec:?}"))?;
+        let behaviour = ImageBehaviour::parse(behaviour).map_err(anyhow::Error::msg)?;
+        builder = builder.image(glob, behaviour);
+    }
+    if let Some(ft) = args.fake_telo {
+        builder = builder.fake_telo(ft);
+    }
+    for class in &args.ingress_classes {
+        let (name, default) = match class.split_once(':') {
+            Some((n, "default")) => (n, true),
+            Some(_) => anyhow::bail!("--ingress-class expects NAME or NAME:default, got {class:?}"),
+            None => (class.as_str(), false),
+        };
+        builder = builder.ingress_class(name, default);
+    }
+    let sim = builder.start().await?;
+    sim.write_kubeconfig(&args.kubeconfig)
+        .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on {}", sim.url())?;
+        out.flush()?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    sim.shutdown().await;
+    Ok(())
+}

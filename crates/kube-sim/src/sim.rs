@@ -1,0 +1,489 @@
+//! The library face of kube-sim: start a simulator on an ephemeral port,
+//! get a `kube::Client`, seed and read objects, flip controllers and
+//! faults, and wait for conditions — without sleeping.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::apiserver::authz::{Authorizer, Denial};
+use crate::apiserver::errors::ApiError;
+use crate::apiserver::registry::{self, Registry};
+use crate::apiserver::store::{DEFAULT_HISTORY_PER_KIND, Store};
+use crate::apiserver::watch::DEFAULT_BOOKMARK_INTERVAL;
+use crate::apiserver::{ApiContext, router};
+use crate::controllers::{self, Switch};
+use crate::events::EventRecorder;
+use crate::faults::Faults;
+use crate::kinds::{self, ResourceId};
+use crate::kubelet::images::{ImageBehaviour, ImageTable};
+use crate::kubelet::{DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
+use crate::stats::{Stats, StatsCollector};
+
+/// Namespaces every simulator starts with.
+pub const DEFAULT_NAMESPACES: &[&str] = &["default", "telo-runner", "telo-sessions"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("could not bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("could not create the simulator's sandbox directory: {0}")]
+    Sandbox(#[source] std::io::Error),
+    #[error("invalid image rule: {0}")]
+    Image(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(Duration, String),
+    #[error("could not decode {0}: {1}")]
+    Decode(String, #[source] serde_json::Error),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    #[error("the object has no known apiVersion/kind")]
+    UnknownKind,
+    #[error("could not encode the object: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("the apiserver refused the object: {0}")]
+    Refused(#[source] ApiError),
+}
+
+pub struct KubeSimBuilder {
+    listen: SocketAddr,
+    gateway_api: bool,
+    ingress_controller: bool,
+    gateway_controller: bool,
+    images: ImageTable,
+    image_errors: Vec<String>,
+    fake_telo: Option<PathBuf>,
+    namespaces: Vec<String>,
+    history_per_kind: usize,
+    bookmark_interval: Duration,
+    pull_delay: Duration,
+    ingress_classes: Vec<(String, bool)>,
+}
+
+impl Default for KubeSimBuilder {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            gateway_api: false,
+            ingress_controller: true,
+            gateway_controller: true,
+            images: ImageTable::with_defaults(),
+            image_errors: Vec::new(),
+            fake_telo: None,
+            namespaces: DEFAULT_NAMESPACES.iter().map(|s| s.to_string()).collect(),
+            history_per_kind: DEFAULT_HISTORY_PER_KIND,
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+            pull_delay: DEFAULT_PULL_DELAY,
+            ingress_classes: Vec::new(),
+        }
+    }
+}
+
+impl KubeSimBuilder {
+    /// Address to bind (default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Serve `gateway.networking.k8s.io` (v1 and v1beta1).
+    pub fn gateway_api(mut self, on: bool) -> Self {
+        self.gateway_api = on;
+        self
+    }
+
+    pub fn ingress_controller(mut self, on: bool) -> Self {
+        self.ingress_controller = on;
+        self
+    }
+
+    pub fn gateway_controller(mut self, on: bool) -> Self {
+        self.gateway_controller = on;
+        self
+    }
+
+    /// Maps images matching `glob` to a behaviour (before the defaults).
+    pub fn image(mut self, glob: &str, behaviour: ImageBehaviour) -> Self {
+        if let Err(e) = self.images.add(glob, behaviour) {
+            self.image_errors.push(e);
+        }
+        self
+    }
+
+    /// The `fake-telo` binary (default: next to this executable or on PATH).
+    pub fn fake_telo(mut self, path: impl Into<PathBuf>) -> Self {
+        self.fake_telo = Some(path.into());
+        self
+    }
+
+    /// An extra namespace to create at start.
+    pub fn namespace(mut self, name: &str) -> Self {
+        self.namespaces.push(name.to_string());
+        self
+    }
+
+    /// Watch-cache depth per kind; older resourceVersions get 410 Expired.
+    pub fn history_per_kind(mut self, events: usize) -> Self {
+        self.history_per_kind = events;
+        self
+    }
+
+    pub fn bookmark_interval(mut self, every: Duration) -> Self {
+        self.bookmark_interval = every;
+        self
+    }
+
+    pub fn pull_delay(mut self, delay: Duration) -> Self {
+        self.pull_delay = delay;
+        self
+    }
+
+    /// Creates an IngressClass handled by the simulated controller.
+    pub fn ingress_class(mut self, name: &str, default: bool) -> Self {
+        self.ingress_classes.push((name.to_string(), default));
+        self
+    }
+
+    pub async fn start(self) -> Result<KubeSim, StartError> {
+        if let Some(e) = self.image_errors.first() {
+            return Err(StartError::Image(e.clone()));
+        }
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: self.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: self.listen,
+            source,
+        })?;
+        let root = tempfile::Builder::new()
+            .prefix("kube-sim-")
+            .tempdir()
+            .map_err(StartError::Sandbox)?;
+        let shutdown = CancellationToken::new();
+        let store = Arc::new(Store::new(self.history_per_kind));
+        let registry = Arc::new(Registry::new(store.clone()));
+        let ns_refs: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
+        registry::bootstrap(&registry, &ns_refs);
+        for (name, default) in &self.ingress_classes {
+            let mut class = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                "metadata": {"name": name}, "spec": {"controller": controllers::ingress::CONTROLLER_NAME}});
+            if *default {
+                class["metadata"]["annotations"] =
+                    json!({"ingressclass.kubernetes.io/is-default-class": "true"});
+            }
+            let _ = registry.create(kinds::id("ingressclasses"), "", class, false);
+        }
+        let recorder = Arc::new(EventRecorder::new(registry.clone()));
+        let fake_telo = self.fake_telo.or_else(find_fake_telo);
+        let kubelet = Kubelet::new(
+            registry.clone(),
+            recorder,
+            KubeletConfig {
+                images: self.images,
+                fake_telo,
+                root: root.path().to_path_buf(),
+                pull_delay: self.pull_delay,
+            },
+            shutdown.clone(),
+        )
+        .map_err(StartError::Sandbox)?;
+        let ctx = Arc::new(ApiContext {
+            registry: registry.clone(),
+            store: store.clone(),
+            faults: Arc::new(Faults::default()),
+            stats: Arc::new(StatsCollector::default()),
+            authz: Arc::new(Authorizer::default()),
+            kubelet: kubelet.clone(),
+            gateway_api: self.gateway_api,
+            server_address: addr.to_string(),
+            bookmark_interval: self.bookmark_interval,
+            shutdown: shutdown.clone(),
+        });
+        let ingress = Switch::new(self.ingress_controller);
+        let gateway = Switch::new(self.gateway_controller);
+        let mut tasks = vec![
+            tokio::spawn(kubelet.clone().run()),
+            tokio::spawn(
+                controllers::gc::GarbageCollector::new(registry.clone()).run(shutdown.clone()),
+            ),
+            tokio::spawn(controllers::namespace::run(
+                registry.clone(),
+                shutdown.clone(),
+            )),
+            tokio::spawn(controllers::ingress::run(
+                registry.clone(),
+                ingress.clone(),
+                shutdown.clone(),
+            )),
+        ];
+        if self.gateway_api {
+            tasks.push(tokio::spawn(controllers::gateway::run(
+                registry.clone(),
+                gateway.clone(),
+                shutdown.clone(),
+            )));
+        }
+        let app = router(ctx.clone());
+        let server_shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
+                .await;
+        }));
+        Ok(KubeSim {
+            addr,
+            ctx,
+            registry,
+            kubelet,
+            ingress,
+            gateway,
+            shutdown,
+            tasks,
+            root,
+        })
+    }
+}
+
+/// `fake-telo` next to the running executable (or its parent directory, for
+/// test binaries in `target/<profile>/deps`), else on `PATH`.
+pub fn find_fake_telo() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = exe.parent() {
+        dirs.push(dir.to_path_buf());
+        if let Some(parent) = dir.parent() {
+            dirs.push(parent.to_path_buf());
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("fake-telo"))
+        .find(|p| p.is_file())
+}
+
+/// A running simulator. Dropping it stops the server and kills every
+/// container process it started.
+pub struct KubeSim {
+    addr: SocketAddr,
+    ctx: Arc<ApiContext>,
+    registry: Arc<Registry>,
+    kubelet: Arc<Kubelet>,
+    ingress: Arc<Switch>,
+    gateway: Arc<Switch>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    root: tempfile::TempDir,
+}
+
+impl KubeSim {
+    pub fn builder() -> KubeSimBuilder {
+        KubeSimBuilder::default()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube-rs client for this simulator (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        let uri: http::Uri = self
+            .url()
+            .parse()
+            .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1"));
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config).unwrap_or_else(|e| panic!("kube client for kube-sim: {e}"))
+    }
+
+    pub fn kubeconfig_yaml(&self) -> String {
+        crate::kubeconfig::render(&self.url(), "default")
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        crate::kubeconfig::write(path, &self.url(), "default")
+    }
+
+    /// The simulator's sandbox directory (pod volumes live under it).
+    pub fn sandbox_dir(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// Creates an object as an admin would (no RBAC denials, no faults).
+    pub fn seed<K: Serialize + DeserializeOwned>(&self, obj: &K) -> Result<K, SeedError> {
+        let value = serde_json::to_value(obj).map_err(SeedError::Encode)?;
+        let created = self.seed_value(value)?;
+        serde_json::from_value(created).map_err(SeedError::Encode)
+    }
+
+    /// [`KubeSim::seed`] for a JSON object.
+    pub fn seed_value(&self, value: Value) -> Result<Value, SeedError> {
+        let api_version = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+        let res = kinds::find_kind(api_version, kind).ok_or(SeedError::UnknownKind)?;
+        let ns = crate::meta::namespace(&value).to_string();
+        let ns = if res.info().namespaced && ns.is_empty() {
+            "default".to_string()
+        } else {
+            ns
+        };
+        let created = self
+            .registry
+            .create(res, &ns, value, false)
+            .map_err(SeedError::Refused)?;
+        Ok(created.value.clone())
+    }
+
+    fn res_of<K: kube::Resource<DynamicType = ()>>() -> Option<ResourceId> {
+        kinds::find(&K::group(&()), &K::plural(&()))
+    }
+
+    /// Reads an object straight from the store (`ns` "" for cluster-scoped).
+    pub fn get<K>(&self, ns: &str, name: &str) -> Option<K>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let res = Self::res_of::<K>()?;
+        let obj = self.ctx.store.get(res, ns, name)?;
+        let mut v = obj.value.clone();
+        v["apiVersion"] = json!(K::api_version(&()));
+        serde_json::from_value(v).ok()
+    }
+
+    /// Reads any object as JSON by plural (`"httproutes"`).
+    pub fn get_value(&self, plural: &str, ns: &str, name: &str) -> Option<Value> {
+        let res = kinds::id(plural);
+        if res.0 >= kinds::RESOURCES.len() {
+            return None;
+        }
+        self.ctx.store.get(res, ns, name).map(|o| o.value.clone())
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.ctx.faults
+    }
+
+    /// Makes matching requests fail with the apiserver's RBAC 403.
+    pub fn deny(&self, denial: Denial) {
+        self.ctx.authz.deny(denial);
+    }
+
+    pub fn clear_denials(&self) {
+        self.ctx.authz.clear();
+    }
+
+    pub fn set_ingress_controller(&self, on: bool) {
+        self.ingress.set(on);
+    }
+
+    pub fn set_gateway_controller(&self, on: bool) {
+        self.gateway.set(on);
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = self.ctx.stats.snapshot();
+        s.processes = self.kubelet.process_count();
+        s.pods = self.ctx.store.read(|t| t.count(kinds::pods()));
+        s
+    }
+
+    /// Waits until the object exists and `cond` holds, on store changes.
+    pub async fn wait_for<K>(
+        &self,
+        ns: &str,
+        name: &str,
+        cond: impl Fn(&K) -> bool,
+        timeout: Duration,
+    ) -> Result<K, WaitError>
+    where
+        K: kube::Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let what = format!("{} {ns}/{name}", K::kind(&()));
+        let Some(res) = Self::res_of::<K>() else {
+            return Err(WaitError::Timeout(timeout, what));
+        };
+        let mut changes = self.ctx.store.subscribe(res);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(obj) = self.get::<K>(ns, name)
+                && cond(&obj)
+            {
+                return Ok(obj);
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(WaitError::Timeout(timeout, what)) },
+                _ = tokio::time::sleep_until(deadline) => return Err(WaitError::Timeout(timeout, what)),
+            }
+        }
+    }
+
+    /// Waits until the object is gone.
+    pub async fn wait_for_deletion(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<(), WaitError> {
+        let res = kinds::id(plural);
+        let what = format!("{plural} {ns}/{name} to be deleted");
+        let mut changes = self.ctx.store.subscribe(res);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.ctx.store.get(res, ns, name).is_none() {
+                return Ok(());
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(WaitError::Timeout(timeout, what)) },
+                _ = tokio::time::sleep_until(deadline) => return Err(WaitError::Timeout(timeout, what)),
+            }
+        }
+    }
+
+    /// Stops the server and kills every process, waiting for the tasks.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        self.kubelet.kill_all();
+        for t in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        self.kubelet.kill_all();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

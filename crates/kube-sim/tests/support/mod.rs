@@ -1,0 +1,75 @@
+//! Shared helpers for kube-sim's black-box tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use kube_sim::{KubeSim, KubeSimBuilder};
+use serde_json::Value;
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub fn builder() -> KubeSimBuilder {
+    KubeSim::builder().fake_telo(test_support::fake_telo::fake_telo_path())
+}
+
+pub async fn sim() -> KubeSim {
+    builder().start().await.expect("kube-sim starts")
+}
+
+/// A raw HTTP answer: status and JSON body.
+pub async fn request(
+    sim: &KubeSim,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+    content_type: &str,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, format!("{}{path}", sim.url()));
+    if let Some(b) = body {
+        req = req.header("content-type", content_type).body(b.to_string());
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, json)
+}
+
+pub async fn get(sim: &KubeSim, path: &str) -> (u16, Value) {
+    request(sim, reqwest::Method::GET, path, None, "").await
+}
+
+pub async fn post(sim: &KubeSim, path: &str, body: Value) -> (u16, Value) {
+    request(
+        sim,
+        reqwest::Method::POST,
+        path,
+        Some(body),
+        "application/json",
+    )
+    .await
+}
+
+/// A ConfigMap holding a fake-telo manifest, mounted at /app by [`pod_with_app`].
+pub fn app_configmap(name: &str, script: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": {"telo.yaml": format!("kind: Telo.Application\nmetadata: {{name: demo}}\nfakeTelo:\n{script}")}
+    })
+}
+
+pub fn pod_with_app(name: &str, configmap: &str, tty: bool) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "demo"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "session", "image": "telorun/node:24",
+                "command": ["telo", "run", "/app/telo.yaml"], "stdin": true, "tty": tty,
+                "volumeMounts": [{"name": "app", "mountPath": "/app"}]}],
+            "volumes": [{"name": "app", "configMap": {"name": configmap}}]
+        }
+    })
+}
