@@ -616,7 +616,13 @@ async fn attach_speaks_the_v4_channel_protocol() {
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let sim = sim().await;
-    run_app(&sim, "v4", "  echo: true\n  stderr: [\"err line\"]\n", false).await;
+    run_app(
+        &sim,
+        "v4",
+        "  echo: true\n  stderr: [\"err line\"]\n",
+        false,
+    )
+    .await;
     sim.wait_for::<Pod>("default", "v4", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
@@ -625,8 +631,10 @@ async fn attach_speaks_the_v4_channel_protocol() {
         sim.addr()
     );
     let mut req = url.into_client_request().unwrap();
-    req.headers_mut()
-        .insert("sec-websocket-protocol", "v4.channel.k8s.io".parse().unwrap());
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
     let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
     assert_eq!(
         resp.headers().get("sec-websocket-protocol").unwrap(),
@@ -634,10 +642,18 @@ async fn attach_speaks_the_v4_channel_protocol() {
     );
     let first = ws.next().await.unwrap().unwrap();
     assert_eq!(first, Message::binary(vec![1u8]), "the announcing frame");
-    ws.send(Message::binary(b"\x00hello\n".to_vec())).await.unwrap();
-    let echoed = tokio::time::timeout(WAIT, ws.next()).await.unwrap().unwrap().unwrap();
+    ws.send(Message::binary(b"\x00hello\n".to_vec()))
+        .await
+        .unwrap();
+    let echoed = tokio::time::timeout(WAIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(echoed, Message::binary(b"\x01hello\n".to_vec()));
-    ws.send(Message::binary(b"\x00exit\n".to_vec())).await.unwrap();
+    ws.send(Message::binary(b"\x00exit\n".to_vec()))
+        .await
+        .unwrap();
     let mut status = None;
     while let Some(Ok(msg)) = tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
         if let Message::Binary(b) = &msg

@@ -25,6 +25,8 @@ use crate::terminal::{self, Terminal};
 /// How long, after the pod finished, its last output may take to arrive
 /// before the terminal status is reported anyway.
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// A pod that vanished (or began terminating) without the runner asking.
+const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
 
 /// What every session of one backend shares.
 pub struct SessionContext {
@@ -289,7 +291,8 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
         match state {
             PodState::Present(pod) => {
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-                if matches!(phase, Some("Succeeded" | "Failed")) {
+                let terminating = pod.metadata.deletion_timestamp.is_some();
+                if terminating || matches!(phase, Some("Succeeded" | "Failed")) {
                     break Some(pod);
                 }
             }
@@ -316,10 +319,16 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
     {
         debug!(pod = %session.name, "output still open after the pod finished");
     }
+    let deleted_by_someone_else = outcome
+        .as_ref()
+        .is_some_and(|pod| pod.metadata.deletion_timestamp.is_some());
     let status = match outcome {
-        Some(pod) => terminal_status(&pod, sink.is_user_stopped()),
-        None if sink.is_user_stopped() => RunStatus::Stopped,
-        None => RunStatus::failed("pod disappeared"),
+        _ if sink.is_user_stopped() => RunStatus::Stopped,
+        // Its containers were killed by the deletion: the exit code says
+        // nothing about the workload.
+        _ if deleted_by_someone_else => RunStatus::failed(DELETED_OUTSIDE),
+        Some(pod) => terminal_status(&pod, false),
+        None => RunStatus::failed(DELETED_OUTSIDE),
     };
     info!(session_id = %shape.session_id, status = status.kind(), "session pod finished");
     sink.status(status);

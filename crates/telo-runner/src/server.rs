@@ -109,11 +109,19 @@ impl Service {
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
         let registry = self.registry.clone();
-        let adopted = registry.recover().await;
-        if adopted > 0 {
-            info!(adopted, "took over sessions from a previous runner");
-        }
+        // Adoption waits for the backend to see its workloads (a cluster that
+        // is down at boot may take a while); the API serves meanwhile.
+        let recovery = {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let adopted = registry.recover().await;
+                if adopted > 0 {
+                    info!(adopted, "took over sessions from a previous runner");
+                }
+            })
+        };
         let drained = CancellationToken::new();
+        let drained_for_recovery = drained.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
@@ -129,7 +137,11 @@ impl Service {
                 async move { drained.cancelled().await }
             })
             .into_future();
-        let (served, ()) = tokio::join!(
+        let stop_recovery = async move {
+            drained_for_recovery.cancelled().await;
+            recovery.abort();
+        };
+        let (served, (), ()) = tokio::join!(
             async {
                 // Connections still open once the sessions are gone (idle
                 // keep-alives, clients that never read) must not hold the exit.
@@ -144,7 +156,8 @@ impl Service {
                     }
                 }
             },
-            stop_sessions
+            stop_sessions,
+            stop_recovery
         );
         served
     }

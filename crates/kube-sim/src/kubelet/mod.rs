@@ -1404,12 +1404,54 @@ impl Kubelet {
 }
 
 /// `$(VAR)` references in env values.
+/// The kubelet's expansion of `env[].value`: `$$` is an escaped `$`,
+/// `$(NAME)` is the value of a variable defined earlier (left as written when
+/// there is none), and any other `$` is kept.
 fn expand_refs(value: &str, env: &[(String, String)]) -> String {
-    let mut out = value.to_string();
-    for (k, v) in env {
-        out = out.replace(&format!("$({k})"), v);
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(close) = inner.find(')')
+        {
+            let name = &inner[..close];
+            match env.iter().rev().find(|(k, _)| k == name) {
+                Some((_, v)) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[close + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
     }
+    out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod expansion_tests {
+    use super::expand_refs;
+
+    #[test]
+    fn env_values_expand_like_the_kubelet() {
+        let env = vec![("HOME".to_owned(), "/home/x".to_owned())];
+        assert_eq!(expand_refs("pa$$word", &env), "pa$word");
+        assert_eq!(expand_refs("$(HOME)/bin", &env), "/home/x/bin");
+        assert_eq!(expand_refs("$$(HOME)", &env), "$(HOME)");
+        assert_eq!(expand_refs("$(NOPE) $", &env), "$(NOPE) $");
+        assert_eq!(expand_refs("$(unclosed", &env), "$(unclosed");
+        assert_eq!(expand_refs("a$b", &env), "a$b");
+    }
 }
 
 fn field_ref(pod: &Value, path: &str, ip: Ipv4Addr) -> String {
