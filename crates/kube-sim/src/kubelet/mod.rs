@@ -1438,22 +1438,6 @@ fn expand_refs(value: &str, env: &[(String, String)]) -> String {
     out
 }
 
-#[cfg(test)]
-mod expansion_tests {
-    use super::expand_refs;
-
-    #[test]
-    fn env_values_expand_like_the_kubelet() {
-        let env = vec![("HOME".to_owned(), "/home/x".to_owned())];
-        assert_eq!(expand_refs("pa$$word", &env), "pa$word");
-        assert_eq!(expand_refs("$(HOME)/bin", &env), "/home/x/bin");
-        assert_eq!(expand_refs("$$(HOME)", &env), "$(HOME)");
-        assert_eq!(expand_refs("$(NOPE) $", &env), "$(NOPE) $");
-        assert_eq!(expand_refs("$(unclosed", &env), "$(unclosed");
-        assert_eq!(expand_refs("a$b", &env), "a$b");
-    }
-}
-
 fn field_ref(pod: &Value, path: &str, ip: Ipv4Addr) -> String {
     match path {
         "status.podIP" | "status.podIPs" => ip.to_string(),
@@ -1563,4 +1547,20 @@ enum Launch {
     Process(SpawnSpec),
     BundleFetch(bundle_fetch::FetchPlan, Mounts),
     Virtual,
+}
+
+#[cfg(test)]
+mod expansion_tests {
+    use super::expand_refs;
+
+    #[test]
+    fn env_values_expand_like_the_kubelet() {
+        let env = vec![("HOME".to_owned(), "/home/x".to_owned())];
+        assert_eq!(expand_refs("pa$$word", &env), "pa$word");
+        assert_eq!(expand_refs("$(HOME)/bin", &env), "/home/x/bin");
+        assert_eq!(expand_refs("$$(HOME)", &env), "$(HOME)");
+        assert_eq!(expand_refs("$(NOPE) $", &env), "$(NOPE) $");
+        assert_eq!(expand_refs("$(unclosed", &env), "$(unclosed");
+        assert_eq!(expand_refs("a$b", &env), "a$b");
+    }
 }
