@@ -128,7 +128,7 @@ async fn main() {
         })
         .await;
     let create_time = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(300);
     while running_after.lock().unwrap().len() < pods_n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

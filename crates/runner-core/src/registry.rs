@@ -84,6 +84,8 @@ struct RegistryInner {
     tasks: TaskTracker,
     /// Cancels retention timers and in-flight starts at the end of shutdown.
     shutdown: CancellationToken,
+    /// Set once boot-time adoption finished (readiness).
+    recovered: watch::Sender<bool>,
 }
 
 pub struct Session {
@@ -135,6 +137,7 @@ impl SessionRegistry {
                 backend,
                 tasks: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
+                recovered: watch::Sender::new(false),
             }),
         }
     }
@@ -202,7 +205,19 @@ impl SessionRegistry {
                 backend.resume(session, sink).await
             });
         }
+        self.inner.recovered.send_replace(true);
         count
+    }
+
+    /// Whether boot-time adoption has finished.
+    pub fn is_recovered(&self) -> bool {
+        *self.inner.recovered.borrow()
+    }
+
+    /// Resolves once boot-time adoption has finished.
+    pub async fn wait_recovered(&self) {
+        let mut rx = self.inner.recovered.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     fn admit(&self, recovered: Option<&RecoveredSession>) -> Result<Arc<Session>, AdmissionError> {

@@ -194,6 +194,11 @@ impl RunningService {
         })
     }
 
+    /// Resolves once sessions left by a previous runner have been adopted.
+    pub async fn recovered(&self) {
+        self.registry.wait_recovered().await;
+    }
+
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }

@@ -51,6 +51,8 @@ pub struct AppState {
 pub fn router(state: AppState, extra: Router) -> Router {
     let cors_origins = Arc::new(state.options.cors.clone());
     let v1 = Router::new()
+        .route("/livez", get(routes::livez))
+        .route("/readyz", get(routes::readyz))
         .route("/v1/health", get(routes::health))
         .route("/v1/capabilities", get(routes::capabilities))
         .route("/v1/probe", post(routes::probe))

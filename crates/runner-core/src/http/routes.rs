@@ -20,6 +20,27 @@ pub async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "ok": true, "version": state.options.version }))
 }
 
+/// The process is alive and serving.
+pub async fn livez() -> Json<Value> {
+    Json(json!({ "ok": true }))
+}
+
+/// Ready for traffic: sessions left by a previous runner have been adopted
+/// (which, for a cluster backend, means its watches are synced).
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.registry.is_recovered() {
+        Json(json!({ "ready": true })).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(
+                json!({ "ready": false, "waiting": "adoption of sessions from a previous runner" }),
+            ),
+        )
+            .into_response()
+    }
+}
+
 pub async fn capabilities(State(state): State<AppState>) -> Json<Value> {
     let backend = state.registry.backend().capabilities();
     let mut doc = json!({

@@ -1,0 +1,294 @@
+//! Sessions survive a runner restart: a runner process killed mid-session is
+//! replaced by a new one that adopts the live pods with their output.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_sim::KubeSim;
+use serde_json::json;
+use telo_runner::server::RunningService;
+use test_support::fake_telo::fake_telo_path;
+use test_support::sse::SseStream;
+use test_support::ws::{self, IoFrame};
+
+const BIN: &str = env!("CARGO_BIN_EXE_telo-runner");
+
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A runner process against `sim`, on its own port.
+async fn spawn_runner(
+    kubeconfig: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> (ChildGuard, String) {
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUNNER_BACKEND", "kubernetes")
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUNNER_SELF_URL", &base)
+        .env("RUNNER_BASE_IMAGE_CATALOG_ENABLED", "false")
+        .env("RUNNER_IMAGE", "telorun/node:0-slim")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (key, value) in extra {
+        command.env(key, value);
+    }
+    let mut child = ChildGuard(command.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    wait_ready(&base).await;
+    (child, base)
+}
+
+/// Poll `/readyz` until the runner has adopted what it found.
+async fn wait_ready(base: &str) {
+    let client = runner_core::http_client::client();
+    let deadline = tokio::time::Instant::now() + test_support::WAIT;
+    loop {
+        let ready = client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "runner never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn in_process_runner(kubeconfig: &std::path::Path, extra: &[(&str, &str)]) -> RunningService {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut env: HashMap<String, String> = HashMap::new();
+    env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
+    env.insert(
+        "KUBECONFIG".into(),
+        kubeconfig.to_string_lossy().into_owned(),
+    );
+    env.insert("RUNNER_SELF_URL".into(), format!("http://{addr}"));
+    env.insert("RUNNER_BASE_IMAGE_CATALOG_ENABLED".into(), "false".into());
+    for (key, value) in extra {
+        env.insert((*key).into(), (*value).into());
+    }
+    let service = RunningService::start_on(&env, listener).await.unwrap();
+    tokio::time::timeout(test_support::WAIT, service.recovered())
+        .await
+        .expect("adoption finishes");
+    service
+}
+
+async fn sim_with_kubeconfig() -> (KubeSim, tempfile::TempDir, std::path::PathBuf) {
+    let sim = KubeSim::builder()
+        .fake_telo(fake_telo_path())
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    (sim, dir, kubeconfig)
+}
+
+async fn create(base: &str, fake_telo: serde_json::Value) -> String {
+    let created: serde_json::Value = runner_core::http_client::client()
+        .post(format!("{base}/v1/sessions"))
+        .json(&test_support::bundle::start_body(fake_telo))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["sessionId"].as_str().unwrap().to_owned()
+}
+
+fn kill(child: &ChildGuard) {
+    let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_runner_is_replaced_without_losing_the_session_or_its_output() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (mut first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(
+        &base,
+        json!({"stdout": ["before the restart"], "echo": true, "exitCode": 7}),
+    )
+    .await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    let frames = ws::read_until_output(&mut socket, "before the restart").await;
+    let old_seq = frames
+        .iter()
+        .filter_map(|f| match f {
+            IoFrame::Output { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    ws::send_stdin(&mut socket, b"typed before\n").await;
+    ws::read_until_output(&mut socket, "typed before").await;
+
+    kill(&first);
+    let _ = first.0.wait();
+
+    let second = in_process_runner(&kubeconfig, &[]).await;
+    let base = second.base_url();
+    let ws_base = base.replacen("http", "ws", 1);
+
+    // The session is back, running, with everything it printed.
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+    ws::read_until_output(&mut fresh, "typed before").await;
+
+    // A client resuming from before the restart is told it may have missed
+    // something, and gets the history again.
+    let mut resumed = ws::connect(
+        &format!("{ws_base}/v1/sessions/{id}/io?lastSeq={old_seq}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        ws::next_frame(&mut resumed).await.unwrap(),
+        IoFrame::Text(json!({"type": "seq", "seq": old_seq}))
+    );
+    assert_eq!(
+        ws::next_frame(&mut resumed).await.unwrap(),
+        IoFrame::Text(json!({"type": "gap", "reason": "buffer_evicted"}))
+    );
+    ws::read_until_output(&mut resumed, "before the restart").await;
+
+    // Still interactive, and it ends normally.
+    ws::send_stdin(&mut fresh, b"typed after\n").await;
+    ws::read_until_output(&mut fresh, "typed after").await;
+    ws::send_stdin(&mut fresh, b"exit\n").await;
+    let rest = events.events_until_end().await;
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 7})
+    );
+
+    second.stop().await.unwrap();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn finished_pods_are_cleaned_and_the_reap_policy_deletes_live_ones() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let live = create(&base, json!({"echo": true})).await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{live}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    kill(&first);
+    drop(first);
+
+    let second = in_process_runner(&kubeconfig, &[("RUNNER_ORPHAN_POLICY", "reap")]).await;
+    sim.wait_for_deletion(
+        "pods",
+        "telo-sessions",
+        &format!("telo-run-{live}"),
+        Duration::from_secs(15),
+    )
+    .await
+    .expect("reaped");
+    let response = runner_core::http_client::client()
+        .get(format!("{}/v1/sessions/{live}", second.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
+    assert!(
+        sim.get::<Pod>("telo-sessions", &format!("telo-run-{live}"))
+            .is_none()
+    );
+    second.stop().await.unwrap();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_restarts_in_a_row_keep_the_session() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(&base, json!({"stdout": ["generation zero"], "echo": true})).await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    kill(&first);
+    drop(first);
+    // Killed again right after it adopted the session.
+    let (second, base) = spawn_runner(&kubeconfig, &[]).await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    kill(&second);
+    drop(second);
+
+    let third = in_process_runner(&kubeconfig, &[]).await;
+    let base = third.base_url();
+    let mut socket = ws::connect(
+        &format!(
+            "{}/v1/sessions/{id}/io?lastSeq=0",
+            base.replacen("http", "ws", 1)
+        ),
+        None,
+    )
+    .await;
+    let frames = ws::read_until_output(&mut socket, "generation zero").await;
+    // Third generation: sequence numbers continue past both earlier ones.
+    let first_seq = frames
+        .iter()
+        .find_map(|f| match f {
+            IoFrame::Output { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .unwrap();
+    assert!(first_seq > 2 * (1 << 24), "{first_seq}");
+    let pod: Pod = sim.get("telo-sessions", &format!("telo-run-{id}")).unwrap();
+    assert_eq!(
+        pod.metadata.annotations.unwrap()["telo.run/generation"],
+        "2"
+    );
+    third.stop().await.unwrap();
+    sim.shutdown().await;
+}
