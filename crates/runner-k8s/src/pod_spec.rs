@@ -181,6 +181,12 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
         command: Some(vec!["sh".to_owned(), "-c".to_owned()]),
         args: Some(vec![body_fetch_script(run.bundle_url)]),
         volume_mounts: Some(vec![mount("app", APP_DIR), mount("tmp", TMP_MOUNT)]),
+        // A ResourceQuota on limits/requests (the chart ships one) makes the
+        // apiserver refuse any pod with a container that declares none, init
+        // containers included — the reference's init container declared none.
+        // The session's own limits cost no extra quota: a pod's effective
+        // request is the larger of its init and its regular containers.
+        resources: Some(resource_requirements(run.resources)),
         security_context: Some(hardened_container_security()),
         ..Container::default()
     };

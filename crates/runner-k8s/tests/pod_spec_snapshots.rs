@@ -301,7 +301,11 @@ fn the_init_container_fetches_the_bundle_url_with_its_token() {
         session(&pod).security_context,
         "both hardened"
     );
-    assert_eq!(init[0].resources, None);
+    assert_eq!(
+        init[0].resources,
+        session(&pod).resources,
+        "declared, so a limits quota admits the pod"
+    );
 }
 
 #[test]
