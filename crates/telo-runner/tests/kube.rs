@@ -355,3 +355,18 @@ async fn env_values_reach_the_workload_verbatim() {
     assert!(output.contains("SECRET=pa$$word $(HOME) $"), "{output}");
     runner.stop().await;
 }
+
+#[tokio::test]
+async fn the_charts_compute_quota_admits_a_session_pod() {
+    let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "telo-k8s-runner-sessions", "namespace": NS},
+        "spec": {"hard": {"pods": "32", "limits.cpu": "16", "limits.memory": "16Gi", "requests.cpu": "16", "requests.memory": "16Gi"}},
+    }))
+    .unwrap();
+    runner.sim.as_ref().unwrap().seed(&quota).unwrap();
+    let id = runner.create(json!({"stdout": ["admitted"], "exitCode": 0})).await;
+    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "exited", "code": 0}));
+    runner.stop().await;
+}
