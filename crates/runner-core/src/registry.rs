@@ -28,7 +28,7 @@ use crate::ids::new_session_id;
 use crate::replay::{Replay, ReplayBuffer};
 use crate::time::iso_now;
 use crate::types::{
-    ReachabilityState, RunEvent, RunPhase, RunStatus, SessionCreated, SessionSnapshot,
+    ReachabilityState, RouteState, RunEvent, RunPhase, RunStatus, SessionCreated, SessionSnapshot,
     is_event_frame,
 };
 
@@ -731,6 +731,16 @@ impl SessionSink {
 
     pub fn reachability(&self, port: u16, state: ReachabilityState) {
         self.session.emit(RunEvent::Reachability { port, state });
+    }
+
+    /// Whether the routing layer serves `host` (Kubernetes backend only).
+    pub fn route(&self, host: &str, port: u16, state: RouteState, reason: Option<String>) {
+        self.session.emit(RunEvent::Route {
+            host: host.to_owned(),
+            port,
+            state,
+            reason,
+        });
     }
 
     pub fn is_user_stopped(&self) -> bool {

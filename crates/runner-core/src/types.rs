@@ -133,6 +133,19 @@ pub enum ReachabilityState {
     Unreachable,
 }
 
+/// Whether a session host's route is served by the cluster's routing layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteState {
+    /// Published; no controller has taken it up yet.
+    Pending,
+    /// A controller serves it.
+    Programmed,
+    /// Refused by the controller, never claimed, or never published; `reason`
+    /// says which.
+    Unprogrammed,
+}
+
 /// A session lifecycle event as carried in SSE `data:` lines (the whole object,
 /// `type` included).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -160,6 +173,14 @@ pub enum RunEvent {
         port: u16,
         state: ReachabilityState,
     },
+    /// The route of one published host (`<port>-<id>.<baseDomain>`).
+    Route {
+        host: String,
+        port: u16,
+        state: RouteState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 impl RunEvent {
@@ -172,6 +193,7 @@ impl RunEvent {
             Self::Progress { .. } => "progress",
             Self::Debug { .. } => "debug",
             Self::Reachability { .. } => "reachability",
+            Self::Route { .. } => "route",
         }
     }
 }
@@ -317,6 +339,36 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&event).unwrap(),
             r#"{"type":"reachability","port":8080,"state":"checking"}"#
+        );
+    }
+
+    #[test]
+    fn route_events_omit_an_absent_reason() {
+        let pending = RunEvent::Route {
+            host: "8080-abc.telo.run".into(),
+            port: 8080,
+            state: RouteState::Pending,
+            reason: None,
+        };
+        assert_eq!(pending.name(), "route");
+        assert_eq!(
+            serde_json::to_string(&pending).unwrap(),
+            r#"{"type":"route","host":"8080-abc.telo.run","port":8080,"state":"pending"}"#
+        );
+        let refused = RunEvent::Route {
+            host: "8080-abc.telo.run".into(),
+            port: 8080,
+            state: RouteState::Unprogrammed,
+            reason: Some("NotAllowedByListeners: no listener admits routes".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap(),
+            json!({"type": "route", "host": "8080-abc.telo.run", "port": 8080,
+                   "state": "unprogrammed", "reason": "NotAllowedByListeners: no listener admits routes"})
+        );
+        assert_eq!(
+            serde_json::from_value::<RunEvent>(serde_json::to_value(&refused).unwrap()).unwrap(),
+            refused
         );
     }
 

@@ -370,3 +370,30 @@ async fn the_charts_compute_quota_admits_a_session_pod() {
     assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "exited", "code": 0}));
     runner.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_costs_a_fixed_handful_of_api_requests() {
+    let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    let id = runner.create(json!({"exitCode": 0})).await;
+    runner.wait_terminal(&id).await;
+    sim.wait_for_deletion("pods", NS, &pod_name(&id), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let requests = sim.stats().requests;
+    let count = |verb: &str, resource: &str| {
+        requests
+            .get(verb)
+            .and_then(|by| by.get(resource))
+            .copied()
+            .unwrap_or(0)
+    };
+    // One pod created, one terminal attached, the log read once (output
+    // written before the attach), the pod deleted once finished.
+    assert_eq!(count("create", "pods"), 1, "{requests:?}");
+    assert_eq!(count("get", "pods/attach") + count("create", "pods/attach"), 1, "{requests:?}");
+    assert!(count("get", "pods/log") <= 1, "{requests:?}");
+    assert_eq!(count("delete", "pods"), 1, "{requests:?}");
+    eprintln!("api requests for one session: {requests:?}");
+    runner.stop().await;
+}
