@@ -366,8 +366,13 @@ async fn the_charts_compute_quota_admits_a_session_pod() {
     }))
     .unwrap();
     runner.sim.as_ref().unwrap().seed(&quota).unwrap();
-    let id = runner.create(json!({"stdout": ["admitted"], "exitCode": 0})).await;
-    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "exited", "code": 0}));
+    let id = runner
+        .create(json!({"stdout": ["admitted"], "exitCode": 0}))
+        .await;
+    assert_eq!(
+        runner.wait_terminal(&id).await,
+        json!({"kind": "exited", "code": 0})
+    );
     runner.stop().await;
 }
 
@@ -391,7 +396,11 @@ async fn a_session_costs_a_fixed_handful_of_api_requests() {
     // One pod created, one terminal attached, the log read once (output
     // written before the attach), the pod deleted once finished.
     assert_eq!(count("create", "pods"), 1, "{requests:?}");
-    assert_eq!(count("get", "pods/attach") + count("create", "pods/attach"), 1, "{requests:?}");
+    assert_eq!(
+        count("get", "pods/attach") + count("create", "pods/attach"),
+        1,
+        "{requests:?}"
+    );
     assert!(count("get", "pods/log") <= 1, "{requests:?}");
     assert_eq!(count("delete", "pods"), 1, "{requests:?}");
     eprintln!("api requests for one session: {requests:?}");
