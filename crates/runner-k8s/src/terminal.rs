@@ -142,11 +142,23 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             }
         }));
     }
-    // The attach connection itself ends with the container.
+    // The attach connection itself ends with the container. The status
+    // receiver is held while the connection runs: kube drops the output pipe
+    // without closing it when nobody takes the final status, and the output
+    // would then never reach its end.
+    let status = attached.take_status();
     tasks.push(tokio::spawn(async move {
-        if let Err(err) = attached.join().await {
+        let status = async move {
+            match status {
+                Some(status) => status.await,
+                None => None,
+            }
+        };
+        let (joined, status) = tokio::join!(attached.join(), status);
+        if let Err(err) = joined {
             debug!(error = %err, "attach stream ended with an error");
         }
+        debug!(?status, "attach stream ended");
     }));
     Some(Terminal {
         stdin: stdin_tx,

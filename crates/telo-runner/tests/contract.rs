@@ -761,9 +761,8 @@ async fn types_are_coerced_like_the_reference_validator(#[case] backend: Backend
     body["inspect"] = json!("false");
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
-    let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = ws::output_of(&ws::read_until_close(&mut socket).await);
-    assert!(String::from_utf8_lossy(&output).contains("NUM=42"));
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("NUM=42"));
     runner.stop().await;
 }
 
@@ -786,9 +785,7 @@ async fn only_the_session_env_and_the_registry_url_reach_the_workload(#[case] ba
     body["env"] = json!({"FOO": "bar"});
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
-    let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
-        .into_owned();
+    let output = runner.full_output(&id).await;
     assert!(output.contains("FOO=bar"), "{output}");
     assert!(
         output.contains("TELO_REGISTRY_URL=https://registry.example"),
@@ -802,9 +799,7 @@ async fn only_the_session_env_and_the_registry_url_reach_the_workload(#[case] ba
     body["config"]["registryUrl"] = json!("  https://mine.example ");
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
-    let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
-        .into_owned();
+    let output = runner.full_output(&id).await;
     assert!(
         output.contains("TELO_REGISTRY_URL=https://mine.example"),
         "{output}"
@@ -1027,9 +1022,7 @@ async fn apps_are_advertised_by_identity_only_and_run_with_operator_env_winning(
         runner.wait_terminal(id).await,
         json!({"kind": "exited", "code": 0})
     );
-    let mut socket = runner.io(id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
-        .into_owned();
+    let output = runner.full_output(id).await;
     assert!(output.contains("API_KEY=operator-secret"), "{output}");
     assert!(output.contains("MODE=dev"), "{output}");
     runner.stop().await;

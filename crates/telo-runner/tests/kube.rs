@@ -314,9 +314,7 @@ async fn an_app_session_runs_the_catalog_image_with_operator_env() {
         runner.wait_terminal(id).await,
         json!({"kind": "exited", "code": 0})
     );
-    let mut socket = runner.io(id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
-        .into_owned();
+    let output = runner.full_output(id).await;
     assert!(output.contains("API_KEY=operator"), "{output}");
     assert!(output.contains("MODE=x"), "{output}");
     runner.stop().await;
@@ -349,9 +347,7 @@ async fn env_values_reach_the_workload_verbatim() {
     body["env"] = json!({"SECRET": "pa$$word $(HOME) $"});
     let id = runner.create_body(body).await;
     runner.wait_terminal(&id).await;
-    let mut socket = runner.io(&id, "?lastSeq=0").await;
-    let output = String::from_utf8_lossy(&ws::output_of(&ws::read_until_close(&mut socket).await))
-        .into_owned();
+    let output = runner.full_output(&id).await;
     assert!(output.contains("SECRET=pa$$word $(HOME) $"), "{output}");
     runner.stop().await;
 }

@@ -195,6 +195,14 @@ impl Runner {
         ws::connect(&self.ws_url(&format!("/v1/sessions/{id}/io{query}")), None).await
     }
 
+    /// Everything the session printed, replayed over a fresh socket until the
+    /// server closes it (the session must be finished).
+    pub async fn full_output(&self, id: &str) -> String {
+        let mut socket = self.io(id, "?lastSeq=0").await;
+        let frames = ws::read_until_close(&mut socket).await;
+        String::from_utf8_lossy(&ws::output_of(&frames)).into_owned()
+    }
+
     /// Wait for the session's terminal status through SSE; returns its JSON.
     pub async fn wait_terminal(&self, id: &str) -> Value {
         let mut events = self.events(id, &[]).await;
