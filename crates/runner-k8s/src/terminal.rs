@@ -123,9 +123,19 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             }
         }));
     }
+    // Everything received live before the log is requested was written
+    // before it, so it is in the log: the overlap is at least that long.
+    let mut live_rx = live_rx;
+    let mut early = Vec::new();
+    while let Ok(chunk) = live_rx.try_recv() {
+        early.extend_from_slice(&chunk);
+    }
+    let floor = early.len();
     let history = read_history(pods, pod_name).await;
     tasks.push(tokio::spawn(forward_output(
         history,
+        early,
+        floor,
         live_rx,
         sink.clone(),
         done_tx,
@@ -191,16 +201,17 @@ pub async fn read_history(pods: &Api<Pod>, pod_name: &str) -> Vec<u8> {
 
 async fn forward_output(
     history: Vec<u8>,
+    mut early: Vec<u8>,
+    floor: usize,
     mut live: mpsc::UnboundedReceiver<Bytes>,
     sink: SessionSink,
     done: oneshot::Sender<()>,
 ) {
-    // Whatever arrived live while the log was read overlaps its tail.
-    let mut early = Vec::new();
+    // Whatever arrived live while the log was read may overlap its tail too.
     while let Ok(chunk) = live.try_recv() {
         early.extend_from_slice(&chunk);
     }
-    let overlap = overlap_len(&history, &early);
+    let overlap = history_overlap(&history, &early, floor);
     if !history.is_empty() {
         sink.output(Bytes::from(history));
     }
@@ -213,13 +224,41 @@ async fn forward_output(
     let _ = done.send(());
 }
 
-/// The length of the longest suffix of `history` that is a prefix of `live`,
-/// in linear time (Knuth–Morris–Pratt over `live` as the pattern).
-pub fn overlap_len(history: &[u8], live: &[u8]) -> usize {
+/// How many leading bytes of the live stream the log already holds.
+///
+/// Every length at which the log's tail equals the live stream's head is a
+/// candidate; output that repeats itself (a spinner, a generated pattern)
+/// has several. The shortest one not below `floor` — the bytes known to have
+/// been written before the log was read — is taken: if it is wrong, a stretch
+/// of repeated output shows twice, whereas a longer guess would silently drop
+/// output. With no candidate at all nothing is cut, for the same reason.
+pub fn history_overlap(history: &[u8], live: &[u8], floor: usize) -> usize {
+    overlap_lengths(history, live)
+        .into_iter()
+        .filter(|&n| n >= floor)
+        .min()
+        .unwrap_or(0)
+}
+
+/// Every `n` for which the last `n` bytes of `history` equal the first `n`
+/// bytes of `live`, longest first (the chain of borders Knuth–Morris–Pratt
+/// leaves after scanning `history` for `live`).
+pub fn overlap_lengths(history: &[u8], live: &[u8]) -> Vec<usize> {
     let pattern = &live[..live.len().min(history.len())];
     if pattern.is_empty() {
-        return 0;
+        return Vec::new();
     }
+    let failure = failure_function(pattern);
+    let mut matched = scan(history, pattern, &failure);
+    let mut lengths = Vec::new();
+    while matched > 0 {
+        lengths.push(matched);
+        matched = failure[matched - 1];
+    }
+    lengths
+}
+
+fn failure_function(pattern: &[u8]) -> Vec<usize> {
     let mut failure = vec![0usize; pattern.len()];
     let mut k = 0;
     for i in 1..pattern.len() {
@@ -231,6 +270,11 @@ pub fn overlap_len(history: &[u8], live: &[u8]) -> usize {
         }
         failure[i] = k;
     }
+    failure
+}
+
+/// The length of the longest prefix of `pattern` that ends `history`.
+fn scan(history: &[u8], pattern: &[u8], failure: &[usize]) -> usize {
     let mut matched = 0;
     for &byte in &history[history.len() - pattern.len()..] {
         while matched > 0 && (matched == pattern.len() || byte != pattern[matched]) {
@@ -241,6 +285,11 @@ pub fn overlap_len(history: &[u8], live: &[u8]) -> usize {
         }
     }
     matched
+}
+
+/// The length of the longest suffix of `history` that is a prefix of `live`.
+pub fn overlap_len(history: &[u8], live: &[u8]) -> usize {
+    overlap_lengths(history, live).first().copied().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -258,12 +307,28 @@ mod tests {
         assert_eq!(overlap_len(b"xabab", b"ababc"), 4);
     }
 
+    #[test]
+    fn repeated_output_takes_the_shortest_overlap_above_the_floor() {
+        // "abab" ends the log; the live stream starts "ababab…": 2 and 4 both fit.
+        assert_eq!(overlap_lengths(b"xxabab", b"ababab"), vec![4, 2]);
+        assert_eq!(history_overlap(b"xxabab", b"ababab", 0), 2);
+        assert_eq!(history_overlap(b"xxabab", b"ababab", 3), 4);
+        assert_eq!(
+            history_overlap(b"xxabab", b"ababab", 5),
+            0,
+            "nothing fits: cut nothing"
+        );
+        assert_eq!(history_overlap(b"hello", b"lo world", 0), 2);
+    }
+
     proptest::proptest! {
         #[test]
         fn matches_the_quadratic_definition(history in proptest::collection::vec(0u8..3, 0..40), live in proptest::collection::vec(0u8..3, 0..40)) {
             let max = history.len().min(live.len());
             let expected = (1..=max).rev().find(|&n| history[history.len() - n..] == live[..n]).unwrap_or(0);
             proptest::prop_assert_eq!(overlap_len(&history, &live), expected);
+            let all: Vec<usize> = (1..=max).rev().filter(|&n| history[history.len() - n..] == live[..n]).collect();
+            proptest::prop_assert_eq!(overlap_lengths(&history, &live), all);
         }
     }
 }
