@@ -645,12 +645,24 @@ async fn attach_speaks_the_v4_channel_protocol() {
     ws.send(Message::binary(b"\x00hello\n".to_vec()))
         .await
         .unwrap();
-    let echoed = tokio::time::timeout(WAIT, ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(echoed, Message::binary(b"\x01hello\n".to_vec()));
+    // The start-up stderr line may arrive live (channel 2) if the attach beat
+    // the process's first write; stdout and stderr are separate pipes with no
+    // order between them.
+    loop {
+        let frame = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if frame == Message::binary(b"\x01hello\n".to_vec()) {
+            break;
+        }
+        assert_eq!(
+            frame,
+            Message::binary(b"\x02err line\n".to_vec()),
+            "only the stderr line may come first"
+        );
+    }
     ws.send(Message::binary(b"\x00exit\n".to_vec()))
         .await
         .unwrap();

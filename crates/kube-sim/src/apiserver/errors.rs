@@ -307,6 +307,35 @@ impl ApiError {
         )
     }
 
+    /// `415` for a request body in a media type the resource does not
+    /// decode: the apiserver's `errUnsupportedMediaType`, listing what it
+    /// accepts (JSON, YAML and, for built-in kinds, protobuf).
+    pub fn unsupported_body_media_type(accepted: &[&str]) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+            None,
+        )
+    }
+
+    /// `406` when no media type the client accepts can be produced: the
+    /// apiserver's `errNotAcceptable`.
+    pub fn not_acceptable(accepted: &[&str]) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: {}",
+                accepted.join(", ")
+            ),
+            None,
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             500,

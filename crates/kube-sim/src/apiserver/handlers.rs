@@ -18,7 +18,7 @@ use super::registry::{Deleted, Target, returns_deleted_object};
 use super::request::{Query, ResourcePath, delete_options, list_kind};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::store::ObjRef;
-use super::{ApiContext, bytes_response, json_response, table, watch};
+use super::{ApiContext, bytes_response, json_response, protobuf, table, watch};
 use crate::kinds::ResourceInfo;
 use crate::meta;
 
@@ -33,6 +33,11 @@ pub async fn handle(
     req: Request,
 ) -> Response {
     let headers = req.headers().clone();
+    if !matches!(target.subresource.as_deref(), Some("log" | "attach"))
+        && let Err(e) = check_acceptable(&headers)
+    {
+        return e.into_response();
+    }
     match target.subresource.as_deref() {
         Some("log") => return super::logs::handle(ctx, target, query).await,
         Some("attach") => return super::attach::handle(ctx, target, query, req).await,
@@ -65,11 +70,17 @@ pub async fn handle(
         "create" => create(&ctx, &target, &headers, &query, &body),
         "update" => update(&ctx, &target, &headers, &query, &body),
         "patch" => patch(&ctx, &target, &headers, &query, &body),
-        "delete" => delete(&ctx, &target, &query, &body),
-        "deletecollection" => delete_collection(&ctx, &target, &query, &body),
+        "delete" => delete(&ctx, &target, &headers, &query, &body),
+        "deletecollection" => delete_collection(&ctx, &target, &headers, &query, &body),
         _ => Err(ApiError::method_not_allowed()),
     };
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
 }
 
 fn accept(headers: &HeaderMap) -> &str {
@@ -313,7 +324,17 @@ fn watch_response(
     }
 }
 
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+/// The request body media types a kind accepts, as the apiserver lists them
+/// in a `415`.
+fn accepted_body_types(info: &ResourceInfo) -> &'static [&'static str] {
+    if info.is_custom() {
+        &["application/json", "application/yaml"]
+    } else {
+        &["application/json", "application/yaml", protobuf::MEDIA_TYPE]
+    }
+}
+
+fn parse_body(info: &ResourceInfo, headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -328,8 +349,61 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
                 String::from_utf8_lossy(&body[..body.len().min(200)])
             ))
         }),
-        other => Err(ApiError::unsupported_media_type(other)),
+        protobuf::MEDIA_TYPE if !info.is_custom() => protobuf_body(info, body),
+        _ => Err(ApiError::unsupported_body_media_type(accepted_body_types(
+            info,
+        ))),
     }
+}
+
+/// A Kubernetes protobuf body. Kinds kube-sim has no protobuf schema for are
+/// refused with `415` listing JSON and YAML — what the apiserver answers for
+/// kinds without a protobuf serializer — so a client can resend as JSON.
+fn protobuf_body(info: &ResourceInfo, body: &[u8]) -> Result<Value, ApiError> {
+    let unrecognized = |e: &protobuf::ProtoError| {
+        ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): {e}",
+            info.kind
+        ))
+    };
+    match protobuf::decode(body) {
+        Ok(v) if v.get("kind").and_then(Value::as_str) == Some("DeleteOptions") => {
+            Err(ApiError::bad_request(format!(
+                "DeleteOptions in version {:?} cannot be handled as a {}",
+                v.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+                info.kind
+            )))
+        }
+        Ok(v) => Ok(v),
+        Err(protobuf::ProtoError::UnknownKind { .. }) => {
+            Err(ApiError::unsupported_body_media_type(&[
+                "application/json",
+                "application/yaml",
+            ]))
+        }
+        Err(e) => Err(unrecognized(&e)),
+    }
+}
+
+/// `406` when the client accepts nothing but protobuf: kube-sim answers
+/// JSON only (which every protobuf-capable client also lists).
+fn check_acceptable(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let types: Vec<&str> = accept
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !types.is_empty()
+        && types
+            .iter()
+            .all(|t| t.eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
+    {
+        return Err(ApiError::not_acceptable(&["application/json"]));
+    }
+    Ok(())
 }
 
 fn create(
@@ -345,7 +419,7 @@ fn create(
         }
         return Err(ApiError::method_not_allowed());
     }
-    let value = parse_body(headers, body)?;
+    let value = parse_body(target.res.info(), headers, body)?;
     let created = ctx
         .registry
         .create(target.res, target.ns(), value, query.dry_run()?)?;
@@ -365,7 +439,7 @@ fn bind(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let value = parse_body(headers, body)?;
+    let value = parse_body(target.res.info(), headers, body)?;
     let node = value
         .pointer("/target/name")
         .and_then(Value::as_str)
@@ -422,7 +496,7 @@ fn update(
     } else {
         target_part(target)?
     };
-    let value = parse_body(headers, body)?;
+    let value = parse_body(target.res.info(), headers, body)?;
     let updated =
         ctx.registry
             .update(target.res, target.ns(), name, value, part, query.dry_run()?)?;
@@ -503,6 +577,7 @@ fn deleted_response(target: &ResourcePath, outcome: &Deleted) -> Response {
 fn delete(
     ctx: &ApiContext,
     target: &ResourcePath,
+    headers: &HeaderMap,
     query: &Query,
     body: &[u8],
 ) -> Result<Response, ApiError> {
@@ -510,7 +585,7 @@ fn delete(
     if target.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
     }
-    let opts = delete_options(query, body)?;
+    let opts = delete_options(query, content_type(headers), body)?;
     let outcome = ctx.registry.delete(target.res, target.ns(), name, &opts)?;
     Ok(deleted_response(target, &outcome))
 }
@@ -518,6 +593,7 @@ fn delete(
 fn delete_collection(
     ctx: &ApiContext,
     target: &ResourcePath,
+    headers: &HeaderMap,
     query: &Query,
     body: &[u8],
 ) -> Result<Response, ApiError> {
@@ -526,7 +602,7 @@ fn delete_collection(
         return Err(ApiError::method_not_allowed());
     }
     let (labels, fields) = selectors(target, query)?;
-    let opts = delete_options(query, body)?;
+    let opts = delete_options(query, content_type(headers), body)?;
     let (objects, _) = ctx.store.snapshot(target.res, target.namespace.as_deref());
     let mut items = Vec::new();
     for o in objects

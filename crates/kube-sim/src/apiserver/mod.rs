@@ -10,6 +10,7 @@ pub mod handlers;
 pub mod logs;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod quantity;
 pub mod registry;
 pub mod request;

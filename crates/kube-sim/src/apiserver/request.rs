@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use axum::http::{Method, Uri};
 
 use super::errors::ApiError;
+use super::protobuf;
 use super::registry::{DeleteOptions, Propagation};
 use crate::kinds::{self, RESOURCES, ResourceId};
 
@@ -156,11 +157,32 @@ pub fn verb(method: &Method, path: &ResourcePath, query: &Query) -> &'static str
     }
 }
 
-/// `DeleteOptions` from the body (if any) and the query string.
-pub fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+/// `DeleteOptions` from the body (if any; JSON, or Kubernetes protobuf when
+/// `content_type` says so) and the query string.
+pub fn delete_options(
+    query: &Query,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<DeleteOptions, ApiError> {
     let mut opts = DeleteOptions::default();
+    let base = content_type
+        .and_then(|ct| ct.split(';').next())
+        .unwrap_or("")
+        .trim();
     let parsed: serde_json::Value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
+    } else if base == protobuf::MEDIA_TYPE {
+        let v = protobuf::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        if v.get("kind").and_then(serde_json::Value::as_str) != Some("DeleteOptions") {
+            return Err(ApiError::bad_request(format!(
+                "error decoding DeleteOptions: the body is a {}",
+                v.get("kind")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("")
+            )));
+        }
+        v
     } else {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?

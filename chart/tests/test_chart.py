@@ -1,0 +1,705 @@
+"""The telo-runner chart, installed with Helm's own library into kube-sim.
+
+Each test starts a fresh kube-sim (the binary named by KUBE_SIM_BIN), installs
+the chart with one set of values through helm-sdkpy, and reads back over the
+simulated apiserver's REST API what landed. Run with:
+
+    KUBE_SIM_BIN=target/debug/kube-sim python3 -m pytest chart/tests -q
+
+(`cargo test -p telo-runner --test chart` does exactly that.)
+
+kube-sim does not serve monitoring.coreos.com, so the ServiceMonitor is
+checked through Helm's lint of a copy of the chart with it enabled, and
+through the error an install with it enabled gets from a cluster without the
+Prometheus Operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_sdkpy
+import pytest
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent
+RELEASE = "telo"
+RELEASE_NAMESPACE = "default"
+RUNNER_NS = "telo-runner"
+SESSION_NS = "telo-sessions"
+NAME = "telo-k8s-runner"
+
+OLD_KEYS_MESSAGE = (
+    "sessionIngress.* was renamed to sessionRouting.*: baseDomain stays, className "
+    "and tls move under sessionRouting.ingress, controllerNamespace becomes "
+    "sessionRouting.dataPlaneNamespace (it must name the routing DATA PLANE, which "
+    "is not an ingress controller under Gateway API). See apps/k8s-runner/README.md."
+)
+
+# A self-signed certificate is not needed: the chart stores what it is given.
+TLS_CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+TLS_KEY = "-----BEGIN PRIVATE KEY-----\nMIIBfake\n-----END PRIVATE KEY-----\n"
+
+# The Deployment's environment with the default values: every variable the
+# chart always sets, and nothing it sets only on request.
+DEFAULT_ENV = {
+    "RUNNER_BACKEND": "kubernetes",
+    "PORT": "8062",
+    "LOG_LEVEL": "info",
+    "LOG_FORMAT": "json",
+    "RUNNER_SELF_URL": "http://telo-k8s-runner.telo-runner.svc:8062",
+    "RUNNER_SESSION_NAMESPACE": "telo-sessions",
+    "RUNNER_MANAGED_BY": "telo-k8s-runner",
+    "RUNNER_ORPHAN_POLICY": "adopt",
+    "RUNNER_START_DEADLINE_SECONDS": "120",
+    "RUNNER_MAX_SESSIONS": "32",
+    "RUNNER_INIT_IMAGE": "busybox:stable",
+    "RUNNER_MAX_CPU": "500m",
+    "RUNNER_MAX_MEMORY": "512Mi",
+    "RUNNER_MAX_TTL_SECONDS": "3600",
+    "RUNNER_MAX_EPHEMERAL_STORAGE": "1Gi",
+    "RUNNER_APP_MAX_CPU": "500m",
+    "RUNNER_APP_MAX_MEMORY": "512Mi",
+    "RUNNER_APP_MAX_TTL_SECONDS": "21600",
+    "RUNNER_APP_MAX_EPHEMERAL_STORAGE": "1Gi",
+    "RUNNER_BASE_IMAGE_CATALOG_ENABLED": "true",
+    "RUNNER_BASE_IMAGE_REPO": "telorun/node",
+    "RUNNER_BASE_IMAGE_PINNED_ONLY": "true",
+    "RUNNER_BASE_IMAGE_EXCLUDE_SHA": "true",
+    "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE": "true",
+    "RUNNER_BASE_IMAGE_LIMIT": "20",
+    "RUNNER_BASE_IMAGE_REFRESH_SECONDS": "3600",
+    "SESSION_ROUTING_MODE": "auto",
+    "SESSION_ROUTE_READY_TIMEOUT_SECONDS": "60",
+}
+
+# The verbs the runner uses, and no others.
+SESSION_ROLE_RULES = [
+    {"apiGroups": [""], "resources": ["pods"],
+     "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["pods/attach"], "verbs": ["get", "create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["services"],
+     "verbs": ["get", "create", "update", "delete"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"],
+     "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+    {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"],
+     "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+]
+PROBE_CLUSTER_ROLE_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list"]},
+    {"apiGroups": ["networking.k8s.io"], "resources": ["ingressclasses"],
+     "verbs": ["get", "list"]},
+]
+PROBE_CLUSTER_ROLE = f"{NAME}-{RELEASE_NAMESPACE}-probe"
+
+
+# --- kube-sim ----------------------------------------------------------------
+
+
+@dataclass
+class Cluster:
+    base: str
+    kubeconfig: str
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """GET an object; None when the apiserver says 404."""
+        try:
+            with urllib.request.urlopen(f"{self.base}{path}", timeout=10) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    def must_get(self, path: str) -> dict[str, Any]:
+        obj = self.get(path)
+        assert obj is not None, f"{path} was not created"
+        return obj
+
+    def delete(self, path: str) -> None:
+        req = urllib.request.Request(f"{self.base}{path}", method="DELETE")
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except urllib.error.HTTPError as err:
+            if err.code != 404:
+                raise
+
+    def config(self) -> helm_sdkpy.Configuration:
+        return helm_sdkpy.Configuration(
+            namespace=RELEASE_NAMESPACE, kubeconfig=self.kubeconfig, plain_http=True
+        )
+
+    def install(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        return asyncio.run(
+            helm_sdkpy.Install(self.config()).run(
+                RELEASE, str(CHART), values=values or {}, wait=False, timeout=60
+            )
+        )
+
+    def install_error(self, values: dict[str, Any]) -> str:
+        with pytest.raises(helm_sdkpy.HelmError) as raised:
+            self.install(values)
+        return str(raised.value)
+
+
+def kube_sim_bin() -> str:
+    path = os.environ.get("KUBE_SIM_BIN")
+    if not path:
+        pytest.fail(
+            "KUBE_SIM_BIN is not set: point it at a kube-sim binary "
+            "(cargo build -p kube-sim; target/debug/kube-sim)"
+        )
+    if not os.path.isfile(path):
+        pytest.fail(f"KUBE_SIM_BIN={path} does not exist")
+    return path
+
+
+def wait_for(condition, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    kubeconfig = tmp_path / "kubeconfig"
+    log = open(tmp_path / "kube-sim.log", "w")
+    proc = subprocess.Popen(
+        [kube_sim_bin(), "--kubeconfig", str(kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    try:
+        first_line: list[str] = []
+        reader = threading.Thread(
+            target=lambda: first_line.append(proc.stdout.readline()), daemon=True
+        )
+        reader.start()
+        reader.join(timeout=30)
+        line = first_line[0].strip() if first_line else ""
+        if not line.startswith("listening on http://"):
+            raise AssertionError(f"kube-sim did not start (first line {line!r})")
+        # Keep reading so kube-sim never blocks on a full pipe.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        wait_for(kubeconfig.exists, "kube-sim's kubeconfig")
+        sim = Cluster(base=line.removeprefix("listening on "), kubeconfig=str(kubeconfig))
+        # kube-sim starts with the runner and session namespaces in place, as
+        # a runner's tests want. The chart creates them itself, and Helm will
+        # not take over objects another owner made, so start from none.
+        for ns in (RUNNER_NS, SESSION_NS):
+            sim.delete(f"/api/v1/namespaces/{ns}")
+            wait_for(lambda ns=ns: sim.get(f"/api/v1/namespaces/{ns}") is None,
+                     f"namespace {ns} to go")
+        yield sim
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        log.close()
+
+
+# --- reading back what landed --------------------------------------------------
+
+
+def deployment(sim: Cluster) -> dict[str, Any]:
+    return sim.must_get(f"/apis/apps/v1/namespaces/{RUNNER_NS}/deployments/{NAME}")
+
+
+def runner_container(sim: Cluster) -> dict[str, Any]:
+    containers = deployment(sim)["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["runner"]
+    return containers[0]
+
+
+def env_values(sim: Cluster) -> dict[str, str]:
+    """The runner's plain env values; a secretKeyRef shows as `secret:<name>/<key>`."""
+    out: dict[str, str] = {}
+    for var in runner_container(sim).get("env", []):
+        assert var["name"] not in out, f"{var['name']} is set twice"
+        if "valueFrom" in var:
+            ref = var["valueFrom"]["secretKeyRef"]
+            out[var["name"]] = f"secret:{ref['name']}/{ref['key']}"
+        else:
+            out[var["name"]] = var["value"]
+    return out
+
+
+def secret_data(secret: dict[str, Any]) -> dict[str, str]:
+    if "data" in secret:
+        return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    return dict(secret.get("stringData", {}))
+
+
+def network_policy(sim: Cluster) -> dict[str, Any]:
+    return sim.must_get(
+        f"/apis/networking.k8s.io/v1/namespaces/{SESSION_NS}/networkpolicies/{NAME}-sessions"
+    )
+
+
+TLS_SECRET_PATH = f"/api/v1/namespaces/{SESSION_NS}/secrets/{NAME}-ingress-tls"
+
+
+def default_values() -> dict[str, Any]:
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+# --- lint ----------------------------------------------------------------------
+
+
+def lint(chart: Path) -> dict[str, Any]:
+    config = helm_sdkpy.Configuration(namespace=RELEASE_NAMESPACE, plain_http=True)
+    return asyncio.run(helm_sdkpy.Lint(config).run(str(chart)))
+
+
+def assert_lint_clean(result: dict[str, Any]) -> None:
+    # Helm's severities: 1 info, 2 warning, 3 error. Info is "icon is
+    # recommended"; anything worse fails.
+    assert result["TotalChartsLinted"] == 1
+    assert not result.get("Errors"), result
+    worse = [m for m in result.get("Messages") or [] if m["Severity"] > 1]
+    assert not worse, worse
+
+
+def test_lint_passes_with_the_default_values():
+    assert_lint_clean(lint(CHART))
+
+
+def test_lint_passes_with_every_optional_object_enabled(tmp_path: Path):
+    chart = tmp_path / "telo-runner"
+    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    values = default_values()
+    values["metrics"]["serviceMonitor"].update(enabled=True, labels={"release": "prom"})
+    values["runner"]["terms"]["enabled"] = True
+    values["sessionRouting"].update(mode="ingress", baseDomain="run.example.com",
+                                    dataPlaneNamespace="ingress-nginx")
+    values["sessionRouting"]["ingress"].update(className="nginx")
+    values["sessionRouting"]["ingress"]["tls"].update(cert=TLS_CERT, key=TLS_KEY)
+    values["apps"]["catalog"] = {"hello": {"image": "ghcr.io/example/hello:1"}}
+    (chart / "values.yaml").write_text(yaml.safe_dump(values))
+    assert_lint_clean(lint(chart))
+
+
+def test_the_chart_is_named_and_versioned_for_the_runner():
+    meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert meta["name"] == "telo-runner"
+    assert meta["version"] == "0.1.0"
+    assert meta["appVersion"] == "0.1.0"
+    assert meta["type"] == "application"
+
+
+# --- installs --------------------------------------------------------------------
+
+
+def test_default_install_creates_the_runner_and_its_fenced_session_namespace(cluster):
+    release = cluster.install()
+    assert release["info"]["status"] == "deployed"
+    assert "ServiceMonitor" not in release["manifest"]
+
+    deploy = deployment(cluster)
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["type"] == "Recreate"
+    assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": NAME}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == NAME
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+    runner = runner_container(cluster)
+    assert runner["image"] == "telo-runner:0.1.0"
+    assert runner["args"] == ["serve"]
+    assert runner["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert runner["ports"] == [{"name": "http", "containerPort": 8062, "protocol": "TCP"}]
+    assert runner["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert runner["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert runner["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert env_values(cluster) == DEFAULT_ENV
+
+    service = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/services/{NAME}")
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": NAME}
+    [port] = service["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == ("http", 8062, "http")
+
+    runner_ns = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}")
+    assert "pod-security.kubernetes.io/enforce" not in runner_ns["metadata"]["labels"]
+    session_ns = cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}")
+    labels = session_ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+
+    quota = cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}/resourcequotas/{NAME}-sessions")
+    assert quota["spec"]["hard"] == {
+        "pods": "32",
+        "limits.cpu": "16",
+        "limits.memory": "16Gi",
+        "requests.cpu": "16",
+        "requests.memory": "16Gi",
+    }
+
+    policy = network_policy(cluster)["spec"]
+    assert policy["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "telo-k8s-runner"}
+    }
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == [
+        {"from": [{"namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": RUNNER_NS}}}]}
+    ]
+    dns, to_runner, internet = policy["egress"]
+    assert dns["to"] == [{"namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}]
+    assert sorted((p["protocol"], p["port"]) for p in dns["ports"]) == [
+        ("TCP", 53), ("UDP", 53)]
+    assert to_runner == {"to": [{"namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": RUNNER_NS}}}]}
+    assert internet == {"to": [{"ipBlock": {
+        "cidr": "0.0.0.0/0",
+        "except": ["169.254.169.254/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"],
+    }}]}
+
+    assert cluster.get(TLS_SECRET_PATH) is None
+    assert cluster.get(f"/api/v1/namespaces/{RUNNER_NS}/configmaps/{NAME}-terms") is None
+
+
+def test_rbac_grants_only_the_verbs_the_runner_uses(cluster):
+    cluster.install()
+    account = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/serviceaccounts/{NAME}")
+    assert account["metadata"]["name"] == NAME
+    subject = [{"kind": "ServiceAccount", "name": NAME, "namespace": RUNNER_NS}]
+
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = cluster.must_get(f"{rbac}/namespaces/{SESSION_NS}/roles/{NAME}")
+    assert role["rules"] == SESSION_ROLE_RULES
+    binding = cluster.must_get(f"{rbac}/namespaces/{SESSION_NS}/rolebindings/{NAME}")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME}
+    assert binding["subjects"] == subject
+
+    cluster_role = cluster.must_get(f"{rbac}/clusterroles/{PROBE_CLUSTER_ROLE}")
+    assert cluster_role["rules"] == PROBE_CLUSTER_ROLE_RULES
+    cluster_binding = cluster.must_get(f"{rbac}/clusterrolebindings/{PROBE_CLUSTER_ROLE}")
+    assert cluster_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+        "name": PROBE_CLUSTER_ROLE}
+    assert cluster_binding["subjects"] == subject
+
+    # Nothing else: no Role or ClusterRole beyond these two.
+    roles = cluster.must_get(f"{rbac}/roles")["items"]
+    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles] == [
+        (SESSION_NS, NAME)]
+    ours = [c["metadata"]["name"] for c in cluster.must_get(f"{rbac}/clusterroles")["items"]
+            if c["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE]
+    assert ours == [PROBE_CLUSTER_ROLE]
+
+
+def test_every_runner_setting_reaches_the_deployment(cluster):
+    cluster.install({
+        "image": {"repository": "registry.example.com/telo-runner", "tag": "dev",
+                  "pullPolicy": "Always"},
+        "runner": {
+            "port": 9000, "logLevel": "debug", "displayName": "Acme runner",
+            "description": "Runs Acme apps", "maxSessions": 5,
+            "managedBy": "acme-runner", "orphanPolicy": "reap",
+            "startDeadlineSeconds": 45, "corsOrigins": "https://editor.example.com",
+            "appLimits": {"maxCpu": "2", "maxMemory": "2Gi", "maxTtlSeconds": 86400,
+                          "maxEphemeralStorage": "4Gi"},
+            "extraEnv": [{"name": "RUNNER_MAX_BODY_BYTES", "value": "4194304"}],
+        },
+        "limits": {"maxCpu": "1", "maxMemory": "1Gi", "maxTtlSeconds": 7200,
+                   "maxEphemeralStorage": "2Gi"},
+        "session": {
+            "image": "telorun/node:1.2.3-slim", "initImage": "registry.example.com/busybox:1",
+            "imagePullSecret": "regcred", "runtimeClass": "gvisor",
+            "baseImages": {"repository": "acme/node", "pinnedOnly": False,
+                           "excludeSha": False, "excludePrerelease": False,
+                           "include": "^1\\.", "exclude": "-rc", "limit": 5,
+                           "refreshSeconds": 600},
+        },
+        "sessionRouting": {"mode": "none", "routeReadyTimeoutSeconds": 90},
+    })
+    runner = runner_container(cluster)
+    assert runner["image"] == "registry.example.com/telo-runner:dev"
+    assert runner["imagePullPolicy"] == "Always"
+    assert runner["ports"][0]["containerPort"] == 9000
+    assert env_values(cluster) == {
+        "RUNNER_BACKEND": "kubernetes",
+        "PORT": "9000",
+        "LOG_LEVEL": "debug",
+        "LOG_FORMAT": "json",
+        "RUNNER_SELF_URL": "http://telo-k8s-runner.telo-runner.svc:9000",
+        "RUNNER_SESSION_NAMESPACE": "telo-sessions",
+        "RUNNER_MANAGED_BY": "acme-runner",
+        "RUNNER_ORPHAN_POLICY": "reap",
+        "RUNNER_START_DEADLINE_SECONDS": "45",
+        "RUNNER_MAX_SESSIONS": "5",
+        "RUNNER_DISPLAY_NAME": "Acme runner",
+        "RUNNER_DESCRIPTION": "Runs Acme apps",
+        "RUNNER_CORS_ORIGINS": "https://editor.example.com",
+        "RUNNER_IMAGE": "telorun/node:1.2.3-slim",
+        "RUNNER_INIT_IMAGE": "registry.example.com/busybox:1",
+        "RUNNER_IMAGE_PULL_SECRET": "regcred",
+        "RUNNER_RUNTIME_CLASS": "gvisor",
+        "RUNNER_MAX_CPU": "1",
+        "RUNNER_MAX_MEMORY": "1Gi",
+        "RUNNER_MAX_TTL_SECONDS": "7200",
+        "RUNNER_MAX_EPHEMERAL_STORAGE": "2Gi",
+        "RUNNER_APP_MAX_CPU": "2",
+        "RUNNER_APP_MAX_MEMORY": "2Gi",
+        "RUNNER_APP_MAX_TTL_SECONDS": "86400",
+        "RUNNER_APP_MAX_EPHEMERAL_STORAGE": "4Gi",
+        "RUNNER_BASE_IMAGE_CATALOG_ENABLED": "true",
+        "RUNNER_BASE_IMAGE_REPO": "acme/node",
+        "RUNNER_BASE_IMAGE_PINNED_ONLY": "false",
+        "RUNNER_BASE_IMAGE_EXCLUDE_SHA": "false",
+        "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE": "false",
+        "RUNNER_BASE_IMAGE_INCLUDE": "^1\\.",
+        "RUNNER_BASE_IMAGE_EXCLUDE": "-rc",
+        "RUNNER_BASE_IMAGE_LIMIT": "5",
+        "RUNNER_BASE_IMAGE_REFRESH_SECONDS": "600",
+        "SESSION_ROUTING_MODE": "none",
+        "SESSION_ROUTE_READY_TIMEOUT_SECONDS": "90",
+        "RUNNER_MAX_BODY_BYTES": "4194304",
+    }
+    # A custom managed-by value stays inside the session fence (the reference
+    # chart hard-coded the default here, so such pods escaped the policy).
+    assert network_policy(cluster)["spec"]["podSelector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "acme-runner"}
+    }
+    service = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/services/{NAME}")
+    assert service["spec"]["ports"][0]["port"] == 9000
+
+
+def test_a_disabled_base_image_catalog_sets_only_the_switch(cluster):
+    cluster.install({"session": {"baseImages": {"enabled": False}}})
+    env = env_values(cluster)
+    assert env["RUNNER_BASE_IMAGE_CATALOG_ENABLED"] == "false"
+    assert not [k for k in env if k.startswith("RUNNER_BASE_IMAGE_") and
+                k != "RUNNER_BASE_IMAGE_CATALOG_ENABLED"]
+
+
+def test_quota_and_network_policy_can_be_left_out(cluster):
+    cluster.install({"resourceQuota": {"enabled": False}, "networkPolicy": {"enabled": False}})
+    assert cluster.get(f"/api/v1/namespaces/{SESSION_NS}/resourcequotas/{NAME}-sessions") is None
+    assert cluster.get(
+        f"/apis/networking.k8s.io/v1/namespaces/{SESSION_NS}/networkpolicies/{NAME}-sessions"
+    ) is None
+
+
+GATEWAY_ROUTING = {
+    "mode": "gateway",
+    "baseDomain": "run.example.com",
+    "dataPlaneNamespace": "envoy-gateway-system",
+    "gateway": {"name": "public"},
+}
+
+
+@pytest.mark.parametrize(
+    ("gateway", "expected"),
+    [
+        ({"name": "public"},
+         {"SESSION_GATEWAY_NAME": "public", "SESSION_GATEWAY_NAMESPACE": SESSION_NS}),
+        ({"name": "public", "namespace": "gateways", "sectionName": "https"},
+         {"SESSION_GATEWAY_NAME": "public", "SESSION_GATEWAY_NAMESPACE": "gateways",
+          "SESSION_GATEWAY_SECTION_NAME": "https"}),
+    ],
+    ids=["gateway-in-session-namespace", "gateway-elsewhere-with-listener"],
+)
+def test_gateway_routing_names_the_gateway_and_admits_its_data_plane(cluster, gateway, expected):
+    routing = {**GATEWAY_ROUTING, "gateway": gateway}
+    cluster.install({"sessionRouting": routing})
+    env = env_values(cluster)
+    routing_env = {k: v for k, v in env.items() if k.startswith("SESSION_")}
+    assert routing_env == {
+        "SESSION_ROUTING_MODE": "gateway",
+        "SESSION_ROUTE_READY_TIMEOUT_SECONDS": "60",
+        "SESSION_ROUTING_BASE_DOMAIN": "run.example.com",
+        **expected,
+    }
+    ingress = network_policy(cluster)["spec"]["ingress"]
+    assert ingress[1] == {"from": [{"namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}]}
+    assert cluster.get(TLS_SECRET_PATH) is None
+
+
+@pytest.mark.parametrize(
+    "routing",
+    [
+        {**GATEWAY_ROUTING},
+        # auto with a Gateway named resolves to the Gateway too.
+        {**GATEWAY_ROUTING, "mode": "auto"},
+    ],
+    ids=["gateway", "auto-with-gateway"],
+)
+def test_under_gateway_api_no_ingress_tls_secret_is_made_or_passed(cluster, routing):
+    routing = copy.deepcopy(routing)
+    routing["ingress"] = {"tls": {"cert": TLS_CERT, "key": TLS_KEY}}
+    cluster.install({"sessionRouting": routing})
+    assert "SESSION_INGRESS_TLS_SECRET" not in env_values(cluster)
+    assert cluster.get(TLS_SECRET_PATH) is None
+
+
+def test_ingress_routing_with_a_certificate_stores_it_as_the_session_tls_secret(cluster):
+    cluster.install({"sessionRouting": {
+        "mode": "ingress",
+        "baseDomain": "run.example.com",
+        "dataPlaneNamespace": "ingress-nginx",
+        "ingress": {"className": "nginx", "tls": {"cert": TLS_CERT, "key": TLS_KEY}},
+    }})
+    env = env_values(cluster)
+    assert {k: v for k, v in env.items() if k.startswith("SESSION_")} == {
+        "SESSION_ROUTING_MODE": "ingress",
+        "SESSION_ROUTE_READY_TIMEOUT_SECONDS": "60",
+        "SESSION_ROUTING_BASE_DOMAIN": "run.example.com",
+        "SESSION_INGRESS_CLASS": "nginx",
+        "SESSION_INGRESS_TLS_SECRET": f"{NAME}-ingress-tls",
+    }
+    secret = cluster.must_get(TLS_SECRET_PATH)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret_data(secret) == {"tls.crt": TLS_CERT, "tls.key": TLS_KEY}
+    assert network_policy(cluster)["spec"]["ingress"][1] == {"from": [{"namespaceSelector": {
+        "matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]}
+
+
+def test_ingress_routing_with_an_existing_secret_only_names_it(cluster):
+    cluster.install({"sessionRouting": {
+        "mode": "ingress",
+        "baseDomain": "run.example.com",
+        "ingress": {"tls": {"secretName": "wildcard-run-example-com"}},
+    }})
+    env = env_values(cluster)
+    assert env["SESSION_INGRESS_TLS_SECRET"] == "wildcard-run-example-com"
+    assert "SESSION_INGRESS_CLASS" not in env
+    assert cluster.get(TLS_SECRET_PATH) is None
+    # Without a data plane namespace only the runner may reach sessions.
+    assert len(network_policy(cluster)["spec"]["ingress"]) == 1
+
+
+CATALOG = {"hello": {"image": "ghcr.io/example/hello:1", "title": "Hello"}}
+
+
+@pytest.mark.parametrize(
+    "catalog", [json.dumps(CATALOG), CATALOG], ids=["json-text", "map"]
+)
+def test_an_inline_app_catalog_becomes_runner_apps(cluster, catalog):
+    cluster.install({"apps": {"catalog": catalog}})
+    assert json.loads(env_values(cluster)["RUNNER_APPS"]) == CATALOG
+
+
+def test_an_app_catalog_secret_wins_over_the_inline_catalog(cluster):
+    cluster.install({"apps": {"catalog": json.dumps(CATALOG), "catalogSecret": "telo-apps",
+                              "catalogSecretKey": "apps.json"}})
+    assert env_values(cluster)["RUNNER_APPS"] == "secret:telo-apps/apps.json"
+
+
+def test_no_app_catalog_leaves_runner_apps_unset(cluster):
+    cluster.install()
+    assert "RUNNER_APPS" not in env_values(cluster)
+
+
+def test_terms_are_mounted_from_their_config_map(cluster):
+    body = "Be nice.\n\n- **Really.**\n"
+    cluster.install({"runner": {"terms": {
+        "enabled": True, "title": "House rules", "version": "2024-01", "body": body}}})
+    config_map = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/configmaps/{NAME}-terms")
+    assert config_map["data"] == {"terms.md": body}
+
+    env = env_values(cluster)
+    assert env["RUNNER_TERMS_FILE"] == "/etc/telo/terms/terms.md"
+    assert env["RUNNER_TERMS_TITLE"] == "House rules"
+    assert env["RUNNER_TERMS_VERSION"] == "2024-01"
+    runner = runner_container(cluster)
+    assert {"name": "terms", "mountPath": "/etc/telo/terms", "readOnly": True} in (
+        runner["volumeMounts"])
+    template = deployment(cluster)["spec"]["template"]
+    assert {"name": "terms", "configMap": {"name": f"{NAME}-terms"}} in (
+        template["spec"]["volumes"])
+    assert "checksum/terms" in template["metadata"]["annotations"]
+
+
+def test_default_terms_have_a_title_and_leave_the_version_to_the_runner(cluster):
+    cluster.install({"runner": {"terms": {"enabled": True}}})
+    env = env_values(cluster)
+    assert env["RUNNER_TERMS_TITLE"] == "Before you run"
+    assert "RUNNER_TERMS_VERSION" not in env
+    body = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/configmaps/{NAME}-terms")
+    assert body["data"]["terms.md"] == default_values()["runner"]["terms"]["body"]
+
+
+def test_namespaces_are_left_alone_when_managed_elsewhere(cluster):
+    for ns in (RUNNER_NS, SESSION_NS):
+        req = urllib.request.Request(
+            f"{cluster.base}/api/v1/namespaces", method="POST",
+            data=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": ns}}).encode(),
+            headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=10).close()
+    release = cluster.install({"createNamespaces": False})
+    assert "kind: Namespace" not in release["manifest"]
+    labels = cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}")["metadata"].get("labels", {})
+    assert "app.kubernetes.io/managed-by" not in labels
+    deployment(cluster)
+
+
+# --- refusals --------------------------------------------------------------------
+
+
+def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
+    message = cluster.install_error({"sessionIngress": {"baseDomain": "run.example.com"}})
+    assert OLD_KEYS_MESSAGE in message
+    assert cluster.get(f"/apis/apps/v1/namespaces/{RUNNER_NS}/deployments/{NAME}") is None
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"sessionRouting": {"mode": "Gateway"}},
+         "sessionRouting.mode must be one of auto, ingress, gateway, none (got 'Gateway')."),
+        ({"sessionRouting": {"mode": "gateway"}},
+         "sessionRouting.mode=gateway needs sessionRouting.gateway.name"),
+        ({"sessionRouting": {"ingress": {"tls": {"cert": TLS_CERT}}}},
+         "sessionRouting.ingress.tls needs both cert and key"),
+        ({"runner": {"orphanPolicy": "keep"}},
+         "runner.orphanPolicy must be adopt or reap (got 'keep')."),
+        ({"watch": {"enabled": True}}, "telo-runner has no watch sessions"),
+        ({"apps": {"catalogSecret": "apps", "catalogSecretKey": ""}},
+         "apps.catalogSecret is set but apps.catalogSecretKey is empty"),
+    ],
+    ids=["mode-typo", "gateway-without-name", "cert-without-key", "orphan-policy",
+         "watch-sessions", "secret-without-key"],
+)
+def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
+    assert fragment in cluster.install_error(values)
+    assert cluster.get(f"/apis/apps/v1/namespaces/{RUNNER_NS}/deployments/{NAME}") is None
+
+
+def test_service_monitor_is_rendered_when_enabled(cluster):
+    # kube-sim, like a cluster without the Prometheus Operator, does not serve
+    # monitoring.coreos.com: Helm's refusal shows the object was rendered, with
+    # its kind, version, name and namespace.
+    message = cluster.install_error({"metrics": {"serviceMonitor": {"enabled": True}}})
+    assert 'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"' in message
+    assert f'name: "{NAME}" namespace: "{RUNNER_NS}"' in message
