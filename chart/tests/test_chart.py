@@ -210,8 +210,14 @@ def cluster(tmp_path: Path):
                      f"namespace {ns} to go")
         yield sim
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        # SIGTERM lets kube-sim remove its sandbox directory; SIGKILL only if
+        # it does not exit.
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
         log.close()
 
 

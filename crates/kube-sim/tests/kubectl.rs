@@ -17,6 +17,17 @@ struct Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // SIGTERM lets kube-sim stop its processes and remove its sandbox
+        // directory; SIGKILL only if it has not exited after a while.
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -29,6 +29,8 @@ use crate::pod_spec::{
     build_session_pod, session_record_from_pod,
 };
 use crate::pod_watcher::PodWatcher;
+use crate::routing::SessionRouter;
+use crate::routing::mode::ResolvedRouting;
 use crate::session::{SessionContext, SessionShape, bring_up, delete_pod, watch_session};
 
 /// How many times a session was taken over by a restarted runner.
@@ -47,12 +49,14 @@ pub struct KubeBackend {
 }
 
 impl KubeBackend {
-    /// Wire the backend to a cluster: start the shared watches.
+    /// Wire the backend to a cluster: start the shared watches. `routing` is
+    /// the layer resolved at boot ([`crate::routing::detect::resolve_routing`]).
     pub fn new(
         config: K8sConfig,
         client: Client,
         bundles: Arc<BundleStore>,
         catalog: Option<Arc<BaseImageCatalog>>,
+        routing: ResolvedRouting,
     ) -> Self {
         let stop = CancellationToken::new();
         let namespace = config.session_namespace.clone();
@@ -64,6 +68,13 @@ impl KubeBackend {
             .no_proxy()
             .build()
             .unwrap_or_else(|_| runner_core::http_client::client());
+        let mut tasks = vec![pod_task, event_task];
+        let router = SessionRouter::spawn(client.clone(), &config, routing, stop.clone()).map(
+            |(router, task)| {
+                tasks.push(task);
+                router
+            },
+        );
         let ctx = Arc::new(SessionContext {
             pods: Api::namespaced(client.clone(), &namespace),
             pod_watcher,
@@ -71,8 +82,8 @@ impl KubeBackend {
             bundles,
             http,
             start_deadline: config.start_deadline,
+            router,
         });
-        let mut tasks = vec![pod_task, event_task];
         if let Some(catalog) = &catalog {
             tasks.push(
                 catalog

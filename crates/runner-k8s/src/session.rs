@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
 use runner_core::reachability::watch_reachability;
-use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus, RunnerEndpoint};
+use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
 use runner_core::{BackendSession, SessionSink, StartError, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
 use tracing::{debug, info, warn};
@@ -20,11 +20,16 @@ use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
 use crate::pod_status::{pod_failure_message, provision_message, start_blocker, terminal_status};
 use crate::pod_watcher::{PodState, PodWatcher};
+use crate::routing::SessionRouter;
+use crate::routing::endpoints::endpoints_for;
 use crate::terminal::{self, Terminal};
 
 /// How long, after the pod finished, its last output may take to arrive
-/// before the terminal status is reported anyway.
-const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// before the terminal status is reported anyway. The attach stream ends when
+/// the container does, so this is only a safety net; it is generous because a
+/// loaded runner can take seconds to relay a burst of output, and a terminal
+/// status sent before the output would cut it off for every client.
+const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A pod that vanished (or began terminating) without the runner asking.
 const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
 
@@ -36,6 +41,8 @@ pub struct SessionContext {
     pub bundles: Arc<BundleStore>,
     pub http: reqwest::Client,
     pub start_deadline: Duration,
+    /// `None` on a logs-only runner.
+    pub router: Option<Arc<SessionRouter>>,
 }
 
 /// The declared shape of a session, as needed once its pod runs.
@@ -111,8 +118,9 @@ pub async fn bring_up(
     });
     match arrival {
         Arrival::Finished(pod) => {
-            // It ran and ended between two looks: report what it did.
-            sink.status(running_status(&shape));
+            // It ran and ended between two looks: report what it did. Nothing
+            // was published for it, so no URL is claimed either.
+            sink.status(running_status(&shape, None));
             let history = terminal::read_history(&ctx.pods, &name).await;
             if !history.is_empty() {
                 sink.output(Bytes::from(history));
@@ -132,28 +140,35 @@ pub async fn bring_up(
                 .as_ref()
                 .and_then(|s| s.pod_ip.as_deref())
                 .and_then(|ip| ip.parse().ok());
-            sink.status(running_status(&shape));
+            // Published before `running`, so the URLs it announces exist.
+            let routes = match &ctx.router {
+                Some(router) if !shape.ports.is_empty() => {
+                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                    Some(
+                        router
+                            .publish_session(&shape.session_id, &shape.ports, &name, uid)
+                            .await,
+                    )
+                }
+                _ => None,
+            };
+            let base_domain = ctx.router.as_ref().map(|router| router.base_domain());
+            sink.status(running_status(&shape, base_domain));
             start_watchers(&ctx, &shape, &sink, pod_ip);
+            if let Some(routes) = routes {
+                routes.follow(sink.clone());
+            }
             tokio::spawn(supervise(session.clone(), shape, watching));
         }
     }
     Ok(session)
 }
 
-fn running_status(shape: &SessionShape) -> RunStatus {
+/// `base_domain` is set when the session is routed: its tcp ports get their
+/// hosts and URLs (whether each route works is told by `route` events).
+fn running_status(shape: &SessionShape, base_domain: Option<&str>) -> RunStatus {
     RunStatus::Running {
-        endpoints: Some(
-            shape
-                .ports
-                .iter()
-                .map(|p| RunnerEndpoint {
-                    host: String::new(),
-                    port: p.port,
-                    protocol: p.protocol,
-                    url: None,
-                })
-                .collect(),
-        ),
+        endpoints: Some(endpoints_for(base_domain, &shape.session_id, &shape.ports)),
         inspect_url: None,
     }
 }

@@ -11,6 +11,7 @@ use crate::backend::KubeBackend;
 use crate::bundle_store::{self, BundleStore};
 use crate::client::kube_client;
 use crate::config::K8sConfig;
+use crate::routing::detect::{log_resolution, resolve_routing};
 
 pub struct KubeSetup {
     pub backend: Arc<KubeBackend>,
@@ -20,13 +21,23 @@ pub struct KubeSetup {
 
 pub async fn build(config: K8sConfig, env: &Env) -> Result<KubeSetup, ConfigError> {
     let client = kube_client(env).await?;
+    // Before anything else starts: an unusable routing configuration refuses
+    // to boot rather than publish routes nothing serves.
+    let routing = resolve_routing(&client, &config.routing, &config.session_namespace).await?;
+    log_resolution(&routing, config.routing.base_domain.as_deref());
     let bundles = Arc::new(BundleStore::new(config.self_url.clone()));
     let catalog = if config.base_image_catalog.enabled {
         Some(catalog(&config).await?)
     } else {
         None
     };
-    let backend = Arc::new(KubeBackend::new(config, client, bundles.clone(), catalog));
+    let backend = Arc::new(KubeBackend::new(
+        config,
+        client,
+        bundles.clone(),
+        catalog,
+        routing,
+    ));
     Ok(KubeSetup {
         backend,
         routes: bundle_store::router(bundles),

@@ -76,8 +76,14 @@ class KubeSim:
             return e.code, json.load(e)
 
     def stop(self):
-        self.proc.kill()
-        self.proc.wait(timeout=10)
+        # SIGTERM lets kube-sim stop its processes and remove its sandbox
+        # directory; SIGKILL only if it does not exit.
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
 
 @pytest.fixture

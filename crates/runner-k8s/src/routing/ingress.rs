@@ -6,6 +6,7 @@ use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
+use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::endpoints::host_for;
@@ -86,8 +87,9 @@ pub fn build_session_ingress(
 /// An Ingress is programmed once a controller published an address for it.
 /// Ingress has no way to refuse, so it is never `Refused`: an Ingress nobody
 /// claims just stays pending until the ready timeout says so.
-pub fn ingress_verdict(object: &Value) -> Verdict {
+pub fn ingress_verdict(object: &DynamicObject) -> Verdict {
     let addresses = object
+        .data
         .pointer("/status/loadBalancer/ingress")
         .and_then(Value::as_array);
     if addresses.is_some_and(|addresses| !addresses.is_empty()) {
@@ -116,6 +118,14 @@ mod tests {
     use crate::routing::meta::pod_owner_reference;
     use serde_json::json;
 
+    fn object(status: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "telo-run-abc"}, "status": status,
+        }))
+        .unwrap()
+    }
+
     const SESSION: &str = "abc234defghi";
 
     fn objects() -> SessionObjects {
@@ -123,7 +133,10 @@ mod tests {
             namespace: "telo-sessions".into(),
             managed_by: "telo-k8s-runner".into(),
             session_id: SESSION.into(),
-            owner: pod_owner_reference("telo-run-abc234defghi", "3f1c5e4a-0000-4000-8000-000000000001"),
+            owner: pod_owner_reference(
+                "telo-run-abc234defghi",
+                "3f1c5e4a-0000-4000-8000-000000000001",
+            ),
         }
     }
 
@@ -136,9 +149,13 @@ mod tests {
 
     #[test]
     fn one_ingress_with_a_rule_per_tcp_port() {
-        let ingress =
-            build_session_ingress(&objects(), &settings(Some("nginx"), None), "telo.run", &[8080, 9090])
-                .unwrap();
+        let ingress = build_session_ingress(
+            &objects(),
+            &settings(Some("nginx"), None),
+            "telo.run",
+            &[8080, 9090],
+        )
+        .unwrap();
         insta::assert_yaml_snapshot!(ingress);
     }
 
@@ -180,23 +197,28 @@ mod tests {
             build_session_ingress(&objects(), &settings(None, None), "telo.run", &[8080]).unwrap();
         assert_eq!(ingress.metadata.labels.unwrap()[SESSION_ID_LABEL], SESSION);
         let owner = &ingress.metadata.owner_references.unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", "telo-run-abc234defghi"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("Pod", "telo-run-abc234defghi")
+        );
         assert_eq!(owner.controller, Some(true));
     }
 
     #[test]
     fn an_ingress_is_programmed_once_it_has_an_address() {
-        assert_eq!(ingress_verdict(&json!({})), Verdict::Pending);
+        assert_eq!(ingress_verdict(&object(json!({}))), Verdict::Pending);
         assert_eq!(
-            ingress_verdict(&json!({"status": {"loadBalancer": {}}})),
+            ingress_verdict(&object(json!({"loadBalancer": {}}))),
             Verdict::Pending
         );
         assert_eq!(
-            ingress_verdict(&json!({"status": {"loadBalancer": {"ingress": []}}})),
+            ingress_verdict(&object(json!({"loadBalancer": {"ingress": []}}))),
             Verdict::Pending
         );
         assert_eq!(
-            ingress_verdict(&json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}}})),
+            ingress_verdict(&object(
+                json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}})
+            )),
             Verdict::Programmed
         );
     }

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::pod_spec::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
 /// The session a routing object belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionObjects {
     pub namespace: String,
     /// Value of `app.kubernetes.io/managed-by`.

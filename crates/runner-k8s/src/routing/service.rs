@@ -87,7 +87,10 @@ mod tests {
             namespace: "telo-sessions".into(),
             managed_by: "telo-k8s-runner".into(),
             session_id: session_id.into(),
-            owner: pod_owner_reference(&pod_name(session_id), "3f1c5e4a-0000-4000-8000-000000000001"),
+            owner: pod_owner_reference(
+                &pod_name(session_id),
+                "3f1c5e4a-0000-4000-8000-000000000001",
+            ),
         }
     }
 
