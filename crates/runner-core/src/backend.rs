@@ -135,9 +135,28 @@ pub struct StopError {
     pub message: String,
 }
 
+/// What keeps a backend from taking traffic (`/readyz`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// One client-safe sentence per unmet condition; empty when ready.
+    pub waiting: Vec<String>,
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     fn capabilities(&self) -> BackendCapabilities;
+
+    /// Whether the backend can serve now (its cluster reachable, its watches
+    /// synced). A backend with nothing to wait for is always ready.
+    fn readiness(&self) -> Readiness {
+        Readiness::default()
+    }
 
     /// Readiness for the given config, without starting anything.
     async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;

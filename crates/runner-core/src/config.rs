@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::apps::{AppCatalog, load_apps};
+use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::terms::load_terms;
 use crate::types::RunnerTerms;
 
@@ -65,6 +66,8 @@ pub struct CoreConfig {
     pub sse_heartbeat: Duration,
     pub terms: Option<RunnerTerms>,
     pub apps: AppCatalog,
+    /// Bearer tokens every gated `/v1` route requires; `None` = no auth.
+    pub auth_tokens: Option<AuthTokens>,
 }
 
 /// An environment from literal pairs (tests, embedding).
@@ -111,6 +114,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     )?;
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
+    let auth_tokens = load_auth_tokens(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -123,6 +127,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         sse_heartbeat: Duration::from_millis(sse_heartbeat_ms),
         terms,
         apps,
+        auth_tokens,
     })
 }
 
@@ -210,6 +215,11 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_APPS",
         default: "(unset)",
         description: "JSON object of operator-defined apps launchable by name; treat it as a secret, its env may hold keys.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_AUTH_TOKENS_FILE",
+        default: "(unset: no auth)",
+        description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
     },
 ];
 
@@ -719,6 +729,7 @@ mod tests {
                 sse_heartbeat: Duration::from_millis(20_000),
                 terms: None,
                 apps: AppCatalog::default(),
+                auth_tokens: None,
             }
         );
     }

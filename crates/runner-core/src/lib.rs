@@ -3,6 +3,7 @@
 //! the helpers backends share (reachability, debug relay, bundle paths).
 
 pub mod apps;
+pub mod auth;
 pub mod backend;
 pub mod base_images;
 pub mod bundle_path;
@@ -12,6 +13,7 @@ pub mod debug_relay;
 pub mod http;
 pub mod http_client;
 pub mod ids;
+pub mod metrics;
 pub mod reachability;
 pub mod registry;
 pub mod replay;
@@ -21,7 +23,7 @@ pub mod types;
 pub mod validate;
 
 pub use backend::{
-    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, RecoveredSession,
-    StartError, StartSpec, StopError,
+    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness,
+    RecoveredSession, StartError, StartSpec, StopError,
 };
 pub use registry::{RegistryLimits, SessionRegistry, SessionSink};

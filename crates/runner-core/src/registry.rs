@@ -25,6 +25,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, StartSpec, StopError};
 use crate::ids::new_session_id;
+use crate::metrics::Metrics;
 use crate::replay::{Replay, ReplayBuffer};
 use crate::time::iso_now;
 use crate::types::{
@@ -86,6 +87,7 @@ struct RegistryInner {
     shutdown: CancellationToken,
     /// Set once boot-time adoption finished (readiness).
     recovered: watch::Sender<bool>,
+    metrics: Arc<Metrics>,
 }
 
 pub struct Session {
@@ -101,6 +103,10 @@ pub struct Session {
     /// Fires when the session reaches a terminal status or leaves the registry,
     /// stopping whatever background work a backend tied to it.
     ended: CancellationToken,
+    /// When this runner admitted it; `None` for an adopted session, whose
+    /// start-to-running time this runner never saw.
+    admitted_at: Option<tokio::time::Instant>,
+    metrics: Arc<Metrics>,
 }
 
 struct SessionState {
@@ -130,6 +136,16 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SessionRegistry {
     pub fn new(backend: Arc<dyn Backend>, limits: RegistryLimits) -> Self {
+        Self::with_metrics(backend, limits, Arc::new(Metrics::new()))
+    }
+
+    /// A registry recording into `metrics` (shared with the backend, which
+    /// counts its own work there).
+    pub fn with_metrics(
+        backend: Arc<dyn Backend>,
+        limits: RegistryLimits,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             inner: Arc::new(RegistryInner {
                 sessions: Mutex::new(HashMap::new()),
@@ -138,6 +154,7 @@ impl SessionRegistry {
                 tasks: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
                 recovered: watch::Sender::new(false),
+                metrics,
             }),
         }
     }
@@ -148,6 +165,21 @@ impl SessionRegistry {
 
     pub fn limits(&self) -> &RegistryLimits {
         &self.inner.limits
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The `/metrics` exposition, sessions by state counted now.
+    pub fn encode_metrics(&self) -> Result<String, std::fmt::Error> {
+        let mut by_state: HashMap<&'static str, usize> = HashMap::new();
+        for session in lock(&self.inner.sessions).values() {
+            *by_state.entry(session.status().kind()).or_default() += 1;
+        }
+        self.inner
+            .metrics
+            .encode(|state| by_state.get(state).copied().unwrap_or(0))
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
@@ -178,6 +210,7 @@ impl SessionRegistry {
     ) -> Result<SessionCreated, AdmissionError> {
         let session = self.admit(None)?;
         let spec = build_spec(&session.id, &session.created_at);
+        self.inner.metrics.session_started(spec.self_contained());
         let created = SessionCreated {
             session_id: session.id.clone(),
             stream_url: format!("/v1/sessions/{}/events", session.id),
@@ -232,6 +265,8 @@ impl SessionRegistry {
                     recovered.created_at.clone(),
                     self.inner.limits.replay_buffer_bytes,
                     recovered.generation,
+                    None,
+                    self.inner.metrics.clone(),
                 ));
                 sessions.insert(recovered.session_id.clone(), session.clone());
                 drop(sessions);
@@ -267,6 +302,8 @@ impl SessionRegistry {
                 iso_now(),
                 self.inner.limits.replay_buffer_bytes,
                 0,
+                Some(tokio::time::Instant::now()),
+                self.inner.metrics.clone(),
             ));
             sessions.insert(id, session.clone());
             session
@@ -293,6 +330,7 @@ impl SessionRegistry {
             registry: Arc::downgrade(&self.inner),
         };
         let shutdown = self.inner.shutdown.clone();
+        let metrics = self.inner.metrics.clone();
         let span = info_span!("session", session_id = %session.id);
         self.inner.tasks.spawn(
             async move {
@@ -321,6 +359,7 @@ impl SessionRegistry {
                     }
                     Err(err) => {
                         error!(stage = %err.stage, error = ?err, "session start failed");
+                        metrics.start_failed(&err.stage);
                         sink.status(RunStatus::failed(err.to_string()));
                     }
                 }
@@ -428,7 +467,14 @@ impl RegistryInner {
 }
 
 impl Session {
-    fn new(id: String, created_at: String, replay_buffer_bytes: usize, generation: u32) -> Self {
+    fn new(
+        id: String,
+        created_at: String,
+        replay_buffer_bytes: usize,
+        generation: u32,
+        admitted_at: Option<tokio::time::Instant>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let first_event = u64::from(generation) * EVENT_ID_GENERATION + 1;
         let first_output = u64::from(generation) * OUTPUT_SEQ_GENERATION + 1;
         Self {
@@ -449,6 +495,8 @@ impl Session {
             events_seq: watch::Sender::new(first_event - 1),
             output_seq: watch::Sender::new(first_output - 1),
             ended: CancellationToken::new(),
+            admitted_at,
+            metrics,
         }
     }
 
@@ -556,12 +604,15 @@ impl Session {
             data,
             terminal,
         };
+        let mut came_up = false;
         let id = {
             let mut state = lock(&self.state);
             if state.status.is_terminal() {
                 return None;
             }
             if let RunEvent::Status { status } = event {
+                came_up = matches!(state.status, RunStatus::Starting)
+                    && matches!(status, RunStatus::Running { .. });
                 state.status = status;
                 if terminal {
                     state.exited_at = Some(iso_now());
@@ -571,6 +622,9 @@ impl Session {
             state.events.push(frame, size)
         };
         self.events_seq.send_replace(id);
+        if came_up && let Some(admitted_at) = self.admitted_at {
+            self.metrics.session_running_after(admitted_at.elapsed());
+        }
         Some(id)
     }
 
@@ -578,6 +632,7 @@ impl Session {
         if chunk.is_empty() {
             return;
         }
+        let bytes = chunk.len();
         let last = {
             let mut state = lock(&self.state);
             let mut last = 0;
@@ -595,6 +650,7 @@ impl Session {
             last
         };
         self.output_seq.send_replace(last);
+        self.metrics.output_buffered(bytes);
     }
 
     /// Lifecycle events after `after`, then live ones.

@@ -9,10 +9,11 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use runner_core::base_images::BaseImageCatalog;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
+use runner_core::metrics::Metrics;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, ProbeConfig, RecoveredSession, SessionSink,
-    StartError, StartSpec,
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness, RecoveredSession,
+    SessionSink, StartError, StartSpec,
 };
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -57,24 +58,39 @@ impl KubeBackend {
         bundles: Arc<BundleStore>,
         catalog: Option<Arc<BaseImageCatalog>>,
         routing: ResolvedRouting,
+        metrics: &Metrics,
     ) -> Self {
         let stop = CancellationToken::new();
         let namespace = config.session_namespace.clone();
-        let (pod_watcher, pod_task) =
-            PodWatcher::spawn(client.clone(), &namespace, &config.managed_by, stop.clone());
-        let (event_watcher, event_task) =
-            EventWatcher::spawn(client.clone(), &namespace, stop.clone());
+        let (pod_watcher, pod_task) = PodWatcher::spawn(
+            client.clone(),
+            &namespace,
+            &config.managed_by,
+            metrics.watch_restarts("pods"),
+            stop.clone(),
+        );
+        let (event_watcher, event_task) = EventWatcher::spawn(
+            client.clone(),
+            &namespace,
+            metrics.watch_restarts("events"),
+            stop.clone(),
+        );
         let http = runner_core::http_client::client_builder()
             .no_proxy()
             .build()
             .unwrap_or_else(|_| runner_core::http_client::client());
         let mut tasks = vec![pod_task, event_task];
-        let router = SessionRouter::spawn(client.clone(), &config, routing, stop.clone()).map(
-            |(router, task)| {
-                tasks.push(task);
-                router
-            },
-        );
+        let router = SessionRouter::spawn(
+            client.clone(),
+            &config,
+            routing,
+            metrics.watch_restarts("routes"),
+            stop.clone(),
+        )
+        .map(|(router, task)| {
+            tasks.push(task);
+            router
+        });
         let ctx = Arc::new(SessionContext {
             pods: Api::namespaced(client.clone(), &namespace),
             pod_watcher,
@@ -193,6 +209,19 @@ impl Drop for KubeBackend {
 
 #[async_trait]
 impl Backend for KubeBackend {
+    fn readiness(&self) -> Readiness {
+        let mut waiting: Vec<String> = self
+            .ctx
+            .pod_watcher
+            .not_ready_reason()
+            .into_iter()
+            .collect();
+        if let Some(router) = &self.ctx.router {
+            waiting.extend(router.not_ready_reason());
+        }
+        Readiness { waiting }
+    }
+
     fn capabilities(&self) -> BackendCapabilities {
         let image_enum = self
             .catalog

@@ -59,6 +59,7 @@ impl EventWatcher {
     pub fn spawn(
         client: Client,
         namespace: &str,
+        restarts: runner_core::metrics::Counter,
         stop: CancellationToken,
     ) -> (Arc<Self>, JoinHandle<()>) {
         let watcher = Arc::new(Self {
@@ -76,7 +77,10 @@ impl EventWatcher {
                         event = events.next() => match event {
                             Some(Ok(Event::Apply(event) | Event::InitApply(event))) => watcher.deliver(&event),
                             Some(Ok(_)) => {}
-                            Some(Err(err)) => warn!(error = %err, "event watch interrupted; re-listing"),
+                            Some(Err(err)) => {
+                                restarts.inc();
+                                warn!(error = %err, "event watch interrupted; re-listing");
+                            }
                             None => return,
                         }
                     }

@@ -8,7 +8,6 @@
 //! a pod missing from the fresh list is reported gone.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::StreamExt;
@@ -16,11 +15,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use runner_core::metrics::Counter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::api_error::watcher_reason;
 use crate::pod_spec::SESSION_ID_LABEL;
 
 /// What a session knows about its pod.
@@ -40,12 +41,14 @@ struct Shared {
     subscribers: HashMap<String, watch::Sender<PodState>>,
     /// Session ids seen during a re-list in progress.
     relisting: Option<HashSet<String>>,
+    /// Why the watch last failed, client-safe; cleared by the next event.
+    read_error: Option<String>,
 }
 
 pub struct PodWatcher {
     shared: Mutex<Shared>,
     synced: watch::Sender<bool>,
-    restarts: AtomicU64,
+    restarts: Counter,
 }
 
 fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -60,17 +63,19 @@ fn session_id_of(pod: &Pod) -> Option<String> {
 
 impl PodWatcher {
     /// Start watching pods labelled `app.kubernetes.io/managed-by=<managed_by>`
-    /// in `namespace` until `stop` fires.
+    /// in `namespace` until `stop` fires; `restarts` counts re-established
+    /// watches.
     pub fn spawn(
         client: Client,
         namespace: &str,
         managed_by: &str,
+        restarts: Counter,
         stop: CancellationToken,
     ) -> (Arc<Self>, JoinHandle<()>) {
         let watcher = Arc::new(Self {
             shared: Mutex::new(Shared::default()),
             synced: watch::Sender::new(false),
-            restarts: AtomicU64::new(0),
+            restarts,
         });
         let api: Api<Pod> = Api::namespaced(client, namespace);
         let config = watcher::Config::default()
@@ -85,7 +90,8 @@ impl PodWatcher {
                         event = events.next() => match event {
                             Some(Ok(event)) => watcher.apply(event),
                             Some(Err(err)) => {
-                                watcher.restarts.fetch_add(1, Ordering::Relaxed);
+                                watcher.restarts.inc();
+                                lock(&watcher.shared).read_error = Some(watcher_reason(&err));
                                 warn!(error = %err, "pod watch interrupted; re-listing");
                             }
                             None => return,
@@ -99,6 +105,7 @@ impl PodWatcher {
 
     fn apply(&self, event: Event<Pod>) {
         let mut shared = lock(&self.shared);
+        shared.read_error = None;
         match event {
             Event::Apply(pod) | Event::InitApply(pod) => {
                 let Some(id) = session_id_of(&pod) else {
@@ -188,6 +195,19 @@ impl PodWatcher {
 
     /// How often the watch had to be re-established.
     pub fn restarts(&self) -> u64 {
-        self.restarts.load(Ordering::Relaxed)
+        self.restarts.get()
+    }
+
+    /// Why the runner cannot rely on this watch now (`/readyz`), if it cannot.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        let read_error = lock(&self.shared).read_error.clone();
+        match (self.is_synced(), read_error) {
+            (false, Some(err)) => Some(format!(
+                "the pod watch cannot list session pods (apiserver unreachable or refusing): {err}"
+            )),
+            (false, None) => Some("the pod watch has not completed its first list".to_owned()),
+            (true, Some(err)) => Some(format!("the pod watch is failing: {err}")),
+            (true, None) => None,
+        }
     }
 }

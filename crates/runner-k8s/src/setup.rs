@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use runner_core::base_images::{BaseImageCatalog, CatalogOptions, TagFilter};
 use runner_core::config::{ConfigError, Env};
+use runner_core::metrics::Metrics;
 use tracing::warn;
 
 use crate::backend::KubeBackend;
@@ -19,8 +20,13 @@ pub struct KubeSetup {
     pub routes: axum::Router,
 }
 
-pub async fn build(config: K8sConfig, env: &Env) -> Result<KubeSetup, ConfigError> {
-    let client = kube_client(env).await?;
+/// `metrics` receives the apiserver requests and watch restarts.
+pub async fn build(
+    config: K8sConfig,
+    env: &Env,
+    metrics: Arc<Metrics>,
+) -> Result<KubeSetup, ConfigError> {
+    let client = kube_client(env, metrics.clone()).await?;
     // Before anything else starts: an unusable routing configuration refuses
     // to boot rather than publish routes nothing serves.
     let routing = resolve_routing(&client, &config.routing, &config.session_namespace).await?;
@@ -37,6 +43,7 @@ pub async fn build(config: K8sConfig, env: &Env) -> Result<KubeSetup, ConfigErro
         bundles.clone(),
         catalog,
         routing,
+        &metrics,
     ));
     Ok(KubeSetup {
         backend,

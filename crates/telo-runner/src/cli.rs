@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use runner_core::config::{CORE_ENV_VARS, EnvVarDoc};
@@ -30,6 +31,84 @@ pub enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
+    /// Run an application in a session and attach this terminal to it.
+    ///
+    /// Output shows live; typing goes to the application. Press Ctrl-C twice
+    /// within a second to stop the session. Exits with the application's exit
+    /// code (1 when the session failed, 130 when it was stopped).
+    Run {
+        /// The application's directory (its telo.yaml is the entry) or a
+        /// manifest file (its directory is the bundle root).
+        target: PathBuf,
+        #[command(flatten)]
+        runner: RunnerArg,
+        /// An environment variable for the application (repeatable).
+        #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+        env: Vec<(String, String)>,
+        /// A port the application listens on, to publish (repeatable).
+        #[arg(long = "port", value_name = "N[/udp]", value_parser = parse_port)]
+        ports: Vec<(u16, String)>,
+        /// Ask the runner to relay the kernel's debug stream (inspector URL).
+        #[arg(long)]
+        inspect: bool,
+        /// Accept the runner's usage terms of this version without asking.
+        #[arg(long, value_name = "VERSION")]
+        accept_terms: Option<String>,
+        /// The runner's request size limit (its RUNNER_MAX_BODY_BYTES).
+        #[arg(long, value_name = "BYTES", env = "TELO_RUNNER_MAX_BODY_BYTES", default_value_t = crate::bundle::DEFAULT_MAX_BODY_BYTES)]
+        max_body_bytes: usize,
+    },
+    /// List the runner's sessions.
+    Sessions {
+        #[command(flatten)]
+        runner: RunnerArg,
+    },
+    /// Stop a session and wait until the runner reports it ended.
+    Stop {
+        /// The session id (from `telo-runner sessions`).
+        id: String,
+        #[command(flatten)]
+        runner: RunnerArg,
+        /// How long to wait for the session to end.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        timeout: u64,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunnerArg {
+    /// The runner's base URL.
+    #[arg(long = "runner", value_name = "URL", env = "TELO_RUNNER_URL", default_value = crate::client::DEFAULT_RUNNER_URL)]
+    pub url: String,
+    /// A bearer token, for a runner that requires one (RUNNER_AUTH_TOKENS_FILE).
+    #[arg(
+        long = "token",
+        value_name = "TOKEN",
+        env = "TELO_RUNNER_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+fn parse_env_pair(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected K=V, got '{raw}'")),
+    }
+}
+
+fn parse_port(raw: &str) -> Result<(u16, String), String> {
+    let (number, protocol) = match raw.split_once('/') {
+        Some((number, protocol)) => (number, protocol),
+        None => (raw, "tcp"),
+    };
+    if !matches!(protocol, "tcp" | "udp") {
+        return Err(format!("protocol must be tcp or udp, got '{protocol}'"));
+    }
+    match number.parse::<u16>() {
+        Ok(port) if port >= 1 => Ok((port, protocol.to_owned())),
+        _ => Err(format!("port must be in 1..65535, got '{number}'")),
+    }
 }
 
 /// The `BACKEND` selector, documented with the rest.
@@ -62,4 +141,28 @@ pub fn env_help() -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_default_to_tcp_and_accept_udp() {
+        assert_eq!(parse_port("8080").unwrap(), (8080, "tcp".to_owned()));
+        assert_eq!(parse_port("53/udp").unwrap(), (53, "udp".to_owned()));
+        assert!(parse_port("0").is_err());
+        assert!(parse_port("80/sctp").is_err());
+    }
+
+    #[test]
+    fn env_pairs_split_at_the_first_equals() {
+        assert_eq!(
+            parse_env_pair("A=b=c").unwrap(),
+            ("A".to_owned(), "b=c".to_owned())
+        );
+        assert!(parse_env_pair("=x").is_err());
+        assert!(parse_env_pair("novalue").is_err());
+    }
 }

@@ -1,6 +1,9 @@
 //! The `telo-runner` binary's wiring: configuration, backend selection, the
-//! HTTP server and its graceful shutdown. No contract logic lives here.
+//! HTTP server and its graceful shutdown, and the terminal client (`run`,
+//! `sessions`, `stop`). No contract logic lives here.
 
+pub mod bundle;
 pub mod cli;
+pub mod client;
 pub mod logging;
 pub mod server;

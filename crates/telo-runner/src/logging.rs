@@ -1,8 +1,12 @@
 //! Logs: human-readable by default, JSON lines with `LOG_FORMAT=json`; level
-//! from `LOG_LEVEL` (any `tracing` filter directive).
+//! from `LOG_LEVEL` (any `tracing` filter directive). JSON lines carry the
+//! fields of their enclosing spans, `session_id` included, at the top level.
+
+mod flat_json;
 
 use runner_core::config::{ConfigError, Env, env_string};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::JsonFields;
 
 pub fn init(env: &Env) -> Result<(), ConfigError> {
     let level = env_string(env, "LOG_LEVEL").unwrap_or_else(|| "info".into());
@@ -16,10 +20,11 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format.as_str() {
+        // Span fields (a session's `session_id`) land at the top level of
+        // each line, where log pipelines filter on them.
         "json" => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
+            .fmt_fields(JsonFields::new())
+            .event_format(flat_json::FlatJson)
             .init(),
         "pretty" => builder.init(),
         other => {

@@ -1,9 +1,11 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use telo_runner::cli::{Cli, Command};
+use telo_runner::client::{self, api::RunnerApi, run::RunOptions};
 use telo_runner::logging;
 use telo_runner::server::Service;
 use tokio::net::TcpListener;
@@ -18,6 +20,70 @@ fn main() -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
     match cli.command {
         Command::Serve { listen } => serve(&env, listen),
+        Command::Run {
+            target,
+            runner,
+            env,
+            ports,
+            inspect,
+            accept_terms,
+            max_body_bytes,
+        } => client(client::run::run(RunOptions {
+            target,
+            runner: runner.url,
+            token: runner.token,
+            env,
+            ports,
+            inspect,
+            accept_terms,
+            max_body_bytes,
+        })),
+        Command::Sessions { runner } => client(async move {
+            report(client::sessions::list(&RunnerApi::new(&runner.url, runner.token)).await)
+        }),
+        Command::Stop {
+            id,
+            runner,
+            timeout,
+        } => client(async move {
+            let api = RunnerApi::new(&runner.url, runner.token);
+            report(client::sessions::stop(&api, &id, Duration::from_secs(timeout)).await)
+        }),
+    }
+}
+
+/// Runs a client command to its exit code.
+fn client(command: impl Future<Output = u8>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("could not start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(command);
+    // The stdin reader thread may sit in a read; it must not keep us alive.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+fn report(outcome: Result<String, String>) -> u8 {
+    match outcome {
+        Ok(text) => {
+            print!(
+                "{}",
+                if text.ends_with('\n') {
+                    text
+                } else {
+                    format!("{text}\n")
+                }
+            );
+            0
+        }
+        Err(message) => {
+            eprintln!("telo-runner: {message}");
+            client::run::EXIT_CLIENT_ERROR
+        }
     }
 }
 

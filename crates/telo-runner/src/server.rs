@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use runner_core::config::{ConfigError, CoreConfig, Env, load_core_config};
 use runner_core::http::{AppState, ServerOptions, router};
+use runner_core::metrics::Metrics;
 use runner_core::{Backend, RegistryLimits, SessionRegistry};
 use runner_k8s::config::load_k8s_config;
 use runner_local::{LocalBackend, load_local_config};
@@ -50,6 +51,7 @@ impl Service {
     /// [`ConfigError`] whose text the binary prints before exiting with 2.
     pub async fn from_env(env: &Env) -> Result<Self, ConfigError> {
         runner_core::http_client::install_tls_provider();
+        let metrics = Arc::new(Metrics::new());
         let (core, backend, routes): (CoreConfig, Arc<dyn Backend>, axum::Router) =
             match backend_kind(env)? {
                 BackendKind::Local => {
@@ -62,17 +64,18 @@ impl Service {
                 BackendKind::Kubernetes => {
                     let config = load_k8s_config(env)?;
                     let core = config.core.clone();
-                    let setup = runner_k8s::setup::build(config, env).await?;
+                    let setup = runner_k8s::setup::build(config, env, metrics.clone()).await?;
                     (core, setup.backend, setup.routes)
                 }
             };
-        let registry = SessionRegistry::new(
+        let registry = SessionRegistry::with_metrics(
             backend,
             RegistryLimits {
                 max_sessions: core.max_sessions,
                 exit_ttl: core.exit_ttl,
                 replay_buffer_bytes: core.replay_buffer_bytes,
             },
+            metrics,
         );
         let options = ServerOptions {
             version: VERSION.to_owned(),
@@ -82,6 +85,7 @@ impl Service {
             default_registry_url: core.default_registry_url.clone(),
             max_body_bytes: core.max_body_bytes,
             sse_heartbeat: core.sse_heartbeat,
+            auth_tokens: core.auth_tokens.clone(),
         };
         let router = router(
             AppState {

@@ -53,6 +53,8 @@ fn serve_command(vars: &[(&str, &str)]) -> Command {
 #[case(&[("RUNNER_APPS", "[1]")], "RUNNER_APPS must be a JSON object mapping app name → app config.")]
 #[case(&[("RUNNER_APPS", r#"{"a":{}}"#)], "RUNNER_APPS entry 'a' needs a non-empty string 'image'.")]
 #[case(&[("RUNNER_TERMS_FILE", "/nonexistent/terms.md")], "RUNNER_TERMS_FILE could not be read at '/nonexistent/terms.md': ")]
+#[case(&[("RUNNER_AUTH_TOKENS_FILE", "/nonexistent/tokens")], "RUNNER_AUTH_TOKENS_FILE '/nonexistent/tokens' could not be read: ")]
+#[case(&[("RUNNER_AUTH_TOKENS_FILE", "/dev/null")], "RUNNER_AUTH_TOKENS_FILE '/dev/null' holds no token (one per line; blank lines and # comments are ignored).")]
 #[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]

@@ -1,8 +1,10 @@
 //! The `/v1` HTTP surface: routes, SSE, WebSocket, CORS.
 
+pub mod auth;
 mod body;
 mod cors;
 mod error;
+pub mod openapi;
 mod routes;
 mod sse;
 mod ws;
@@ -11,12 +13,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 
 pub use cors::{allow_origin, stream_allows_origin};
 pub use error::ApiError;
 
 use crate::apps::AppCatalog;
+use crate::auth::AuthTokens;
 use crate::config::CorsOrigins;
 use crate::registry::SessionRegistry;
 use crate::types::RunnerTerms;
@@ -38,6 +41,8 @@ pub struct ServerOptions {
     pub max_body_bytes: usize,
     /// Interval of the SSE heartbeat comment.
     pub sse_heartbeat: std::time::Duration,
+    /// Bearer tokens `/v1` requires (`RUNNER_AUTH_TOKENS_FILE`); `None` = open.
+    pub auth_tokens: Option<AuthTokens>,
 }
 
 #[derive(Clone)]
@@ -46,43 +51,112 @@ pub struct AppState {
     pub options: Arc<ServerOptions>,
 }
 
-/// The `/v1` router plus any backend routes (`extra`), with CORS and the
-/// not-found answer applied to all of them.
+/// One route of the core router and the methods it answers.
+pub struct ApiRoute {
+    /// In axum's syntax, which is also OpenAPI's (`/v1/sessions/{id}`).
+    pub path: &'static str,
+    pub methods: &'static [&'static str],
+    handler: fn() -> MethodRouter<AppState>,
+}
+
+/// Every route of the core router. The router is built from this list and the
+/// OpenAPI document is generated from it, so a route added here without
+/// documentation fails the OpenAPI tests.
+pub static ROUTES: &[ApiRoute] = &[
+    ApiRoute {
+        path: "/livez",
+        methods: &["GET"],
+        handler: || get(routes::livez),
+    },
+    ApiRoute {
+        path: "/readyz",
+        methods: &["GET"],
+        handler: || get(routes::readyz),
+    },
+    ApiRoute {
+        path: "/metrics",
+        methods: &["GET"],
+        handler: || get(routes::metrics),
+    },
+    ApiRoute {
+        path: "/v1/health",
+        methods: &["GET"],
+        handler: || get(routes::health),
+    },
+    ApiRoute {
+        path: "/v1/capabilities",
+        methods: &["GET"],
+        handler: || get(routes::capabilities),
+    },
+    ApiRoute {
+        path: "/v1/openapi.json",
+        methods: &["GET"],
+        handler: || get(openapi::openapi_json),
+    },
+    ApiRoute {
+        path: "/v1/probe",
+        methods: &["POST"],
+        handler: || post(routes::probe),
+    },
+    ApiRoute {
+        path: "/v1/sessions",
+        methods: &["POST", "GET"],
+        handler: || post(routes::create_session).get(routes::list_sessions),
+    },
+    ApiRoute {
+        path: "/v1/apps/{name}/sessions",
+        methods: &["POST"],
+        handler: || post(routes::create_app_session),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}",
+        methods: &["GET", "DELETE"],
+        handler: || get(routes::get_session).delete(routes::delete_session),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/events",
+        methods: &["GET"],
+        handler: || get(sse::events),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/io",
+        methods: &["GET"],
+        handler: || get(ws::io),
+    },
+];
+
+/// The `/v1` router plus any backend routes (`extra`), with CORS, the optional
+/// bearer-token gate and the not-found answer applied to all of them.
 pub fn router(state: AppState, extra: Router) -> Router {
     let cors_origins = Arc::new(state.options.cors.clone());
-    let v1 = Router::new()
-        .route("/livez", get(routes::livez))
-        .route("/readyz", get(routes::readyz))
-        .route("/v1/health", get(routes::health))
-        .route("/v1/capabilities", get(routes::capabilities))
-        .route("/v1/probe", post(routes::probe))
-        .route(
-            "/v1/sessions",
-            post(routes::create_session).get(routes::list_sessions),
-        )
-        .route("/v1/apps/{name}/sessions", post(routes::create_app_session))
-        .route(
-            "/v1/sessions/{id}",
-            get(routes::get_session).delete(routes::delete_session),
-        )
-        .route("/v1/sessions/{id}/events", get(sse::events))
-        .route("/v1/sessions/{id}/io", get(ws::io))
-        .with_state(state);
-    v1.merge(extra)
-        .fallback(|request: Request| async move {
-            ApiError::RouteNotFound {
-                method: request.method().to_string(),
-                uri: request.uri().to_string(),
-            }
+    let auth_tokens = state.options.auth_tokens.clone().map(Arc::new);
+    let v1 = ROUTES
+        .iter()
+        .fold(Router::new(), |v1, route| {
+            v1.route(route.path, (route.handler)())
         })
-        .layer(axum::middleware::from_fn_with_state(
-            cors_origins,
-            cors::cors,
-        ))
+        .with_state(state);
+    let mut app = v1.merge(extra).fallback(|request: Request| async move {
+        ApiError::RouteNotFound {
+            method: request.method().to_string(),
+            uri: request.uri().to_string(),
+        }
+    });
+    // Inside CORS, so a preflight is answered before the gate sees it.
+    if let Some(tokens) = auth_tokens {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            tokens,
+            auth::require_token,
+        ));
+    }
+    app.layer(axum::middleware::from_fn_with_state(
+        cors_origins,
+        cors::cors,
+    ))
 }
 
 /// Path parameters longer than this never match a route.
-const MAX_PARAM_LENGTH: usize = 100;
+pub const MAX_PARAM_LENGTH: usize = 100;
 
 fn check_param(method: &str, uri: &axum::http::Uri, value: &str) -> Result<(), ApiError> {
     if value.len() > MAX_PARAM_LENGTH {

@@ -12,6 +12,7 @@ use super::error::ApiError;
 use super::{ACCEPTED_TERMS_HEADER, AppState, ServerOptions, check_param};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
 use crate::bundle_path::normalize_bundle_path;
+use crate::metrics::METRICS_CONTENT_TYPE;
 use crate::registry::AdmissionError;
 use crate::types::{RunBundle, SessionConfig};
 use crate::validate::{validate_app_session, validate_probe, validate_start_session};
@@ -25,19 +26,34 @@ pub async fn livez() -> Json<Value> {
     Json(json!({ "ok": true }))
 }
 
-/// Ready for traffic: sessions left by a previous runner have been adopted
-/// (which, for a cluster backend, means its watches are synced).
+/// Ready for traffic: sessions left by a previous runner have been adopted,
+/// and the backend can serve (for a cluster: the apiserver answers and the
+/// shared watches are synced). A 503 names every unmet condition.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.registry.is_recovered() {
+    let mut waiting = state.registry.backend().readiness().waiting;
+    if !state.registry.is_recovered() {
+        waiting.push("adoption of sessions from a previous runner".to_owned());
+    }
+    if waiting.is_empty() {
         Json(json!({ "ready": true })).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({ "ready": false, "waiting": "adoption of sessions from a previous runner" }),
-            ),
+            Json(json!({ "ready": false, "waiting": waiting })),
         )
             .into_response()
+    }
+}
+
+/// Prometheus metrics (OpenMetrics text).
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    match state.registry.encode_metrics() {
+        Ok(text) => (
+            [(axum::http::header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
@@ -49,6 +65,11 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<Value> {
         "config": { "schema": backend.config_schema },
         "features": backend.features,
     });
+    if state.options.auth_tokens.is_some()
+        && let Some(features) = doc["features"].as_object_mut()
+    {
+        features.insert("auth".into(), json!({ "type": "bearer" }));
+    }
     if let Some(terms) = &state.options.terms {
         doc["terms"] = json!(terms);
     }

@@ -14,6 +14,7 @@ use tokio::time::{Instant, Interval, interval_at};
 
 use super::error::ApiError;
 use super::{AppState, check_param, stream_allows_origin};
+use crate::metrics::{SubscriberGuard, Transport};
 use crate::registry::{Batch, Cursor, EventFrame};
 
 const GAP_FRAME: &[u8] = b"event: gap\ndata: {\"reason\":\"buffer_evicted\"}\n\n";
@@ -55,6 +56,7 @@ pub async fn events(
         heartbeat: heartbeat(state.options.sse_heartbeat),
         initial: Some(initial.freeze()),
         ended,
+        _subscriber: state.registry.metrics().subscriber(Transport::Sse),
     };
     let body = Body::from_stream(stream::unfold(stream, EventStream::step));
 
@@ -99,6 +101,8 @@ struct EventStream {
     heartbeat: Interval,
     initial: Option<Bytes>,
     ended: bool,
+    /// Counted as a subscriber for as long as the body stream lives.
+    _subscriber: SubscriberGuard,
 }
 
 impl EventStream {

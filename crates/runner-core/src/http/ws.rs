@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
 use super::{AppState, stream_allows_origin};
+use crate::metrics::{Metrics, Transport};
 use crate::registry::{Batch, Session};
 
 pub const CLOSE_NORMAL: u16 = 1000;
@@ -72,7 +73,9 @@ pub async fn io(
                 close_with(socket, CLOSE_SESSION_NOT_FOUND, "session not found").await;
                 return;
             };
-            serve(socket, session, last_seq).await;
+            let metrics = state.registry.metrics().clone();
+            let _subscriber = metrics.subscriber(Transport::WebSocket);
+            serve(socket, session, last_seq, &metrics).await;
         })
         .into_response()
 }
@@ -86,7 +89,7 @@ async fn close_with(mut socket: WebSocket, code: u16, reason: &'static str) {
         .await;
 }
 
-async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
+async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics: &Metrics) {
     let mut cursor = session.subscribe_output(last_seq);
     let mut events = session.watch_events();
     events.borrow_and_update();
@@ -107,7 +110,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
     if tx.send(Message::Text(seq_frame.into())).await.is_err() {
         return;
     }
-    if send_batch(&mut tx, first).await.is_err() {
+    if send_batch(&mut tx, first, metrics).await.is_err() {
         return;
     }
 
@@ -127,7 +130,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
             },
-            batch = cursor.next() => if send_batch(&mut tx, batch).await.is_err() { return },
+            batch = cursor.next() => if send_batch(&mut tx, batch, metrics).await.is_err() { return },
             changed = events.changed() => {
                 if changed.is_err() || session.is_terminal() {
                     terminal = true;
@@ -145,7 +148,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
     // The session ended: flush what is left, then close normally.
     let drain = async {
         let rest = cursor.try_next();
-        if send_batch(&mut tx, rest).await.is_err() {
+        if send_batch(&mut tx, rest, metrics).await.is_err() {
             return;
         }
         let _ = tx.flush().await;
@@ -159,7 +162,11 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64) {
         .await;
 }
 
-async fn send_batch<S>(tx: &mut S, batch: Batch<Bytes>) -> Result<(), axum::Error>
+async fn send_batch<S>(
+    tx: &mut S,
+    batch: Batch<Bytes>,
+    metrics: &Metrics,
+) -> Result<(), axum::Error>
 where
     S: SinkExt<Message, Error = axum::Error> + Unpin,
 {
@@ -169,10 +176,14 @@ where
         )))
         .await?;
     }
+    let mut bytes = 0;
     for (seq, chunk) in batch.entries {
         tx.feed(Message::Binary(output_frame(seq, &chunk))).await?;
+        bytes += chunk.len();
     }
-    tx.flush().await
+    tx.flush().await?;
+    metrics.output_sent_to_websocket(bytes);
+    Ok(())
 }
 
 /// `[seq: u32 big-endian][bytes]`.

@@ -106,6 +106,7 @@ impl SessionRouter {
         client: Client,
         config: &K8sConfig,
         resolved: ResolvedRouting,
+        watch_restarts: runner_core::metrics::Counter,
         stop: CancellationToken,
     ) -> Option<(Arc<Self>, JoinHandle<()>)> {
         let base_domain = config.routing.base_domain.clone()?;
@@ -134,7 +135,8 @@ impl SessionRouter {
         };
         let namespace = config.session_namespace.clone();
         let api = Api::namespaced_with(client.clone(), &namespace, &resource);
-        let (watcher, task) = RouteWatcher::spawn(api, &config.managed_by, stop.clone());
+        let (watcher, task) =
+            RouteWatcher::spawn(api, &config.managed_by, watch_restarts, stop.clone());
         let router = Arc::new(Self {
             client,
             namespace,
@@ -146,6 +148,11 @@ impl SessionRouter {
             stop,
         });
         Some((router, task))
+    }
+
+    /// Why the route watch cannot be relied on now (`/readyz`), if it cannot.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        self.watcher.not_ready_reason()
     }
 
     pub fn base_domain(&self) -> &str {

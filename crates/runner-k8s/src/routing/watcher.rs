@@ -9,6 +9,7 @@
 //! sessions.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::StreamExt;
@@ -16,6 +17,7 @@ use kube::Api;
 use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use runner_core::metrics::Counter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +41,8 @@ struct Shared {
 
 pub struct RouteWatcher {
     shared: Mutex<Shared>,
+    /// Set once the first full list has been applied.
+    synced: AtomicBool,
 }
 
 fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -63,14 +67,17 @@ impl Shared {
 }
 
 impl RouteWatcher {
-    /// Watch the objects of `api` labelled with `managed_by` until `stop`.
+    /// Watch the objects of `api` labelled with `managed_by` until `stop`;
+    /// `restarts` counts re-established watches.
     pub fn spawn(
         api: Api<DynamicObject>,
         managed_by: &str,
+        restarts: Counter,
         stop: CancellationToken,
     ) -> (Arc<Self>, JoinHandle<()>) {
         let watcher = Arc::new(Self {
             shared: Mutex::new(Shared::default()),
+            synced: AtomicBool::new(false),
         });
         let config = watcher::Config::default().labels(&managed_by_selector(managed_by));
         let task = {
@@ -83,6 +90,7 @@ impl RouteWatcher {
                         event = events.next() => match event {
                             Some(Ok(event)) => watcher.apply(event),
                             Some(Err(err)) => {
+                                restarts.inc();
                                 warn!(error = %err, "route watch interrupted; re-listing");
                                 lock(&watcher.shared).read_error = Some(watcher_reason(&err));
                             }
@@ -140,6 +148,7 @@ impl RouteWatcher {
                 for session_id in touched {
                     shared.publish(&session_id);
                 }
+                self.synced.store(true, Ordering::Release);
             }
         }
     }
@@ -164,6 +173,19 @@ impl RouteWatcher {
     /// Why reading route status last failed, if the watch is failing now.
     pub fn read_error(&self) -> Option<String> {
         lock(&self.shared).read_error.clone()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Why the runner cannot rely on this watch now (`/readyz`), if it cannot.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        match (self.is_synced(), self.read_error()) {
+            (_, Some(err)) => Some(format!("the route watch is failing: {err}")),
+            (false, None) => Some("the route watch has not completed its first list".to_owned()),
+            (true, None) => None,
+        }
     }
 }
 

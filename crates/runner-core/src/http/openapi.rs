@@ -1,0 +1,387 @@
+//! `GET /v1/openapi.json`: the `/v1` contract as an OpenAPI 3.1 document,
+//! built by hand from the same route list the router is built from
+//! ([`super::ROUTES`]), so a route cannot ship undocumented without the
+//! OpenAPI test noticing.
+//!
+//! The request schemas state what `crate::validate` accepts. The runner is
+//! more lenient than JSON Schema in one way, kept for compatibility with the
+//! reference (contract §0): scalars are coerced the way AJV's
+//! `coerceTypes: "array"` does (`"8080"` is a port, a number is an env value).
+
+use axum::Json;
+use serde_json::{Value, json};
+
+use super::auth::{ACCESS_TOKEN_PARAM, requires_token};
+use super::{ACCEPTED_TERMS_HEADER, MAX_PARAM_LENGTH, ROUTES};
+use crate::types::PullPolicy;
+
+pub async fn openapi_json() -> Json<Value> {
+    Json(document())
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({ "application/json": { "schema": schema } })
+}
+
+fn response(description: &str, schema: Value) -> Value {
+    json!({ "description": description, "content": json_content(schema) })
+}
+
+fn error(description: &str) -> Value {
+    response(description, schema_ref("Error"))
+}
+
+fn id_parameter() -> Value {
+    json!({
+        "name": "id", "in": "path", "required": true,
+        "description": "Session id as returned by the create routes.",
+        "schema": { "type": "string", "minLength": 1, "maxLength": MAX_PARAM_LENGTH }
+    })
+}
+
+fn json_body(schema: &str) -> Value {
+    json!({ "required": true, "content": json_content(schema_ref(schema)) })
+}
+
+/// The responses every JSON-body route shares.
+fn body_errors(responses: &mut Value) {
+    responses["400"] = error(
+        "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`), or for `POST /v1/sessions` a bundle path escapes the bundle (`invalid_bundle`) or the backend refuses the config (`invalid_config`).",
+    );
+    responses["413"] = error("Body larger than `RUNNER_MAX_BODY_BYTES` (`payload_too_large`).");
+    responses["415"] = error("Body not sent as `application/json` (`unsupported_media_type`).");
+}
+
+fn session_creating(responses: &mut Value) {
+    body_errors(responses);
+    responses["409"] = error("The runner is at its session limit (`too_many_sessions`).");
+    responses["428"] = response(
+        "Terms configured and `x-telo-accepted-terms` missing or not the current version.",
+        schema_ref("TermsRequired"),
+    );
+}
+
+fn terms_header() -> Value {
+    json!({
+        "name": ACCEPTED_TERMS_HEADER, "in": "header", "required": false,
+        "description": "The accepted `terms.version` from `/v1/capabilities`; required when the runner has terms.",
+        "schema": { "type": "string" }
+    })
+}
+
+/// The operation object of one route and method.
+fn operation(path: &str, method: &str) -> Value {
+    let mut op = match (path, method) {
+        ("/livez", "get") => json!({
+            "summary": "Liveness: the process is serving.",
+            "responses": { "200": response("Alive.", json!({"type": "object", "required": ["ok"], "properties": {"ok": {"const": true}}})) }
+        }),
+        ("/readyz", "get") => json!({
+            "summary": "Readiness: sessions of a previous runner have been adopted.",
+            "responses": {
+                "200": response("Ready.", json!({"type": "object", "required": ["ready"], "properties": {"ready": {"const": true}}})),
+                "503": response("Not ready yet.", json!({"type": "object", "required": ["ready", "waiting"], "properties": {"ready": {"const": false}, "waiting": {"type": "array", "items": {"type": "string"}, "description": "Every unmet condition."}}}))
+            }
+        }),
+        ("/metrics", "get") => json!({
+            "summary": "Prometheus metrics in the text exposition format.",
+            "responses": { "200": {"description": "The metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}} }
+        }),
+        ("/v1/health", "get") => json!({
+            "summary": "Liveness and version; always 200 (use /v1/probe for the backend).",
+            "responses": { "200": response("Alive.", schema_ref("Health")) }
+        }),
+        ("/v1/capabilities", "get") => json!({
+            "summary": "Self-description: config schema, features, terms, apps.",
+            "responses": { "200": response("The capabilities document.", schema_ref("RunnerCapabilities")) }
+        }),
+        ("/v1/openapi.json", "get") => json!({
+            "summary": "This document.",
+            "responses": { "200": response("OpenAPI 3.1 document.", json!({"type": "object"})) }
+        }),
+        ("/v1/probe", "post") => {
+            let mut op = json!({
+                "summary": "Readiness report of the backend for an image and pull policy.",
+                "description": "Unknown properties, at the top level and in `config`, are dropped rather than rejected.",
+                "requestBody": json_body("ProbeRequest"),
+                "responses": { "200": response("The backend's report.", schema_ref("AvailabilityReport")) }
+            });
+            body_errors(&mut op["responses"]);
+            op
+        }
+        ("/v1/sessions", "post") => {
+            let mut op = json!({
+                "summary": "Create a bundle session; answers before the backend starts anything.",
+                "description": "Start failures surface only as a terminal `failed` status on the event stream.",
+                "parameters": [terms_header()],
+                "requestBody": json_body("StartSessionRequest"),
+                "responses": { "201": response("Created.", schema_ref("SessionCreated")) }
+            });
+            session_creating(&mut op["responses"]);
+            op
+        }
+        ("/v1/sessions", "get") => json!({
+            "summary": "Every session the registry holds.",
+            "responses": { "200": response("The sessions.", json!({
+                "type": "object", "required": ["sessions"],
+                "properties": {"sessions": {"type": "array", "items": schema_ref("SessionSnapshot")}}
+            })) }
+        }),
+        ("/v1/apps/{name}/sessions", "post") => {
+            let mut op = json!({
+                "summary": "Create a session of an operator-defined app (see `apps` in /v1/capabilities).",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": MAX_PARAM_LENGTH}},
+                    terms_header()
+                ],
+                "requestBody": json_body("AppSessionRequest"),
+                "responses": {
+                    "201": response("Created.", schema_ref("SessionCreated")),
+                    "404": error("No app of that name (`unknown_app`); answered before the terms gate.")
+                }
+            });
+            session_creating(&mut op["responses"]);
+            op
+        }
+        ("/v1/sessions/{id}", "get") => json!({
+            "summary": "Status snapshot of a session.",
+            "parameters": [id_parameter()],
+            "responses": {
+                "200": response("The session.", schema_ref("SessionSnapshot")),
+                "404": error("Unknown session (`not_found`).")
+            }
+        }),
+        ("/v1/sessions/{id}", "delete") => json!({
+            "summary": "Stop a session; idempotent (unknown ids answer 204 too).",
+            "parameters": [id_parameter()],
+            "responses": {
+                "204": {"description": "Stopped or stopping; `stopped` arrives on the event stream."},
+                "500": error("The backend failed to stop it (`stop_failed`).")
+            }
+        }),
+        ("/v1/sessions/{id}/events", "get") => json!({
+            "summary": "Server-sent lifecycle events: replay after the resume point, then live, ending after the terminal status.",
+            "description": "Each frame is `id: <n>`, `event: <type>`, `data: <RunEvent JSON>`. A `gap` frame without id (`{\"reason\":\"buffer_evicted\"}`) precedes replay when older events were evicted; `: heartbeat` comments keep idle streams open. `EventSource` cannot set headers, so with auth on the token may also be passed as `?access_token=`.",
+            "parameters": [
+                id_parameter(),
+                {"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Resume after this event id; wins over the query."},
+                {"name": "lastEventId", "in": "query", "required": false, "schema": {"type": "string"}, "description": "Resume after this event id."},
+                access_token_parameter()
+            ],
+            "responses": {
+                "200": {"description": "The event stream.", "content": {"text/event-stream": {"schema": schema_ref("RunEvent")}}},
+                "404": error("Unknown session (`not_found`).")
+            }
+        }),
+        ("/v1/sessions/{id}/io", "get") => json!({
+            "summary": "WebSocket terminal channel (upgrade with `GET` and `Upgrade: websocket`).",
+            "description": "Server → client: a text frame `{\"type\":\"seq\",\"seq\":n}` first, maybe `{\"type\":\"gap\",\"reason\":\"buffer_evicted\"}`, then binary frames of a 4-byte big-endian chunk seq followed by terminal bytes. Client → server: binary frames are stdin; text `{\"type\":\"resize\",\"cols\":C,\"rows\":R}` resizes. Refusals happen after the handshake with close codes: 4401 `unauthorized` (auth on, no valid token), 4403 `forbidden_origin`, 4404 `session not found`, 4410 `session terminal, nothing to replay`; 1000 `session terminal` at the end. Browsers cannot set headers on a WebSocket, so the token may be passed as `?access_token=`.",
+            "parameters": [
+                id_parameter(),
+                {"name": "lastSeq", "in": "query", "required": false, "schema": {"type": "string"}, "description": "Resume after this chunk seq; missing or invalid means 0."},
+                access_token_parameter()
+            ],
+            "responses": {
+                "101": {"description": "Switching protocols; the session's frames follow."},
+                "404": {"description": "Not a WebSocket upgrade request (empty body)."}
+            }
+        }),
+        _ => json!({ "responses": {} }),
+    };
+    if requires_token(path) {
+        op["responses"]["401"] = error(
+            "Only with `RUNNER_AUTH_TOKENS_FILE` set: missing or unknown bearer token (`unauthorized`, with `WWW-Authenticate: Bearer`).",
+        );
+        op["security"] = if path.ends_with("/events") || path.ends_with("/io") {
+            json!([{"bearerAuth": []}, {"accessToken": []}, {}])
+        } else {
+            json!([{"bearerAuth": []}, {}])
+        };
+    }
+    op
+}
+
+fn access_token_parameter() -> Value {
+    json!({
+        "name": ACCESS_TOKEN_PARAM, "in": "query", "required": false,
+        "schema": {"type": "string"},
+        "description": "The bearer token, for clients that cannot set `Authorization` (browsers' EventSource and WebSocket)."
+    })
+}
+
+/// The OpenAPI 3.1 document of every route in [`ROUTES`].
+pub fn document() -> Value {
+    let mut paths = serde_json::Map::new();
+    for route in ROUTES {
+        let mut item = serde_json::Map::new();
+        for method in route.methods {
+            let method = method.to_ascii_lowercase();
+            item.insert(method.clone(), operation(route.path, &method));
+        }
+        paths.insert(route.path.to_owned(), Value::Object(item));
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Telo runner /v1",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The runner contract: sessions created from a bundle or an operator app, their lifecycle events over SSE and their terminal over WebSocket. Runner-authored errors are `{error, message}`; the terms gate answers 428 `{error: \"terms_required\", terms}`. Request bodies are validated as the reference's AJV does, including its scalar coercions (`\"8080\"` is a port)."
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "description": "Only when the runner is started with RUNNER_AUTH_TOKENS_FILE."},
+                "accessToken": {"type": "apiKey", "in": "query", "name": ACCESS_TOKEN_PARAM, "description": "The same token as a query parameter, accepted by the event stream and the WebSocket only."}
+            },
+            "schemas": schemas()
+        }
+    })
+}
+
+fn schemas() -> Value {
+    let non_empty = json!({"type": "string", "minLength": 1});
+    json!({
+        "Error": {
+            "type": "object", "required": ["error", "message"],
+            "properties": {"error": {"type": "string", "description": "Machine-readable code."}, "message": {"type": "string"}}
+        },
+        "TermsRequired": {
+            "type": "object", "required": ["error", "terms"],
+            "properties": {"error": {"const": "terms_required"}, "terms": schema_ref("RunnerTerms")}
+        },
+        "RunnerTerms": {
+            "type": "object", "required": ["version", "title", "body"],
+            "properties": {"version": {"type": "string"}, "title": {"type": "string"}, "body": {"type": "string"}}
+        },
+        "Health": {
+            "type": "object", "required": ["ok", "version"],
+            "properties": {"ok": {"const": true}, "version": {"type": "string"}}
+        },
+        "RunnerCapabilities": {
+            "type": "object", "required": ["displayName", "description", "config", "features"],
+            "properties": {
+                "displayName": {"type": "string"},
+                "description": {"type": "string"},
+                "config": {"type": "object", "required": ["schema"], "properties": {"schema": {"type": "object", "description": "JSON Schema of the editable session config."}}},
+                "features": {"type": "object", "properties": {
+                    "io": {"type": "boolean"}, "ports": {"type": "boolean"},
+                    "auth": {"type": "object", "properties": {"type": {"const": "bearer"}}, "description": "Present when the runner requires bearer tokens."}
+                }},
+                "terms": schema_ref("RunnerTerms"),
+                "apps": {"type": "array", "items": schema_ref("RunnerAppDescriptor")}
+            }
+        },
+        "RunnerAppDescriptor": {
+            "type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string"}, "title": {"type": "string"}, "description": {"type": "string"}}
+        },
+        "PullPolicy": {"type": "string", "enum": PullPolicy::ALL},
+        "PortProtocol": {"type": "string", "enum": ["tcp", "udp"]},
+        "PortMapping": {
+            "type": "object", "required": ["port", "protocol"],
+            "properties": {"port": {"type": "integer", "minimum": 1, "maximum": 65535}, "protocol": schema_ref("PortProtocol")}
+        },
+        "Env": {
+            "type": "object",
+            "maxProperties": crate::validate::MAX_ENV_ENTRIES,
+            "propertyNames": {"minLength": 1, "pattern": "^[^=\\x00]*$"},
+            "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"}
+        },
+        "BundleFile": {
+            "type": "object", "required": ["relativePath", "contents"],
+            "properties": {"relativePath": non_empty, "contents": {"type": "string", "description": "UTF-8 text, inline."}}
+        },
+        "RunBundle": {
+            "type": "object", "required": ["entryRelativePath", "files"],
+            "properties": {"entryRelativePath": non_empty, "files": {"type": "array", "items": schema_ref("BundleFile")}}
+        },
+        "SessionConfig": {
+            "type": "object", "required": ["image", "pullPolicy"],
+            "properties": {"image": non_empty, "pullPolicy": schema_ref("PullPolicy"), "registryUrl": non_empty}
+        },
+        "StartSessionRequest": {
+            "type": "object", "required": ["bundle", "env", "config"],
+            "properties": {
+                "bundle": schema_ref("RunBundle"),
+                "env": schema_ref("Env"),
+                "ports": {"type": "array", "items": schema_ref("PortMapping"), "maxItems": crate::validate::MAX_PORTS},
+                "config": schema_ref("SessionConfig"),
+                "inspect": {"type": "boolean"}
+            }
+        },
+        "AppSessionRequest": {
+            "type": "object",
+            "properties": {
+                "env": schema_ref("Env"),
+                "ports": {"type": "array", "items": schema_ref("PortMapping"), "maxItems": crate::validate::MAX_PORTS},
+                "inspect": {"type": "boolean"}
+            }
+        },
+        "ProbeRequest": {
+            "type": "object", "required": ["config"],
+            "properties": {"config": {
+                "type": "object", "required": ["image", "pullPolicy"],
+                "properties": {"image": non_empty, "pullPolicy": schema_ref("PullPolicy")}
+            }}
+        },
+        "SessionCreated": {
+            "type": "object", "required": ["sessionId", "streamUrl", "createdAt"],
+            "properties": {"sessionId": {"type": "string"}, "streamUrl": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"}}
+        },
+        "SessionSnapshot": {
+            "type": "object", "required": ["sessionId", "status", "createdAt"],
+            "properties": {
+                "sessionId": {"type": "string"}, "status": schema_ref("RunStatus"),
+                "createdAt": {"type": "string", "format": "date-time"}, "exitedAt": {"type": "string", "format": "date-time"}
+            }
+        },
+        "RunnerEndpoint": {
+            "type": "object", "required": ["host", "port", "protocol"],
+            "properties": {"host": {"type": "string"}, "port": {"type": "integer"}, "protocol": schema_ref("PortProtocol"), "url": {"type": "string"}}
+        },
+        "RunStatus": {"oneOf": [
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "starting"}}},
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "running"}, "endpoints": {"type": "array", "items": schema_ref("RunnerEndpoint")}, "inspectUrl": {"type": "string"}}},
+            {"type": "object", "required": ["kind", "code"], "properties": {"kind": {"const": "exited"}, "code": {"type": "integer"}}},
+            {"type": "object", "required": ["kind", "message"], "properties": {"kind": {"const": "failed"}, "message": {"type": "string"}}},
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "stopped"}}}
+        ]},
+        "RunEvent": {"oneOf": [
+            {"type": "object", "required": ["type", "status"], "properties": {"type": {"const": "status"}, "status": schema_ref("RunStatus")}},
+            {"type": "object", "required": ["type", "phase", "message"], "properties": {"type": {"const": "progress"}, "phase": {"enum": ["build", "provision", "boot"]}, "message": {"type": "string"}, "done": {"type": "boolean"}}},
+            {"type": "object", "required": ["type", "frame"], "properties": {"type": {"const": "debug"}, "frame": {"type": "object", "description": "A kernel debug event frame."}}},
+            {"type": "object", "required": ["type", "port", "state"], "properties": {"type": {"const": "reachability"}, "port": {"type": "integer"}, "state": {"enum": ["checking", "reachable", "unreachable"]}}},
+            {"type": "object", "required": ["type", "host", "port", "state"], "properties": {"type": {"const": "route"}, "host": {"type": "string"}, "port": {"type": "integer"}, "state": {"enum": ["pending", "programmed", "unprogrammed"]}, "reason": {"type": "string"}}},
+            {"type": "object", "required": ["type", "chunk"], "properties": {"type": {"enum": ["stdout", "stderr"]}, "chunk": {"type": "string"}}, "description": "In the union for compatibility; never sent."}
+        ]},
+        "AvailabilityReport": {"oneOf": [
+            {"type": "object", "required": ["status"], "properties": {"status": {"const": "ready"}}},
+            {"type": "object", "required": ["status", "issues"], "properties": {"status": {"const": "needs-setup"}, "issues": {"type": "array", "items": {"type": "object", "required": ["path", "message"], "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}}}},
+            {"type": "object", "required": ["status", "message"], "properties": {"status": {"const": "unavailable"}, "message": {"type": "string"}, "remediation": {"type": "string"}}}
+        ]}
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_and_method_of_the_router_is_in_the_document() {
+        let doc = document();
+        for route in ROUTES {
+            for method in route.methods {
+                let op = &doc["paths"][route.path][method.to_ascii_lowercase()];
+                assert!(
+                    op["responses"].as_object().is_some_and(|r| !r.is_empty()),
+                    "{method} {} has no documented responses",
+                    route.path
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The terminal client (`telo-runner run | sessions | stop`), driven as a user
+//! would: the real binary in a pseudo-terminal, against an in-process runner
+//! on the local backend with fake-telo as the kernel.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::Runner;
+use portable_pty::{ChildKiller, CommandBuilder, PtySize, native_pty_system};
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_telo-runner");
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The client running in a pseudo-terminal; killed if the test ends first.
+struct Terminal {
+    output: String,
+    chunks: mpsc::Receiver<Vec<u8>>,
+    exit: mpsc::Receiver<u32>,
+    writer: Box<dyn Write + Send>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
+    killer: Box<dyn ChildKiller + Send + Sync>,
+}
+
+impl Terminal {
+    fn spawn(args: &[&str], size: (u16, u16)) -> Terminal {
+        let pair = native_pty_system()
+            .openpty(pty_size(size))
+            .expect("open a pty");
+        let mut command = CommandBuilder::new(BIN);
+        command.args(args);
+        command.env("TERM", "xterm-256color");
+        command.env_remove("TELO_RUNNER_URL");
+        let mut child = pair.slave.spawn_command(command).expect("spawn the client");
+        drop(pair.slave);
+        let killer = child.clone_killer();
+        let (exit_sender, exit) = mpsc::channel();
+        std::thread::spawn(move || {
+            if let Ok(status) = child.wait() {
+                let _ = exit_sender.send(status.exit_code());
+            }
+        });
+        let mut reader = pair.master.try_clone_reader().expect("pty reader");
+        let (chunk_sender, chunks) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buffer) {
+                if n == 0 || chunk_sender.send(buffer[..n].to_vec()).is_err() {
+                    return;
+                }
+            }
+        });
+        let writer = pair.master.take_writer().expect("pty writer");
+        Terminal {
+            output: String::new(),
+            chunks,
+            exit,
+            writer,
+            master: pair.master,
+            killer,
+        }
+    }
+
+    /// Reads until `done` holds for everything shown so far.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done(&self.output) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.output.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!(
+                    "timed out waiting for {what}; the terminal shows:\n{}",
+                    self.output
+                ),
+            }
+        }
+    }
+
+    fn wait_for(&mut self, needle: &str) {
+        self.wait_until(needle, |output| output.contains(needle));
+    }
+
+    fn type_bytes(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    fn resize(&self, size: (u16, u16)) {
+        self.master.resize(pty_size(size)).unwrap();
+    }
+
+    /// The client's exit code, once it exited.
+    fn exit_code(&mut self) -> u32 {
+        let code = self
+            .exit
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("the client did not exit; it shows:\n{}", self.output));
+        // Whatever was printed last is still in the pty; the reader ends at
+        // its end-of-file, which follows the client's exit.
+        while let Ok(chunk) = self.chunks.recv_timeout(WAIT) {
+            self.output.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        code
+    }
+
+    /// The id the client announced (`session <id> starting`).
+    fn session_id(&mut self) -> String {
+        self.wait_for(" starting");
+        let line = self
+            .output
+            .lines()
+            .find(|line| line.contains("telo-runner: session ") && line.contains(" starting"))
+            .unwrap();
+        line.split_whitespace().nth(2).unwrap().to_owned()
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.killer.kill();
+    }
+}
+
+fn pty_size((cols, rows): (u16, u16)) -> PtySize {
+    PtySize {
+        rows,
+        cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    }
+}
+
+/// An application directory whose entry scripts fake-telo with `script`.
+fn app_dir(script: Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("telo.yaml"),
+        format!("kind: Telo.Application\nmetadata: {{ name: test }}\nfakeTelo: {script}\n"),
+    )
+    .unwrap();
+    dir
+}
+
+fn run_in_terminal(runner: &Runner, app: &Path, size: (u16, u16)) -> Terminal {
+    Terminal::spawn(
+        &["run", app.to_str().unwrap(), "--runner", &runner.base],
+        size,
+    )
+}
+
+async fn session_kind(runner: &Runner, id: &str) -> String {
+    let (_, body) = runner.get(&format!("/v1/sessions/{id}")).await;
+    body["status"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn output_shows_live_and_the_exit_code_is_returned() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["first line", "second line"], "exitCode": 7 }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    terminal.wait_for("second line");
+    assert_eq!(terminal.exit_code(), 7, "{}", terminal.output);
+    assert!(terminal.output.contains("first line"));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn typing_reaches_the_workload_in_raw_mode() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true, "exitCode": 5 }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    terminal.wait_for("ready");
+    terminal.type_bytes(b"hello-there\r");
+    // Once by the workload's terminal echo, once by the workload itself; the
+    // client's own terminal is raw, so it adds no echo of its own.
+    terminal.wait_until("the echoed line", |output| {
+        output.matches("hello-there").count() >= 2
+    });
+    terminal.type_bytes(b"exit\r");
+    assert_eq!(terminal.exit_code(), 5, "{}", terminal.output);
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminal_resize_reaches_the_workload() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "printSize": true, "echo": true }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (91, 21));
+    // The initial size, sent right after connecting.
+    terminal.wait_for("size 91x21");
+    terminal.resize((120, 40));
+    terminal.wait_for("size 120x40");
+    terminal.type_bytes(b"exit\r");
+    assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_twice_stops_the_session() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    let id = terminal.session_id();
+    terminal.wait_for("ready");
+    terminal.type_bytes(b"\x03\x03");
+    assert_eq!(terminal.exit_code(), 130, "{}", terminal.output);
+    assert_eq!(runner.wait_terminal(&id).await["kind"], "stopped");
+    assert_eq!(session_kind(&runner, &id).await, "stopped");
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bundle_over_the_limit_is_refused_before_any_session_is_created() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["never"] }));
+    std::fs::write(app.path().join("big.txt"), "a".repeat(1_200_000)).unwrap();
+    let output = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bytes over the runner's limit"), "{stderr}");
+    assert!(stderr.contains("big.txt"), "{stderr}");
+    let (_, listed) = runner.get("/v1/sessions").await;
+    assert_eq!(listed["sessions"], json!([]), "no session was created");
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_lists_and_stop_stops() {
+    let runner = Runner::start().await;
+    let id = runner.create(json!({ "echo": true })).await;
+
+    let listed = Command::new(BIN)
+        .args(["sessions", "--runner", &runner.base])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(table.starts_with("SESSION"), "{table}");
+    assert!(table.contains(&id), "{table}");
+
+    let stopped = Command::new(BIN)
+        .args(["stop", &id, "--runner", &runner.base])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&stopped.stdout);
+    assert!(stopped.status.success(), "{stopped:?}");
+    assert!(said.contains(&format!("session {id} stopped")), "{said}");
+    assert_eq!(session_kind(&runner, &id).await, "stopped");
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stopping_an_unknown_session_says_so() {
+    let runner = Runner::start().await;
+    let output = Command::new(BIN)
+        .args(["stop", "nosuchsession", "--runner", &runner.base])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not in registry"));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terms_are_shown_and_must_be_accepted_with_y() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_TERMS_BODY", "Be nice to the runner."),
+        ("RUNNER_TERMS_VERSION", "2026-01"),
+    ])
+    .await;
+    let app = app_dir(json!({ "stdout": ["accepted and ran"] }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    terminal.wait_for("Be nice to the runner.");
+    terminal.wait_for("[y/N]");
+    terminal.type_bytes(b"y\r");
+    terminal.wait_for("accepted and ran");
+    assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
+
+    // Without a terminal to ask on, the flag is the only way in.
+    let refused = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--accept-terms 2026-01"), "{stderr}");
+    let accepted = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .args(["--accept-terms", "2026-01"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(accepted.status.success(), "{accepted:?}");
+    assert!(String::from_utf8_lossy(&accepted.stdout).contains("accepted and ran"));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn examples_hello_runs_to_exit_code_0() {
+    let runner = Runner::start().await;
+    let hello = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/hello");
+    let mut terminal = run_in_terminal(&runner, &hello, (80, 24));
+    terminal.wait_for("Hello from Telo!");
+    assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_that_requires_a_token_is_driven_with_one() {
+    let tokens = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tokens.path(), "s3cret-token\n").unwrap();
+    let runner =
+        Runner::start_with(&[("RUNNER_AUTH_TOKENS_FILE", tokens.path().to_str().unwrap())]).await;
+    let app = app_dir(json!({ "stdout": ["with a token"], "echo": true }));
+
+    let refused = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .env_remove("TELO_RUNNER_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--token"), "{stderr}");
+
+    let mut terminal = Terminal::spawn(
+        &[
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+            "--token",
+            "s3cret-token",
+        ],
+        (80, 24),
+    );
+    terminal.wait_for("with a token");
+    terminal.type_bytes(b"typed with a token\r");
+    terminal.wait_until("the echoed line", |output| {
+        output.matches("typed with a token").count() >= 2
+    });
+    terminal.type_bytes(b"exit\r");
+    assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
+    runner.stop().await;
+}
