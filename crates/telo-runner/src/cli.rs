@@ -118,25 +118,57 @@ pub const BINARY_ENV_VARS: &[EnvVarDoc] = &[EnvVarDoc {
     description: "Which backend runs sessions: `local` (processes on this host) or `kubernetes` (pods in a cluster).",
 }];
 
-pub fn env_help() -> String {
-    let mut out = String::from("Environment variables:\n");
-    for (title, vars) in [
+/// Every documented environment variable, grouped as `--help` and the README
+/// show them. The one source both are generated from.
+pub fn env_groups() -> [(&'static str, &'static [EnvVarDoc]); 4] {
+    [
         ("Service", BINARY_ENV_VARS),
         ("Core", CORE_ENV_VARS),
         ("Local backend", LOCAL_ENV_VARS),
         ("Kubernetes backend", K8S_ENV_VARS),
-    ] {
+    ]
+}
+
+fn default_text(var: &EnvVarDoc) -> &str {
+    if var.default.is_empty() {
+        "unset"
+    } else {
+        var.default
+    }
+}
+
+pub fn env_help() -> String {
+    let mut out = String::from("Environment variables:\n");
+    for (title, vars) in env_groups() {
         let _ = writeln!(out, "\n  {title}:");
         for var in vars {
-            let default = if var.default.is_empty() {
-                "unset".to_owned()
-            } else {
-                var.default.to_owned()
-            };
             let _ = writeln!(
                 out,
                 "    {} (default: {})\n        {}",
-                var.name, default, var.description
+                var.name,
+                default_text(var),
+                var.description
+            );
+        }
+    }
+    out
+}
+
+/// The README's configuration section (between its `env:begin`/`env:end`
+/// markers); a test keeps the README equal to it.
+pub fn env_markdown() -> String {
+    let mut out = String::new();
+    for (title, vars) in env_groups() {
+        let _ = writeln!(out, "\n#### {title}\n");
+        let _ = writeln!(out, "| variable | default | meaning |");
+        let _ = writeln!(out, "| --- | --- | --- |");
+        for var in vars {
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} |",
+                var.name,
+                default_text(var).replace('|', "\\|"),
+                var.description.replace('|', "\\|")
             );
         }
     }
