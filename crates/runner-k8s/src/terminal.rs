@@ -123,19 +123,9 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             }
         }));
     }
-    // Everything received live before the log is requested was written
-    // before it, so it is in the log: the overlap is at least that long.
-    let mut live_rx = live_rx;
-    let mut early = Vec::new();
-    while let Ok(chunk) = live_rx.try_recv() {
-        early.extend_from_slice(&chunk);
-    }
-    let floor = early.len();
     let history = read_history(pods, pod_name).await;
     tasks.push(tokio::spawn(forward_output(
         history,
-        early,
-        floor,
         live_rx,
         sink.clone(),
         done_tx,
@@ -201,17 +191,16 @@ pub async fn read_history(pods: &Api<Pod>, pod_name: &str) -> Vec<u8> {
 
 async fn forward_output(
     history: Vec<u8>,
-    mut early: Vec<u8>,
-    floor: usize,
     mut live: mpsc::UnboundedReceiver<Bytes>,
     sink: SessionSink,
     done: oneshot::Sender<()>,
 ) {
-    // Whatever arrived live while the log was read may overlap its tail too.
+    // Whatever arrived live since the attach may overlap the log's tail.
+    let mut early = Vec::new();
     while let Ok(chunk) = live.try_recv() {
         early.extend_from_slice(&chunk);
     }
-    let overlap = history_overlap(&history, &early, floor);
+    let overlap = history_overlap(&history, &early);
     if !history.is_empty() {
         sink.output(Bytes::from(history));
     }
@@ -224,20 +213,24 @@ async fn forward_output(
     let _ = done.send(());
 }
 
+/// Overlaps shorter than this are too likely to be coincidence (a line end, a
+/// prompt) to cut on.
+const MIN_OVERLAP_BYTES: usize = 16;
+
 /// How many leading bytes of the live stream the log already holds.
 ///
 /// Every length at which the log's tail equals the live stream's head is a
-/// candidate; output that repeats itself (a spinner, a generated pattern)
-/// has several. The shortest one not below `floor` — the bytes known to have
-/// been written before the log was read — is taken: if it is wrong, a stretch
-/// of repeated output shows twice, whereas a longer guess would silently drop
-/// output. With no candidate at all nothing is cut, for the same reason.
-pub fn history_overlap(history: &[u8], live: &[u8], floor: usize) -> usize {
-    overlap_lengths(history, live)
-        .into_iter()
-        .filter(|&n| n >= floor)
-        .min()
-        .unwrap_or(0)
+/// candidate. Nothing in the streams marks where the attach began, so only an
+/// unambiguous candidate is cut: exactly one, and long enough not to be a
+/// coincidence. Output that repeats itself (a spinner, a generated pattern)
+/// has several candidates, the true one possibly zero — cutting any of them
+/// could drop output the client never sees, so nothing is cut and at worst a
+/// stretch written while the terminal was being attached shows twice.
+pub fn history_overlap(history: &[u8], live: &[u8]) -> usize {
+    match overlap_lengths(history, live).as_slice() {
+        [only] if *only >= MIN_OVERLAP_BYTES => *only,
+        _ => 0,
+    }
 }
 
 /// Every `n` for which the last `n` bytes of `history` equal the first `n`
@@ -308,17 +301,26 @@ mod tests {
     }
 
     #[test]
-    fn repeated_output_takes_the_shortest_overlap_above_the_floor() {
-        // "abab" ends the log; the live stream starts "ababab…": 2 and 4 both fit.
+    fn only_an_unambiguous_overlap_is_cut() {
+        // "abab" ends the log; the live stream starts "ababab…": 2 and 4 both
+        // fit, and 0 may be the truth: cut nothing.
         assert_eq!(overlap_lengths(b"xxabab", b"ababab"), vec![4, 2]);
-        assert_eq!(history_overlap(b"xxabab", b"ababab", 0), 2);
-        assert_eq!(history_overlap(b"xxabab", b"ababab", 3), 4);
+        assert_eq!(history_overlap(b"xxabab", b"ababab"), 0);
+        // A short match may be a coincidence.
+        assert_eq!(history_overlap(b"hello", b"lo world"), 0);
+        // One long match is the overlap.
         assert_eq!(
-            history_overlap(b"xxabab", b"ababab", 5),
+            history_overlap(
+                b"banner line one\r\nbanner line two\r\n",
+                b"banner line two\r\nprompt> "
+            ),
+            17
+        );
+        assert_eq!(
+            history_overlap(b"hello", b"world"),
             0,
             "nothing fits: cut nothing"
         );
-        assert_eq!(history_overlap(b"hello", b"lo world", 0), 2);
     }
 
     proptest::proptest! {

@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
 
 use super::ApiContext;
 use super::errors::ApiError;
@@ -108,9 +107,12 @@ async fn prepare(
             ))
         })?;
     let v5 = protocol == V5;
+    // The stream is attached before the upgrade is answered, as a runtime's
+    // is: output written after the client sees `101` is never missed.
+    let (_, start, _) = streams.read_from(u64::MAX);
     Ok(ws
         .protocols([protocol])
-        .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5)))
+        .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5, start)))
 }
 
 /// A normal closure: clients treat it as end-of-stream on every channel
@@ -135,10 +137,15 @@ async fn session(
     streams: Arc<ContainerStreams>,
     opts: Options,
     v5: bool,
+    start: u64,
 ) {
     let (mut tx, mut rx) = socket.split();
-    let mut output = streams.subscribe_output();
+    // Output is read from the container's log by sequence number rather than
+    // from a bounded fan-out: a slow attach client falls behind and catches
+    // up, like a client of the real runtime, instead of silently losing
+    // chunks. It starts at what was written after the attach request.
     let mut log_seq = streams.subscribe_log();
+    let mut cursor = start;
     let mut stream_epoch = ctx.faults.stream_epoch();
     let shutdown = ctx.shutdown.clone();
     // The apiserver announces the connection with an empty frame on the
@@ -160,27 +167,18 @@ async fn session(
     };
     loop {
         tokio::select! {
-            out = output.recv() => match out {
-                Ok((kind, data)) => {
-                    if let Some(ch) = wants(kind)
-                        && tx.send(frame(ch, &data)).await.is_err()
+            changed = log_seq.changed() => {
+                let (chunks, next, closed) = streams.read_from(cursor);
+                cursor = next;
+                for chunk in chunks {
+                    if let Some(ch) = wants(chunk.stream)
+                        && tx.send(frame(ch, &chunk.data)).await.is_err()
                     {
                         return;
                     }
                 }
-                Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => break,
-            },
-            changed = log_seq.changed() => {
-                if changed.is_err() || streams.is_closed() {
-                    // Relay what is still queued, then report the end.
-                    while let Ok((kind, data)) = output.try_recv() {
-                        if let Some(ch) = wants(kind)
-                            && tx.send(frame(ch, &data)).await.is_err()
-                        {
-                            return;
-                        }
-                    }
+                if changed.is_err() || closed {
+                    // Everything written was relayed; report the end.
                     break;
                 }
             }
