@@ -785,6 +785,44 @@ impl Kubelet {
         Ok(())
     }
 
+    /// A container stuck before it could start because of its image: its
+    /// waiting state, then the two Warning events a real kubelet emits (the
+    /// specific one and `Failed: Error: <reason>`).
+    #[allow(clippy::too_many_arguments)]
+    fn report_pull_failure(
+        &self,
+        w: &PodWorker,
+        init: bool,
+        idx: usize,
+        fp: &str,
+        reason: &str,
+        message: &str,
+        event_reason: &str,
+        event_message: &str,
+    ) {
+        self.container_model(w, init, idx, |m| {
+            m.state = ContainerState::Waiting {
+                reason: reason.into(),
+                message: Some(message.to_owned()),
+            };
+        });
+        self.publish(w);
+        self.event(
+            w,
+            Some(fp.to_owned()),
+            EventType::Warning,
+            event_reason,
+            event_message,
+        );
+        self.event(
+            w,
+            Some(fp.to_owned()),
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {reason}"),
+        );
+    }
+
     async fn run_container(
         self: Arc<Self>,
         w: Arc<PodWorker>,
@@ -804,75 +842,43 @@ impl Kubelet {
             match self.pull(&w, &c, init, idx).await {
                 Ok(b) => break b,
                 Err(PullFailure::Invalid(msg)) => {
-                    self.container_model(&w, init, idx, |m| {
-                        m.state = ContainerState::Waiting {
-                            reason: "InvalidImageName".into(),
-                            message: Some(msg.clone()),
-                        };
-                    });
-                    self.publish(&w);
-                    self.event(
+                    self.report_pull_failure(
                         &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
+                        init,
+                        idx,
+                        &fp,
+                        "InvalidImageName",
+                        &msg,
                         "InspectFailed",
                         &msg,
-                    );
-                    self.event(
-                        &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
-                        "Failed",
-                        "Error: InvalidImageName",
                     );
                     std::future::pending::<()>().await;
                 }
                 Err(PullFailure::NeverPull(msg)) => {
-                    self.container_model(&w, init, idx, |m| {
-                        m.state = ContainerState::Waiting {
-                            reason: "ErrImageNeverPull".into(),
-                            message: Some(msg.clone()),
-                        };
-                    });
-                    self.publish(&w);
-                    self.event(
+                    self.report_pull_failure(
                         &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
+                        init,
+                        idx,
+                        &fp,
                         "ErrImageNeverPull",
                         &msg,
-                    );
-                    self.event(
-                        &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
-                        "Failed",
-                        "Error: ErrImageNeverPull",
+                        "ErrImageNeverPull",
+                        &msg,
                     );
                     std::future::pending::<()>().await;
                 }
                 Err(PullFailure::Failed(msg)) => {
                     let attempts = self.pull_failures(&w, &name);
-                    self.container_model(&w, init, idx, |m| {
-                        m.state = ContainerState::Waiting {
-                            reason: "ErrImagePull".into(),
-                            message: Some(msg.clone()),
-                        };
-                    });
-                    self.publish(&w);
-                    self.event(
+                    let pull_error = format!("Failed to pull image {image:?}: {msg}");
+                    self.report_pull_failure(
                         &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
+                        init,
+                        idx,
+                        &fp,
+                        "ErrImagePull",
+                        &msg,
                         "Failed",
-                        &format!("Failed to pull image {image:?}: {msg}"),
-                    );
-                    self.event(
-                        &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
-                        "Failed",
-                        "Error: ErrImagePull",
+                        &pull_error,
                     );
                     tokio::time::sleep(PULL_ERROR_SETTLE).await;
                     self.container_model(&w, init, idx, |m| {
