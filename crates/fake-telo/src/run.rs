@@ -59,6 +59,9 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
         output::stdout_line(&format!("fake-telo: ran {}", options.entry));
         return Ok(0);
     };
+    if script.wait_for_input {
+        wait_for_line();
+    }
     start(&script, options)?;
     match Lifetime::of(&script) {
         Lifetime::Batch => {}
@@ -116,6 +119,12 @@ fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
         output::spew(script.spew_bytes);
     }
     Ok(())
+}
+
+/// Blocks until one line (or end of input) arrives on stdin.
+fn wait_for_line() {
+    let mut line = Vec::new();
+    let _ = io::stdin().lock().read_until(b'\n', &mut line);
 }
 
 fn env_line(name: &str, value: Option<&OsStr>) -> String {

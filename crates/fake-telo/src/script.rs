@@ -34,6 +34,8 @@ pub struct Script {
     pub print_size: bool,
     pub line_every_ms: Option<u64>,
     pub lines: Option<u64>,
+    #[serde(default)]
+    pub wait_for_input: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +112,7 @@ fakeTelo:
   printSize: true
   lineEveryMs: 10
   lines: 5
+  waitForInput: true
 "#;
         let expected = Script {
             stdout: vec!["hello".to_owned()],
@@ -124,6 +127,7 @@ fakeTelo:
             print_size: true,
             line_every_ms: Some(10),
             lines: Some(5),
+            wait_for_input: true,
         };
         assert_eq!(find_script(manifest).unwrap(), Some(expected));
     }

@@ -69,3 +69,25 @@ fn sigint_ends_a_running_script() {
     let (status, _) = fake.wait_for_exit();
     assert_eq!(status.signal(), Some(2));
 }
+
+#[test]
+fn wait_for_input_holds_the_start_output_until_a_line_arrives() {
+    let mut fake =
+        launch("fakeTelo: { waitForInput: true, stdout: [started], echo: true }\n").spawn();
+    // The line that releases the run is consumed, not echoed; later lines are.
+    fake.write_stdin("go\nagain\n");
+    assert_eq!(fake.next_line(), "started");
+    assert_eq!(fake.next_line(), "again");
+    fake.write_stdin("exit\n");
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn wait_for_input_also_ends_at_the_end_of_stdin() {
+    let mut fake = launch("fakeTelo: { waitForInput: true, stdout: [started] }\n").spawn();
+    fake.close_stdin();
+    let (status, stdout) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(stdout, "started\n");
+}

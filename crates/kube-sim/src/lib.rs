@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod meta;
 pub mod sim;
 pub mod stats;
+pub mod timeline;
 
 pub use apiserver::authz::Denial;
 pub use apiserver::errors::ApiError;
@@ -22,3 +23,4 @@ pub use faults::{FaultCommand, Faults};
 pub use kubelet::images::{ImageBehaviour, ImageTable};
 pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};
 pub use stats::Stats;
+pub use timeline::PodTimeline;

@@ -35,6 +35,10 @@ struct Args {
     /// The fake-telo binary (default: next to kube-sim, else on PATH).
     #[arg(long)]
     fake_telo: Option<PathBuf>,
+    /// How long a simulated image pull takes, in milliseconds (benchmarks
+    /// set 0 so only the runner's own overhead is measured).
+    #[arg(long, value_name = "MS")]
+    pull_delay_ms: Option<u64>,
     /// Create an IngressClass handled by the simulated controller;
     /// `NAME:default` marks it the cluster default.
     #[arg(long = "ingress-class", value_name = "NAME[:default]")]
@@ -62,6 +66,9 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("--image expects <glob>=<behaviour>, got {spec:?}"))?;
         let behaviour = ImageBehaviour::parse(behaviour).map_err(anyhow::Error::msg)?;
         builder = builder.image(glob, behaviour);
+    }
+    if let Some(ms) = args.pull_delay_ms {
+        builder = builder.pull_delay(std::time::Duration::from_millis(ms));
     }
     if let Some(ft) = args.fake_telo {
         builder = builder.fake_telo(ft);

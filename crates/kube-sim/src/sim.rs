@@ -2,6 +2,7 @@
 //! get a `kube::Client`, seed and read objects, flip controllers and
 //! faults, and wait for conditions — without sleeping.
 
+use axum::serve::ListenerExt as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -246,6 +247,11 @@ impl KubeSimBuilder {
         let app = router(ctx.clone());
         let server_shutdown = shutdown.clone();
         tasks.push(tokio::spawn(async move {
+            // Go's net/http, which the apiserver is built on, turns Nagle's
+            // algorithm off on every connection; so does the simulator.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
                 .await;
@@ -413,6 +419,11 @@ impl KubeSim {
         s.processes = self.kubelet.process_count();
         s.pods = self.ctx.store.read(|t| t.count(kinds::pods()));
         s
+    }
+
+    /// When each pod was created, scheduled, running, finished and deleted.
+    pub fn pod_timeline(&self) -> Vec<crate::PodTimeline> {
+        self.ctx.store.pod_timeline()
     }
 
     /// Waits until the object exists and `cond` holds, on store changes.

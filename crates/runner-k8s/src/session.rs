@@ -1,6 +1,7 @@
 //! One session's pod, from creation (or adoption) to its terminal status.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -115,6 +116,7 @@ pub async fn bring_up(
         name: name.clone(),
         sink: sink.clone(),
         terminal: OnceCell::new(),
+        deleted: AtomicBool::new(false),
     });
     match arrival {
         Arrival::Finished(pod) => {
@@ -319,6 +321,9 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
             // Stopped, or the registry ended the session (shutdown).
             () = ended.cancelled() => {
                 drop(watching);
+                if session.deleted.load(Ordering::Acquire) {
+                    return;
+                }
                 if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
                     warn!(pod = %session.name, error = %err, "could not delete the pod of an ended session");
                 }
@@ -337,6 +342,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
     let deleted_by_someone_else = outcome
         .as_ref()
         .is_some_and(|pod| pod.metadata.deletion_timestamp.is_some());
+    let gone = outcome.is_none();
     let status = match outcome {
         _ if sink.is_user_stopped() => RunStatus::Stopped,
         // Its containers were killed by the deletion: the exit code says
@@ -348,7 +354,11 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
     info!(session_id = %shape.session_id, status = status.kind(), "session pod finished");
     sink.status(status);
     session.ctx.bundles.drop_bundle(&shape.session_id);
-    cleanup_finished(&session.ctx.pods, &session.name).await;
+    // A pod already being deleted (by a stop, or from outside) or gone needs
+    // no second request.
+    if !deleted_by_someone_else && !gone && !session.deleted.load(Ordering::Acquire) {
+        cleanup_finished(&session.ctx.pods, &session.name).await;
+    }
 }
 
 /// A finished pod has told us everything; delete it so the namespace (and its
@@ -382,6 +392,8 @@ pub struct KubeSession {
     name: String,
     sink: SessionSink,
     terminal: OnceCell<Terminal>,
+    /// Set once a stop deleted the pod, so it is not deleted twice.
+    deleted: AtomicBool,
 }
 
 #[async_trait]
@@ -404,6 +416,7 @@ impl BackendSession for KubeSession {
             .map_err(|err| StopError {
                 message: format!("could not delete the session pod: {}", api_reason(&err)),
             })?;
+        self.deleted.store(true, Ordering::Release);
         self.sink.status(RunStatus::Stopped);
         Ok(())
     }

@@ -4,9 +4,10 @@
 //! Attaching shows only what the container writes from then on, and a
 //! container starts writing the moment it runs — before any attach can be in
 //! place. So the terminal is attached first and the container log, which
-//! holds everything written so far, is read next; the part of the live stream
-//! that the log already contains is cut off where the two overlap. Nothing
-//! written before the attach is lost, and nothing is shown twice.
+//! holds everything written so far, is read next (in the background: the
+//! session is announced `running` as soon as the attach is in place); the
+//! part of the live stream that the log already contains is cut off where the
+//! two overlap. Nothing written before the attach is lost.
 
 use bytes::Bytes;
 use futures_util::AsyncReadExt as _;
@@ -123,9 +124,12 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             }
         }));
     }
-    let history = read_history(pods, pod_name).await;
+    // The log is read once the attach is in place, so together they hold
+    // everything; reading it does not hold up the caller (`running` is
+    // announced meanwhile, and the live output waits for the history).
     tasks.push(tokio::spawn(forward_output(
-        history,
+        pods.clone(),
+        pod_name.to_owned(),
         live_rx,
         sink.clone(),
         done_tx,
@@ -190,11 +194,13 @@ pub async fn read_history(pods: &Api<Pod>, pod_name: &str) -> Vec<u8> {
 }
 
 async fn forward_output(
-    history: Vec<u8>,
+    pods: Api<Pod>,
+    pod_name: String,
     mut live: mpsc::UnboundedReceiver<Bytes>,
     sink: SessionSink,
     done: oneshot::Sender<()>,
 ) {
+    let history = read_history(&pods, &pod_name).await;
     // Whatever arrived live since the attach may overlap the log's tail.
     let mut early = Vec::new();
     while let Ok(chunk) = live.try_recv() {

@@ -1,5 +1,6 @@
 //! Build and run the service from an environment.
 
+use axum::serve::ListenerExt as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,6 +136,14 @@ impl Service {
                 drained.cancel();
             }
         };
+        // Frames are written as they happen (SSE events, terminal output);
+        // with Nagle's algorithm on, a small write waits for the previous
+        // one's delayed ACK — up to 40 ms on Linux.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                warn!(error = %err, "could not turn off Nagle's algorithm on a connection");
+            }
+        });
         let server = axum::serve(listener, self.router)
             .with_graceful_shutdown({
                 let drained = drained.clone();

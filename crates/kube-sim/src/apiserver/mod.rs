@@ -69,6 +69,7 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
         .route("/openapi/v3", get(openapi::v3_index))
         .route("/openapi/v3/{*path}", get(openapi::v3_document))
         .route("/_sim/stats", get(sim_stats))
+        .route("/_sim/timeline", get(sim_timeline))
         .route(
             "/_sim/faults",
             get(sim_faults_get)
@@ -120,6 +121,10 @@ async fn sim_stats(State(ctx): State<Arc<ApiContext>>) -> Response {
     s.processes = ctx.kubelet.process_count();
     s.pods = ctx.store.read(|t| t.count(crate::kinds::pods()));
     json_response(StatusCode::OK, &json!(s))
+}
+
+async fn sim_timeline(State(ctx): State<Arc<ApiContext>>) -> Response {
+    json_response(StatusCode::OK, &json!({ "pods": ctx.store.pod_timeline() }))
 }
 
 async fn sim_faults_get(State(ctx): State<Arc<ApiContext>>) -> Response {

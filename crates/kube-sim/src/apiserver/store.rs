@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::kinds::{self, ResourceId};
 use crate::meta;
+use crate::timeline::{PodTimeline, Timeline};
 
 /// How many events per kind the watch cache keeps by default; a watch that
 /// resumes from an older `resourceVersion` gets `410 Expired`.
@@ -93,6 +94,7 @@ struct Table {
 struct Inner {
     rv: u64,
     tables: Vec<Table>,
+    timeline: Timeline,
 }
 
 /// A `resourceVersion` older than the kept history.
@@ -116,6 +118,7 @@ impl Store {
             inner: Mutex::new(Inner {
                 rv: 1,
                 tables: (0..n).map(|_| Table::default()).collect(),
+                timeline: Timeline::default(),
             }),
             notifiers: (0..n).map(|_| watch::channel(0).0).collect(),
             any: watch::channel(0).0,
@@ -215,6 +218,11 @@ impl Store {
         Ok((table.history.range(start..).cloned().collect(), guard.rv))
     }
 
+    /// Every remembered pod's moments (see [`Timeline`]).
+    pub fn pod_timeline(&self) -> Vec<PodTimeline> {
+        self.lock().timeline.snapshot()
+    }
+
     /// A consistent snapshot: the objects of `res` (optionally one
     /// namespace) and the resourceVersion they are current at.
     pub fn snapshot(&self, res: ResourceId, ns: Option<&str>) -> (Vec<ObjRef>, u64) {
@@ -259,6 +267,12 @@ impl Txn<'_> {
     }
 
     fn record(&mut self, res: ResourceId, kind: EventKind, obj: ObjRef, prev: Option<ObjRef>) {
+        if res == kinds::pods() {
+            let current = (kind != EventKind::Deleted).then_some(&obj.value);
+            self.inner
+                .timeline
+                .observe(obj.uid(), prev.as_ref().map(|p| &p.value), current);
+        }
         let limit = self.history_limit;
         let table = &mut self.inner.tables[res.0];
         table.history.push_back(Arc::new(Event {

@@ -1,0 +1,184 @@
+//! `telo-runner-bench <scenario>`: starts kube-sim (or the local backend),
+//! the runner and fake-telo workloads as separate processes, drives them with
+//! real HTTP/SSE/WebSocket clients and prints a table plus one JSON line.
+
+#![forbid(unsafe_code)]
+
+mod clients;
+mod procs;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+
+use crate::procs::{BackendKind, Binaries, Workloads};
+use crate::scenarios::Ctx;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// N sessions started C at a time: POST → 201, → pod created, pod Running → SSE `running`.
+    StartLatency,
+    /// One session spewing output to one, then ten WebSocket clients.
+    RelayThroughput,
+    /// N live sessions printing every 100 ms, one SSE + one WS subscriber each.
+    Fanout,
+    /// Runner RSS idle, with N idle and N streaming sessions.
+    Footprint,
+    /// Watches held and API requests per session start and stop.
+    ApiserverLoad,
+    /// Every scenario in turn.
+    All,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::StartLatency => "start-latency",
+            Scenario::RelayThroughput => "relay-throughput",
+            Scenario::Fanout => "fanout",
+            Scenario::Footprint => "footprint",
+            Scenario::ApiserverLoad => "apiserver-load",
+            Scenario::All => "all",
+        }
+    }
+}
+
+/// Benchmarks telo-runner (release build, on this machine).
+#[derive(Debug, Parser)]
+#[command(name = "telo-runner-bench")]
+struct Args {
+    scenario: Scenario,
+    /// Sessions (default per scenario: 500; fanout 2000).
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// Sessions started at once (default 50).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// relay-throughput: bytes the workload writes (default 512 MiB).
+    #[arg(long)]
+    bytes: Option<u64>,
+    /// fanout: lines each session prints (default 100, one per 100 ms).
+    #[arg(long)]
+    lines: Option<u64>,
+    /// start-latency, apiserver-load: session containers as real fake-telo
+    /// processes, or kube-sim's virtual containers (default: virtual).
+    #[arg(long, value_enum)]
+    workloads: Option<Workloads>,
+    /// The backend (apiserver-load needs kubernetes).
+    #[arg(long, value_enum, default_value = "kubernetes")]
+    backend: BackendKind,
+    /// Print only the JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Rewrite this scenario's section of docs/benchmarks.md.
+    #[arg(long)]
+    write_docs: bool,
+    /// Where telo-runner, kube-sim and fake-telo are (default: next to this
+    /// program, rebuilt first with cargo).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Use the programs as they are, without running cargo build.
+    #[arg(long)]
+    no_build: bool,
+}
+
+fn command_line(args: &Args, scenario: Scenario) -> String {
+    let mut cmd = format!(
+        "cargo run --release -p telo-runner-bench -- {}",
+        scenario.name()
+    );
+    for (flag, value) in [
+        ("--sessions", args.sessions.map(|v| v.to_string())),
+        ("--concurrency", args.concurrency.map(|v| v.to_string())),
+        ("--bytes", args.bytes.map(|v| v.to_string())),
+        ("--lines", args.lines.map(|v| v.to_string())),
+    ] {
+        if let Some(value) = value {
+            cmd.push_str(&format!(" {flag} {value}"));
+        }
+    }
+    if let Some(w) = args.workloads {
+        cmd.push_str(match w {
+            Workloads::Processes => " --workloads processes",
+            Workloads::Virtual => " --workloads virtual",
+        });
+    }
+    if args.backend == BackendKind::Local {
+        cmd.push_str(" --backend local");
+    }
+    cmd
+}
+
+fn docs_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/benchmarks.md")
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let bins = Binaries::locate(args.bin_dir.as_deref(), !args.no_build)?;
+    let scenarios = match args.scenario {
+        Scenario::All => vec![
+            Scenario::StartLatency,
+            Scenario::RelayThroughput,
+            Scenario::Fanout,
+            Scenario::Footprint,
+            Scenario::ApiserverLoad,
+        ],
+        one => vec![one],
+    };
+    let machine = report::machine();
+    for scenario in scenarios {
+        let ctx = Ctx {
+            bins: bins.clone(),
+            backend: args.backend,
+            sessions: args.sessions,
+            concurrency: args.concurrency,
+            bytes: args.bytes,
+            lines: args.lines,
+            workloads: args.workloads,
+            command: command_line(&args, scenario),
+        };
+        let report = match scenario {
+            Scenario::StartLatency => scenarios::start_latency::run(&ctx).await?,
+            Scenario::RelayThroughput => scenarios::relay::run(&ctx).await?,
+            Scenario::Fanout => scenarios::fanout::run(&ctx).await?,
+            Scenario::Footprint => scenarios::footprint::run(&ctx).await?,
+            Scenario::ApiserverLoad => scenarios::apiserver_load::run(&ctx).await?,
+            Scenario::All => unreachable!("expanded above"),
+        };
+        if !args.json {
+            print!("{}", report.table());
+        }
+        println!("{}", report.json_line());
+        if args.write_docs {
+            let date = today();
+            report::write_docs(&docs_path(), &report, &machine, &date)?;
+        }
+    }
+    Ok(())
+}
+
+/// Today's date (UTC), for the docs.
+fn today() -> String {
+    time::OffsetDateTime::now_utc().date().to_string()
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("could not start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("telo-runner-bench: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The processes a scenario runs: kube-sim, the runner, and what /proc says
+//! about them. Every child is killed when its handle drops.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long a process gets to print its address or to exit on SIGTERM.
+const STARTUP: Duration = Duration::from_secs(60);
+const SHUTDOWN: Duration = Duration::from_secs(60);
+
+/// The three programs a scenario runs.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub runner: PathBuf,
+    pub kube_sim: PathBuf,
+    pub fake_telo: PathBuf,
+}
+
+impl Binaries {
+    /// The programs in `dir`, or next to this executable. Unless `build` is
+    /// off, `cargo build` brings them up to date first (in the same profile
+    /// as this executable), so the figures are for the current source.
+    pub fn locate(dir: Option<&Path>, build: bool) -> anyhow::Result<Binaries> {
+        let dir = match dir {
+            Some(dir) => dir.to_path_buf(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("this executable has no directory")?
+                .to_path_buf(),
+        };
+        if build {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = std::process::Command::new(cargo);
+            cmd.args(["build", "--quiet", "--locked"]);
+            if dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            cmd.args([
+                "-p",
+                "telo-runner",
+                "--bin",
+                "telo-runner",
+                "-p",
+                "kube-sim",
+                "--bin",
+                "kube-sim",
+                "-p",
+                "fake-telo",
+                "--bin",
+                "fake-telo",
+            ]);
+            if let Some(target) = dir.parent() {
+                cmd.env("CARGO_TARGET_DIR", target);
+            }
+            cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+            let status = cmd.status().context("running cargo build")?;
+            if !status.success() {
+                bail!("cargo build of the benchmarked programs failed");
+            }
+        }
+        let find = |name: &str| {
+            let path = dir.join(name);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(anyhow!(
+                    "{} not found (build it, or pass --bin-dir)",
+                    path.display()
+                ))
+            }
+        };
+        Ok(Binaries {
+            runner: find("telo-runner")?,
+            kube_sim: find("kube-sim")?,
+            fake_telo: find("fake-telo")?,
+        })
+    }
+}
+
+/// A child process with its pid, stopped on drop.
+pub struct Proc {
+    name: &'static str,
+    child: Child,
+    pid: u32,
+}
+
+impl Proc {
+    async fn spawn(name: &'static str, mut cmd: Command) -> anyhow::Result<(Proc, String)> {
+        cmd.stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().with_context(|| format!("starting {name}"))?;
+        let pid = child.id().context("child pid")?;
+        let stdout = child.stdout.take().context("child stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(STARTUP, lines.next_line())
+            .await
+            .map_err(|_| anyhow!("{name} did not print its address within {STARTUP:?}"))??
+            .with_context(|| format!("{name} exited before printing its address"))?;
+        let url = first
+            .strip_prefix("listening on ")
+            .with_context(|| format!("{name} printed {first:?}"))?
+            .to_string();
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok((Proc { name, child, pid }, url))
+    }
+
+    /// Resident memory now, in bytes.
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("VmRSS in /proc status")?;
+        Ok(kib * 1024)
+    }
+
+    /// The peak resident memory so far, in bytes.
+    pub fn peak_rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("VmHWM in /proc status")?;
+        Ok(kib * 1024)
+    }
+
+    /// User + system CPU time used so far, in seconds.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        cpu_seconds_of(self.pid)
+    }
+
+    /// SIGTERM, then wait for a clean exit (kill after a grace period).
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.pid)?;
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        match tokio::time::timeout(SHUTDOWN, self.child.wait()).await {
+            Ok(status) => {
+                status?;
+                Ok(())
+            }
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("{} did not exit within {SHUTDOWN:?} of SIGTERM", self.name)
+            }
+        }
+    }
+}
+
+/// User + system CPU seconds of a process, from `/proc/<pid>/stat`.
+pub fn cpu_seconds_of(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name, which may hold spaces.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .context("/proc stat format")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line; `rest` starts
+    // at field 3 (state).
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields.get(i).context("/proc stat field")?.parse::<f64>()?)
+    };
+    // /proc reports in USER_HZ, which Linux fixes at 100 for user space.
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// How much lower kube-sim's CPU priority is than the runner's
+/// (`BENCH_SIM_NICE`, default 0).
+pub fn sim_nice() -> i32 {
+    std::env::var("BENCH_SIM_NICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A free loopback port (the runner must know its own URL before it binds).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Which backend the runner uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Kubernetes,
+    Local,
+}
+
+/// What kube-sim's kubelet runs for a session container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workloads {
+    /// fake-telo as a real process in a PTY.
+    Processes,
+    /// A container that runs without a process (attachable, silent), so a
+    /// 2-core machine is not spent forking.
+    Virtual,
+}
+
+/// kube-sim (for the Kubernetes backend) and a runner in front of it.
+pub struct Stack {
+    pub runner: Proc,
+    pub base: String,
+    pub sim: Option<Proc>,
+    pub sim_url: Option<String>,
+    pub http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Stack {
+    pub async fn start(
+        bins: &Binaries,
+        backend: BackendKind,
+        extra_env: &[(&str, String)],
+    ) -> anyhow::Result<Stack> {
+        Self::start_with(bins, backend, extra_env, Workloads::Processes).await
+    }
+
+    pub async fn start_with(
+        bins: &Binaries,
+        backend: BackendKind,
+        extra_env: &[(&str, String)],
+        workloads: Workloads,
+    ) -> anyhow::Result<Stack> {
+        let dir = tempfile::tempdir()?;
+        let mut env: HashMap<String, String> = HashMap::new();
+        let (sim, sim_url) = match backend {
+            BackendKind::Kubernetes => {
+                let kubeconfig = dir.path().join("kubeconfig");
+                // `nice` execs kube-sim, so the pid stays kube-sim's.
+                let mut cmd = Command::new("nice");
+                cmd.arg(format!("-n{}", sim_nice()))
+                    .arg(&bins.kube_sim)
+                    .args(["--listen", "127.0.0.1:0", "--pull-delay-ms", "0"])
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .arg("--fake-telo")
+                    .arg(&bins.fake_telo)
+                    .env("RUST_LOG", "error");
+                if workloads == Workloads::Virtual {
+                    cmd.args(["--image", "telorun/node:*=virtual"]);
+                }
+                let (sim, url) = Proc::spawn("kube-sim", cmd).await?;
+                env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
+                env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+                env.insert("RUNNER_IMAGE".into(), "telorun/node:0-slim".into());
+                env.insert("RUNNER_BASE_IMAGE_CATALOG_ENABLED".into(), "false".into());
+                (Some(sim), Some(url))
+            }
+            BackendKind::Local => {
+                env.insert("RUNNER_BACKEND".into(), "local".into());
+                env.insert(
+                    "RUNNER_LOCAL_TELO".into(),
+                    bins.fake_telo.display().to_string(),
+                );
+                env.insert(
+                    "RUNNER_LOCAL_WORK_DIR".into(),
+                    dir.path().join("sessions").display().to_string(),
+                );
+                (None, None)
+            }
+        };
+        let port = free_port()?;
+        env.insert("RUNNER_SELF_URL".into(), format!("http://127.0.0.1:{port}"));
+        env.insert("LOG_LEVEL".into(), "warn".into());
+        env.insert("RUNNER_MAX_SESSIONS".into(), "100000".into());
+        for (key, value) in extra_env {
+            env.insert((*key).to_string(), value.clone());
+        }
+        let mut cmd = Command::new(&bins.runner);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env_clear()
+            .envs(&env)
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
+        let (runner, base) = Proc::spawn("telo-runner", cmd).await?;
+        let stack = Stack {
+            runner,
+            base,
+            sim,
+            sim_url,
+            http: http_client()?,
+            _dir: dir,
+        };
+        stack.wait_ready().await?;
+        Ok(stack)
+    }
+
+    /// Waits for `/readyz` to answer 200 (watches synced).
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let url = format!("{}/readyz", self.base);
+        let deadline = tokio::time::Instant::now() + STARTUP;
+        loop {
+            if let Ok(resp) = self.http.get(&url).send().await
+                && resp.status().is_success()
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the runner was not ready within {STARTUP:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// CPU seconds used so far by the runner, kube-sim (0 without it) and
+    /// this harness.
+    pub fn cpu(&self) -> anyhow::Result<[f64; 3]> {
+        let sim = match &self.sim {
+            Some(sim) => sim.cpu_seconds()?,
+            None => 0.0,
+        };
+        Ok([
+            self.runner.cpu_seconds()?,
+            sim,
+            cpu_seconds_of(std::process::id())?,
+        ])
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+    }
+
+    /// kube-sim's request and watch counters.
+    pub async fn sim_stats(&self) -> anyhow::Result<serde_json::Value> {
+        let url = self.sim_url.as_ref().context("no kube-sim in this stack")?;
+        Ok(self
+            .http
+            .get(format!("{url}/_sim/stats"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// kube-sim's pod timeline, by pod name.
+    pub async fn sim_timeline(&self) -> anyhow::Result<HashMap<String, serde_json::Value>> {
+        let url = self.sim_url.as_ref().context("no kube-sim in this stack")?;
+        let body: serde_json::Value = self
+            .http
+            .get(format!("{url}/_sim/timeline"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        Ok(body["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["name"].as_str()?.to_string(), p.clone())))
+            .collect())
+    }
+
+    /// Stops the runner (its sessions end), then kube-sim.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let runner = self.runner.stop().await;
+        if let Some(sim) = self.sim {
+            sim.stop().await?;
+        }
+        runner
+    }
+}
+
+pub fn http_client() -> anyhow::Result<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?)
+}

@@ -1,0 +1,32 @@
+//! One module per scenario; each returns a [`Report`].
+
+pub mod apiserver_load;
+pub mod fanout;
+pub mod footprint;
+pub mod relay;
+pub mod start_latency;
+
+use serde_json::Value;
+
+use crate::procs::{BackendKind, Binaries, Workloads};
+use crate::report::Report;
+
+/// What every scenario gets from the command line.
+pub struct Ctx {
+    pub bins: Binaries,
+    pub backend: BackendKind,
+    pub sessions: Option<usize>,
+    pub concurrency: Option<usize>,
+    pub bytes: Option<u64>,
+    pub lines: Option<u64>,
+    /// start-latency / apiserver-load: what the session containers run.
+    pub workloads: Option<Workloads>,
+    /// The command line that reproduces this run, for the docs.
+    pub command: String,
+}
+
+impl Ctx {
+    pub fn report(&self, scenario: &'static str, params: Value) -> Report {
+        Report::new(scenario, self.command.clone(), params)
+    }
+}
