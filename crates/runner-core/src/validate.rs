@@ -62,11 +62,25 @@ pub fn validate_start_session(body: Option<Value>) -> Result<StartSessionBody, V
     let mut fields = into_object(body)?;
     let env = env_entries(fields.remove("env"))?;
     let ports = port_list(fields.remove("ports"))?;
+    let config: SessionConfig = typed(fields.remove("config").unwrap_or(Value::Null))?;
+    // The registry URL becomes the workload's TELO_REGISTRY_URL, so it obeys
+    // the rule for env values (our hardening, like `env_entries`).
+    if config
+        .registry_url
+        .as_deref()
+        .is_some_and(|url| url.contains('\0'))
+    {
+        let config_path = child_path(ROOT, "config");
+        return Err(fail(
+            &child_path(&config_path, "registryUrl"),
+            "must not contain NUL",
+        ));
+    }
     Ok(StartSessionBody {
         bundle: typed(fields.remove("bundle").unwrap_or(Value::Null))?,
         env,
         ports,
-        config: typed(fields.remove("config").unwrap_or(Value::Null))?,
+        config,
         inspect: flag(fields.remove("inspect")),
     })
 }

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::ids::is_session_id;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
+use runner_core::validate::MAX_PORTS;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -555,6 +556,16 @@ pub fn record_annotations(record: &SessionRecord) -> BTreeMap<String, String> {
     annotations
 }
 
+fn ports_problem(ports: &[PortMapping]) -> Option<String> {
+    if ports.len() > MAX_PORTS {
+        return Some(format!("more than {MAX_PORTS} ports"));
+    }
+    ports
+        .iter()
+        .any(|p| p.port == 0)
+        .then(|| "port 0 is not a port".to_owned())
+}
+
 /// Reads back the record [`record_annotations`] wrote. Labels and
 /// annotations are editable by anyone with access to the namespace, so every
 /// field is checked rather than trusted.
@@ -596,6 +607,12 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
 
     let ports: Vec<PortMapping> =
         serde_json::from_str(annotation(PORTS_ANNOTATION)?).map_err(RecordError::InvalidPorts)?;
+    // `u16` lets port 0 through, and nothing bounds the list; neither is a
+    // record this runner writes, and adopting one publishes a Service the
+    // apiserver refuses.
+    if let Some(problem) = ports_problem(&ports) {
+        return Err(RecordError::InvalidPorts(serde::de::Error::custom(problem)));
+    }
 
     let inspect = match annotation(INSPECT_ANNOTATION)?.as_str() {
         "true" => true,

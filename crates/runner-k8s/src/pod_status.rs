@@ -46,7 +46,7 @@ pub fn provision_message(pod: &Pod) -> Option<String> {
             .state
             .as_ref()
             .and_then(|state| state.waiting.as_ref())
-            .and_then(|waiting| non_empty(waiting.reason.as_deref()))
+            .and_then(|waiting| non_blank(waiting.reason.as_deref()))
     });
     let message = match waiting_reason {
         Some("ContainerCreating") => "Creating container",
@@ -92,7 +92,7 @@ pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
 /// container completed.
 fn plain_exit_code(pod: &Pod) -> Option<i32> {
     let status = pod.status.as_ref()?;
-    if status.reason.as_deref().is_some_and(|r| !r.is_empty()) {
+    if non_blank(status.reason.as_deref()).is_some() {
         return None;
     }
     let inits_ok = status.init_container_statuses.iter().flatten().all(|init| {
@@ -148,7 +148,7 @@ pub fn pod_failure_message(pod: Option<&Pod>) -> String {
     });
     container_problem
         .or_else(|| non_blank(status.message.as_deref()).map(truncate_detail))
-        .or_else(|| non_empty(status.reason.as_deref()).map(str::to_owned))
+        .or_else(|| non_blank(status.reason.as_deref()).map(str::to_owned))
         .unwrap_or_else(|| "pod failed".to_owned())
 }
 
@@ -168,7 +168,7 @@ pub fn start_blocker(pod: &Pod) -> Option<String> {
     }
     let blocked_container = container_statuses(status).find_map(|(label, container)| {
         let waiting = container.state.as_ref()?.waiting.as_ref()?;
-        let reason = non_empty(waiting.reason.as_deref())?;
+        let reason = non_blank(waiting.reason.as_deref())?;
         START_BLOCKING_WAIT_REASONS.contains(&reason).then(|| {
             format!(
                 "{label} \"{}\" {}",
@@ -207,7 +207,7 @@ fn container_statuses(
 fn state_problem(state: Option<&ContainerState>) -> Option<String> {
     let state = state?;
     if let Some(terminated) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
-        let reason = non_empty(terminated.reason.as_deref())
+        let reason = non_blank(terminated.reason.as_deref())
             .map(|reason| format!("{reason} "))
             .unwrap_or_default();
         let detail = detail_suffix(terminated.message.as_deref());
@@ -217,7 +217,7 @@ fn state_problem(state: Option<&ContainerState>) -> Option<String> {
         ));
     }
     let waiting = state.waiting.as_ref()?;
-    let reason = non_empty(waiting.reason.as_deref())?;
+    let reason = non_blank(waiting.reason.as_deref())?;
     if BENIGN_WAIT_REASONS.contains(&reason) {
         return None;
     }
@@ -246,11 +246,9 @@ fn phase(pod: &Pod) -> Option<&str> {
     pod.status.as_ref()?.phase.as_deref()
 }
 
-fn non_empty(text: Option<&str>) -> Option<&str> {
-    text.filter(|text| !text.is_empty())
-}
-
-/// Blank messages are treated as absent so a failure never ends in `": "`.
+/// Blank messages and reasons are treated as absent, so a failure never ends
+/// in `": "` and is never just a space (a hand-edited or odd kubelet status
+/// can carry `reason: " "`).
 fn non_blank(text: Option<&str>) -> Option<&str> {
     text.filter(|text| !text.trim().is_empty())
 }

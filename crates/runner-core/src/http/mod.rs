@@ -12,7 +12,8 @@ mod ws;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post};
 
 pub use cors::{allow_origin, stream_allows_origin};
@@ -136,12 +137,18 @@ pub fn router(state: AppState, extra: Router) -> Router {
             v1.route(route.path, (route.handler)())
         })
         .with_state(state);
-    let mut app = v1.merge(extra).fallback(|request: Request| async move {
+    // A known path with a method it does not answer is an unknown route too,
+    // as in the reference (axum's own answer is a bodiless 405).
+    let not_found = |request: Request| async move {
         ApiError::RouteNotFound {
             method: request.method().to_string(),
             uri: request.uri().to_string(),
         }
-    });
+    };
+    let mut app = v1
+        .merge(extra)
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_found);
     // Inside CORS, so a preflight is answered before the gate sees it.
     if let Some(tokens) = auth_tokens {
         app = app.layer(axum::middleware::from_fn_with_state(
@@ -166,4 +173,33 @@ fn check_param(method: &str, uri: &axum::http::Uri, value: &str) -> Result<(), A
         });
     }
     Ok(())
+}
+
+/// A path parameter such as a session id or an app name. axum refuses a
+/// `%`-escape that does not decode to UTF-8 (`/v1/sessions/%ff`) with a
+/// plain-text 400; this answers with the JSON envelope every other runner
+/// error has, so a client can always read the message.
+pub(crate) struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| Self(value))
+            .map_err(|rejection| ApiError::bad_request("invalid_url", rejection.body_text()))
+    }
+}
+
+/// The first `key=` value of the query string, like the reference's parser
+/// hands it to `parseInt` (a repeated key becomes an array whose string
+/// form starts with the first value). A query string a typed extractor would
+/// refuse counts as no value: resume points fall back, never fail a stream.
+pub(crate) fn query_value(uri: &axum::http::Uri, key: &str) -> Option<String> {
+    let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).ok()?;
+    pairs
+        .into_iter()
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value)
 }

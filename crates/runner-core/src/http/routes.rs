@@ -2,14 +2,14 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::body::read_json_body;
 use super::error::ApiError;
-use super::{ACCEPTED_TERMS_HEADER, AppState, ServerOptions, check_param};
+use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions, check_param};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
 use crate::bundle_path::normalize_bundle_path;
 use crate::metrics::METRICS_CONTENT_TYPE;
@@ -143,7 +143,7 @@ pub async fn create_session(
 
 pub async fn create_app_session(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    PathParam(name): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -208,7 +208,7 @@ pub async fn list_sessions(State(state): State<AppState>) -> Json<Value> {
 
 pub async fn get_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
 ) -> Result<Response, ApiError> {
@@ -222,7 +222,7 @@ pub async fn get_session(
 
 pub async fn delete_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
 ) -> Result<Response, ApiError> {

@@ -4,32 +4,24 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::stream;
-use serde::Deserialize;
 use tokio::time::{Instant, Interval, interval_at};
 
 use super::error::ApiError;
-use super::{AppState, check_param, stream_allows_origin};
+use super::{AppState, PathParam, check_param, query_value, stream_allows_origin};
 use crate::metrics::{SubscriberGuard, Transport};
 use crate::registry::{Batch, Cursor, EventFrame};
 
 const GAP_FRAME: &[u8] = b"event: gap\ndata: {\"reason\":\"buffer_evicted\"}\n\n";
 const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
 
-#[derive(Debug, Deserialize)]
-pub struct EventsQuery {
-    #[serde(rename = "lastEventId")]
-    last_event_id: Option<String>,
-}
-
 pub async fn events(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<EventsQuery>,
+    PathParam(id): PathParam,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -43,7 +35,11 @@ pub async fn events(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_resume_id)
-        .or_else(|| query.last_event_id.as_deref().and_then(parse_resume_id))
+        .or_else(|| {
+            query_value(&uri, "lastEventId")
+                .as_deref()
+                .and_then(parse_resume_id)
+        })
         .unwrap_or(0);
 
     let mut cursor = session.subscribe_events(last_event_id);
@@ -143,7 +139,9 @@ fn write_batch(out: &mut BytesMut, batch: &Batch<EventFrame>) -> bool {
 /// `parseInt(value, 10)` accepted only when finite and non-negative; anything
 /// else falls through to the next source of a resume point.
 pub fn parse_resume_id(raw: &str) -> Option<u64> {
-    let trimmed = raw.trim_start();
+    // JavaScript's whitespace, not Rust's: `parseInt` skips U+FEFF but not
+    // U+0085.
+    let trimmed = raw.trim_start_matches(crate::config::is_js_whitespace);
     let (negative, digits) = match trimmed.as_bytes().first() {
         Some(b'-') => (true, &trimmed[1..]),
         Some(b'+') => (false, &trimmed[1..]),
@@ -177,5 +175,48 @@ mod tests {
         assert_eq!(parse_resume_id("abc"), None);
         assert_eq!(parse_resume_id(""), None);
         assert_eq!(parse_resume_id("99999999999999999999999"), Some(u64::MAX));
+    }
+
+    /// Found by `resume_ids_follow_parse_int`: a `?lastEventId=%C2%855`
+    /// resumed from 5 (Rust trims U+0085, `parseInt` does not), and
+    /// `%EF%BB%BF5` replayed everything (`parseInt` trims U+FEFF).
+    #[test]
+    fn resume_ids_skip_javascript_whitespace_only() {
+        assert_eq!(parse_resume_id("\u{85}5"), None);
+        assert_eq!(parse_resume_id("\u{FEFF}5"), Some(5));
+        assert_eq!(parse_resume_id("\u{3000}\u{A0}-0x"), Some(0));
+    }
+
+    /// `parseInt(raw, 10)`, then "finite and non-negative", written
+    /// independently of the implementation.
+    fn parse_int_model(raw: &str) -> Option<u64> {
+        const JS_WHITESPACE: &str = "\u{9}\u{A}\u{B}\u{C}\u{D} \u{A0}\u{1680}\u{2000}\u{2001}\u{2002}\u{2003}\u{2004}\u{2005}\u{2006}\u{2007}\u{2008}\u{2009}\u{200A}\u{2028}\u{2029}\u{202F}\u{205F}\u{3000}\u{FEFF}";
+        let rest: String = raw
+            .chars()
+            .skip_while(|c| JS_WHITESPACE.contains(*c))
+            .collect();
+        let (sign, rest) = match rest.chars().next() {
+            Some(c @ ('-' | '+')) => (c, rest[1..].to_owned()),
+            _ => ('+', rest),
+        };
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            return None;
+        }
+        let value = digits.parse::<u64>().unwrap_or(u64::MAX);
+        (sign == '+' || value == 0).then_some(value)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(4096)
+        ))]
+
+        #[test]
+        fn resume_ids_follow_parse_int(
+            raw in "[ \t\u{85}\u{A0}\u{FEFF}\u{3000}\u{2028}]{0,3}[-+]{0,2}[0-9]{0,25}[a-z.e,\u{FF10}-\u{FF19}]{0,3}|\\PC*",
+        ) {
+            proptest::prop_assert_eq!(parse_resume_id(&raw), parse_int_model(&raw));
+        }
     }
 }

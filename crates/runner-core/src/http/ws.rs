@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
-use super::{AppState, stream_allows_origin};
+use super::{AppState, query_value, stream_allows_origin};
 use crate::metrics::{Metrics, Transport};
 use crate::registry::{Batch, Session};
 
@@ -32,18 +32,14 @@ pub const MAX_TERMINAL_DIMENSION: u16 = 10_000;
 /// How long the terminal close waits for output still queued to a client.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(2_000);
 
-#[derive(Debug, Deserialize)]
-pub struct IoQuery {
-    #[serde(rename = "lastSeq")]
-    last_seq: Option<String>,
-}
-
 pub async fn io(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<IoQuery>,
+    id: Result<Path<String>, PathRejection>,
     request: Request,
 ) -> Response {
+    // An id that is not UTF-8 names no session: it gets the 4404 close like
+    // any unknown id, after the handshake, instead of a plain-text 400.
+    let id = id.map(|Path(id)| id).unwrap_or_default();
     let (mut parts, _body) = request.into_parts();
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
         Ok(upgrade) => upgrade,
@@ -58,8 +54,7 @@ pub async fn io(
         .get(header::ORIGIN)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let last_seq = query
-        .last_seq
+    let last_seq = query_value(&parts.uri, "lastSeq")
         .as_deref()
         .and_then(super::sse::parse_resume_id)
         .unwrap_or(0);
@@ -227,6 +222,7 @@ fn js_number_of(value: Option<&Value>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn resize_frames_are_coerced_floored_and_clamped() {
@@ -256,6 +252,49 @@ mod tests {
             None
         );
         assert_eq!(parse_resize("not json"), None);
+    }
+
+    fn dimension() -> BoxedStrategy<Value> {
+        prop_oneof![
+            any::<f64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-5i32..20_005).prop_map(Value::from),
+            any::<bool>().prop_map(Value::from),
+            Just(Value::Null),
+            "[ 0-9a-fx.eE+-]{0,12}|Infinity|-Infinity|NaN|\\PC{0,8}".prop_map(Value::from),
+            Just(serde_json::json!([80])),
+            Just(serde_json::json!({})),
+        ]
+        .boxed()
+    }
+
+    fn control_frame() -> BoxedStrategy<String> {
+        let resize = (
+            dimension(),
+            dimension(),
+            prop::sample::select(&["resize", "stdin", "Resize"][..]),
+        )
+            .prop_map(|(cols, rows, kind)| {
+                serde_json::json!({"type": kind, "cols": cols, "rows": rows}).to_string()
+            });
+        prop_oneof![any::<String>(), resize].boxed()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2048)
+        ))]
+
+        /// Control frames of any shape: never a panic, and an accepted resize
+        /// is always a usable terminal size.
+        #[test]
+        fn control_frames_never_panic_and_sizes_stay_in_range(frame in control_frame()) {
+            if let Some((cols, rows)) = parse_resize(&frame) {
+                prop_assert!((1..=MAX_TERMINAL_DIMENSION).contains(&cols));
+                prop_assert!((1..=MAX_TERMINAL_DIMENSION).contains(&rows));
+            }
+        }
     }
 
     #[test]
