@@ -76,6 +76,10 @@ struct Args {
     /// Rewrite this scenario's section of docs/benchmarks.md.
     #[arg(long)]
     write_docs: bool,
+    /// Names the section `--write-docs` rewrites (`<scenario>:<label>`), for
+    /// several runs of one scenario.
+    #[arg(long)]
+    label: Option<String>,
     /// Where telo-runner, kube-sim and fake-telo are (default: next to this
     /// program, rebuilt first with cargo).
     #[arg(long)]
@@ -109,6 +113,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     if args.backend == BackendKind::Local {
         cmd.push_str(" --backend local");
     }
+    if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
+        cmd = format!("BENCH_SIM_NICE={nice} {cmd}");
+    }
     cmd
 }
 
@@ -139,6 +146,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             lines: args.lines,
             workloads: args.workloads,
             command: command_line(&args, scenario),
+            label: args.label.clone(),
         };
         let report = match scenario {
             Scenario::StartLatency => scenarios::start_latency::run(&ctx).await?,

@@ -83,6 +83,9 @@ pub struct Target {
 #[derive(Debug, Clone)]
 pub struct Report {
     pub scenario: &'static str,
+    /// Which section of the docs this run writes (`scenario` or
+    /// `scenario:label`).
+    pub section: String,
     pub command: String,
     pub params: Value,
     pub rows: Vec<(String, String)>,
@@ -94,6 +97,7 @@ impl Report {
     pub fn new(scenario: &'static str, command: String, params: Value) -> Report {
         Report {
             scenario,
+            section: scenario.to_string(),
             command,
             params,
             rows: Vec::new(),
@@ -225,8 +229,8 @@ pub fn machine() -> String {
 /// the section when the markers are missing. The prose around is kept.
 pub fn write_docs(path: &Path, report: &Report, machine: &str, date: &str) -> anyhow::Result<()> {
     let mut doc = std::fs::read_to_string(path).unwrap_or_default();
-    let begin = format!("<!-- bench:{} -->", report.scenario);
-    let end = format!("<!-- /bench:{} -->", report.scenario);
+    let begin = format!("<!-- bench:{} -->", report.section);
+    let end = format!("<!-- /bench:{} -->", report.section);
     let body = format!("{begin}\n{}{end}", report.markdown(machine, date));
     match (doc.find(&begin), doc.find(&end)) {
         (Some(b), Some(e)) if e > b => doc.replace_range(b..e + end.len(), &body),
@@ -234,7 +238,7 @@ pub fn write_docs(path: &Path, report: &Report, machine: &str, date: &str) -> an
             if !doc.ends_with('\n') && !doc.is_empty() {
                 doc.push('\n');
             }
-            let _ = write!(doc, "\n## {}\n\n{body}\n", report.scenario);
+            let _ = write!(doc, "\n## {}\n\n{body}\n", report.section);
         }
     }
     std::fs::write(path, doc).with_context(|| format!("writing {}", path.display()))

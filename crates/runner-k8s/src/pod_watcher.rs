@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -23,6 +24,11 @@ use tracing::{debug, warn};
 
 use crate::api_error::watcher_reason;
 use crate::pod_spec::SESSION_ID_LABEL;
+
+/// The wait before re-listing after a failed watch, doubling while it keeps
+/// failing.
+const RELIST_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// What a session knows about its pod.
 #[derive(Debug, Clone)]
@@ -83,16 +89,35 @@ impl PodWatcher {
         let task = {
             let watcher = watcher.clone();
             tokio::spawn(async move {
-                let mut events = watcher::watcher(api, config).default_backoff().boxed();
+                let start = || {
+                    watcher::watcher(api.clone(), config.clone())
+                        .default_backoff()
+                        .boxed()
+                };
+                let mut events = start();
+                let mut backoff = RELIST_BACKOFF_MIN;
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
                         event = events.next() => match event {
-                            Some(Ok(event)) => watcher.apply(event),
+                            Some(Ok(event)) => {
+                                backoff = RELIST_BACKOFF_MIN;
+                                watcher.apply(event);
+                            }
                             Some(Err(err)) => {
                                 watcher.restarts.inc();
                                 lock(&watcher.shared).read_error = Some(watcher_reason(&err));
                                 warn!(error = %err, "pod watch interrupted; re-listing");
+                                // A watch that resumes says nothing until a pod
+                                // changes, so on a quiet cluster the error (and
+                                // `/readyz`) would stand after the apiserver is
+                                // back. A fresh list reports its success.
+                                tokio::select! {
+                                    () = stop.cancelled() => return,
+                                    () = tokio::time::sleep(backoff) => {}
+                                }
+                                backoff = (backoff * 2).min(RELIST_BACKOFF_MAX);
+                                events = start();
                             }
                             None => return,
                         }
@@ -114,7 +139,7 @@ impl PodWatcher {
                 if let Some(seen) = shared.relisting.as_mut() {
                     seen.insert(id.clone());
                 }
-                let pod = Arc::new(pod);
+                let pod = Arc::new(slim(pod));
                 shared.pods.insert(id.clone(), pod.clone());
                 if let Some(tx) = shared.subscribers.get(&id) {
                     tx.send_replace(PodState::Present(pod));
@@ -210,4 +235,13 @@ impl PodWatcher {
             (true, None) => None,
         }
     }
+}
+
+/// What the sessions read of a pod is its metadata and status; the spec (the
+/// largest part, and the same for every session) and the field-manager
+/// bookkeeping are dropped so each live session holds a few KiB, not tens.
+fn slim(mut pod: Pod) -> Pod {
+    pod.spec = None;
+    pod.metadata.managed_fields = None;
+    pod
 }

@@ -23,10 +23,16 @@ pub struct Ctx {
     pub workloads: Option<Workloads>,
     /// The command line that reproduces this run, for the docs.
     pub command: String,
+    /// Names this run's section of the docs when one scenario has several.
+    pub label: Option<String>,
 }
 
 impl Ctx {
     pub fn report(&self, scenario: &'static str, params: Value) -> Report {
-        Report::new(scenario, self.command.clone(), params)
+        let mut report = Report::new(scenario, self.command.clone(), params);
+        if let Some(label) = &self.label {
+            report.section = format!("{scenario}:{label}");
+        }
+        report
     }
 }

@@ -82,6 +82,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     }
     report.row("POST → 201 (p50 / p90 / p99 / max)", post_201.summary());
     report.result("post_201", post_201.json());
+    // The first C requests open their connections at the same instant; the
+    // rest reuse them, as an editor's browser does.
+    let mut by_send: Vec<&Started> = started.iter().collect();
+    by_send.sort_by_key(|s| s.sent_us);
+    let mut warm = Samples::default();
+    for s in by_send.iter().skip(c) {
+        warm.push(s.answered_us.saturating_sub(s.sent_us));
+    }
+    if warm.len() > 0 {
+        report.row(
+            format!("POST → 201 after the first {c} (connections open)"),
+            warm.summary(),
+        );
+        report.result("post_201_warm", warm.json());
+    }
     if ctx.backend == BackendKind::Kubernetes {
         let timeline = stack.sim_timeline().await?;
         let mut post_to_created = Samples::default();
