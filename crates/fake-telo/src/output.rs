@@ -21,6 +21,12 @@ pub fn stdout_line(line: &str) {
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
+/// Writes `bytes` verbatim (no newline) and flushes.
+pub fn stdout_bytes(bytes: &[u8]) {
+    let mut out = io::stdout().lock();
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
+}
+
 pub fn stderr_line(line: &str) {
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "{line}").and_then(|()| err.flush());

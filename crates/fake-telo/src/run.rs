@@ -82,6 +82,9 @@ fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
     for line in &script.stdout {
         output::stdout_line(line);
     }
+    for hex in &script.stdout_hex {
+        output::stdout_bytes(&script::decode_hex(hex).unwrap_or_default());
+    }
     for line in &script.stderr {
         output::stderr_line(line);
     }

@@ -15,6 +15,10 @@ use serde_yaml_ng::Value;
 pub struct Script {
     #[serde(default)]
     pub stdout: Vec<String>,
+    /// Raw byte strings, hex-encoded (whitespace between digit pairs is
+    /// allowed), each written to stdout verbatim and flushed on its own.
+    #[serde(default)]
+    pub stdout_hex: Vec<String>,
     #[serde(default)]
     pub stderr: Vec<String>,
     #[serde(default)]
@@ -50,6 +54,20 @@ pub enum ScriptError {
     },
     #[error("invalid fakeTelo block in document {document}: `lines` needs `lineEveryMs`")]
     LinesWithoutInterval { document: usize },
+    #[error("invalid fakeTelo block in document {document}: `stdoutHex` entry {entry} is not hex")]
+    BadHex { document: usize, entry: usize },
+}
+
+/// The bytes of a `stdoutHex` entry: pairs of hex digits, whitespace ignored.
+pub fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    if !digits.len().is_multiple_of(2) || !digits.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
 }
 
 /// Finds the script in a (possibly multi-document) manifest: the first
@@ -78,6 +96,16 @@ pub fn find_script(manifest: &str) -> Result<Option<Script>, ScriptError> {
                 document: document_number,
             });
         }
+        if let Some(entry) = script
+            .stdout_hex
+            .iter()
+            .position(|hex| decode_hex(hex).is_none())
+        {
+            return Err(ScriptError::BadHex {
+                document: document_number,
+                entry: entry + 1,
+            });
+        }
         return Ok(Some(script));
     }
     Ok(None)
@@ -86,6 +114,23 @@ pub fn find_script(manifest: &str) -> Result<Option<Script>, ScriptError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stdout_hex_decodes_pairs_and_refuses_anything_else() {
+        assert_eq!(
+            decode_hex("ff 1b5b\n00"),
+            Some(vec![0xff, 0x1b, 0x5b, 0x00])
+        );
+        assert_eq!(decode_hex(""), Some(vec![]));
+        assert_eq!(decode_hex("f"), None);
+        assert_eq!(decode_hex("zz"), None);
+        assert_eq!(decode_hex("+1"), None);
+        let error = find_script("fakeTelo:\n  stdoutHex: [\"41\", \"4g\"]\n").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid fakeTelo block in document 1: `stdoutHex` entry 2 is not hex"
+        );
+    }
 
     #[test]
     fn a_manifest_without_the_block_has_no_script() {
@@ -101,6 +146,7 @@ kind: Telo.Application
 metadata: { name: demo }
 fakeTelo:
   stdout: ["hello"]
+  stdoutHex: ["ff 00"]
   stderr: ["oops"]
   printEnv: ["FOO"]
   listen: [8080, 0]
@@ -116,6 +162,7 @@ fakeTelo:
 "#;
         let expected = Script {
             stdout: vec!["hello".to_owned()],
+            stdout_hex: vec!["ff 00".to_owned()],
             stderr: vec!["oops".to_owned()],
             print_env: vec!["FOO".to_owned()],
             listen: vec![8080, 0],

@@ -97,3 +97,31 @@ fn periodic_lines_are_numbered_timestamped_and_end_the_run_after_the_last() {
         previous_millis = millis;
     }
 }
+
+#[test]
+fn stdout_hex_writes_raw_bytes_verbatim_after_the_stdout_lines() {
+    // Invalid UTF-8, a NUL, and an escape sequence cut across two writes.
+    let mut fake =
+        launch("fakeTelo:\n  stdout: [text]\n  stdoutHex: [\"ff fe 00 1b\", \"5b 33 31 6d c3\"]\n")
+            .spawn();
+    let rest = fake.rest_of_stdout();
+    let (status, _) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        rest,
+        b"text\n\xff\xfe\x00\x1b\x5b\x33\x31\x6d\xc3".to_vec(),
+        "{rest:?}"
+    );
+}
+
+#[test]
+fn stdout_hex_that_is_not_hex_is_refused() {
+    let mut fake = launch("fakeTelo:\n  stdoutHex: [\"xyz\"]\n").spawn();
+    let (status, stdout) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(stdout, "");
+    assert!(
+        fake.stderr_text()
+            .contains("`stdoutHex` entry 1 is not hex")
+    );
+}

@@ -1,9 +1,10 @@
 //! Fault injection: failing the next N requests of a verb/resource, added
-//! latency, dropping every watch, and an apiserver "restart" that closes
-//! every open stream (watches, logs, attach) while keeping all state.
+//! latency, dropping every watch, an apiserver "restart" that closes
+//! every open stream (watches, logs, attach) while keeping all state, and an
+//! outage: every request answered `503` for a while.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -39,6 +40,10 @@ pub enum FaultCommand {
     DropWatches,
     /// Close every open stream (watches, logs, attach), keep all state.
     Restart,
+    /// An outage, like an apiserver behind a load balancer that has no
+    /// healthy backend: every open stream closes now and every API request
+    /// is answered `503 ServiceUnavailable` for the next `ms` milliseconds.
+    Unavailable { ms: u64 },
     /// Remove every rule and the latency.
     Clear,
 }
@@ -50,10 +55,15 @@ pub struct FaultState {
     pub latency_ms: u64,
     pub watch_drops: u64,
     pub restarts: u64,
+    /// How much of the current outage is left (0 = none).
+    #[serde(default)]
+    pub unavailable_ms: u64,
 }
 
 pub struct Faults {
     state: Mutex<FaultState>,
+    /// When the current outage ends.
+    unavailable_until: Mutex<Option<Instant>>,
     watch_epoch: watch::Sender<u64>,
     stream_epoch: watch::Sender<u64>,
 }
@@ -62,6 +72,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             state: Mutex::new(FaultState::default()),
+            unavailable_until: Mutex::new(None),
             watch_epoch: watch::channel(0).0,
             stream_epoch: watch::channel(0).0,
         }
@@ -79,10 +90,13 @@ impl Faults {
             FaultCommand::Latency { ms } => self.lock().latency_ms = ms,
             FaultCommand::DropWatches => self.drop_watches(),
             FaultCommand::Restart => self.restart(),
+            FaultCommand::Unavailable { ms } => self.unavailable_for(Duration::from_millis(ms)),
             FaultCommand::Clear => {
                 let mut s = self.lock();
                 s.fail.clear();
                 s.latency_ms = 0;
+                drop(s);
+                *self.outage() = None;
             }
         }
     }
@@ -117,16 +131,50 @@ impl Faults {
         self.stream_epoch.send_modify(|e| *e += 1);
     }
 
+    /// Every open stream closes and every request gets `503` for `period`.
+    pub fn unavailable_for(&self, period: Duration) {
+        *self.outage() = Some(Instant::now() + period);
+        self.restart();
+    }
+
+    fn outage(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.unavailable_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What is left of the current outage, if one is under way.
+    fn outage_left(&self) -> Option<Duration> {
+        let mut until = self.outage();
+        let left = until.map(|t| t.saturating_duration_since(Instant::now()));
+        match left {
+            Some(left) if !left.is_zero() => Some(left),
+            _ => {
+                *until = None;
+                None
+            }
+        }
+    }
+
     pub fn clear(&self) {
         self.apply(FaultCommand::Clear);
     }
 
     pub fn state(&self) -> FaultState {
-        self.lock().clone()
+        let mut state = self.lock().clone();
+        state.unavailable_ms = self.outage_left().map_or(0, |d| d.as_millis() as u64);
+        state
     }
 
-    /// Consumes one matching failure rule, if any.
+    /// The failure this request gets: `503` during an outage, else one
+    /// matching failure rule (consumed), if any.
     pub fn take_failure(&self, verb: &str, resource: &str) -> Option<ApiError> {
+        if self.outage_left().is_some() {
+            return Some(ApiError::injected(
+                503,
+                Some("kube-sim: the apiserver is unavailable".into()),
+            ));
+        }
         let mut s = self.lock();
         let idx = s.fail.iter().position(|r| {
             r.count > 0
@@ -171,6 +219,22 @@ mod tests {
     }
 
     #[test]
+    fn an_outage_refuses_every_request_until_it_ends() {
+        let f = Faults::default();
+        let streams = f.stream_epoch();
+        f.apply(FaultCommand::Unavailable { ms: 60_000 });
+        assert!(streams.has_changed().unwrap(), "open streams are closed");
+        assert_eq!(f.take_failure("get", "pods").map(|e| e.code), Some(503));
+        assert_eq!(f.take_failure("watch", "pods").map(|e| e.code), Some(503));
+        assert!(f.state().unavailable_ms > 0);
+        f.clear();
+        assert!(f.take_failure("get", "pods").is_none());
+        f.unavailable_for(Duration::ZERO);
+        assert!(f.take_failure("get", "pods").is_none(), "an outage ends");
+        assert_eq!(f.state().unavailable_ms, 0);
+    }
+
+    #[test]
     fn commands_parse_from_json() {
         let cmd: FaultCommand = serde_json::from_str(
             r#"{"action":"failNext","verb":"create","resource":"pods","count":1,"code":429}"#,
@@ -183,5 +247,8 @@ mod tests {
         let cmd: FaultCommand =
             serde_json::from_str(r#"{"action":"dropWatches"}"#).expect("parses");
         assert_eq!(cmd, FaultCommand::DropWatches);
+        let cmd: FaultCommand =
+            serde_json::from_str(r#"{"action":"unavailable","ms":2000}"#).expect("parses");
+        assert_eq!(cmd, FaultCommand::Unavailable { ms: 2000 });
     }
 }

@@ -334,10 +334,6 @@ impl SessionRegistry {
         let span = info_span!("session", session_id = %session.id);
         self.inner.tasks.spawn(
             async move {
-                // A task spawned from a request handler would run next on its
-                // worker, ahead of requests already waiting; the answer to the
-                // client comes first, bringing the workload up right after.
-                tokio::task::yield_now().await;
                 let started = tokio::select! {
                     started = launch(sink.clone()) => started,
                     () = shutdown.cancelled() => {

@@ -84,6 +84,15 @@ pub fn is_not_found(err: &kube::Error) -> bool {
     status_code(err) == Some(404)
 }
 
+/// A failure worth retrying: the apiserver was unreachable or answered a
+/// server-side error or a throttle, not a refusal of the request itself.
+pub fn is_transient(err: &kube::Error) -> bool {
+    match status_code(err) {
+        None => true,
+        Some(code) => code == 429 || code >= 500,
+    }
+}
+
 pub fn is_conflict(err: &kube::Error) -> bool {
     status_code(err) == Some(409)
 }
@@ -179,6 +188,17 @@ mod tests {
         assert!(reason.contains("403"), "{reason}");
         assert!(!reason.contains("system:serviceaccount"), "{reason}");
         assert!(!reason.contains("telo-sessions"), "{reason}");
+    }
+
+    #[test]
+    fn only_server_errors_throttles_and_silence_are_transient() {
+        assert!(is_transient(&api_error(500, "InternalError", "")));
+        assert!(is_transient(&api_error(503, "ServiceUnavailable", "")));
+        assert!(is_transient(&api_error(429, "TooManyRequests", "")));
+        assert!(is_transient(&kube::Error::LinesCodecMaxLineLengthExceeded));
+        assert!(!is_transient(&forbidden(RBAC_DENIAL_TEXT)));
+        assert!(!is_transient(&api_error(404, "NotFound", "")));
+        assert!(!is_transient(&api_error(409, "Conflict", "")));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use runner_core::{BackendSession, SessionSink, StartError, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::api_error::{api_reason, is_not_found};
+use crate::api_error::{api_reason, is_not_found, is_transient};
 use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
@@ -33,6 +33,10 @@ use crate::terminal::{self, Terminal};
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A pod that vanished (or began terminating) without the runner asking.
 const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
+/// Attempts at deleting a pod when the apiserver fails transiently.
+const DELETE_ATTEMPTS: u32 = 4;
+/// The wait before the n-th retry is n times this.
+const DELETE_RETRY_DELAY: Duration = Duration::from_millis(100);
 
 /// What every session of one backend shares.
 pub struct SessionContext {
@@ -134,9 +138,9 @@ pub async fn bring_up(
         Arrival::Running(pod) => {
             // Attached before `running` is announced, so a client that starts
             // typing on `running` reaches the workload.
-            if let Some(terminal) = terminal::attach(&ctx.pods, &name, &sink).await {
-                let _ = session.terminal.set(terminal);
-            }
+            let _ = session
+                .terminal
+                .set(terminal::attach(&ctx.pods, &name, &sink).await);
             let pod_ip = pod
                 .status
                 .as_ref()
@@ -369,21 +373,31 @@ async fn cleanup_finished(pods: &Api<Pod>, name: &str) {
     }
 }
 
-/// Delete now (grace 0); an already-gone pod is fine.
+/// Delete now (grace 0); an already-gone pod is fine. A transient failure (a
+/// 5xx, a 429, no answer) is retried a few times: a pod whose delete failed
+/// once would otherwise be left behind (a finished one for good).
 pub async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
-    match pods
-        .delete(
-            name,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(err) if is_not_found(&err) => Ok(()),
-        Err(err) => Err(err),
+    let mut attempt = 1;
+    loop {
+        match pods
+            .delete(
+                name,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                },
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(err) if is_not_found(&err) => return Ok(()),
+            Err(err) if attempt < DELETE_ATTEMPTS && is_transient(&err) => {
+                debug!(pod = name, error = %err, attempt, "pod delete failed; retrying");
+                tokio::time::sleep(DELETE_RETRY_DELAY * attempt).await;
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
     }
 }
 

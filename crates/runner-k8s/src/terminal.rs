@@ -8,6 +8,15 @@
 //! session is announced `running` as soon as the attach is in place); the
 //! part of the live stream that the log already contains is cut off where the
 //! two overlap. Nothing written before the attach is lost.
+//!
+//! An attach that fails is retried, and one whose stream drops while the
+//! container still runs (an apiserver restart, a proxy timeout) is attached
+//! again, the output written meanwhile taken from the log: the terminal lives
+//! as long as the container. A container that ended before it could be
+//! attached to still has its output read from the log.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::AsyncReadExt as _;
@@ -26,6 +35,9 @@ use crate::pod_spec::SESSION_CONTAINER;
 /// kube's attach pipes default to 1 KiB, which turns a fast workload's output
 /// into a stream of tiny frames; these sizes keep throughput up.
 const PIPE_BUFFER_BYTES: usize = 256 * 1024;
+/// Output is read into a buffer that starts small (an idle session holds
+/// little) and doubles while reads fill it, up to the largest chunk.
+const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
 /// is dropped rather than letting a client grow the runner's memory.
@@ -33,14 +45,31 @@ const STDIN_QUEUE: usize = 256;
 /// How much of the log is read at most to rebuild the history. The replay
 /// buffer keeps far less; this only bounds a pathological log.
 const MAX_HISTORY_BYTES: usize = 64 * 1024 * 1024;
+/// Attempts at an attach before the terminal is given up on (the output is
+/// still read from the log); a blip of the apiserver costs a retry, not the
+/// session's terminal.
+const ATTACH_ATTEMPTS: u32 = 4;
+/// The wait before the n-th retry is n times this.
+const ATTACH_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// How much of the relayed output's end is kept to find where a log read
+/// after a re-attach continues it.
+const RELAYED_TAIL_BYTES: usize = 256;
 
 /// The live half of a session's terminal.
 pub struct Terminal {
     stdin: mpsc::Sender<Bytes>,
-    resize: std::sync::Mutex<Option<futures_channel::mpsc::Sender<TerminalSize>>>,
+    resize: Arc<Mutex<Resize>>,
     /// Resolves when the container's output stream ended.
-    pub output_done: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    pub output_done: Mutex<Option<oneshot::Receiver<()>>>,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// The resize channel of the current attach, and the last size asked for
+/// (sent again to a new attach).
+#[derive(Default)]
+struct Resize {
+    tx: Option<futures_channel::mpsc::Sender<TerminalSize>>,
+    last: Option<(u16, u16)>,
 }
 
 impl Terminal {
@@ -52,7 +81,8 @@ impl Terminal {
 
     pub fn resize(&self, cols: u16, rows: u16) {
         let mut resize = self.resize.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = resize.as_mut() {
+        resize.last = Some((cols, rows));
+        if let Some(tx) = resize.tx.as_mut() {
             let _ = tx.try_send(TerminalSize {
                 width: cols,
                 height: rows,
@@ -81,37 +111,160 @@ impl Drop for Terminal {
     }
 }
 
+/// Aborts the tasks of one attach when it is over (or its relay is dropped).
+#[derive(Default)]
+struct AbortOnDrop(Vec<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// Attach to the session container and stream its output — history first —
-/// into `sink`. A failure to attach is reported in the output, not fatal: the
-/// status still flows.
-pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Option<Terminal> {
+/// into `sink`. Returns once the first attach is in place (or given up on), so
+/// input sent from then on reaches the workload. A failure to attach is
+/// reported in the output, not fatal: the status still flows, and so does the
+/// output, from the log.
+pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Terminal {
+    let first = attach_with_retries(pods, pod_name, sink).await;
+    let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(STDIN_QUEUE);
+    let resize = Arc::new(Mutex::new(Resize::default()));
+    let (done_tx, done_rx) = oneshot::channel();
+    let relay = tokio::spawn(relay_terminal(
+        pods.clone(),
+        pod_name.to_owned(),
+        sink.clone(),
+        first,
+        stdin_rx,
+        resize.clone(),
+        done_tx,
+    ));
+    Terminal {
+        stdin: stdin_tx,
+        resize,
+        output_done: Mutex::new(Some(done_rx)),
+        tasks: vec![relay],
+    }
+}
+
+/// An attach, retried while the container may still be running.
+async fn attach_with_retries(
+    pods: &Api<Pod>,
+    pod_name: &str,
+    sink: &SessionSink,
+) -> Option<AttachedProcess> {
     let params = AttachParams::interactive_tty()
         .container(SESSION_CONTAINER)
         .max_stdin_buf_size(PIPE_BUFFER_BYTES)
         .max_stdout_buf_size(PIPE_BUFFER_BYTES);
-    let mut attached: AttachedProcess = match pods.attach(pod_name, &params).await {
-        Ok(attached) => attached,
-        Err(err) => {
-            warn!(pod = pod_name, error = %err, "attach failed");
-            sink.output(Bytes::from(format!(
-                "\r\n[runner] failed to attach PTY: {}\r\n",
-                api_reason(&err)
-            )));
-            return None;
+    let mut attempt = 1;
+    loop {
+        match pods.attach(pod_name, &params).await {
+            Ok(attached) => return Some(attached),
+            // An ended container cannot be attached to; its log has it all.
+            Err(err) if !container_may_run(pods, pod_name).await => {
+                debug!(pod = pod_name, error = %err, "not attached: the container has ended");
+                return None;
+            }
+            Err(err) if attempt >= ATTACH_ATTEMPTS => {
+                warn!(pod = pod_name, error = %err, "attach failed");
+                sink.output(Bytes::from(format!(
+                    "\r\n[runner] failed to attach PTY: {}\r\n",
+                    api_reason(&err)
+                )));
+                return None;
+            }
+            Err(err) => {
+                debug!(pod = pod_name, error = %err, attempt, "attach failed; retrying");
+                tokio::time::sleep(ATTACH_RETRY_DELAY * attempt).await;
+                attempt += 1;
+            }
         }
-    };
-    let stdout = attached.stdout();
-    let stdin_pipe = attached.stdin();
-    let resize = attached.terminal_size();
+    }
+}
 
-    // Live output is held until the history is known, then released minus
-    // what the history already holds.
-    let (live_tx, live_rx) = mpsc::unbounded_channel::<Bytes>();
-    let (done_tx, done_rx) = oneshot::channel();
-    let mut tasks = Vec::new();
-    if let Some(mut stdout) = stdout {
-        tasks.push(tokio::spawn(async move {
-            let mut buf = vec![0u8; READ_CHUNK_BYTES];
+/// Whether the session container may still be running: `false` only when the
+/// apiserver says it is not (a pod that cannot be read may still run).
+async fn container_may_run(pods: &Api<Pod>, pod_name: &str) -> bool {
+    let pod = match pods.get(pod_name).await {
+        Ok(pod) => pod,
+        Err(err) if crate::api_error::is_not_found(&err) => return false,
+        Err(_) => return true,
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    pod.status
+        .and_then(|status| status.container_statuses)
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == SESSION_CONTAINER)
+        .and_then(|c| c.state)
+        .is_some_and(|state| state.running.is_some())
+}
+
+/// Relays attach after attach until the container ended, then signals `done`.
+async fn relay_terminal(
+    pods: Api<Pod>,
+    pod_name: String,
+    sink: SessionSink,
+    mut attached: Option<AttachedProcess>,
+    stdin: mpsc::Receiver<Bytes>,
+    resize: Arc<Mutex<Resize>>,
+    done: oneshot::Sender<()>,
+) {
+    let stdin = Arc::new(tokio::sync::Mutex::new(stdin));
+    let mut relayed = Relayed::default();
+    loop {
+        let Some(process) = attached.take() else {
+            // Not attached (any more): the log holds what there is to show.
+            let log = read_history(&pods, &pod_name).await;
+            relayed.forward_rest_of(&log, &sink);
+            break;
+        };
+        let container_ended = relay_one_attach(
+            &pods,
+            &pod_name,
+            process,
+            &sink,
+            &mut relayed,
+            &stdin,
+            &resize,
+        )
+        .await;
+        if container_ended {
+            break;
+        }
+        debug!(pod = %pod_name, "attach stream dropped while the container may run; attaching again");
+        tokio::time::sleep(ATTACH_RETRY_DELAY).await;
+        attached = attach_with_retries(&pods, &pod_name, &sink).await;
+    }
+    let _ = done.send(());
+}
+
+/// Relays one attach: the log up to it (what was not relayed yet), then its
+/// live output, while stdin and resizes go to it. Returns whether the
+/// container ended (the attach reported its final status), as opposed to the
+/// stream dropping under it.
+async fn relay_one_attach(
+    pods: &Api<Pod>,
+    pod_name: &str,
+    mut attached: AttachedProcess,
+    sink: &SessionSink,
+    relayed: &mut Relayed,
+    stdin: &Arc<tokio::sync::Mutex<mpsc::Receiver<Bytes>>>,
+    resize: &Arc<Mutex<Resize>>,
+) -> bool {
+    let mut tasks = AbortOnDrop::default();
+    // Live output is held until the log is read, then released minus what
+    // the log already holds.
+    let (live_tx, mut live) = mpsc::unbounded_channel::<Bytes>();
+    if let Some(mut stdout) = attached.stdout() {
+        tasks.0.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; READ_CHUNK_MIN_BYTES];
             loop {
                 match stdout.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
@@ -119,26 +272,19 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
                         if live_tx.send(Bytes::copy_from_slice(&buf[..n])).is_err() {
                             break;
                         }
+                        if n == buf.len() && buf.len() < READ_CHUNK_BYTES {
+                            buf.resize(buf.len() * 2, 0);
+                        }
                     }
                 }
             }
         }));
     }
-    // The log is read once the attach is in place, so together they hold
-    // everything; reading it does not hold up the caller (`running` is
-    // announced meanwhile, and the live output waits for the history).
-    tasks.push(tokio::spawn(forward_output(
-        pods.clone(),
-        pod_name.to_owned(),
-        live_rx,
-        sink.clone(),
-        done_tx,
-    )));
-
-    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Bytes>(STDIN_QUEUE);
-    if let Some(mut stdin_pipe) = stdin_pipe {
-        tasks.push(tokio::spawn(async move {
-            while let Some(bytes) = stdin_rx.recv().await {
+    if let Some(mut stdin_pipe) = attached.stdin() {
+        let stdin = stdin.clone();
+        tasks.0.push(tokio::spawn(async move {
+            let mut stdin = stdin.lock().await;
+            while let Some(bytes) = stdin.recv().await {
                 if stdin_pipe.write_all(&bytes).await.is_err() {
                     break;
                 }
@@ -146,12 +292,21 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             }
         }));
     }
+    {
+        let mut resize = resize.lock().unwrap_or_else(|p| p.into_inner());
+        resize.tx = attached.terminal_size();
+        let last = resize.last;
+        if let (Some(tx), Some((width, height))) = (resize.tx.as_mut(), last) {
+            let _ = tx.try_send(TerminalSize { width, height });
+        }
+    }
     // The attach connection itself ends with the container. The status
     // receiver is held while the connection runs: kube drops the output pipe
     // without closing it when nobody takes the final status, and the output
     // would then never reach its end.
     let status = attached.take_status();
-    tasks.push(tokio::spawn(async move {
+    let (ended_tx, ended_rx) = oneshot::channel();
+    tasks.0.push(tokio::spawn(async move {
         let status = async move {
             match status {
                 Some(status) => status.await,
@@ -163,13 +318,71 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Opti
             debug!(error = %err, "attach stream ended with an error");
         }
         debug!(?status, "attach stream ended");
+        let _ = ended_tx.send(status.is_some());
     }));
-    Some(Terminal {
-        stdin: stdin_tx,
-        resize: std::sync::Mutex::new(resize),
-        output_done: std::sync::Mutex::new(Some(done_rx)),
-        tasks,
-    })
+
+    // The log is read once the attach is in place, so together they hold
+    // everything.
+    let log = read_history(pods, pod_name).await;
+    // Whatever arrived live since the attach may overlap the log's tail.
+    let mut early = Vec::new();
+    while let Ok(chunk) = live.try_recv() {
+        early.extend_from_slice(&chunk);
+    }
+    relayed.forward_rest_of(&log, sink);
+    let overlap = history_overlap(&log, &early);
+    if early.len() > overlap {
+        relayed.forward(Bytes::from(early).slice(overlap..), sink);
+    }
+    while let Some(chunk) = live.recv().await {
+        relayed.forward(chunk, sink);
+    }
+    ended_rx.await.unwrap_or(false)
+}
+
+/// How much output reached the session, and how it ended.
+#[derive(Default)]
+struct Relayed {
+    count: usize,
+    tail: Vec<u8>,
+}
+
+impl Relayed {
+    fn forward(&mut self, bytes: Bytes, sink: &SessionSink) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.count += bytes.len();
+        self.tail
+            .extend_from_slice(&bytes[bytes.len().saturating_sub(RELAYED_TAIL_BYTES)..]);
+        let excess = self.tail.len().saturating_sub(RELAYED_TAIL_BYTES);
+        self.tail.drain(..excess);
+        sink.output(bytes);
+    }
+
+    /// Relays what of `log` (the container's whole output) was not relayed.
+    fn forward_rest_of(&mut self, log: &[u8], sink: &SessionSink) {
+        let from = self.position_in(log);
+        if from < log.len() {
+            self.forward(Bytes::copy_from_slice(&log[from..]), sink);
+        }
+    }
+
+    /// Where in `log` the relayed output ends: after as many bytes as were
+    /// relayed when the log agrees (the usual case), else after the last
+    /// place the relayed tail appears (an overlap that was left uncut
+    /// repeated a few bytes); nowhere (the end) when it does not appear.
+    fn position_in(&self, log: &[u8]) -> usize {
+        if self.count == 0 {
+            return 0;
+        }
+        if self.count <= log.len() && log[..self.count].ends_with(&self.tail) {
+            return self.count;
+        }
+        log.windows(self.tail.len())
+            .rposition(|window| window == self.tail.as_slice())
+            .map_or(log.len(), |start| start + self.tail.len())
+    }
 }
 
 /// The container's output so far, from its log (empty when unreadable).
@@ -191,32 +404,6 @@ pub async fn read_history(pods: &Api<Pod>, pod_name: &str) -> Vec<u8> {
         debug!(pod = pod_name, error = %err, "container log read failed");
     }
     history
-}
-
-async fn forward_output(
-    pods: Api<Pod>,
-    pod_name: String,
-    mut live: mpsc::UnboundedReceiver<Bytes>,
-    sink: SessionSink,
-    done: oneshot::Sender<()>,
-) {
-    let history = read_history(&pods, &pod_name).await;
-    // Whatever arrived live since the attach may overlap the log's tail.
-    let mut early = Vec::new();
-    while let Ok(chunk) = live.try_recv() {
-        early.extend_from_slice(&chunk);
-    }
-    let overlap = history_overlap(&history, &early);
-    if !history.is_empty() {
-        sink.output(Bytes::from(history));
-    }
-    if early.len() > overlap {
-        sink.output(Bytes::from(early).slice(overlap..));
-    }
-    while let Some(chunk) = live.recv().await {
-        sink.output(chunk);
-    }
-    let _ = done.send(());
 }
 
 /// Overlaps shorter than this are too likely to be coincidence (a line end, a

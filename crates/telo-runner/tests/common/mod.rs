@@ -221,3 +221,96 @@ impl Runner {
         }
     }
 }
+
+/// A runner started as its own process (so its real process environment and
+/// its memory can be observed); killed when dropped.
+pub struct RunnerProcess {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl RunnerProcess {
+    /// Starts `telo-runner serve` on a free port with only `PATH`, the
+    /// backend's settings (fake-telo as the local kernel; `sim`'s kubeconfig
+    /// for the Kubernetes backend) and `vars` in its environment.
+    pub async fn spawn(
+        backend: Backend,
+        dir: &std::path::Path,
+        sim: Option<&kube_sim::KubeSim>,
+        vars: &[(&str, &str)],
+    ) -> RunnerProcess {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_telo-runner"));
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUNNER_SELF_URL", &base)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        match backend {
+            Backend::Local => {
+                command
+                    .env("RUNNER_BACKEND", "local")
+                    .env("RUNNER_LOCAL_TELO", fake_telo_path())
+                    .env("RUNNER_LOCAL_WORK_DIR", dir.join("sessions"));
+            }
+            Backend::Kubernetes => {
+                let kubeconfig = dir.join("kubeconfig");
+                sim.expect("a kube-sim")
+                    .write_kubeconfig(&kubeconfig)
+                    .expect("kubeconfig");
+                command
+                    .env("RUNNER_BACKEND", "kubernetes")
+                    .env("KUBECONFIG", kubeconfig)
+                    .env("RUNNER_BASE_IMAGE_CATALOG_ENABLED", "false")
+                    .env("RUNNER_IMAGE", "telorun/node:0-slim");
+            }
+        }
+        for (key, value) in vars {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("runner spawns");
+        let stdout = child.stdout.take().expect("stdout");
+        let process = RunnerProcess { child, base };
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            line
+        })
+        .await
+        .expect("read the first line");
+        assert!(line.starts_with("listening on "), "{line}");
+        process
+    }
+
+    pub fn ws_base(&self) -> String {
+        self.base.replacen("http", "ws", 1)
+    }
+
+    /// The process's resident memory, from `/proc`.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kib * 1024
+    }
+}
+
+impl Drop for RunnerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
