@@ -8,7 +8,7 @@ use futures_util::future::try_join_all;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::clients::{self, Sse};
+use crate::clients::{self, Io, Sse};
 use crate::procs::Stack;
 use crate::report::{Report, mib};
 use crate::scenarios::Ctx;
@@ -91,6 +91,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             per_idle as f64 / 1024.0
         ),
     );
+    // One WebSocket subscriber per idle session, as an open editor tab has.
+    let mut sockets = Vec::with_capacity(ids.len());
+    for id in &ids {
+        sockets.push(Io::connect(&stack, id).await?);
+    }
+    let with_subscribers = rss_over(&stack, Duration::from_secs(1)).await?;
+    let per_subscriber = with_subscribers.saturating_sub(with_idle) / n.max(1) as u64;
+    report.row(
+        "runner RSS with one WebSocket subscriber on each",
+        format!(
+            "{:.1} MiB ({:.1} KiB per subscriber)",
+            mib(with_subscribers),
+            per_subscriber as f64 / 1024.0
+        ),
+    );
+    report.result("per_websocket_subscriber_bytes", json!(per_subscriber));
+    drop(sockets);
     stop_all(&stack, ids, c).await?;
     let after_idle = rss_over(&stack, Duration::from_secs(1)).await?;
     report.row(

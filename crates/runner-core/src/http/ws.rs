@@ -22,6 +22,12 @@ use super::{AppState, query_value, stream_allows_origin};
 use crate::metrics::{Metrics, Transport};
 use crate::registry::{Batch, Session};
 
+/// What a client sends is keystrokes, pastes and resizes; tungstenite's
+/// default 128 KiB read buffer, zero-filled before the first read, made every
+/// open terminal cost 128 KiB of resident memory. Larger frames still arrive
+/// whole, over more reads.
+const CLIENT_READ_BUFFER_BYTES: usize = 8 * 1024;
+
 pub const CLOSE_NORMAL: u16 = 1000;
 pub const CLOSE_FORBIDDEN_ORIGIN: u16 = 4403;
 pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
@@ -59,6 +65,7 @@ pub async fn io(
         .and_then(super::sse::parse_resume_id)
         .unwrap_or(0);
     upgrade
+        .read_buffer_size(CLIENT_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             if !stream_allows_origin(&state.options.cors, origin.as_deref()) {
                 close_with(socket, CLOSE_FORBIDDEN_ORIGIN, "forbidden_origin").await;
