@@ -3,6 +3,7 @@
 //! subresource, and adopted again after a runner restart.
 
 pub mod api_error;
+pub mod attach;
 pub mod backend;
 pub mod bundle_store;
 pub mod client;

@@ -20,25 +20,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::AsyncReadExt as _;
+use futures_util::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{AttachParams, AttachedProcess, LogParams, TerminalSize};
+use kube::api::{LogParams, TerminalSize};
 use runner_core::SessionSink;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::api_error::api_reason;
+use crate::attach::{self, Attached, Incoming};
 use crate::pod_spec::SESSION_CONTAINER;
 
-/// kube's attach pipes default to 1 KiB, which turns a fast workload's output
-/// into a stream of tiny frames; these sizes keep throughput up.
-const PIPE_BUFFER_BYTES: usize = 256 * 1024;
-/// Output is read into a buffer that starts small (an idle session holds
-/// little) and doubles while reads fill it, up to the largest chunk.
-const READ_CHUNK_MIN_BYTES: usize = 4 * 1024;
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
 /// is dropped rather than letting a client grow the runner's memory.
 const STDIN_QUEUE: usize = 256;
@@ -155,14 +149,10 @@ async fn attach_with_retries(
     pods: &Api<Pod>,
     pod_name: &str,
     sink: &SessionSink,
-) -> Option<AttachedProcess> {
-    let params = AttachParams::interactive_tty()
-        .container(SESSION_CONTAINER)
-        .max_stdin_buf_size(PIPE_BUFFER_BYTES)
-        .max_stdout_buf_size(PIPE_BUFFER_BYTES);
+) -> Option<Attached> {
     let mut attempt = 1;
     loop {
-        match pods.attach(pod_name, &params).await {
+        match attach::attach(pods, pod_name).await {
             Ok(attached) => return Some(attached),
             // An ended container cannot be attached to; its log has it all.
             Err(err) if !container_may_run(pods, pod_name).await => {
@@ -211,7 +201,7 @@ async fn relay_terminal(
     pods: Api<Pod>,
     pod_name: String,
     sink: SessionSink,
-    mut attached: Option<AttachedProcess>,
+    mut attached: Option<Attached>,
     stdin: mpsc::Receiver<Bytes>,
     resize: Arc<Mutex<Resize>>,
     done: oneshot::Sender<()>,
@@ -252,7 +242,7 @@ async fn relay_terminal(
 async fn relay_one_attach(
     pods: &Api<Pod>,
     pod_name: &str,
-    mut attached: AttachedProcess,
+    attached: Attached,
     sink: &SessionSink,
     relayed: &mut Relayed,
     stdin: &Arc<tokio::sync::Mutex<mpsc::Receiver<Bytes>>>,
@@ -262,63 +252,58 @@ async fn relay_one_attach(
     // Live output is held until the log is read, then released minus what
     // the log already holds.
     let (live_tx, mut live) = mpsc::unbounded_channel::<Bytes>();
-    if let Some(mut stdout) = attached.stdout() {
-        tasks.0.push(tokio::spawn(async move {
-            let mut buf = vec![0u8; READ_CHUNK_MIN_BYTES];
-            loop {
-                match stdout.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if live_tx.send(Bytes::copy_from_slice(&buf[..n])).is_err() {
-                            break;
-                        }
-                        if n == buf.len() && buf.len() < READ_CHUNK_BYTES {
-                            buf.resize(buf.len() * 2, 0);
-                        }
-                    }
-                }
-            }
-        }));
-    }
-    if let Some(mut stdin_pipe) = attached.stdin() {
-        let stdin = stdin.clone();
-        tasks.0.push(tokio::spawn(async move {
-            let mut stdin = stdin.lock().await;
-            while let Some(bytes) = stdin.recv().await {
-                if stdin_pipe.write_all(&bytes).await.is_err() {
-                    break;
-                }
-                let _ = stdin_pipe.flush().await;
-            }
-        }));
-    }
+    let (mut tx, mut rx) = attach::split(attached);
+    let (resize_tx, mut resize_rx) = futures_channel::mpsc::channel::<TerminalSize>(8);
     {
         let mut resize = resize.lock().unwrap_or_else(|p| p.into_inner());
-        resize.tx = attached.terminal_size();
+        resize.tx = Some(resize_tx);
         let last = resize.last;
         if let (Some(tx), Some((width, height))) = (resize.tx.as_mut(), last) {
             let _ = tx.try_send(TerminalSize { width, height });
         }
     }
-    // The attach connection itself ends with the container. The status
-    // receiver is held while the connection runs: kube drops the output pipe
-    // without closing it when nobody takes the final status, and the output
-    // would then never reach its end.
-    let status = attached.take_status();
+    // One task moves the stream: output out, stdin and resizes in. It tells
+    // whether the container ended (its final status arrived) or the stream
+    // dropped under it.
+    let stdin = stdin.clone();
     let (ended_tx, ended_rx) = oneshot::channel();
     tasks.0.push(tokio::spawn(async move {
-        let status = async move {
-            match status {
-                Some(status) => status.await,
-                None => None,
+        let mut stdin = stdin.lock().await;
+        let mut stdin_open = true;
+        let mut resize_open = true;
+        let ended = loop {
+            tokio::select! {
+                message = rx.next() => match attach::incoming(message) {
+                    Incoming::Output(bytes) => {
+                        if live_tx.send(bytes).is_err() {
+                            break false;
+                        }
+                    }
+                    Incoming::Ended => break true,
+                    Incoming::Other => {}
+                    Incoming::Closed => break false,
+                },
+                bytes = stdin.recv(), if stdin_open => match bytes {
+                    Some(bytes) => {
+                        if !attach::send(&mut tx, attach::stdin_frame(&bytes)).await {
+                            break false;
+                        }
+                    }
+                    None => stdin_open = false,
+                },
+                size = resize_rx.next(), if resize_open => match size {
+                    Some(size) => {
+                        if !attach::send(&mut tx, attach::resize_frame(size.width, size.height)).await {
+                            break false;
+                        }
+                    }
+                    None => resize_open = false,
+                },
             }
         };
-        let (joined, status) = tokio::join!(attached.join(), status);
-        if let Err(err) = joined {
-            debug!(error = %err, "attach stream ended with an error");
-        }
-        debug!(?status, "attach stream ended");
-        let _ = ended_tx.send(status.is_some());
+        debug!(ended, "attach stream ended");
+        drop(live_tx);
+        let _ = ended_tx.send(ended);
     }));
 
     // The log is read once the attach is in place, so together they hold
