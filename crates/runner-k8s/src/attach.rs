@@ -11,7 +11,6 @@
 //! 3 the container's final status, 4 terminal size.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::{SinkExt, StreamExt};
 use http::header;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
@@ -40,11 +39,6 @@ const RESIZE: u8 = 4;
 
 pub type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
-/// An established attach to the session container's TTY.
-pub struct Attached {
-    pub socket: Socket,
-}
-
 /// What came out of the attach stream.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Incoming {
@@ -58,7 +52,7 @@ pub enum Incoming {
 }
 
 /// Opens the attach (stdin, stdout, tty) to the session container.
-pub async fn attach(pods: &Api<Pod>, pod_name: &str) -> Result<Attached, Error> {
+pub async fn attach(pods: &Api<Pod>, pod_name: &str) -> Result<Socket, Error> {
     let params = AttachParams::interactive_tty().container(SESSION_CONTAINER);
     let request = kube::core::Request::new(pods.resource_url())
         .attach(pod_name, &params)
@@ -116,9 +110,7 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str) -> Result<Attached, Error> 
         )
     })?;
     let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
-    let socket =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, Some(config)).await;
-    Ok(Attached { socket })
+    Ok(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, Some(config)).await)
 }
 
 /// A refused upgrade as the apiserver said it (a `Status` body), like kube's
@@ -172,24 +164,6 @@ pub fn resize_frame(width: u16, height: u16) -> Message {
     frame.put_u8(RESIZE);
     frame.put_slice(json.as_bytes());
     Message::Binary(frame.freeze())
-}
-
-/// Sends a frame; `false` once the stream is gone.
-pub async fn send(
-    tx: &mut futures_util::stream::SplitSink<Socket, Message>,
-    message: Message,
-) -> bool {
-    tx.send(message).await.is_ok()
-}
-
-/// Splits the socket for the relay.
-pub fn split(
-    attached: Attached,
-) -> (
-    futures_util::stream::SplitSink<Socket, Message>,
-    futures_util::stream::SplitStream<Socket>,
-) {
-    attached.socket.split()
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::AsyncReadExt as _;
-use futures_util::StreamExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, TerminalSize};
@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::api_error::api_reason;
-use crate::attach::{self, Attached, Incoming};
+use crate::attach::{self, Incoming, Socket};
 use crate::pod_spec::SESSION_CONTAINER;
 
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
@@ -149,7 +149,7 @@ async fn attach_with_retries(
     pods: &Api<Pod>,
     pod_name: &str,
     sink: &SessionSink,
-) -> Option<Attached> {
+) -> Option<Socket> {
     let mut attempt = 1;
     loop {
         match attach::attach(pods, pod_name).await {
@@ -201,7 +201,7 @@ async fn relay_terminal(
     pods: Api<Pod>,
     pod_name: String,
     sink: SessionSink,
-    mut attached: Option<Attached>,
+    mut attached: Option<Socket>,
     stdin: mpsc::Receiver<Bytes>,
     resize: Arc<Mutex<Resize>>,
     done: oneshot::Sender<()>,
@@ -242,7 +242,7 @@ async fn relay_terminal(
 async fn relay_one_attach(
     pods: &Api<Pod>,
     pod_name: &str,
-    attached: Attached,
+    attached: Socket,
     sink: &SessionSink,
     relayed: &mut Relayed,
     stdin: &Arc<tokio::sync::Mutex<mpsc::Receiver<Bytes>>>,
@@ -252,7 +252,7 @@ async fn relay_one_attach(
     // Live output is held until the log is read, then released minus what
     // the log already holds.
     let (live_tx, mut live) = mpsc::unbounded_channel::<Bytes>();
-    let (mut tx, mut rx) = attach::split(attached);
+    let (mut tx, mut rx) = attached.split();
     let (resize_tx, mut resize_rx) = futures_channel::mpsc::channel::<TerminalSize>(8);
     {
         let mut resize = resize.lock().unwrap_or_else(|p| p.into_inner());
@@ -285,7 +285,7 @@ async fn relay_one_attach(
                 },
                 bytes = stdin.recv(), if stdin_open => match bytes {
                     Some(bytes) => {
-                        if !attach::send(&mut tx, attach::stdin_frame(&bytes)).await {
+                        if tx.send(attach::stdin_frame(&bytes)).await.is_err() {
                             break false;
                         }
                     }
@@ -293,7 +293,7 @@ async fn relay_one_attach(
                 },
                 size = resize_rx.next(), if resize_open => match size {
                     Some(size) => {
-                        if !attach::send(&mut tx, attach::resize_frame(size.width, size.height)).await {
+                        if tx.send(attach::resize_frame(size.width, size.height)).await.is_err() {
                             break false;
                         }
                     }
