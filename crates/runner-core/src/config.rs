@@ -38,6 +38,8 @@ pub const DEFAULT_REPLAY_BUFFER_BYTES: u64 = 5_000_000;
 /// default but can be raised for large bundles.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1_048_576;
 pub const DEFAULT_SSE_HEARTBEAT_MS: u64 = 20_000;
+/// Seconds a stopped workload gets between SIGTERM and the kill.
+pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 5;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {
@@ -68,6 +70,9 @@ pub struct CoreConfig {
     pub apps: AppCatalog,
     /// Bearer tokens every gated `/v1` route requires; `None` = no auth.
     pub auth_tokens: Option<AuthTokens>,
+    /// How long a stopped workload may take to exit after SIGTERM (a pod's
+    /// grace period) before it is killed.
+    pub stop_grace: Duration,
 }
 
 /// An environment from literal pairs (tests, embedding).
@@ -112,6 +117,11 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         DEFAULT_SSE_HEARTBEAT_MS,
         "RUNNER_SSE_HEARTBEAT_MS",
     )?;
+    let stop_grace_seconds = parse_non_negative_int(
+        var("RUNNER_STOP_GRACE_SECONDS"),
+        DEFAULT_STOP_GRACE_SECONDS,
+        "RUNNER_STOP_GRACE_SECONDS",
+    )?;
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
     let auth_tokens = load_auth_tokens(env)?;
@@ -128,6 +138,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         terms,
         apps,
         auth_tokens,
+        stop_grace: Duration::from_secs(stop_grace_seconds),
     })
 }
 
@@ -180,6 +191,11 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_SSE_HEARTBEAT_MS",
         default: "20000",
         description: "Interval of the `: heartbeat` comment on idle event streams; lower it behind proxies with short idle timeouts.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_STOP_GRACE_SECONDS",
+        default: "5",
+        description: "How long a stopped session's workload may take to exit after SIGTERM (on Kubernetes, the pod's grace period) before it is killed; 0 kills at once.",
     },
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
@@ -241,6 +257,25 @@ pub fn parse_positive_int(
         .and_then(exact_u64)
         .filter(|n| *n > 0)
         .ok_or_else(|| ConfigError(format!("{field} must be a positive integer, got '{raw}'.")))
+}
+
+/// Like [`parse_positive_int`], but zero is allowed.
+pub fn parse_non_negative_int(
+    raw: Option<&str>,
+    fallback: u64,
+    field: &str,
+) -> Result<u64, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(fallback);
+    };
+    if js_trim(raw).is_empty() {
+        return Ok(fallback);
+    }
+    js_number(raw).and_then(exact_u64).ok_or_else(|| {
+        ConfigError(format!(
+            "{field} must be a non-negative integer, got '{raw}'."
+        ))
+    })
 }
 
 fn parse_positive_usize(
@@ -730,6 +765,7 @@ mod tests {
                 terms: None,
                 apps: AppCatalog::default(),
                 auth_tokens: None,
+                stop_grace: Duration::from_secs(5),
             }
         );
     }

@@ -7,6 +7,8 @@ use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positiv
 
 pub const DEFAULT_TELO: &str = "telo";
 pub const DEFAULT_MAX_TTL_SECONDS: u64 = 3600;
+pub const DEFAULT_STOP_GRACE: Duration =
+    Duration::from_secs(runner_core::config::DEFAULT_STOP_GRACE_SECONDS);
 /// The workload `PATH` when the runner itself has none.
 pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory name under the system temporary directory used by default.
@@ -22,6 +24,9 @@ pub struct LocalConfig {
     pub max_ttl: Duration,
     /// The `PATH` workloads get, also where a bare `telo` name is looked up.
     pub path: String,
+    /// How long a stopped session's processes get between SIGTERM and
+    /// SIGKILL (`RUNNER_STOP_GRACE_SECONDS`, read with the core settings).
+    pub stop_grace: Duration,
 }
 
 pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
@@ -80,6 +85,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         work_root,
         max_ttl: Duration::from_secs(max_ttl_seconds),
         path,
+        stop_grace: DEFAULT_STOP_GRACE,
     })
 }
 
@@ -101,6 +107,7 @@ mod tests {
                 work_root: std::env::temp_dir().join("telo-runner-sessions"),
                 max_ttl: Duration::from_secs(3600),
                 path: FALLBACK_PATH.into(),
+                stop_grace: DEFAULT_STOP_GRACE,
             }
         );
     }

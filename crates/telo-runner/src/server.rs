@@ -18,8 +18,9 @@ use tracing::{info, warn};
 
 /// Default port of the local backend (the Kubernetes backend uses 8062).
 pub const LOCAL_DEFAULT_PORT: u16 = 8061;
-/// How long shutdown waits for sessions to report `stopped`.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long shutdown waits for sessions to report `stopped` beyond their own
+/// stop grace period (output still draining, a slow apiserver).
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -57,7 +58,9 @@ impl Service {
             match backend_kind(env)? {
                 BackendKind::Local => {
                     let core = load_core_config(env, LOCAL_DEFAULT_PORT)?;
-                    let local = LocalBackend::new(load_local_config(env)?)
+                    let mut local_config = load_local_config(env)?;
+                    local_config.stop_grace = core.stop_grace;
+                    let local = LocalBackend::new(local_config)
                         .map_err(|err| ConfigError(err.to_string()))?;
                     local.sweep_work_root();
                     (core, Arc::new(local), axum::Router::new())
@@ -114,6 +117,7 @@ impl Service {
         shutdown: CancellationToken,
     ) -> std::io::Result<()> {
         let registry = self.registry.clone();
+        let shutdown_grace = self.core.stop_grace.saturating_add(SHUTDOWN_MARGIN);
         // Adoption waits for the backend to see its workloads (a cluster that
         // is down at boot may take a while); the API serves meanwhile.
         let recovery = {
@@ -132,7 +136,7 @@ impl Service {
             async move {
                 shutdown.cancelled().await;
                 info!("shutting down: stopping sessions");
-                registry.shutdown(SHUTDOWN_GRACE).await;
+                registry.shutdown(shutdown_grace).await;
                 drained.cancel();
             }
         };
