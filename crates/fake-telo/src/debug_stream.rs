@@ -17,6 +17,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 
 use crate::http;
+use crate::script::DebugEvent;
 
 pub const EVENTS_PATH: &str = "/events";
 /// The log line sent before the events; the runner must drop it.
@@ -47,12 +48,12 @@ pub fn log_frame(timestamp: &str, line: &str) -> String {
     }))
 }
 
-pub fn event_frame(timestamp: &str, event: &str) -> String {
+pub fn event_frame(timestamp: &str, event: &DebugEvent) -> String {
     sse_data(&json!({
         "kind": "event",
         "timestamp": timestamp,
-        "event": event,
-        "payload": {},
+        "event": event.name(),
+        "payload": event.payload(),
     }))
 }
 
@@ -61,7 +62,7 @@ fn sse_data(frame: &serde_json::Value) -> String {
 }
 
 /// Everything a new `/events` subscriber receives before the keep-alives.
-pub fn initial_stream(at: OffsetDateTime, events: &[String]) -> String {
+pub fn initial_stream(at: OffsetDateTime, events: &[DebugEvent]) -> String {
     let timestamp = frame_timestamp(at);
     let mut stream = log_frame(&timestamp, BOOT_LOG_LINE);
     for event in events {
@@ -73,8 +74,8 @@ pub fn initial_stream(at: OffsetDateTime, events: &[String]) -> String {
 /// Serves the debug stream from a background thread for the rest of the
 /// process's life. Each connection gets the full event list again, as a
 /// reconnecting relay expects.
-pub fn serve(listener: TcpListener, events: Vec<String>) -> std::io::Result<()> {
-    let events: Arc<[String]> = events.into();
+pub fn serve(listener: TcpListener, events: Vec<DebugEvent>) -> std::io::Result<()> {
+    let events: Arc<[DebugEvent]> = events.into();
     thread::Builder::new()
         .name("inspect".to_owned())
         .spawn(move || {
@@ -93,7 +94,7 @@ pub fn serve(listener: TcpListener, events: Vec<String>) -> std::io::Result<()> 
     Ok(())
 }
 
-fn answer(mut stream: TcpStream, events: &[String]) {
+fn answer(mut stream: TcpStream, events: &[DebugEvent]) {
     let Some(request) = http::read_request_head(&mut stream) else {
         return;
     };
@@ -109,7 +110,7 @@ fn answer(mut stream: TcpStream, events: &[String]) {
     let _ = http::respond_and_close(stream, &response);
 }
 
-fn stream_events(mut stream: TcpStream, events: &[String]) {
+fn stream_events(mut stream: TcpStream, events: &[DebugEvent]) {
     // Frames must reach the relay as they are written, not after Nagle's delay.
     let _ = stream.set_nodelay(true);
     // No Content-Length: the body is the stream and ends when the process does.
@@ -147,7 +148,7 @@ mod tests {
     fn a_subscriber_gets_the_boot_log_then_every_event_in_order() {
         let stream = initial_stream(
             datetime!(2026-01-02 03:04:05.006 UTC),
-            &["Kernel.Starting".to_owned(), "Kernel.Started".to_owned()],
+            &["Kernel.Starting".into(), "Kernel.Started".into()],
         );
         assert_eq!(
             stream,
@@ -161,7 +162,7 @@ mod tests {
 
     #[test]
     fn event_names_are_json_escaped() {
-        let frame = event_frame("t", "odd \"name\"\n");
+        let frame = event_frame("t", &"odd \"name\"\n".into());
         assert_eq!(
             frame,
             "data: {\"kind\":\"event\",\"timestamp\":\"t\",\"event\":\"odd \\\"name\\\"\\n\",\"payload\":{}}\n\n"

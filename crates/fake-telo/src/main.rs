@@ -15,6 +15,7 @@ mod net;
 mod output;
 mod run;
 mod script;
+mod signals;
 mod terminal;
 
 use std::process::ExitCode;

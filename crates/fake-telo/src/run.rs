@@ -16,6 +16,7 @@ use crate::listen;
 use crate::net::{self, BindError};
 use crate::output;
 use crate::script::{self, Script, ScriptError};
+use crate::signals;
 use crate::terminal;
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,10 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
         output::stdout_line(&format!("fake-telo: ran {}", options.entry));
         return Ok(0);
     };
+    signals::install(&script).map_err(|source| RunError::Start {
+        what: "the signal handlers",
+        source,
+    })?;
     if script.wait_for_input {
         wait_for_line();
     }
@@ -115,7 +120,12 @@ fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
             source,
         };
         let address = listener.local_addr().map_err(start_error)?;
-        debug_stream::serve(listener, script.debug_events.clone()).map_err(start_error)?;
+        let events = if script.debug_events.is_empty() {
+            script::default_debug_events()
+        } else {
+            script.debug_events.clone()
+        };
+        debug_stream::serve(listener, events).map_err(start_error)?;
         output::stdout_line(&format!("inspect listening on {address}"));
     }
     if script.spew_bytes > 0 {

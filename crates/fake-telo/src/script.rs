@@ -30,8 +30,10 @@ pub struct Script {
     pub exit_after_ms: Option<u64>,
     #[serde(default)]
     pub exit_code: u8,
+    /// Served on `--inspect`; empty means the frames the real kernel sends
+    /// for a run that started (see [`default_debug_events`]).
     #[serde(default)]
-    pub debug_events: Vec<String>,
+    pub debug_events: Vec<DebugEvent>,
     #[serde(default)]
     pub spew_bytes: u64,
     #[serde(default)]
@@ -40,6 +42,71 @@ pub struct Script {
     pub lines: Option<u64>,
     #[serde(default)]
     pub wait_for_input: bool,
+    /// On SIGTERM or SIGINT: print this line and exit 0, as a real kernel's
+    /// teardown does (`Stopped listening`).
+    pub stop_line: Option<String>,
+    /// SIGTERM is ignored: only a kill ends the process.
+    #[serde(default)]
+    pub ignore_sigterm: bool,
+}
+
+/// One `debugEvents` entry: an event name, or `{event, payload}` for a frame
+/// whose payload matters (`Kernel.Stopped {exitCode}`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum DebugEvent {
+    Name(String),
+    WithPayload {
+        event: String,
+        #[serde(default = "empty_payload")]
+        payload: serde_json::Value,
+    },
+}
+
+fn empty_payload() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl DebugEvent {
+    pub fn name(&self) -> &str {
+        match self {
+            DebugEvent::Name(name) | DebugEvent::WithPayload { event: name, .. } => name,
+        }
+    }
+
+    pub fn payload(&self) -> serde_json::Value {
+        match self {
+            DebugEvent::Name(_) => empty_payload(),
+            DebugEvent::WithPayload { payload, .. } => payload.clone(),
+        }
+    }
+}
+
+impl From<&str> for DebugEvent {
+    fn from(name: &str) -> Self {
+        DebugEvent::Name(name.to_owned())
+    }
+}
+
+impl From<String> for DebugEvent {
+    fn from(name: String) -> Self {
+        DebugEvent::Name(name)
+    }
+}
+
+/// What the real kernel (0.81) sends under `--inspect` for a run that
+/// started: it blocks in inspect mode, then starts. The runner announces
+/// `running` on `Kernel.Started`, so a stand-in that sent nothing would make
+/// every inspected session look stuck in `starting`.
+pub fn default_debug_events() -> Vec<DebugEvent> {
+    vec![
+        DebugEvent::WithPayload {
+            event: "Kernel.Blocked".to_owned(),
+            payload: serde_json::json!({ "reason": "inspect", "count": 1 }),
+        },
+        DebugEvent::Name("Kernel.Starting".to_owned()),
+        DebugEvent::Name("Kernel.Started".to_owned()),
+    ]
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +226,8 @@ fakeTelo:
   lineEveryMs: 10
   lines: 5
   waitForInput: true
+  stopLine: bye
+  ignoreSigterm: true
 "#;
         let expected = Script {
             stdout: vec!["hello".to_owned()],
@@ -169,14 +238,40 @@ fakeTelo:
             echo: true,
             exit_after_ms: Some(200),
             exit_code: 3,
-            debug_events: vec!["Kernel.Starting".to_owned(), "Kernel.Started".to_owned()],
+            debug_events: vec!["Kernel.Starting".into(), "Kernel.Started".into()],
             spew_bytes: 1000,
             print_size: true,
             line_every_ms: Some(10),
             lines: Some(5),
             wait_for_input: true,
+            stop_line: Some("bye".to_owned()),
+            ignore_sigterm: true,
         };
         assert_eq!(find_script(manifest).unwrap(), Some(expected));
+    }
+
+    #[test]
+    fn a_debug_event_may_carry_a_payload() {
+        let script =
+            find_script("fakeTelo:\n  debugEvents:\n    - Kernel.Started\n    - { event: Kernel.Stopped, payload: { exitCode: 3 } }\n    - { event: Kernel.Starting }\n")
+                .unwrap()
+                .unwrap();
+        let frames: Vec<(String, serde_json::Value)> = script
+            .debug_events
+            .iter()
+            .map(|e| (e.name().to_owned(), e.payload()))
+            .collect();
+        assert_eq!(
+            frames,
+            [
+                ("Kernel.Started".to_owned(), serde_json::json!({})),
+                (
+                    "Kernel.Stopped".to_owned(),
+                    serde_json::json!({ "exitCode": 3 })
+                ),
+                ("Kernel.Starting".to_owned(), serde_json::json!({})),
+            ]
+        );
     }
 
     #[test]

@@ -91,3 +91,39 @@ fn wait_for_input_also_ends_at_the_end_of_stdin() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(stdout, "started\n");
 }
+
+fn signal(fake: &support::FakeTelo, signal: Signal) {
+    kill_process(Pid::from_child(fake.child()), signal).unwrap();
+}
+
+#[test]
+fn stop_line_is_printed_on_sigterm_and_the_run_exits_zero() {
+    let mut fake =
+        launch("fakeTelo:\n  stdout: [ready]\n  listen: [0]\n  stopLine: Stopped listening\n  exitCode: 7\n")
+            .spawn();
+    assert_eq!(fake.next_line(), "ready");
+    fake.line_after("listening on ");
+    signal(&fake, Signal::TERM);
+    let (status, rest) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(rest, "Stopped listening\n");
+}
+
+#[test]
+fn ignore_sigterm_survives_sigterm_and_still_answers() {
+    let mut fake = launch(
+        "fakeTelo:\n  stdout: [ready]\n  echo: true\n  ignoreSigterm: true\n  stopLine: bye\n",
+    )
+    .spawn();
+    assert_eq!(fake.next_line(), "ready");
+    signal(&fake, Signal::TERM);
+    // A pending signal is delivered before the process next runs, so an
+    // echo after it proves SIGTERM neither killed nor stopped it.
+    fake.write_stdin("still here\n");
+    assert_eq!(fake.next_line(), "still here");
+    // SIGINT is still the graceful stop.
+    signal(&fake, Signal::INT);
+    let (status, rest) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(rest, "bye\n");
+}

@@ -129,6 +129,39 @@ fn debug_events_stream_a_log_frame_then_each_event_to_every_subscriber() {
 }
 
 #[test]
+fn without_debug_events_the_stream_carries_the_real_kernels_start_frames() {
+    let mut fake = launch("fakeTelo:\n  listen: [0]\n")
+        .args(&["run", "--inspect", "127.0.0.1:0", "--no-open", "app.yaml"])
+        .spawn();
+    let address = fake.line_after("inspect listening on ");
+    let (_, mut reader) = open_events(&address);
+    assert_eq!(next_frame(&mut reader)["kind"], "log");
+    let blocked = next_frame(&mut reader);
+    assert_eq!(blocked["event"], "Kernel.Blocked");
+    assert_eq!(
+        blocked["payload"],
+        serde_json::json!({ "reason": "inspect", "count": 1 })
+    );
+    assert_eq!(next_frame(&mut reader)["event"], "Kernel.Starting");
+    assert_eq!(next_frame(&mut reader)["event"], "Kernel.Started");
+}
+
+#[test]
+fn a_scripted_event_carries_its_payload() {
+    let manifest = "fakeTelo:\n  debugEvents:\n    - Kernel.Started\n    - { event: Kernel.Stopped, payload: { exitCode: 3 } }\n";
+    let mut fake = launch(manifest)
+        .args(&["run", "--inspect", "127.0.0.1:0", "app.yaml"])
+        .spawn();
+    let address = fake.line_after("inspect listening on ");
+    let (_, mut reader) = open_events(&address);
+    assert_eq!(next_frame(&mut reader)["kind"], "log");
+    assert_eq!(next_frame(&mut reader)["event"], "Kernel.Started");
+    let stopped = next_frame(&mut reader);
+    assert_eq!(stopped["event"], "Kernel.Stopped");
+    assert_eq!(stopped["payload"], serde_json::json!({ "exitCode": 3 }));
+}
+
+#[test]
 fn the_inspect_server_answers_other_paths_with_404() {
     let mut fake = launch("fakeTelo: { debugEvents: [A] }\n")
         .args(&["run", "app.yaml", "--inspect=127.0.0.1:0"])
