@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod reachability;
 pub mod registry;
 pub mod replay;
+pub mod start_gate;
 pub mod terms;
 pub mod time;
 pub mod types;

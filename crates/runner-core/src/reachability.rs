@@ -14,6 +14,11 @@ use crate::types::ReachabilityState;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
 pub const UNREACHABLE_AFTER: Duration = Duration::from_millis(30_000);
+/// The first retry comes this soon after a refused connect; each one after
+/// waits twice as long, up to [`RETRY_INTERVAL`]. A kernel that starts
+/// listening a moment after the first check is seen within tens of
+/// milliseconds, not up to a second later.
+pub const FIRST_RETRY: Duration = Duration::from_millis(25);
 pub const RETRY_INTERVAL: Duration = Duration::from_millis(1_000);
 pub const RETRY_INTERVAL_AFTER_UNREACHABLE: Duration = Duration::from_millis(5_000);
 
@@ -43,6 +48,7 @@ pub async fn watch_port(addr: SocketAddr, mut report: impl FnMut(ReachabilitySta
     report(ReachabilityState::Checking);
     let started = Instant::now();
     let mut reported_unreachable = false;
+    let mut backoff = FIRST_RETRY;
     loop {
         if let Ok(Ok(_)) = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             report(ReachabilityState::Reachable);
@@ -55,9 +61,10 @@ pub async fn watch_port(addr: SocketAddr, mut report: impl FnMut(ReachabilitySta
         sleep(if reported_unreachable {
             RETRY_INTERVAL_AFTER_UNREACHABLE
         } else {
-            RETRY_INTERVAL
+            backoff
         })
         .await;
+        backoff = (backoff * 2).min(RETRY_INTERVAL);
     }
 }
 

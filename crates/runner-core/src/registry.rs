@@ -27,6 +27,7 @@ use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, Star
 use crate::ids::new_session_id;
 use crate::metrics::Metrics;
 use crate::replay::{Replay, ReplayBuffer};
+use crate::start_gate::{Admission, GateSignal, KERNEL_STARTED, SILENT_START_FALLBACK, StartGate};
 use crate::time::iso_now;
 use crate::types::{
     ReachabilityState, RouteState, RunEvent, RunPhase, RunStatus, SessionCreated, SessionSnapshot,
@@ -107,7 +108,19 @@ pub struct Session {
     /// start-to-running time this runner never saw.
     admitted_at: Option<tokio::time::Instant>,
     metrics: Arc<Metrics>,
+    /// Holds `running` until the kernel says it started (new sessions only);
+    /// `None` once open.
+    gate: Mutex<Option<StartGate>>,
+    /// Cleared once the gate opened, so output does not take its lock.
+    gated: AtomicBool,
+    /// The exit code the kernel reported on its debug stream
+    /// (`Kernel.Stopped`) for a run it holds open (`--inspect`); the session
+    /// then ends `exited` with it rather than `stopped`.
+    kernel_exit: Mutex<Option<i64>>,
 }
+
+/// The debug-stream event a kernel sends when its run is over.
+pub const KERNEL_STOPPED: &str = "Kernel.Stopped";
 
 struct SessionState {
     status: RunStatus,
@@ -210,6 +223,7 @@ impl SessionRegistry {
     ) -> Result<SessionCreated, AdmissionError> {
         let session = self.admit(None)?;
         let spec = build_spec(&session.id, &session.created_at);
+        session.close_gate(spec.inspect);
         self.inner.metrics.session_started(spec.self_contained());
         let created = SessionCreated {
             session_id: session.id.clone(),
@@ -346,7 +360,7 @@ impl SessionRegistry {
                         session.install_handle(handle.clone());
                         // A DELETE that arrived while the workload was coming up
                         // is honoured now that there is something to stop.
-                        if session.is_user_stopped()
+                        if (session.is_user_stopped() || session.kernel_exit().is_some())
                             && !session.is_terminal()
                             && let Err(err) = handle.stop().await
                         {
@@ -497,6 +511,9 @@ impl Session {
             ended: CancellationToken::new(),
             admitted_at,
             metrics,
+            gate: Mutex::new(None),
+            gated: AtomicBool::new(false),
+            kernel_exit: Mutex::new(None),
         }
     }
 
@@ -586,6 +603,58 @@ impl Session {
     /// A token that fires when the session ends or leaves the registry.
     pub fn ended(&self) -> CancellationToken {
         self.ended.clone()
+    }
+
+    fn close_gate(&self, inspect: bool) {
+        *lock(&self.gate) = Some(StartGate::new(inspect));
+        self.gated.store(true, Ordering::SeqCst);
+    }
+
+    /// Emit `event` through the start gate. Returns the id of the last event
+    /// emitted, `None` when it was held or nothing could be emitted.
+    fn publish(&self, event: RunEvent) -> Option<u64> {
+        if !self.gated.load(Ordering::SeqCst) {
+            return self.emit(event);
+        }
+        let mut gate = lock(&self.gate);
+        let Some(open_gate) = gate.as_mut() else {
+            drop(gate);
+            return self.emit(event);
+        };
+        let admission = open_gate.admit(event);
+        self.apply(&mut gate, admission)
+    }
+
+    fn signal_gate(&self, signal: GateSignal) {
+        if !self.gated.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut gate = lock(&self.gate);
+        if let Some(admission) = gate.as_mut().and_then(|g| g.signal(signal)) {
+            self.apply(&mut gate, admission);
+        }
+    }
+
+    /// Emits under the gate's lock, so nothing overtakes what it released.
+    fn apply(&self, gate: &mut Option<StartGate>, admission: Admission) -> Option<u64> {
+        match admission {
+            Admission::Pass(event) => self.emit(event),
+            Admission::Held => None,
+            Admission::Open(events) => {
+                *gate = None;
+                self.gated.store(false, Ordering::SeqCst);
+                events.into_iter().fold(None, |_, event| self.emit(event))
+            }
+        }
+    }
+
+    fn is_holding_running(&self) -> bool {
+        lock(&self.gate).as_ref().is_some_and(StartGate::is_holding)
+    }
+
+    /// The exit code the kernel reported for a run it holds open.
+    pub fn kernel_exit(&self) -> Option<i64> {
+        *lock(&self.kernel_exit)
     }
 
     /// Record an event; returns its id, or `None` when the session already
@@ -752,9 +821,21 @@ impl SessionSink {
     }
 
     pub fn status(&self, status: RunStatus) {
+        let status = match (status, self.session.kernel_exit()) {
+            // The runner stopped a run the kernel had already finished and
+            // was only holding open: what the client sees is how it ended.
+            (RunStatus::Stopped, Some(code)) if !self.session.is_user_stopped() => {
+                RunStatus::Exited { code }
+            }
+            (status, _) => status,
+        };
         let terminal = status.is_terminal();
+        let running = matches!(status, RunStatus::Running { .. });
         let kind = status.kind();
-        if self.session.emit(RunEvent::Status { status }).is_none() {
+        if self.session.publish(RunEvent::Status { status }).is_none() {
+            if running && self.session.is_holding_running() {
+                self.arm_start_fallback();
+            }
             return;
         }
         info!(session_id = %self.session.id, status = kind, "session status");
@@ -775,23 +856,80 @@ impl SessionSink {
     }
 
     pub fn output(&self, bytes: Bytes) {
+        let empty = bytes.is_empty();
         self.session.push_output(bytes);
-    }
-
-    /// Relays a kernel debug frame; only event frames are kept.
-    pub fn debug(&self, frame: Value) {
-        if is_event_frame(&frame) {
-            self.session.emit(RunEvent::Debug { frame });
+        if !empty {
+            self.session.signal_gate(GateSignal::Output);
         }
     }
 
+    /// Relays a kernel debug frame; only event frames are kept. The kernel's
+    /// own account of its run feeds the start gate, and a run it reports
+    /// finished (`Kernel.Stopped`) while holding it open under `--inspect`
+    /// is ended with the kernel's exit code.
+    pub fn debug(&self, frame: Value) {
+        let event = frame.get("event").and_then(Value::as_str);
+        let started = event == Some(KERNEL_STARTED);
+        let exit_code = (event == Some(KERNEL_STOPPED))
+            .then(|| frame.pointer("/payload/exitCode").and_then(js_integer))
+            .flatten();
+        if is_event_frame(&frame) {
+            self.session.emit(RunEvent::Debug { frame });
+        }
+        self.session.signal_gate(GateSignal::DebugFrame { started });
+        if let Some(code) = exit_code {
+            self.end_finished_run(code);
+        }
+    }
+
+    fn end_finished_run(&self, code: i64) {
+        {
+            let mut kernel_exit = lock(&self.session.kernel_exit);
+            if kernel_exit.is_some() {
+                return;
+            }
+            *kernel_exit = Some(code);
+        }
+        info!(session_id = %self.session.id, code, "the kernel reported its run finished; stopping the session");
+        // Without a handle yet, the launch stops it once it has one.
+        let (Some(handle), Some(registry)) = (self.session.handle(), self.registry.upgrade())
+        else {
+            return;
+        };
+        let id = self.session.id.clone();
+        registry.tasks.spawn(async move {
+            if let Err(err) = handle.stop().await {
+                warn!(session_id = %id, error = %err, "stopping a finished run failed");
+            }
+        });
+    }
+
+    /// Opens the start gate after [`SILENT_START_FALLBACK`] unless something
+    /// opened it before.
+    fn arm_start_fallback(&self) {
+        let Some(registry) = self.registry.upgrade() else {
+            return;
+        };
+        let session = self.session.clone();
+        let ended = session.ended.clone();
+        registry.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(SILENT_START_FALLBACK) => {
+                    session.signal_gate(GateSignal::FallbackElapsed);
+                }
+                () = ended.cancelled() => {}
+            }
+        });
+    }
+
     pub fn reachability(&self, port: u16, state: ReachabilityState) {
-        self.session.emit(RunEvent::Reachability { port, state });
+        self.session
+            .publish(RunEvent::Reachability { port, state });
     }
 
     /// Whether the routing layer serves `host` (Kubernetes backend only).
     pub fn route(&self, host: &str, port: u16, state: RouteState, reason: Option<String>) {
-        self.session.emit(RunEvent::Route {
+        self.session.publish(RunEvent::Route {
             host: host.to_owned(),
             port,
             state,
@@ -816,4 +954,15 @@ impl SessionSink {
     pub fn stop_requested(&self) -> CancellationToken {
         self.session.stop_requested.clone()
     }
+}
+
+/// A JSON number that is a whole number (the kernel writes `exitCode` from
+/// JavaScript, where `3` and `3.0` are the same value).
+fn js_integer(value: &Value) -> Option<i64> {
+    value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|n| n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15)
+            .map(|n| n as i64)
+    })
 }

@@ -65,6 +65,9 @@ impl Backend for GatedBackend {
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let gate = self.gates.lock().await.remove(0);
         gate.await.expect("gate kept")?;
+        // Like a kernel, it says something once it is up: that is what
+        // makes the runner announce `running`.
+        sink.output(Bytes::from_static(b"up\r\n"));
         sink.status(RunStatus::Running {
             endpoints: None,
             inspect_url: None,
@@ -243,5 +246,6 @@ async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
     assert!(batch.gap);
     let bytes: usize = batch.entries.iter().map(|(_, b)| b.len()).sum();
     assert!(bytes <= 1_000_000);
-    assert_eq!(batch.entries.last().unwrap().0, 48);
+    // The backend's own `up` line was the first chunk.
+    assert_eq!(batch.entries.last().unwrap().0, 49);
 }

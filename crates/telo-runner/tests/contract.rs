@@ -286,7 +286,9 @@ async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte(#[case] bac
 #[tokio::test]
 async fn sse_resumes_after_the_header_id_which_wins_over_the_query(#[case] backend: Backend) {
     let runner = Runner::start_on(backend, &[]).await;
-    let id = runner.create(json!({"exitCode": 0})).await;
+    let id = runner
+        .create(json!({"stdout": ["hello"], "exitCode": 0}))
+        .await;
     let all = runner.events(&id, &[]).await.events_until_end().await;
     assert!(all.len() >= 3);
 

@@ -334,7 +334,9 @@ fn session_body(ports: Value) -> Value {
         .filter(|p| p["protocol"] == "tcp")
         .map(|p| p["port"].clone())
         .collect();
-    let mut body = start_body(json!({"listen": listen}));
+    // It says it is up, as a kernel does, so the session is announced
+    // `running` even without a port to answer on.
+    let mut body = start_body(json!({"stdout": ["up"], "listen": listen}));
     body["ports"] = ports;
     body
 }
