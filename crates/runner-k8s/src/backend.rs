@@ -98,6 +98,7 @@ impl KubeBackend {
             bundles,
             http,
             start_deadline: config.start_deadline,
+            stop_grace: config.core.stop_grace,
             router,
         });
         if let Some(catalog) = &catalog {
@@ -114,6 +115,8 @@ impl KubeBackend {
             default_image: config.default_image.clone(),
             image_pull_secret: config.image_pull_secret.clone(),
             runtime_class: config.runtime_class.clone(),
+            termination_grace_seconds: i64::try_from(config.core.stop_grace.as_secs())
+                .unwrap_or(i64::MAX),
         };
         Self {
             config: Arc::new(config),

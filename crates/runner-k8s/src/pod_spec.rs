@@ -63,6 +63,10 @@ pub struct PodSettings {
     pub image_pull_secret: Option<String>,
     /// `RUNNER_RUNTIME_CLASS`.
     pub runtime_class: Option<String>,
+    /// `RUNNER_STOP_GRACE_SECONDS`: the pods' termination grace period, so a
+    /// deletion from outside (a drain, an operator) gives the kernel the same
+    /// time to tear down as a stop does.
+    pub termination_grace_seconds: i64,
 }
 
 /// Clamped limits of one session (spec/k8s-runner.md §8): quantities are
@@ -220,6 +224,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_owned()),
             active_deadline_seconds: Some(i64::from(run.resources.ttl_seconds)),
+            termination_grace_period_seconds: Some(settings.termination_grace_seconds),
             automount_service_account_token: Some(false),
             image_pull_secrets: image_pull_secrets(settings),
             runtime_class_name: settings.runtime_class.clone(),
@@ -287,6 +292,7 @@ pub fn build_app_pod(settings: &PodSettings, app: &AppPodInput<'_>) -> Pod {
         spec: Some(PodSpec {
             restart_policy: Some("Never".to_owned()),
             active_deadline_seconds: Some(i64::from(app.resources.ttl_seconds)),
+            termination_grace_period_seconds: Some(settings.termination_grace_seconds),
             automount_service_account_token: Some(false),
             image_pull_secrets: image_pull_secrets(settings),
             runtime_class_name: settings.runtime_class.clone(),

@@ -37,6 +37,10 @@ const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
 const DELETE_ATTEMPTS: u32 = 4;
 /// The wait before the n-th retry is n times this.
 const DELETE_RETRY_DELAY: Duration = Duration::from_millis(100);
+/// How long past its grace period a stopped pod may take to finish (a slow
+/// kubelet, a lost watch event) before it is deleted at once and the session
+/// reported stopped anyway.
+const STOP_SETTLE: Duration = Duration::from_secs(10);
 
 /// What every session of one backend shares.
 pub struct SessionContext {
@@ -46,6 +50,8 @@ pub struct SessionContext {
     pub bundles: Arc<BundleStore>,
     pub http: reqwest::Client,
     pub start_deadline: Duration,
+    /// The grace period of a stop's pod deletion (`RUNNER_STOP_GRACE_SECONDS`).
+    pub stop_grace: Duration,
     /// `None` on a logs-only runner.
     pub router: Option<Arc<SessionRouter>>,
 }
@@ -307,27 +313,47 @@ fn start_watchers(
 async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching: Watching) {
     let sink = session.sink.clone();
     let ended = sink.ended();
+    // Armed once the pod is terminating because of our own stop: its
+    // containers get their grace period to exit, and not much more.
+    let mut stop_bound: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let outcome = loop {
         let state = watching.pods.borrow_and_update().clone();
         match state {
             PodState::Present(pod) => {
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 let terminating = pod.metadata.deletion_timestamp.is_some();
-                if terminating || matches!(phase, Some("Succeeded" | "Failed")) {
+                let ours = session.deleted.load(Ordering::Acquire);
+                if matches!(phase, Some("Succeeded" | "Failed")) || (terminating && !ours) {
                     break Some(pod);
+                }
+                if terminating && stop_bound.is_none() {
+                    stop_bound = Some(Box::pin(tokio::time::sleep(
+                        session.ctx.stop_grace.saturating_add(STOP_SETTLE),
+                    )));
                 }
             }
             PodState::Gone => break None,
             PodState::Unknown => {}
         }
+        let overdue = async {
+            match stop_bound.as_mut() {
+                Some(bound) => bound.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = watching.pods.changed() => if changed.is_err() { break None },
-            // Stopped, or the registry ended the session (shutdown).
+            () = overdue => {
+                warn!(pod = %session.name, "stopped pod still terminating after its grace period; deleting it now");
+                if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
+                    warn!(pod = %session.name, error = %err, "could not delete an overdue stopped pod");
+                }
+                break None;
+            }
+            // The registry ended the session without us (shutdown gave up
+            // waiting): nothing may keep running unobserved.
             () = ended.cancelled() => {
                 drop(watching);
-                if session.deleted.load(Ordering::Acquire) {
-                    return;
-                }
                 if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
                     warn!(pod = %session.name, error = %err, "could not delete the pod of an ended session");
                 }
@@ -343,12 +369,14 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
     {
         debug!(pod = %session.name, "output still open after the pod finished");
     }
-    let deleted_by_someone_else = outcome
-        .as_ref()
-        .is_some_and(|pod| pod.metadata.deletion_timestamp.is_some());
+    let stopped_by_us = session.deleted.load(Ordering::Acquire);
+    let deleted_by_someone_else = !stopped_by_us
+        && outcome
+            .as_ref()
+            .is_some_and(|pod| pod.metadata.deletion_timestamp.is_some());
     let gone = outcome.is_none();
     let status = match outcome {
-        _ if sink.is_user_stopped() => RunStatus::Stopped,
+        _ if sink.is_user_stopped() || stopped_by_us => RunStatus::Stopped,
         // Its containers were killed by the deletion: the exit code says
         // nothing about the workload.
         _ if deleted_by_someone_else => RunStatus::failed(DELETED_OUTSIDE),
@@ -360,7 +388,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
     session.ctx.bundles.drop_bundle(&shape.session_id);
     // A pod already being deleted (by a stop, or from outside) or gone needs
     // no second request.
-    if !deleted_by_someone_else && !gone && !session.deleted.load(Ordering::Acquire) {
+    if !deleted_by_someone_else && !gone && !stopped_by_us {
         cleanup_finished(&session.ctx.pods, &session.name).await;
     }
 }
@@ -373,17 +401,28 @@ async fn cleanup_finished(pods: &Api<Pod>, name: &str) {
     }
 }
 
-/// Delete now (grace 0); an already-gone pod is fine. A transient failure (a
-/// 5xx, a 429, no answer) is retried a few times: a pod whose delete failed
-/// once would otherwise be left behind (a finished one for good).
+/// Delete now (grace 0); an already-gone pod is fine.
 pub async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
+    delete_pod_within(pods, name, Duration::ZERO).await
+}
+
+/// Delete, giving the containers `grace` between SIGTERM and the kill. A
+/// transient failure (a 5xx, a 429, no answer) is retried a few times: a pod
+/// whose delete failed once would otherwise be left behind (a finished one
+/// for good).
+async fn delete_pod_within(
+    pods: &Api<Pod>,
+    name: &str,
+    grace: Duration,
+) -> Result<(), kube::Error> {
+    let grace_period_seconds = u32::try_from(grace.as_secs()).unwrap_or(u32::MAX);
     let mut attempt = 1;
     loop {
         match pods
             .delete(
                 name,
                 &DeleteParams {
-                    grace_period_seconds: Some(0),
+                    grace_period_seconds: Some(grace_period_seconds),
                     ..DeleteParams::default()
                 },
             )
@@ -424,14 +463,22 @@ impl BackendSession for KubeSession {
         }
     }
 
+    /// Deletes the pod with the stop grace period: its containers get
+    /// SIGTERM, and the kernel's teardown output still reaches clients. The
+    /// supervisor reports `stopped` once the pod finished.
     async fn stop(&self) -> Result<(), StopError> {
-        delete_pod(&self.ctx.pods, &self.name)
-            .await
-            .map_err(|err| StopError {
+        // Marked first, so the supervisor never takes our own deletion for
+        // one from outside.
+        if self.deleted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Err(err) = delete_pod_within(&self.ctx.pods, &self.name, self.ctx.stop_grace).await
+        {
+            self.deleted.store(false, Ordering::Release);
+            return Err(StopError {
                 message: format!("could not delete the session pod: {}", api_reason(&err)),
-            })?;
-        self.deleted.store(true, Ordering::Release);
-        self.sink.status(RunStatus::Stopped);
+            });
+        }
         Ok(())
     }
 }

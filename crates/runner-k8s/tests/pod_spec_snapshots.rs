@@ -26,6 +26,7 @@ fn settings() -> PodSettings {
         default_image: "telorun/node:0-slim".to_owned(),
         image_pull_secret: None,
         runtime_class: None,
+        termination_grace_seconds: 5,
     }
 }
 
