@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
@@ -219,8 +220,13 @@ impl Backend for LocalBackend {
                 return Err(err);
             }
         };
-        let (session, supervision) = match wire_session(&spec, process, &sink, self.config.max_ttl)
-        {
+        let (session, supervision) = match wire_session(
+            &spec,
+            process,
+            &sink,
+            self.config.max_ttl,
+            self.config.stop_grace,
+        ) {
             Ok(wired) => wired,
             Err(err) => {
                 work.remove();
@@ -286,7 +292,8 @@ fn wire_session(
     spec: &StartSpec,
     process: PtyProcess,
     sink: &SessionSink,
-    max_ttl: std::time::Duration,
+    max_ttl: Duration,
+    stop_grace: Duration,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let PtyProcess {
         pid,
@@ -332,7 +339,13 @@ fn wire_session(
         return Err(thread_error(err));
     }
 
-    let session = Arc::new(LocalSession::new(id.clone(), group, master, input_queue));
+    let session = Arc::new(LocalSession::new(
+        id.clone(),
+        group,
+        stop_grace,
+        master,
+        input_queue,
+    ));
     let supervision = Supervision {
         session: session.clone(),
         sink: sink.clone(),

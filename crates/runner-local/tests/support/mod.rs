@@ -31,6 +31,7 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         work_root: work_root.path().join("sessions"),
         max_ttl: Duration::from_secs(3600),
         path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
+        stop_grace: Duration::from_secs(5),
     }
 }
 
