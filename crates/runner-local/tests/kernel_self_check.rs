@@ -58,26 +58,8 @@ impl Kernel {
         format!("{}:/bin:/usr/bin", self.dir.path().display())
     }
 
-    /// Installs `script` as `name` the way an upgrade does: a new file
-    /// renamed over the old one. The file is written by a child process so
-    /// that no descriptor open for writing exists in this (multi-threaded,
-    /// forking) test process — exec'ing a file that one of our forks still
-    /// holds open fails with "text file busy".
     fn install(&self, name: &str, script: &str) {
-        let target = self.dir.path().join(name);
-        let staged = self.dir.path().join(format!(".{name}.new"));
-        let status = std::process::Command::new("/bin/sh")
-            .args([
-                "-c",
-                "printf '%s' \"$1\" > \"$2\" && chmod 755 \"$2\" && mv \"$2\" \"$3\"",
-                "install",
-                script,
-            ])
-            .arg(&staged)
-            .arg(&target)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        support::install_script(&self.dir.path().join(name), script);
     }
 
     fn harness(&self) -> Harness {
