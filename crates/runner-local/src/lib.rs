@@ -1,7 +1,10 @@
 //! The local backend of telo-runner: each session runs the Telo CLI (or an
 //! operator app's command) as a local process in its own PTY, in a private
 //! work directory, with exactly the session's environment plus `PATH`,
-//! `HOME`, `TERM`, `SHELL` and `FORCE_COLOR`.
+//! `HOME`, `TERM`, `SHELL` and `FORCE_COLOR` (and, for the Telo CLI, the
+//! kernel cache all its sessions share: `TELO_CACHE_DIR`, `npm_config_cache`).
+//! A stop asks the session's processes to end (SIGTERM) and kills them after
+//! the stop grace period; the probe answers from a self-check of the kernel.
 //!
 //! `config` reads the environment, `launch` decides what runs (pure data),
 //! `work_dir` owns the per-session directories and `kernel_cache` the cache
