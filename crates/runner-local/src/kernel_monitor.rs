@@ -1,13 +1,17 @@
 //! What the runner knows about its kernel: the last self-check's verdict,
 //! kept per [`KernelFingerprint`], so the check runs once at boot and again
-//! only when the Telo CLI or the `node` on the workload `PATH` changed.
+//! only when the Telo CLI or the `node` on the workload `PATH` changed —
+//! or, for a failed check, once [`RECHECK_FAILED_AFTER`] has passed, so a
+//! failure that was the machine's and not the kernel's (a check that timed
+//! out under load, a full disk) does not refuse sessions until a restart.
 //! Callers that arrive while a check runs wait for that one check.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -24,6 +28,10 @@ use crate::launch::{LaunchPlan, telo_argv, workload_env};
 /// check interrupted by a crash leaves nothing behind the next one does not
 /// remove) that can never be a session id.
 pub const KERNEL_CHECK_DIR_NAME: &str = ".kernel-check";
+/// How long a failed check's verdict stands while the kernel is unchanged.
+/// Long enough that a broken kernel costs one check a minute, not one per
+/// probe or start.
+pub const RECHECK_FAILED_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelHealth {
@@ -49,6 +57,16 @@ enum ScratchError {
 struct Verdict {
     fingerprint: KernelFingerprint,
     health: KernelHealth,
+    checked_at: Instant,
+}
+
+impl Verdict {
+    /// Whether this verdict still answers for the kernel `now` looks like.
+    fn holds_for(&self, fingerprint: &KernelFingerprint, now: Instant) -> bool {
+        self.fingerprint == *fingerprint
+            && (self.health == KernelHealth::Usable
+                || now.saturating_duration_since(self.checked_at) < RECHECK_FAILED_AFTER)
+    }
 }
 
 struct Inner {
@@ -119,7 +137,7 @@ impl Inner {
         }
         let verdict = self.verdict.clone().lock_owned().await;
         if let Some(known) = verdict.as_ref()
-            && known.fingerprint == fingerprint
+            && known.holds_for(&fingerprint, Instant::now())
         {
             return known.health.clone();
         }
@@ -140,6 +158,7 @@ impl Inner {
                 *verdict = Some(Verdict {
                     fingerprint,
                     health: health.clone(),
+                    checked_at: Instant::now(),
                 });
             }
             health
@@ -165,7 +184,7 @@ impl Inner {
                 ));
             }
         };
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let run = run_check(&plan, SELF_CHECK_TIMEOUT).await;
         let node = match (&run.end, fingerprint.node_path()) {
             (CheckEnd::Exited(code), Some(node)) if *code != 0 && needs_newer_node(&run.output) => {
@@ -237,5 +256,56 @@ impl std::fmt::Debug for KernelMonitor {
         f.debug_struct("KernelMonitor")
             .field("telo", &self.inner.telo)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel_fingerprint::FileStamp;
+
+    fn fingerprint(inode: u64) -> KernelFingerprint {
+        KernelFingerprint {
+            telo: Some(FileStamp {
+                path: PathBuf::from("/opt/telo"),
+                len: 10,
+                mtime: (1, 0),
+                dev: 1,
+                inode,
+            }),
+            node: None,
+        }
+    }
+
+    fn verdict(health: KernelHealth, checked_at: Instant) -> Verdict {
+        Verdict {
+            fingerprint: fingerprint(1),
+            health,
+            checked_at,
+        }
+    }
+
+    fn problem() -> KernelHealth {
+        KernelHealth::Unusable(KernelProblem {
+            message: "broken".to_owned(),
+            remediation: "fix it".to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_passed_check_holds_until_the_kernel_changes() {
+        let then = Instant::now();
+        let passed = verdict(KernelHealth::Usable, then);
+        assert!(passed.holds_for(&fingerprint(1), then + Duration::from_secs(86_400)));
+        assert!(!passed.holds_for(&fingerprint(2), then));
+    }
+
+    #[test]
+    fn a_failed_check_is_repeated_after_a_while_or_when_the_kernel_changes() {
+        let then = Instant::now();
+        let failed = verdict(problem(), then);
+        assert!(failed.holds_for(&fingerprint(1), then + RECHECK_FAILED_AFTER / 2));
+        assert!(!failed.holds_for(&fingerprint(1), then + RECHECK_FAILED_AFTER));
+        assert!(!failed.holds_for(&fingerprint(2), then));
     }
 }
