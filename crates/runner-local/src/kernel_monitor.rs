@@ -177,10 +177,11 @@ impl Inner {
             Ok(plan) => plan,
             Err(err) => {
                 warn!(error = ?err, "could not run the Telo CLI self-check");
+                // The path stays in the log: this text reaches clients.
+                let cause = std::error::Error::source(&err)
+                    .map_or_else(|| err.to_string(), ToString::to_string);
                 return KernelHealth::Unchecked(format!(
-                    "The runner could not prepare the Telo CLI self-check under '{}': {}.",
-                    self.work_root.display(),
-                    std::error::Error::source(&err).map_or_else(String::new, ToString::to_string)
+                    "The runner could not prepare the Telo CLI self-check in its work directory: {cause}."
                 ));
             }
         };

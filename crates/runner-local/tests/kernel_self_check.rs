@@ -242,3 +242,45 @@ async fn concurrent_probes_and_starts_share_one_check_and_it_is_not_repeated() {
     // The boot check was the only one.
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "run\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_could_not_run_is_not_remembered() {
+    let kernel = Kernel::new(WORKS);
+    let root = tempfile::tempdir().unwrap();
+    let work_root = root.path().join("sessions");
+    // A file where the check's scratch directory goes.
+    std::fs::create_dir_all(&work_root).unwrap();
+    std::fs::write(work_root.join(".kernel-check"), "in the way").unwrap();
+    let telo = kernel.telo().to_string_lossy().into_owned();
+    let path = kernel.search_path();
+    let backend = runner_local::LocalBackend::new(runner_local::LocalConfig {
+        telo,
+        work_root: work_root.clone(),
+        path,
+        ..support::config(&root)
+    })
+    .unwrap();
+    match backend.probe(&probe_config()).await {
+        AvailabilityReport::Unavailable {
+            message,
+            remediation,
+        } => {
+            assert!(
+                message.starts_with(
+                    "The runner could not prepare the Telo CLI self-check in its work directory: "
+                ),
+                "{message}"
+            );
+            assert_eq!(
+                remediation.as_deref(),
+                Some("Set RUNNER_LOCAL_WORK_DIR to a directory the runner can write to.")
+            );
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    std::fs::remove_file(work_root.join(".kernel-check")).unwrap();
+    assert_eq!(
+        backend.probe(&probe_config()).await,
+        AvailabilityReport::Ready
+    );
+}
