@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
@@ -19,6 +20,8 @@ use tracing::{Instrument, Span, info, warn};
 
 use crate::config::LocalConfig;
 use crate::executable::resolve_executable;
+use crate::kernel_cache::KernelCache;
+use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, app_argv, telo_argv, workload_env};
 use crate::process_group::ProcessGroup;
 use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
@@ -30,6 +33,8 @@ use crate::work_dir::{WorkDir, sweep_work_root};
 pub const LOCAL_IMAGE: &str = "local";
 /// Stdin chunks queued for a session before further input is dropped.
 pub const STDIN_QUEUE_CHUNKS: usize = 256;
+const WORK_DIR_REMEDIATION: &str =
+    "Set RUNNER_LOCAL_WORK_DIR to a directory the runner can write to.";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalBackendError {
@@ -40,6 +45,8 @@ pub enum LocalBackendError {
 pub struct LocalBackend {
     config: LocalConfig,
     http: reqwest::Client,
+    kernel: KernelMonitor,
+    kernel_cache: KernelCache,
 }
 
 /// Joins an error with its sources, so a start failure says *why*.
@@ -62,7 +69,21 @@ impl LocalBackend {
             .no_proxy()
             .build()
             .map_err(LocalBackendError::HttpClient)?;
-        Ok(Self { config, http })
+        let kernel = KernelMonitor::new(&config.telo, &config.path, &config.work_root);
+        kernel.spawn_boot_check();
+        Ok(Self {
+            kernel_cache: KernelCache::under(&config.work_root),
+            config,
+            http,
+            kernel,
+        })
+    }
+
+    /// Whether the Telo CLI can run sessions, from its self-check: waits for
+    /// a check in progress (the boot check included), and runs one when the
+    /// CLI or the `node` on the workload `PATH` changed since the last.
+    pub async fn kernel_health(&self) -> KernelHealth {
+        self.kernel.health().await
     }
 
     pub fn config(&self) -> &LocalConfig {
@@ -70,8 +91,9 @@ impl LocalBackend {
     }
 
     /// Boot sweep: removes every session directory under the work root (the
-    /// registry is empty at boot, so they are all leftovers). Returns how many
-    /// were removed.
+    /// registry is empty at boot, so they are all leftovers). The shared
+    /// kernel cache and the self-check's directory are not named like
+    /// sessions, so they stay. Returns how many were removed.
     pub fn sweep_work_root(&self) -> usize {
         sweep_work_root(&self.config.work_root)
     }
@@ -81,6 +103,16 @@ impl LocalBackend {
             "Telo CLI '{}' was not found on this runner's host",
             self.config.telo
         )
+    }
+
+    fn telo_not_found_report(&self) -> AvailabilityReport {
+        AvailabilityReport::Unavailable {
+            message: format!("{}.", self.telo_not_found()),
+            remediation: Some(
+                "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
+                    .to_owned(),
+            ),
+        }
     }
 
     /// The command line a session runs, with its program resolved; fails
@@ -155,24 +187,28 @@ impl Backend for LocalBackend {
 
     async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {
         if resolve_executable(&self.config.telo, &self.config.path).is_none() {
-            return AvailabilityReport::Unavailable {
-                message: format!("{}.", self.telo_not_found()),
-                remediation: Some(
-                    "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
-                        .to_owned(),
-                ),
-            };
+            return self.telo_not_found_report();
         }
         if let Err(err) = std::fs::create_dir_all(&self.config.work_root) {
             warn!(dir = %self.config.work_root.display(), error = %err, "session work root is not usable");
             return AvailabilityReport::Unavailable {
                 message: format!("The runner cannot create session directories: {err}."),
-                remediation: Some(
-                    "Set RUNNER_LOCAL_WORK_DIR to a directory the runner can write to.".to_owned(),
-                ),
+                remediation: Some(WORK_DIR_REMEDIATION.to_owned()),
             };
         }
-        AvailabilityReport::Ready
+        match self.kernel.health().await {
+            KernelHealth::Usable => AvailabilityReport::Ready,
+            KernelHealth::Unusable(problem) => AvailabilityReport::Unavailable {
+                message: problem.message,
+                remediation: Some(problem.remediation),
+            },
+            // Removed between the lookup above and the check.
+            KernelHealth::Missing => self.telo_not_found_report(),
+            KernelHealth::Unchecked(message) => AvailabilityReport::Unavailable {
+                message,
+                remediation: Some(WORK_DIR_REMEDIATION.to_owned()),
+            },
+        }
     }
 
     async fn start(
@@ -195,14 +231,33 @@ impl Backend for LocalBackend {
             None
         };
         let argv = self.command_line(&spec, inspect_port)?;
+        // A kernel known to fail every run would fail this one too, with only
+        // an exit code to show for it: say why instead. (An app runs its own
+        // program, not the Telo CLI.)
+        if spec.app.is_none()
+            && let KernelHealth::Unusable(problem) = self.kernel.health().await
+        {
+            return Err(StartError::new("start", problem.sentence()));
+        }
         if let Err(err) = self.stage(&spec, &work) {
             work.remove();
             return Err(err);
         }
+        let kernel_cache = match &spec.app {
+            Some(_) => None,
+            None => {
+                // The kernel would create it too, but not private to the
+                // runner's user.
+                if let Err(err) = self.kernel_cache.create() {
+                    warn!(dir = %self.kernel_cache.root().display(), error = %err, "could not create the shared kernel cache");
+                }
+                Some(&self.kernel_cache)
+            }
+        };
         let plan = LaunchPlan {
             argv,
             cwd: work.app(),
-            env: workload_env(&spec.env, &work.home(), &self.config.path),
+            env: workload_env(&spec.env, &work.home(), &self.config.path, kernel_cache),
         };
         let launched = spawn_in_pty(&plan).map_err(|err| {
             let program = match &spec.app {
@@ -219,8 +274,13 @@ impl Backend for LocalBackend {
                 return Err(err);
             }
         };
-        let (session, supervision) = match wire_session(&spec, process, &sink, self.config.max_ttl)
-        {
+        let (session, supervision) = match wire_session(
+            &spec,
+            process,
+            &sink,
+            self.config.max_ttl,
+            self.config.stop_grace,
+        ) {
             Ok(wired) => wired,
             Err(err) => {
                 work.remove();
@@ -286,7 +346,8 @@ fn wire_session(
     spec: &StartSpec,
     process: PtyProcess,
     sink: &SessionSink,
-    max_ttl: std::time::Duration,
+    max_ttl: Duration,
+    stop_grace: Duration,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let PtyProcess {
         pid,
@@ -332,7 +393,13 @@ fn wire_session(
         return Err(thread_error(err));
     }
 
-    let session = Arc::new(LocalSession::new(id.clone(), group, master, input_queue));
+    let session = Arc::new(LocalSession::new(
+        id.clone(),
+        group,
+        stop_grace,
+        master,
+        input_queue,
+    ));
     let supervision = Supervision {
         session: session.clone(),
         sink: sink.clone(),

@@ -38,7 +38,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_LOCAL_WORK_DIR",
         default: "(system temp dir)/telo-runner-sessions",
-        description: "Absolute directory holding one private work directory per session; leftovers are removed at boot.",
+        description: "Absolute directory holding one private work directory per session (leftovers are removed at boot) and the Telo kernel cache those sessions share (.kernel-cache).",
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_PATH",

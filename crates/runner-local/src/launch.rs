@@ -4,6 +4,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::kernel_cache::KernelCache;
+
 /// Terminal type workloads see: the client renders an xterm-compatible
 /// terminal with 256 colours.
 pub const TERM: &str = "xterm-256color";
@@ -46,25 +48,51 @@ pub fn app_argv(program: &Path, command: &[String]) -> Vec<OsString> {
 /// except the configured `PATH`.
 ///
 /// `HOME` is always the session's own directory — a session pointing it at a
-/// shared place would defeat the per-session isolation. `PATH`, `TERM`,
-/// `SHELL` and `FORCE_COLOR` are defaults the session env may override.
+/// shared place would defeat the per-session isolation. With a
+/// `kernel_cache` (Telo sessions; an operator's app is its own program and
+/// gets none), `TELO_CACHE_DIR` and `npm_config_cache` point into it, and
+/// the session env cannot move them either: the runner owns that directory's
+/// lifecycle, and a cache pointed elsewhere would be written outside the work
+/// root, where nothing cleans it up and other runners may share it. `PATH`,
+/// `TERM`, `SHELL` and `FORCE_COLOR` are defaults the session env may
+/// override.
 pub fn workload_env(
     session_env: &[(String, String)],
     home: &Path,
     path: &str,
+    kernel_cache: Option<&KernelCache>,
 ) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = Vec::with_capacity(session_env.len() + 5);
+    let mut env: Vec<(String, String)> = Vec::with_capacity(session_env.len() + 7);
     for (name, value) in session_env {
         // Later duplicates win, as with any environment assignment.
         set_var(&mut env, name, value, true);
     }
     set_var(&mut env, "HOME", &home.to_string_lossy(), true);
+    if let Some(cache) = kernel_cache {
+        set_var(
+            &mut env,
+            "TELO_CACHE_DIR",
+            &cache.telo_dir().to_string_lossy(),
+            true,
+        );
+        // npm reads its settings from the environment case-insensitively, so
+        // an `NPM_CONFIG_CACHE` from the session must not survive beside ours.
+        env.retain(|(name, _)| !name.eq_ignore_ascii_case(NPM_CACHE_VAR));
+        set_var(
+            &mut env,
+            NPM_CACHE_VAR,
+            &cache.npm_dir().to_string_lossy(),
+            true,
+        );
+    }
     set_var(&mut env, "PATH", path, false);
     set_var(&mut env, "FORCE_COLOR", "1", false);
     set_var(&mut env, "TERM", TERM, false);
     set_var(&mut env, "SHELL", SHELL, false);
     env
 }
+
+const NPM_CACHE_VAR: &str = "npm_config_cache";
 
 fn set_var(env: &mut Vec<(String, String)>, name: &str, value: &str, overwrite: bool) {
     match env.iter_mut().find(|(existing, _)| existing == name) {
@@ -121,6 +149,7 @@ mod tests {
             &pairs(&[("FOO", "1"), ("TELO_REGISTRY_URL", "http://r.test")]),
             Path::new("/w/id/home"),
             "/usr/bin:/bin",
+            None,
         );
         assert_eq!(
             env,
@@ -148,6 +177,7 @@ mod tests {
             ]),
             Path::new("/w/id/home"),
             "/usr/bin",
+            None,
         );
         assert_eq!(
             env,
@@ -156,6 +186,35 @@ mod tests {
                 ("HOME", "/w/id/home"),
                 ("FORCE_COLOR", "0"),
                 ("FOO", "b"),
+                ("TERM", "xterm-256color"),
+                ("SHELL", "/bin/sh"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_telo_session_shares_the_kernel_cache_and_cannot_move_it() {
+        let cache = KernelCache::under(Path::new("/w"));
+        let env = workload_env(
+            &pairs(&[
+                ("TELO_CACHE_DIR", "/elsewhere"),
+                ("NPM_CONFIG_CACHE", "/elsewhere/npm"),
+                ("npm_config_cache", "/elsewhere/npm2"),
+                ("FOO", "1"),
+            ]),
+            Path::new("/w/id/home"),
+            "/usr/bin",
+            Some(&cache),
+        );
+        assert_eq!(
+            env,
+            pairs(&[
+                ("TELO_CACHE_DIR", "/w/.kernel-cache/telo"),
+                ("FOO", "1"),
+                ("HOME", "/w/id/home"),
+                ("npm_config_cache", "/w/.kernel-cache/npm"),
+                ("PATH", "/usr/bin"),
+                ("FORCE_COLOR", "1"),
                 ("TERM", "xterm-256color"),
                 ("SHELL", "/bin/sh"),
             ])

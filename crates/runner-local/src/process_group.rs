@@ -44,11 +44,21 @@ impl ProcessGroup {
     /// SIGKILLs every process of the group. A group that is already gone is
     /// not an error.
     pub fn kill(&self) -> Result<(), Errno> {
+        self.signal(Signal::SIGKILL)
+    }
+
+    /// SIGTERMs every process of the group: the polite request that lets the
+    /// kernel run its teardown (close listeners, flush logs) before it exits.
+    pub fn terminate(&self) -> Result<(), Errno> {
+        self.signal(Signal::SIGTERM)
+    }
+
+    fn signal(&self, signal: Signal) -> Result<(), Errno> {
         let reaped = lock(&self.reaped);
         if *reaped {
             return Ok(());
         }
-        kill_group(self.pid)
+        signal_group(self.pid, signal)
     }
 
     /// Blocks until the leader exits, kills whatever is left of its group,
@@ -71,7 +81,7 @@ impl ProcessGroup {
             }
         };
         let mut reaped = lock(&self.reaped);
-        if let Err(err) = kill_group(self.pid) {
+        if let Err(err) = signal_group(self.pid, Signal::SIGKILL) {
             warn!(pid = self.pid.as_raw(), error = %err, "could not kill what was left of a session's processes");
         }
         let fallback = child.wait();
@@ -84,8 +94,8 @@ impl ProcessGroup {
     }
 }
 
-fn kill_group(pid: Pid) -> Result<(), Errno> {
-    match killpg(pid, Signal::SIGKILL) {
+fn signal_group(pid: Pid, signal: Signal) -> Result<(), Errno> {
+    match killpg(pid, signal) {
         Ok(()) | Err(Errno::ESRCH) => Ok(()),
         Err(err) => Err(err),
     }

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use nix::errno::Errno;
 use portable_pty::{MasterPty, PtySize};
 use runner_core::types::RunStatus;
 use runner_core::{BackendSession, SessionSink, StopError};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::process_group::ProcessGroup;
@@ -26,7 +28,16 @@ pub const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct LocalSession {
     id: String,
     group: Arc<ProcessGroup>,
+    /// Between SIGTERM and SIGKILL; zero kills at once.
+    stop_grace: Duration,
+    /// A client (or shutdown) asked for the stop: the end is `stopped`.
     stop_requested: AtomicBool,
+    /// Set by whoever sent the group SIGTERM first — a stop, the lifetime
+    /// limit, or the registry letting go — so the signal is sent once and the
+    /// grace period starts once, however many of them arrive.
+    terminating: AtomicBool,
+    /// Fires when SIGTERM was sent: the supervisor then owns the kill timer.
+    terminated: CancellationToken,
     /// Present while the process runs; dropped when it ends, which closes the
     /// stdin queue (ending the input thread) and the terminal.
     terminal: Mutex<Option<Terminal>>,
@@ -47,14 +58,44 @@ impl LocalSession {
     pub fn new(
         id: String,
         group: Arc<ProcessGroup>,
+        stop_grace: Duration,
         master: Box<dyn MasterPty + Send>,
         input: InputQueue,
     ) -> Self {
         Self {
             id,
             group,
+            stop_grace,
             stop_requested: AtomicBool::new(false),
+            terminating: AtomicBool::new(false),
+            terminated: CancellationToken::new(),
             terminal: Mutex::new(Some(Terminal { master, input })),
+        }
+    }
+
+    /// Asks the whole group to end (SIGTERM; SIGKILL when there is no grace
+    /// period) — once: later calls do nothing, so a second stop during the
+    /// grace period neither signals again nor restarts the timer.
+    fn terminate(&self, why: &str) -> Result<(), Errno> {
+        if self.terminating.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let sent = if self.stop_grace.is_zero() {
+            debug!(session_id = %self.id, why, "killing the session's process group");
+            self.group.kill()
+        } else {
+            debug!(session_id = %self.id, why, grace_ms = self.stop_grace.as_millis(), "terminating the session's process group");
+            self.group.terminate()
+        };
+        // Even when the signal failed, the supervisor's timer must run: its
+        // SIGKILL is the bound on how long the processes may linger.
+        self.terminated.cancel();
+        sent
+    }
+
+    fn terminate_logged(&self, why: &str) {
+        if let Err(err) = self.terminate(why) {
+            warn!(session_id = %self.id, error = %err, "could not signal the session's process group");
         }
     }
 
@@ -106,9 +147,11 @@ impl BackendSession for LocalSession {
         }
     }
 
+    /// Returns once the group was signalled; the grace period and the kill
+    /// after it are the supervisor's, so a DELETE never waits for them.
     async fn stop(&self) -> Result<(), StopError> {
         self.stop_requested.store(true, Ordering::SeqCst);
-        self.group.kill().map_err(|err| StopError {
+        self.terminate("stop requested").map_err(|err| StopError {
             message: format!("could not stop the session's processes: {err}"),
         })
     }
@@ -127,7 +170,8 @@ pub struct Supervision {
 
 /// Waits for the session to end — on its own, by `stop`, by its lifetime
 /// running out, or because the registry let go of it — and reports the one
-/// terminal status, after all of its output.
+/// terminal status, after all of its output (including whatever the workload
+/// printed while it shut down).
 pub async fn supervise(supervision: Supervision) {
     let Supervision {
         session,
@@ -138,19 +182,32 @@ pub async fn supervise(supervision: Supervision) {
     } = supervision;
     let ended = sink.ended();
     let mut lifetime_exceeded = false;
-    let exit_code = tokio::select! {
-        code = &mut exited => code,
+    let ran_out = tokio::select! {
+        code = &mut exited => Some(code),
         () = tokio::time::sleep(max_ttl) => {
             lifetime_exceeded = true;
-            session.kill("maximum lifetime exceeded");
-            exited.await
+            session.terminate_logged("maximum lifetime exceeded");
+            None
         }
         // The registry finished the session without us (shutdown) or dropped
         // it: its processes must not run on unobserved.
         () = ended.cancelled() => {
-            session.kill("session ended");
-            exited.await
+            session.terminate_logged("session ended");
+            None
         }
+        () = session.terminated.cancelled() => None,
+    };
+    let exit_code = match ran_out {
+        Some(code) => code,
+        // Every way of ending it comes through here, so there is one kill
+        // timer; it is dropped with this task once the process is gone.
+        None => match tokio::time::timeout(session.stop_grace, &mut exited).await {
+            Ok(code) => code,
+            Err(_) => {
+                session.kill("stop grace period elapsed");
+                exited.await
+            }
+        },
     };
     if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, output_drained)
         .await

@@ -59,6 +59,8 @@ async fn the_workload_sees_only_the_session_env_and_its_own_home() {
     let given = [
         "SESSION_VAR",
         "HOME",
+        "TELO_CACHE_DIR",
+        "npm_config_cache",
         "PATH",
         "FORCE_COLOR",
         "TERM",
@@ -85,9 +87,12 @@ async fn the_workload_sees_only_the_session_env_and_its_own_home() {
     let mut events = Events::of(&session);
     assert_eq!(events.terminal().await, RunStatus::Exited { code: 0 });
     let home = harness.session_dir(&session).join("home");
+    let cache = harness.config.work_root.join(".kernel-cache");
     let mut expected = format!(
-        "SESSION_VAR=from the session\r\nHOME={}\r\nPATH={}\r\nFORCE_COLOR=1\r\nTERM=xterm-256color\r\nSHELL=/bin/sh\r\n",
+        "SESSION_VAR=from the session\r\nHOME={}\r\nTELO_CACHE_DIR={}\r\nnpm_config_cache={}\r\nPATH={}\r\nFORCE_COLOR=1\r\nTERM=xterm-256color\r\nSHELL=/bin/sh\r\n",
         home.display(),
+        cache.join("telo").display(),
+        cache.join("npm").display(),
         harness.config.path,
     );
     for name in &runner_only {
@@ -417,4 +422,161 @@ async fn capabilities_describe_a_fixed_local_image() {
     assert_eq!(image["default"], json!("local"));
     assert_eq!(image["readOnly"], json!(true));
     assert!(capabilities.config_schema["properties"]["registryUrl"].is_object());
+}
+
+/// Says `ready`, then runs until signalled; on SIGTERM says `bye` and exits 0.
+const POLITE: &str = "trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.1; done";
+/// Says `ready`, then runs until SIGKILLed; SIGTERM is ignored (by its
+/// children too, who inherit the ignored disposition).
+const DEAF: &str = "trap '' TERM; echo ready; while :; do sleep 0.1; done";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_lets_the_workload_shut_down_and_its_last_words_arrive_before_stopped() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&["sh", "-c", POLITE])));
+    Output::of(&session).until("ready").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+    assert!(
+        output_now(&session).contains("bye\r\n"),
+        "{:?}",
+        output_now(&session)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_that_ignores_sigterm_is_killed_once_the_grace_period_is_over() {
+    let harness = Harness::with(|c| c.stop_grace = Duration::from_secs(2), limits());
+    let session = harness.start(app_spec(Some(&["sh", "-c", DEAF])));
+    Output::of(&session).until("ready").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    // The stop returned without waiting for the grace period: the deaf
+    // workload cannot have ended yet.
+    assert!(!session.is_terminal());
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_during_the_grace_period_sends_no_second_signal() {
+    let harness = Harness::with(|c| c.stop_grace = Duration::from_secs(2), limits());
+    let session = harness.start(app_spec(Some(&[
+        "sh",
+        "-c",
+        "n=0; trap 'n=$((n+1)); echo \"term $n\"' TERM; echo ready; while :; do sleep 0.1; done",
+    ])));
+    let mut output = Output::of(&session);
+    output.until("ready").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    output.until("term 1").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    support::handle_of(&session).await.stop().await.unwrap();
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+    assert!(!output_now(&session).contains("term 2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_grace_period_stop_kills_at_once() {
+    let harness = Harness::with(|c| c.stop_grace = Duration::ZERO, limits());
+    let session = harness.start(app_spec(Some(&["sh", "-c", POLITE])));
+    Output::of(&session).until("ready").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+    assert!(!output_now(&session).contains("bye"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_lifetime_is_asked_to_stop_before_it_is_killed() {
+    let harness = Harness::with(|c| c.max_ttl = Duration::from_secs(1), limits());
+    let session = harness.start(app_spec(Some(&["sh", "-c", POLITE])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed("session exceeded its maximum lifetime of 1 s and was stopped")
+    );
+    assert!(output_now(&session).contains("bye\r\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_lifetime_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let harness = Harness::with(
+        |c| {
+            c.max_ttl = Duration::from_secs(1);
+            c.stop_grace = Duration::from_secs(1);
+        },
+        limits(),
+    );
+    let session = harness.start(app_spec(Some(&["sh", "-c", DEAF])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed("session exceeded its maximum lifetime of 1 s and was stopped")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_sessions_gracefully() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&["sh", "-c", POLITE])));
+    Output::of(&session).until("ready").await;
+    harness.registry.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
+    assert!(output_now(&session).contains("bye\r\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telo_sessions_share_one_kernel_cache_under_the_work_root_that_the_boot_sweep_keeps() {
+    let harness = Harness::new();
+    let cache = harness.config.work_root.join(".kernel-cache");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let session = harness.start(bundle_spec(json!({ "printEnv": ["TELO_CACHE_DIR"] })));
+        assert_eq!(
+            Events::of(&session).terminal().await,
+            RunStatus::Exited { code: 0 }
+        );
+        seen.push(output_now(&session));
+    }
+    let expected = format!("TELO_CACHE_DIR={}\r\n", cache.join("telo").display());
+    assert_eq!(seen, [expected.clone(), expected]);
+    // What a kernel left there survives the next runner's boot.
+    std::fs::create_dir_all(cache.join("telo/controller-src")).unwrap();
+    std::fs::write(cache.join("telo/controller-src/bundle.mjs"), "cached").unwrap();
+    std::fs::create_dir_all(harness.config.work_root.join("abcdefgh2345")).unwrap();
+    // The two sessions' directories and the planted one go; the cache stays.
+    assert_eq!(harness.backend.sweep_work_root(), 3);
+    assert!(!harness.config.work_root.join("abcdefgh2345").exists());
+    assert_eq!(
+        std::fs::read_to_string(cache.join("telo/controller-src/bundle.mjs")).unwrap(),
+        "cached"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_env_cannot_move_the_kernel_cache() {
+    let harness = Harness::new();
+    let mut spec = bundle_spec(json!({ "printEnv": ["TELO_CACHE_DIR"] }));
+    spec.env = vec![("TELO_CACHE_DIR".to_owned(), "/tmp/elsewhere".to_owned())];
+    let session = harness.start(spec);
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    let cache = harness.config.work_root.join(".kernel-cache/telo");
+    assert_eq!(
+        output_now(&session),
+        format!("TELO_CACHE_DIR={}\r\n", cache.display())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_session_gets_no_kernel_cache() {
+    let harness = Harness::new();
+    let session = harness.start(app_spec(Some(&[
+        "sh",
+        "-c",
+        "echo \"telo=${TELO_CACHE_DIR-unset} npm=${npm_config_cache-unset}\"",
+    ])));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::Exited { code: 0 }
+    );
+    assert_eq!(output_now(&session), "telo=unset npm=unset\r\n");
 }

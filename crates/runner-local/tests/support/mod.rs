@@ -323,3 +323,27 @@ pub async fn wait_until_threads_end(session: &Session) {
         session_threads()
     );
 }
+
+/// Writes `script` to `path` as an executable, the way an upgrade replaces
+/// a program: a new file renamed over the old one. A child process writes
+/// it, so that no descriptor open for writing ever exists in this
+/// (multi-threaded, forking) test process — exec'ing a file that one of our
+/// forks still holds open fails with "text file busy".
+pub fn install_script(path: &std::path::Path, script: &str) {
+    let staged = path.with_file_name(format!(
+        ".{}.new",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    let status = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "printf '%s' \"$1\" > \"$2\" && chmod 755 \"$2\" && mv \"$2\" \"$3\"",
+            "install",
+            script,
+        ])
+        .arg(&staged)
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "could not install {}", path.display());
+}

@@ -1,0 +1,312 @@
+//! What the runner knows about its kernel: the last self-check's verdict,
+//! kept per [`KernelFingerprint`], so the check runs once at boot and again
+//! only when the Telo CLI or the `node` on the workload `PATH` changed —
+//! or, for a failed check, once [`RECHECK_FAILED_AFTER`] has passed, so a
+//! failure that was the machine's and not the kernel's (a check that timed
+//! out under load, a full disk) does not refuse sessions until a restart.
+//! Callers that arrive while a check runs wait for that one check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::kernel_cache::KernelCache;
+use crate::kernel_check::{
+    CheckEnd, KernelProblem, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST, SELF_CHECK_TIMEOUT, diagnose,
+    needs_newer_node, node_version, run_check,
+};
+use crate::kernel_fingerprint::KernelFingerprint;
+use crate::launch::{LaunchPlan, telo_argv, workload_env};
+
+/// The check's scratch directory under the work root: a fixed name (so a
+/// check interrupted by a crash leaves nothing behind the next one does not
+/// remove) that can never be a session id.
+pub const KERNEL_CHECK_DIR_NAME: &str = ".kernel-check";
+/// How long a failed check's verdict stands while the kernel is unchanged.
+/// Long enough that a broken kernel costs one check a minute, not one per
+/// probe or start.
+pub const RECHECK_FAILED_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelHealth {
+    /// The Telo CLI was not found.
+    Missing,
+    Usable,
+    Unusable(KernelProblem),
+    /// The check could not be run (its scratch directory could not be made).
+    /// Not remembered: the next probe or start tries again.
+    Unchecked(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ScratchError {
+    #[error("could not prepare the self-check directory '{}'", path.display())]
+    Prepare {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct Verdict {
+    fingerprint: KernelFingerprint,
+    health: KernelHealth,
+    checked_at: Instant,
+}
+
+impl Verdict {
+    /// Whether this verdict still answers for the kernel `now` looks like.
+    fn holds_for(&self, fingerprint: &KernelFingerprint, now: Instant) -> bool {
+        self.fingerprint == *fingerprint
+            && (self.health == KernelHealth::Usable
+                || now.saturating_duration_since(self.checked_at) < RECHECK_FAILED_AFTER)
+    }
+}
+
+struct Inner {
+    telo: String,
+    path: String,
+    work_root: PathBuf,
+    /// Held for the whole of a check: the single flight.
+    verdict: Arc<Mutex<Option<Verdict>>>,
+    tasks: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+pub struct KernelMonitor {
+    inner: Arc<Inner>,
+    /// Ends a running check (and kills its processes) with the monitor.
+    _stop_checks: DropGuard,
+}
+
+impl KernelMonitor {
+    pub fn new(telo: &str, path: &str, work_root: &Path) -> Self {
+        let shutdown = CancellationToken::new();
+        Self {
+            inner: Arc::new(Inner {
+                telo: telo.to_owned(),
+                path: path.to_owned(),
+                work_root: work_root.to_owned(),
+                verdict: Arc::new(Mutex::new(None)),
+                tasks: TaskTracker::new(),
+                shutdown: shutdown.clone(),
+            }),
+            _stop_checks: shutdown.drop_guard(),
+        }
+    }
+
+    /// Starts the boot check in the background, so the first probe or start
+    /// finds the verdict ready (or waits for this check rather than starting
+    /// another). Without a Tokio runtime nothing starts, and the first
+    /// caller of [`KernelMonitor::health`] runs the check.
+    pub fn spawn_boot_check(&self) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let inner = self.inner.clone();
+        self.inner.tasks.spawn(async move {
+            let health = tokio::select! {
+                biased;
+                () = inner.shutdown.cancelled() => return,
+                health = inner.health() => health,
+            };
+            if health == KernelHealth::Missing {
+                warn!(telo = %inner.telo, "the Telo CLI was not found; sessions will fail until it is installed or RUNNER_LOCAL_TELO points at it");
+            }
+        });
+    }
+
+    /// The kernel's health now: the remembered verdict while the kernel's
+    /// fingerprint is unchanged, else a fresh self-check's.
+    pub async fn health(&self) -> KernelHealth {
+        self.inner.health().await
+    }
+}
+
+impl Inner {
+    async fn health(self: &Arc<Self>) -> KernelHealth {
+        let fingerprint = KernelFingerprint::take(&self.telo, &self.path);
+        if fingerprint.telo.is_none() {
+            return KernelHealth::Missing;
+        }
+        let verdict = self.verdict.clone().lock_owned().await;
+        if let Some(known) = verdict.as_ref()
+            && known.holds_for(&fingerprint, Instant::now())
+        {
+            return known.health.clone();
+        }
+        // The check runs in a task of its own holding the lock, so a caller
+        // that gives up (a probe whose client went away) neither cancels it
+        // nor loses its verdict for the callers waiting behind it.
+        let inner = self.clone();
+        let check = self.tasks.spawn(async move {
+            let mut verdict = verdict;
+            let health = tokio::select! {
+                biased;
+                () = inner.shutdown.cancelled() => {
+                    return KernelHealth::Unchecked("the runner is shutting down".to_owned());
+                }
+                health = inner.check(&fingerprint) => health,
+            };
+            if !matches!(health, KernelHealth::Unchecked(_)) {
+                *verdict = Some(Verdict {
+                    fingerprint,
+                    health: health.clone(),
+                    checked_at: Instant::now(),
+                });
+            }
+            health
+        });
+        check.await.unwrap_or_else(|err| {
+            KernelHealth::Unchecked(format!("the Telo CLI self-check was lost: {err}"))
+        })
+    }
+
+    async fn check(&self, fingerprint: &KernelFingerprint) -> KernelHealth {
+        let Some(telo) = fingerprint.telo_path() else {
+            return KernelHealth::Missing;
+        };
+        let scratch = self.work_root.join(KERNEL_CHECK_DIR_NAME);
+        let plan = match self.prepare(&scratch, telo) {
+            Ok(plan) => plan,
+            Err(err) => {
+                warn!(error = ?err, "could not run the Telo CLI self-check");
+                // The path stays in the log: this text reaches clients.
+                let cause = std::error::Error::source(&err)
+                    .map_or_else(|| err.to_string(), ToString::to_string);
+                return KernelHealth::Unchecked(format!(
+                    "The runner could not prepare the Telo CLI self-check in its work directory: {cause}."
+                ));
+            }
+        };
+        let started = std::time::Instant::now();
+        let run = run_check(&plan, SELF_CHECK_TIMEOUT).await;
+        let node = match (&run.end, fingerprint.node_path()) {
+            (CheckEnd::Exited(code), Some(node)) if *code != 0 && needs_newer_node(&run.output) => {
+                node_version(node, &self.path).await
+            }
+            _ => None,
+        };
+        remove_scratch(&scratch);
+        match diagnose(&run, &self.telo, node.as_deref()) {
+            None => {
+                info!(telo = %telo.display(), elapsed_ms = started.elapsed().as_millis(), "the Telo CLI passed its self-check");
+                KernelHealth::Usable
+            }
+            Some(problem) => {
+                warn!(
+                    telo = %telo.display(),
+                    cause = %problem.message,
+                    remediation = %problem.remediation,
+                    "the Telo CLI failed its self-check; sessions will fail until it is fixed"
+                );
+                KernelHealth::Unusable(problem)
+            }
+        }
+    }
+
+    /// A fresh scratch directory holding the check's application, and the
+    /// launch a session of it would get: same command line shape, a scratch
+    /// `HOME`, the shared kernel cache, no session env.
+    fn prepare(&self, scratch: &Path, telo: &Path) -> Result<LaunchPlan, ScratchError> {
+        use std::os::unix::fs::DirBuilderExt;
+        remove_scratch(scratch);
+        let app = scratch.join("app");
+        let home = scratch.join("home");
+        let fail = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ScratchError::Prepare { path, source }
+        };
+        for dir in [&app, &home] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(fail(dir))?;
+        }
+        let cache = KernelCache::under(&self.work_root);
+        cache.create().map_err(fail(cache.root()))?;
+        let entry = app.join(SELF_CHECK_ENTRY);
+        std::fs::write(&entry, SELF_CHECK_MANIFEST).map_err(fail(&entry))?;
+        Ok(LaunchPlan {
+            argv: telo_argv(telo, SELF_CHECK_ENTRY, None),
+            cwd: app,
+            env: workload_env(&[], &home, &self.path, Some(&cache)),
+        })
+    }
+}
+
+fn remove_scratch(scratch: &Path) {
+    match std::fs::remove_dir_all(scratch) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            warn!(dir = %scratch.display(), error = %err, "could not remove the self-check directory");
+        }
+    }
+}
+
+impl std::fmt::Debug for KernelMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelMonitor")
+            .field("telo", &self.inner.telo)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel_fingerprint::FileStamp;
+
+    fn fingerprint(inode: u64) -> KernelFingerprint {
+        KernelFingerprint {
+            telo: Some(FileStamp {
+                path: PathBuf::from("/opt/telo"),
+                len: 10,
+                mtime: (1, 0),
+                dev: 1,
+                inode,
+            }),
+            node: None,
+        }
+    }
+
+    fn verdict(health: KernelHealth, checked_at: Instant) -> Verdict {
+        Verdict {
+            fingerprint: fingerprint(1),
+            health,
+            checked_at,
+        }
+    }
+
+    fn problem() -> KernelHealth {
+        KernelHealth::Unusable(KernelProblem {
+            message: "broken".to_owned(),
+            remediation: "fix it".to_owned(),
+        })
+    }
+
+    #[test]
+    fn a_passed_check_holds_until_the_kernel_changes() {
+        let then = Instant::now();
+        let passed = verdict(KernelHealth::Usable, then);
+        assert!(passed.holds_for(&fingerprint(1), then + Duration::from_secs(86_400)));
+        assert!(!passed.holds_for(&fingerprint(2), then));
+    }
+
+    #[test]
+    fn a_failed_check_is_repeated_after_a_while_or_when_the_kernel_changes() {
+        let then = Instant::now();
+        let failed = verdict(problem(), then);
+        assert!(failed.holds_for(&fingerprint(1), then + RECHECK_FAILED_AFTER / 2));
+        assert!(!failed.holds_for(&fingerprint(1), then + RECHECK_FAILED_AFTER));
+        assert!(!failed.holds_for(&fingerprint(2), then));
+    }
+}

@@ -1,0 +1,202 @@
+//! The local backend with the real Telo CLI (the 0.81 fixture installed by
+//! `shared/telo/install.sh`): the self-check's verdict on Node.js 20 and 24,
+//! the shared kernel cache, and a graceful stop of a serving app.
+//!
+//! These need the installed fixture and fail, saying how to install it, when
+//! it is missing: `$TELO_REAL_KERNEL_DIR`, else `~/.cache/telo-real`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use runner_core::StartSpec;
+use runner_core::types::{
+    AvailabilityReport, BundleFile, PortMapping, PortProtocol, PullPolicy, ReachabilityState,
+    RunBundle, RunEvent, RunStatus,
+};
+use runner_core::{Backend, ProbeConfig};
+use runner_local::kernel_check::NODE_REMEDIATION;
+use serde_json::Value;
+use support::{Events, Harness, Output, bundle_spec, free_port, limits, output_now, with_ports};
+
+/// The workload `PATH`: the system's, whose `node` is whatever the machine
+/// has (the fixture's wrapper brings its own Node.js 24).
+const SYSTEM_PATH: &str = "/usr/bin:/bin";
+const SYSTEM_NODE: &str = "/usr/bin/node";
+
+/// The installed fixture: `bin/telo` (the wrapper, on Node.js 24),
+/// `telo-cli/`, `modules/`.
+fn fixture() -> PathBuf {
+    let dir = std::env::var_os("TELO_REAL_KERNEL_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/telo-real")))
+        .expect("neither TELO_REAL_KERNEL_DIR nor HOME is set");
+    assert!(
+        dir.join("bin/telo").is_file(),
+        "the real Telo CLI fixture is not installed at {}: install it with \
+         `bash ../shared/telo/install.sh ~/.cache/telo-real` (from the repository root), \
+         or set TELO_REAL_KERNEL_DIR to where it is installed",
+        dir.display()
+    );
+    dir
+}
+
+/// The fixture's example applications (`shared/telo/examples`), found above
+/// this crate or at `$TELO_EXAMPLES_DIR`.
+fn examples() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TELO_EXAMPLES_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("shared/telo/examples"))
+        .find(|dir| dir.is_dir())
+        .expect("the Telo fixture's examples (shared/telo/examples) were not found above this crate; set TELO_EXAMPLES_DIR")
+}
+
+/// A session of example `name`, its imports pointed at the installed modules.
+fn example_spec(name: &str) -> StartSpec {
+    let modules = fixture().join("modules");
+    let manifest = std::fs::read_to_string(examples().join(name).join("telo.yaml")).unwrap();
+    let manifest = manifest.replace("@TELO_MODULES@", &modules.to_string_lossy());
+    StartSpec {
+        bundle: RunBundle {
+            entry_relative_path: "telo.yaml".to_owned(),
+            files: vec![BundleFile {
+                relative_path: "telo.yaml".to_owned(),
+                contents: manifest,
+            }],
+        },
+        entry_relative_path: "telo.yaml".to_owned(),
+        ..bundle_spec(Value::Null)
+    }
+}
+
+fn real_harness(telo: &Path) -> Harness {
+    let telo = telo.to_string_lossy().into_owned();
+    Harness::with(
+        move |c| {
+            c.telo = telo;
+            c.path = SYSTEM_PATH.to_owned();
+        },
+        limits(),
+    )
+}
+
+fn probe_config() -> ProbeConfig {
+    ProbeConfig {
+        image: "local".to_owned(),
+        pull_policy: PullPolicy::Missing,
+    }
+}
+
+fn system_node_version() -> Option<String> {
+    let output = std::process::Command::new(SYSTEM_NODE)
+        .arg("--version")
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+fn major(version: &str) -> Option<u32> {
+    version.strip_prefix('v')?.split('.').next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_cli_on_node_20_is_unavailable_and_says_to_install_node_24() {
+    let fixture = fixture();
+    let Some(version) = system_node_version() else {
+        eprintln!("note: skipped, {SYSTEM_NODE} cannot be run");
+        return;
+    };
+    if major(&version).is_none_or(|major| major >= 24) {
+        eprintln!("note: skipped, {SYSTEM_NODE} is {version}, which the real CLI accepts");
+        return;
+    }
+    let scripts = tempfile::tempdir().unwrap();
+    let telo = scripts.path().join("telo");
+    support::install_script(
+        &telo,
+        &format!(
+            "#!/bin/sh\nexec {SYSTEM_NODE} {}/telo-cli/bin/telo.mjs \"$@\"\n",
+            fixture.display()
+        ),
+    );
+    let harness = real_harness(&telo);
+    let message = format!(
+        "The Telo CLI '{}' cannot run on this runner's Node.js ({version}): Telo requires Node.js 24 or newer.",
+        telo.display()
+    );
+    assert_eq!(
+        harness.backend.probe(&probe_config()).await,
+        AvailabilityReport::Unavailable {
+            message: message.clone(),
+            remediation: Some(NODE_REMEDIATION.to_owned()),
+        }
+    );
+    let session = harness.start(example_spec("hello-world"));
+    assert_eq!(
+        Events::of(&session).terminal().await,
+        RunStatus::failed(format!("start: {message} {NODE_REMEDIATION}"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_cli_wrapper_is_ready() {
+    let harness = real_harness(&fixture().join("bin/telo"));
+    assert_eq!(
+        harness.backend.probe(&probe_config()).await,
+        AvailabilityReport::Ready
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_hello_world_session_builds_no_controller_from_source() {
+    let harness = real_harness(&fixture().join("bin/telo"));
+    let mut outputs = Vec::new();
+    for _ in 0..2 {
+        let session = harness.start(example_spec("hello-world"));
+        assert_eq!(
+            Events::of(&session).terminal().await,
+            RunStatus::Exited { code: 0 }
+        );
+        let output = output_now(&session);
+        assert!(output.contains("Hello from Telo!"), "{output:?}");
+        outputs.push(output);
+    }
+    // The first session of a fresh work root fills the cache (the self-check
+    // imports nothing), the second finds its controller there.
+    assert!(outputs[0].contains("source-build"), "{:?}", outputs[0]);
+    assert!(!outputs[1].contains("source-build"), "{:?}", outputs[1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_real_server_lets_it_log_stopped_listening_before_stopped() {
+    let harness = real_harness(&fixture().join("bin/telo"));
+    let port = free_port();
+    let mut spec = with_ports(
+        example_spec("http-hello"),
+        &[PortMapping {
+            port,
+            protocol: PortProtocol::Tcp,
+        }],
+    );
+    spec.env = vec![("PORT".to_owned(), port.to_string())];
+    let session = harness.start(spec);
+    let mut events = Events::of(&session);
+    events
+        .until("the server to be reachable", |e| {
+            *e == RunEvent::Reachability {
+                port,
+                state: ReachabilityState::Reachable,
+            }
+        })
+        .await;
+    Output::of(&session).until("Listening").await;
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(events.terminal().await, RunStatus::Stopped);
+    let output = output_now(&session);
+    assert!(output.contains("Stopped listening"), "{output:?}");
+}
