@@ -26,48 +26,23 @@ use support::{Events, Harness, Output, bundle_spec, free_port, limits, output_no
 const SYSTEM_PATH: &str = "/usr/bin:/bin";
 const SYSTEM_NODE: &str = "/usr/bin/node";
 
-/// The installed fixture: `bin/telo` (the wrapper, on Node.js 24),
-/// `telo-cli/`, `modules/`.
 fn fixture() -> PathBuf {
-    let dir = std::env::var_os("TELO_REAL_KERNEL_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/telo-real")))
-        .expect("neither TELO_REAL_KERNEL_DIR nor HOME is set");
-    assert!(
-        dir.join("bin/telo").is_file(),
-        "the real Telo CLI fixture is not installed at {}: install it with \
-         `bash ../shared/telo/install.sh ~/.cache/telo-real` (from the repository root), \
-         or set TELO_REAL_KERNEL_DIR to where it is installed",
-        dir.display()
-    );
-    dir
-}
-
-/// The fixture's example applications (`shared/telo/examples`), found above
-/// this crate or at `$TELO_EXAMPLES_DIR`.
-fn examples() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TELO_EXAMPLES_DIR") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|dir| dir.join("shared/telo/examples"))
-        .find(|dir| dir.is_dir())
-        .expect("the Telo fixture's examples (shared/telo/examples) were not found above this crate; set TELO_EXAMPLES_DIR")
+    test_support::real_kernel::fixture_dir()
 }
 
 /// A session of example `name`, its imports pointed at the installed modules.
 fn example_spec(name: &str) -> StartSpec {
-    let modules = fixture().join("modules");
-    let manifest = std::fs::read_to_string(examples().join(name).join("telo.yaml")).unwrap();
-    let manifest = manifest.replace("@TELO_MODULES@", &modules.to_string_lossy());
+    let files = test_support::real_kernel::example_files(name)
+        .into_iter()
+        .map(|(relative_path, contents)| BundleFile {
+            relative_path,
+            contents,
+        })
+        .collect();
     StartSpec {
         bundle: RunBundle {
             entry_relative_path: "telo.yaml".to_owned(),
-            files: vec![BundleFile {
-                relative_path: "telo.yaml".to_owned(),
-                contents: manifest,
-            }],
+            files,
         },
         entry_relative_path: "telo.yaml".to_owned(),
         ..bundle_spec(Value::Null)

@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod fake_telo;
+pub mod real_kernel;
 pub mod sse;
 pub mod ws;
 

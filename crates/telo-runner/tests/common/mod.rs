@@ -48,9 +48,18 @@ impl Runner {
     /// A runner on the Kubernetes backend against a fresh kube-sim built by
     /// `sim` (fake-telo as the kernel, the built-in bundle fetcher as busybox).
     pub async fn start_kube(sim: kube_sim::KubeSimBuilder, vars: &[(&str, &str)]) -> Runner {
+        Self::start_kube_with_kernel(sim, fake_telo_path(), vars).await
+    }
+
+    /// Like [`Runner::start_kube`], with `kernel` as what kernel images run.
+    pub async fn start_kube_with_kernel(
+        sim: kube_sim::KubeSimBuilder,
+        kernel: std::path::PathBuf,
+        vars: &[(&str, &str)],
+    ) -> Runner {
         let work_dir = tempfile::tempdir().expect("work dir");
         let sim = sim
-            .fake_telo(fake_telo_path())
+            .fake_telo(kernel)
             .start()
             .await
             .expect("kube-sim starts");

@@ -1,0 +1,253 @@
+//! The fixture's example applications on the real Telo kernel (CLI 0.81),
+//! through both backends: local processes, and pods on kube-sim whose
+//! kernel image runs the real CLI.
+//!
+//! Needs the installed fixture (`bash ../shared/telo/install.sh
+//! ~/.cache/telo-real`, which `.ci/run` does); without it every test here
+//! fails saying so. Without npm, run everything else with
+//! `cargo nextest run --workspace -E 'not binary(real_kernel)'`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, Runner};
+use k8s_openapi::api::core::v1::Pod;
+use reqwest::StatusCode;
+use rstest::rstest;
+use serde_json::{Value, json};
+use test_support::real_kernel::{example_bundle, telo_path};
+use test_support::ws;
+
+/// A cold start of the real kernel on a loaded 2-core machine takes a few
+/// seconds; this is only how long a test waits before it fails.
+const KERNEL_WAIT: Duration = Duration::from_secs(90);
+
+async fn real_runner(backend: Backend, vars: &[(&str, &str)]) -> Runner {
+    let kernel = telo_path();
+    match backend {
+        Backend::Local => {
+            let kernel = kernel.to_string_lossy().into_owned();
+            let mut all = vec![("RUNNER_LOCAL_TELO", kernel.as_str())];
+            all.extend_from_slice(vars);
+            Runner::start_on(Backend::Local, &all).await
+        }
+        Backend::Kubernetes => {
+            Runner::start_kube_with_kernel(kube_sim::KubeSim::builder(), kernel, vars).await
+        }
+    }
+}
+
+fn body(example: &str, env: Value, ports: Value, inspect: bool) -> Value {
+    json!({
+        "bundle": example_bundle(example),
+        "env": env,
+        "ports": ports,
+        "config": { "image": "telorun/node:0-slim", "pullPolicy": "missing" },
+        "inspect": inspect,
+    })
+}
+
+/// Runs `example` to its end; returns its terminal status and its output.
+async fn run_to_end(runner: &Runner, body: Value) -> (Value, String) {
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let status = tokio::time::timeout(KERNEL_WAIT, events.events_until_end())
+        .await
+        .expect("the session ends")
+        .last()
+        .expect("events")
+        .json()["status"]
+        .clone();
+    (status, runner.full_output(&id).await)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_examples_print_and_exit_with_the_kernels_code(#[case] backend: Backend) {
+    let runner = real_runner(backend, &[]).await;
+    let cases = [
+        ("hello-world", json!({}), "Hello from Telo!", 0),
+        (
+            "env-greeting",
+            json!({"GREETING_NAME": "Ada", "GREETING_COUNT": "3"}),
+            "Hello, Ada (count=3)",
+            0,
+        ),
+        (
+            "env-greeting",
+            json!({}),
+            "environment variable GREETING_NAME is not set",
+            1,
+        ),
+        ("javascript", json!({}), "Result is: 84", 0),
+        (
+            "fail-exit",
+            json!({}),
+            "deliberate failure from fail-exit",
+            1,
+        ),
+        (
+            "bundled-hello",
+            json!({}),
+            "Hello from a self-contained Telo bundle!",
+            0,
+        ),
+    ];
+    for (example, env, expected, code) in cases {
+        let (status, output) = run_to_end(&runner, body(example, env, json!([]), false)).await;
+        assert!(output.contains(expected), "{example}: {output}");
+        assert_eq!(
+            status,
+            json!({"kind": "exited", "code": code}),
+            "{example}: {output}"
+        );
+        assert!(!output.contains("[no-egress]"), "{example}: {output}");
+    }
+    runner.stop().await;
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_echo_answers_what_is_typed(#[case] backend: Backend) {
+    let runner = real_runner(backend, &[]).await;
+    let id = runner
+        .create_body(body("stdin-echo", json!({}), json!([]), false))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    tokio::time::timeout(KERNEL_WAIT, ws::read_until_output(&mut socket, "Name: "))
+        .await
+        .expect("the prompt");
+    ws::send_stdin(&mut socket, b"World\r").await;
+    let status = tokio::time::timeout(KERNEL_WAIT, runner.wait_terminal(&id))
+        .await
+        .expect("the session ends");
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("Hello, World!"), "{output}");
+    assert_eq!(status, json!({"kind": "exited", "code": 0}), "{output}");
+    runner.stop().await;
+}
+
+/// Where a session's port is served: loopback locally, the pod IP on kube-sim.
+fn app_host(runner: &Runner, id: &str) -> String {
+    match &runner.sim {
+        None => "127.0.0.1".to_owned(),
+        Some(sim) => sim
+            .get::<Pod>("telo-sessions", &format!("telo-run-{id}"))
+            .and_then(|pod| pod.status.and_then(|s| s.pod_ip))
+            .expect("the session pod has an IP"),
+    }
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_hello_is_reachable_answers_and_stops_gracefully(#[case] backend: Backend) {
+    let runner = real_runner(backend, &[]).await;
+    let port = free_port();
+    let id = runner
+        .create_body(body(
+            "http-hello",
+            json!({"PORT": port.to_string()}),
+            json!([{"port": port, "protocol": "tcp"}]),
+            false,
+        ))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let before_reachable = tokio::time::timeout(
+        KERNEL_WAIT,
+        events.events_until(|f| {
+            f.event.as_deref() == Some("reachability") && f.json()["state"] == "reachable"
+        }),
+    )
+    .await
+    .expect("the port becomes reachable");
+    let statuses: Vec<String> = before_reachable
+        .iter()
+        .filter_map(|f| f.status_kind())
+        .collect();
+    assert_eq!(statuses, ["starting", "running"]);
+
+    let url = format!(
+        "http://{}:{port}/v1/hello?name=World",
+        app_host(&runner, &id)
+    );
+    let response = runner.client.get(&url).send().await.expect("GET the app");
+    assert_eq!(response.status(), StatusCode::OK);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer,
+        json!({"greeting": "Hello World!!", "nice": "WOW"})
+    );
+
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let rest = tokio::time::timeout(KERNEL_WAIT, events.events_until_end())
+        .await
+        .expect("the session ends");
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
+    let output = runner.full_output(&id).await;
+    assert!(
+        output.contains("Stopped listening"),
+        "the kernel's teardown ran before `stopped`: {output}"
+    );
+    runner.stop().await;
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_inspect_running_follows_kernel_started_and_the_held_app_stays_running(
+    #[case] backend: Backend,
+) {
+    let runner = real_runner(backend, &[]).await;
+    let id = runner
+        .create_body(body("hello-world", json!({}), json!([]), true))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = tokio::time::timeout(
+        KERNEL_WAIT,
+        events.events_until(|f| f.status_kind().as_deref() == Some("running")),
+    )
+    .await
+    .expect("running");
+    let started_at = frames.iter().position(|f| {
+        f.event.as_deref() == Some("debug") && f.json()["frame"]["event"] == "Kernel.Started"
+    });
+    assert!(
+        started_at.is_some_and(|at| at < frames.len() - 1),
+        "running comes after the kernel's Kernel.Started: {:?}",
+        frames.iter().map(|f| f.json()).collect::<Vec<_>>()
+    );
+    // CLI 0.81 holds the finished app open under --inspect and says nothing
+    // more: the session stays running until it is stopped.
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let rest = tokio::time::timeout(KERNEL_WAIT, events.events_until_end())
+        .await
+        .expect("the session ends");
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
+    assert!(runner.full_output(&id).await.contains("Hello from Telo!"));
+    runner.stop().await;
+}
