@@ -93,7 +93,7 @@ fn wait_for_input_also_ends_at_the_end_of_stdin() {
 }
 
 fn signal(fake: &support::FakeTelo, signal: Signal) {
-    kill_process(Pid::from_child(fake.child()), signal).unwrap();
+    kill_process(Pid::from_child(fake.child()), signal).expect("signal fake-telo");
 }
 
 #[test]

@@ -923,8 +923,7 @@ impl SessionSink {
     }
 
     pub fn reachability(&self, port: u16, state: ReachabilityState) {
-        self.session
-            .publish(RunEvent::Reachability { port, state });
+        self.session.publish(RunEvent::Reachability { port, state });
     }
 
     /// Whether the routing layer serves `host` (Kubernetes backend only).

@@ -472,8 +472,7 @@ impl BackendSession for KubeSession {
         if self.deleted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Err(err) = delete_pod_within(&self.ctx.pods, &self.name, self.ctx.stop_grace).await
-        {
+        if let Err(err) = delete_pod_within(&self.ctx.pods, &self.name, self.ctx.stop_grace).await {
             self.deleted.store(false, Ordering::Release);
             return Err(StopError {
                 message: format!("could not delete the session pod: {}", api_reason(&err)),

@@ -189,10 +189,7 @@ async fn http_hello_is_reachable_answers_and_stops_gracefully(#[case] backend: B
     let response = runner.client.get(&url).send().await.expect("GET the app");
     assert_eq!(response.status(), StatusCode::OK);
     let answer: Value = response.json().await.unwrap();
-    assert_eq!(
-        answer,
-        json!({"greeting": "Hello World!!", "nice": "WOW"})
-    );
+    assert_eq!(answer, json!({"greeting": "Hello World!!", "nice": "WOW"}));
 
     let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
