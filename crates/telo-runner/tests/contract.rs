@@ -1068,3 +1068,96 @@ async fn an_app_without_a_local_command_fails_with_a_clear_message() {
     );
     runner.stop().await;
 }
+
+/// The statuses a session went through, from its full event history.
+async fn statuses_of(runner: &Runner, id: &str) -> (Vec<Value>, Vec<Value>) {
+    let frames = runner.events(id, &[]).await.events_until_end().await;
+    let statuses = frames
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("status"))
+        .map(|f| f.json()["status"].clone())
+        .collect();
+    let debug = frames
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("debug"))
+        .map(|f| f.json()["frame"]["event"].clone())
+        .collect();
+    (statuses, debug)
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test]
+async fn a_run_the_kernel_reports_stopped_under_inspect_ends_exited_with_its_code(
+    #[case] backend: Backend,
+) {
+    let runner = Runner::start_on(backend, &[]).await;
+    // debugEvents keep fake-telo up, as the real kernel holds a finished app
+    // open under --inspect.
+    let mut body = start_body(json!({
+        "stdout": ["done"],
+        "debugEvents": [
+            "Kernel.Starting",
+            "Kernel.Started",
+            {"event": "Kernel.Stopped", "payload": {"exitCode": 3}},
+        ],
+    }));
+    body["inspect"] = json!(true);
+    let id = runner.create_body(body).await;
+    let (statuses, debug) = statuses_of(&runner, &id).await;
+    assert_eq!(
+        statuses,
+        [
+            json!({"kind": "starting"}),
+            json!({"kind": "running", "endpoints": []}),
+            json!({"kind": "exited", "code": 3}),
+        ]
+    );
+    assert_eq!(
+        debug,
+        [
+            json!("Kernel.Starting"),
+            json!("Kernel.Started"),
+            json!("Kernel.Stopped")
+        ],
+        "the debug history stays in the replay"
+    );
+    runner.stop().await;
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test]
+async fn a_stop_lets_the_workload_tear_down_and_relays_what_it_printed(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[]).await;
+    let id = runner
+        .create(json!({"stdout": ["up"], "echo": true, "stopLine": "Stopped listening"}))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    ws::read_until_output(&mut socket, "up").await;
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "stopped"}));
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("Stopped listening"), "{output}");
+    runner.stop().await;
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test]
+async fn a_workload_ignoring_sigterm_is_killed_after_the_grace_period(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_STOP_GRACE_SECONDS", "1")]).await;
+    let id = runner
+        .create(json!({"stdout": ["up"], "echo": true, "ignoreSigterm": true}))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    ws::read_until_output(&mut socket, "up").await;
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "stopped"}));
+    runner.stop().await;
+}
