@@ -145,6 +145,11 @@ async fn session(
     // up, like a client of the real runtime, instead of silently losing
     // chunks. It starts at what was written after the attach request.
     let mut log_seq = streams.subscribe_log();
+    // A container that ended between the attach request and the upgrade
+    // changes its log no more: look once at once, or the stream would wait
+    // forever for a change that never comes (a real runtime ends the attach
+    // of an exited container).
+    log_seq.mark_changed();
     let mut cursor = start;
     let mut stream_epoch = ctx.faults.stream_epoch();
     let shutdown = ctx.shutdown.clone();
