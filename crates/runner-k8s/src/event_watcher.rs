@@ -16,9 +16,9 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use crate::pod_spec::pod_name;
+use crate::watch_loop::follow;
 
 /// How many unread events a session may have queued; more are dropped (they
 /// are progress hints, never state).
@@ -70,21 +70,24 @@ impl EventWatcher {
         let task = {
             let watcher = watcher.clone();
             tokio::spawn(async move {
-                let mut events = watcher::watcher(api, config).default_backoff().boxed();
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        event = events.next() => match event {
-                            Some(Ok(Event::Apply(event) | Event::InitApply(event))) => watcher.deliver(&event),
-                            Some(Ok(_)) => {}
-                            Some(Err(err)) => {
-                                restarts.inc();
-                                warn!(error = %err, "event watch interrupted; re-listing");
-                            }
-                            None => return,
+                let start = || {
+                    watcher::watcher(api.clone(), config.clone())
+                        .default_backoff()
+                        .boxed()
+                };
+                follow(
+                    "events",
+                    start,
+                    restarts,
+                    stop,
+                    |event| {
+                        if let Event::Apply(event) | Event::InitApply(event) = event {
+                            watcher.deliver(&event);
                         }
-                    }
-                }
+                    },
+                    |_| {},
+                )
+                .await;
             })
         };
         (watcher, task)

@@ -17,5 +17,6 @@ pub mod routing;
 pub mod session;
 pub mod setup;
 pub mod terminal;
+pub mod watch_loop;
 
 pub use backend::KubeBackend;

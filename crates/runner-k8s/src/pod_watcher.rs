@@ -9,7 +9,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -20,15 +19,11 @@ use runner_core::metrics::Counter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::api_error::watcher_reason;
 use crate::pod_spec::SESSION_ID_LABEL;
-
-/// The wait before re-listing after a failed watch, doubling while it keeps
-/// failing.
-const RELIST_BACKOFF_MIN: Duration = Duration::from_millis(500);
-const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
+use crate::watch_loop::follow;
 
 /// What a session knows about its pod.
 #[derive(Debug, Clone)]
@@ -88,41 +83,22 @@ impl PodWatcher {
             .labels(&format!("app.kubernetes.io/managed-by={managed_by}"));
         let task = {
             let watcher = watcher.clone();
+            let restarts = watcher.restarts.clone();
             tokio::spawn(async move {
                 let start = || {
                     watcher::watcher(api.clone(), config.clone())
                         .default_backoff()
                         .boxed()
                 };
-                let mut events = start();
-                let mut backoff = RELIST_BACKOFF_MIN;
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        event = events.next() => match event {
-                            Some(Ok(event)) => {
-                                backoff = RELIST_BACKOFF_MIN;
-                                watcher.apply(event);
-                            }
-                            Some(Err(err)) => {
-                                watcher.restarts.inc();
-                                lock(&watcher.shared).read_error = Some(watcher_reason(&err));
-                                warn!(error = %err, "pod watch interrupted; re-listing");
-                                // A watch that resumes says nothing until a pod
-                                // changes, so on a quiet cluster the error (and
-                                // `/readyz`) would stand after the apiserver is
-                                // back. A fresh list reports its success.
-                                tokio::select! {
-                                    () = stop.cancelled() => return,
-                                    () = tokio::time::sleep(backoff) => {}
-                                }
-                                backoff = (backoff * 2).min(RELIST_BACKOFF_MAX);
-                                events = start();
-                            }
-                            None => return,
-                        }
-                    }
-                }
+                follow(
+                    "pods",
+                    start,
+                    restarts,
+                    stop,
+                    |event| watcher.apply(event),
+                    |err| lock(&watcher.shared).read_error = Some(watcher_reason(err)),
+                )
+                .await;
             })
         };
         (watcher, task)

@@ -544,3 +544,31 @@ async fn a_runner_killed_while_a_session_starts_is_replaced_and_the_session_runs
     second.stop().await.unwrap();
     sim.shutdown().await;
 }
+
+/// Each shared watch (pods, routing objects) recovers the same way: after a
+/// failure the runner is unready, and once the apiserver answers again it is
+/// ready without any object having to change (a quiet cluster).
+#[rstest::rstest]
+#[case::pods("pods")]
+#[case::ingresses("ingresses")]
+#[tokio::test]
+async fn a_failed_watch_recovers_readiness_on_a_quiet_cluster(#[case] resource: &str) {
+    let runner = Runner::start_kube(
+        KubeSim::builder().ingress_class("nginx", false),
+        &[
+            ("SESSION_ROUTING_BASE_DOMAIN", "sessions.example.test"),
+            ("SESSION_ROUTING_MODE", "ingress"),
+            ("SESSION_INGRESS_CLASS", "nginx"),
+        ],
+    )
+    .await;
+    let sim = runner.sim.as_ref().unwrap();
+    readyz_becomes(&runner, StatusCode::OK).await;
+    sim.faults().apply(fail(None, resource, 100_000, 500));
+    sim.faults().drop_watches();
+    let unready = readyz_becomes(&runner, StatusCode::SERVICE_UNAVAILABLE).await;
+    assert_client_safe(&unready.to_string());
+    sim.faults().clear();
+    readyz_becomes(&runner, StatusCode::OK).await;
+    runner.stop().await;
+}

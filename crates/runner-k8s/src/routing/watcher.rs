@@ -21,10 +21,10 @@ use runner_core::metrics::Counter;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use crate::api_error::watcher_reason;
 use crate::pod_spec::{SESSION_ID_LABEL, managed_by_selector};
+use crate::watch_loop::follow;
 
 /// A session's routing objects by name, as last listed or watched.
 pub type SessionRouteObjects = Arc<BTreeMap<String, Arc<DynamicObject>>>;
@@ -83,21 +83,20 @@ impl RouteWatcher {
         let task = {
             let watcher = watcher.clone();
             tokio::spawn(async move {
-                let mut events = watcher::watcher(api, config).default_backoff().boxed();
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        event = events.next() => match event {
-                            Some(Ok(event)) => watcher.apply(event),
-                            Some(Err(err)) => {
-                                restarts.inc();
-                                warn!(error = %err, "route watch interrupted; re-listing");
-                                lock(&watcher.shared).read_error = Some(watcher_reason(&err));
-                            }
-                            None => return,
-                        }
-                    }
-                }
+                let start = || {
+                    watcher::watcher(api.clone(), config.clone())
+                        .default_backoff()
+                        .boxed()
+                };
+                follow(
+                    "routes",
+                    start,
+                    restarts,
+                    stop,
+                    |event| watcher.apply(event),
+                    |err| lock(&watcher.shared).read_error = Some(watcher_reason(err)),
+                )
+                .await;
             })
         };
         (watcher, task)
