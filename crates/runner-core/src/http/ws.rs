@@ -37,6 +37,9 @@ pub const RESIZE_THROTTLE: Duration = Duration::from_millis(50);
 pub const MAX_TERMINAL_DIMENSION: u16 = 10_000;
 /// How long the terminal close waits for output still queued to a client.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(2_000);
+/// A client whose socket accepts nothing for this long is dropped: its
+/// connection task must not live on for as long as its TCP connection does.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn io(
     State(state): State<AppState>,
@@ -109,59 +112,100 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics:
 
     let (mut tx, mut rx) = socket.split();
     let seq_frame = format!(r#"{{"type":"seq","seq":{last_seq}}}"#);
-    if tx.send(Message::Text(seq_frame.into())).await.is_err() {
-        return;
-    }
-    if send_batch(&mut tx, first, metrics).await.is_err() {
+    let greeting = async {
+        tx.send(Message::Text(seq_frame.into())).await?;
+        send_batch(&mut tx, first, metrics).await
+    };
+    if !matches!(
+        tokio::time::timeout(WRITE_TIMEOUT, greeting).await,
+        Ok(Ok(()))
+    ) {
         return;
     }
 
-    let mut pending_resize: Option<(u16, u16)> = None;
-    let mut resize_deadline: Option<Instant> = None;
-    let mut terminal = terminal_at_connect;
-    while !terminal {
-        tokio::select! {
-            message = rx.next() => match message {
-                Some(Ok(Message::Binary(bytes))) => session.write_stdin(bytes),
-                Some(Ok(Message::Text(text))) => {
-                    if let Some(size) = parse_resize(text.as_str()) {
-                        pending_resize = Some(size);
-                        resize_deadline.get_or_insert_with(|| Instant::now() + RESIZE_THROTTLE);
+    // Reading (stdin, resizes, the session's end) and writing (output) run
+    // side by side: a client that stops reading blocks only the writer, so
+    // its input still flows and the session's end is still seen.
+    let ended = tokio_util::sync::CancellationToken::new();
+    let writer = async {
+        loop {
+            let batch = tokio::select! {
+                batch = cursor.next() => batch,
+                () = ended.cancelled() => break,
+            };
+            let send = send_batch(&mut tx, batch, metrics);
+            tokio::pin!(send);
+            let sent = tokio::select! {
+                sent = tokio::time::timeout(WRITE_TIMEOUT, &mut send) => matches!(sent, Ok(Ok(()))),
+                // Ended while a send is stuck: it gets the drain's time.
+                () = ended.cancelled() => matches!(tokio::time::timeout(DRAIN_TIMEOUT, &mut send).await, Ok(Ok(()))),
+            };
+            if !sent {
+                // Dead or hostile: it has accepted nothing for a long time.
+                return;
+            }
+        }
+        // The session ended: flush what is left, then close normally.
+        let drain = async {
+            let rest = cursor.try_next();
+            if send_batch(&mut tx, rest, metrics).await.is_err() {
+                return;
+            }
+            let _ = tx.flush().await;
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        let _ = tokio::time::timeout(
+            DRAIN_TIMEOUT,
+            tx.send(Message::Close(Some(CloseFrame {
+                code: CLOSE_NORMAL,
+                reason: Utf8Bytes::from_static("session terminal"),
+            }))),
+        )
+        .await;
+    };
+    let reader = async {
+        let mut pending_resize: Option<(u16, u16)> = None;
+        let mut resize_deadline: Option<Instant> = None;
+        if terminal_at_connect {
+            return true;
+        }
+        loop {
+            tokio::select! {
+                message = rx.next() => match message {
+                    Some(Ok(Message::Binary(bytes))) => session.write_stdin(bytes),
+                    Some(Ok(Message::Text(text))) => {
+                        if let Some(size) = parse_resize(text.as_str()) {
+                            pending_resize = Some(size);
+                            resize_deadline.get_or_insert_with(|| Instant::now() + RESIZE_THROTTLE);
+                        }
+                    }
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return false,
+                    Some(Ok(_)) => {}
+                },
+                changed = events.changed() => {
+                    if changed.is_err() || session.is_terminal() {
+                        return true;
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
-            },
-            batch = cursor.next() => if send_batch(&mut tx, batch, metrics).await.is_err() { return },
-            changed = events.changed() => {
-                if changed.is_err() || session.is_terminal() {
-                    terminal = true;
-                }
-            }
-            () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
-                resize_deadline = None;
-                if let Some((cols, rows)) = pending_resize.take() {
-                    session.resize(cols, rows);
+                () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
+                    resize_deadline = None;
+                    if let Some((cols, rows)) = pending_resize.take() {
+                        session.resize(cols, rows);
+                    }
                 }
             }
         }
-    }
-
-    // The session ended: flush what is left, then close normally.
-    let drain = async {
-        let rest = cursor.try_next();
-        if send_batch(&mut tx, rest, metrics).await.is_err() {
-            return;
-        }
-        let _ = tx.flush().await;
     };
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
-    let _ = tx
-        .send(Message::Close(Some(CloseFrame {
-            code: CLOSE_NORMAL,
-            reason: Utf8Bytes::from_static("session terminal"),
-        })))
-        .await;
+    tokio::pin!(writer);
+    tokio::select! {
+        session_ended = reader => {
+            if session_ended {
+                ended.cancel();
+                writer.await;
+            }
+        }
+        () = &mut writer => {}
+    }
 }
 
 async fn send_batch<S>(
