@@ -71,6 +71,19 @@ fn sigint_ends_a_running_script() {
 }
 
 #[test]
+fn sigint_ends_a_running_script_even_when_the_launcher_left_it_ignored() {
+    for (signal, number) in [(Signal::INT, 2), (Signal::TERM, 15)] {
+        let mut fake = launch("fakeTelo: { stdout: [up], echo: true }\n")
+            .with_stop_signals_ignored()
+            .spawn();
+        assert_eq!(fake.next_line(), "up");
+        kill_process(Pid::from_child(fake.child()), signal).unwrap();
+        let (status, _) = fake.wait_for_exit();
+        assert_eq!(status.signal(), Some(number), "{signal:?}");
+    }
+}
+
+#[test]
 fn wait_for_input_holds_the_start_output_until_a_line_arrives() {
     let mut fake =
         launch("fakeTelo: { waitForInput: true, stdout: [started], echo: true }\n").spawn();

@@ -32,6 +32,7 @@ pub struct Launch<'a> {
     manifest: &'a str,
     args: Vec<String>,
     env: Vec<(String, Option<String>)>,
+    ignore_stop_signals: bool,
 }
 
 /// `fake-telo run app.yaml` with `manifest` as the entry and `HOST` cleared, so
@@ -41,6 +42,7 @@ pub fn launch(manifest: &str) -> Launch<'_> {
         manifest,
         args: vec!["run".to_owned(), ENTRY_FILE.to_owned()],
         env: vec![("HOST".to_owned(), None)],
+        ignore_stop_signals: false,
     }
 }
 
@@ -55,15 +57,34 @@ impl Launch<'_> {
         self
     }
 
+    /// Launched the way `nohup … &` does: SIGINT and SIGTERM ignored.
+    pub fn with_stop_signals_ignored(mut self) -> Self {
+        self.ignore_stop_signals = true;
+        self
+    }
+
     pub fn spawn(self) -> FakeTelo {
         let dir = tempfile::tempdir().expect("temporary directory");
         std::fs::write(dir.path().join(ENTRY_FILE), self.manifest).expect("write the entry");
-        spawn_in(dir, &self.args, &self.env)
+        spawn_in(dir, &self.args, &self.env, self.ignore_stop_signals)
     }
 }
 
-fn spawn_in(dir: TempDir, args: &[String], env: &[(String, Option<String>)]) -> FakeTelo {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_fake-telo"));
+fn spawn_in(
+    dir: TempDir,
+    args: &[String],
+    env: &[(String, Option<String>)],
+    ignore_stop_signals: bool,
+) -> FakeTelo {
+    let fake_telo = env!("CARGO_BIN_EXE_fake-telo");
+    let mut command = if ignore_stop_signals {
+        // The shell ignores both, then becomes fake-telo, which inherits that.
+        let mut shell = Command::new("/bin/sh");
+        shell.args(["-c", "trap '' INT TERM; exec \"$0\" \"$@\"", fake_telo]);
+        shell
+    } else {
+        Command::new(fake_telo)
+    };
     command
         .args(args)
         .current_dir(dir.path())
@@ -226,7 +247,7 @@ impl Drop for FakeTelo {
 pub fn run_to_exit(args: &[&str]) -> (ExitStatus, String, String) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
-    let mut fake = spawn_in(dir, &args, &[]);
+    let mut fake = spawn_in(dir, &args, &[], false);
     let (status, stdout) = fake.wait_for_exit();
     (status, stdout, fake.stderr_text())
 }
