@@ -55,19 +55,49 @@ async fn relay_once(
     Ok(())
 }
 
+/// The largest debug frame relayed. A kernel's frames are a few KiB; one that
+/// never ends (a hostile or broken kernel) must not grow the runner's memory
+/// or its CPU time without bound: past this the frame is dropped, and the
+/// parser skips to the next frame boundary.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
 /// Splits an SSE byte stream into the joined `data:` payload of each frame.
+/// Linear in the bytes pushed: each byte is scanned for a frame end once.
 #[derive(Debug, Default)]
 pub struct SseFrameParser {
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no frame end.
+    scanned: usize,
+    /// Inside a frame that grew past [`MAX_FRAME_BYTES`]: its bytes are
+    /// thrown away until it ends.
+    discarding: bool,
 }
 
 impl SseFrameParser {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
         self.pending.extend_from_slice(bytes);
         let mut frames = Vec::new();
-        while let Some(end) = find_frame_end(&self.pending) {
-            let frame: Vec<u8> = self.pending.drain(..end.0 + end.1).collect();
-            let text = String::from_utf8_lossy(&frame[..end.0]);
+        loop {
+            // A terminator may straddle the previous push: look back 3 bytes.
+            let from = self.scanned.saturating_sub(3);
+            let Some((at, len)) = find_frame_end(&self.pending[from..]) else {
+                self.scanned = self.pending.len();
+                if self.pending.len() > MAX_FRAME_BYTES {
+                    // Keep the tail a terminator could start in.
+                    let keep = self.pending.len().min(3);
+                    self.pending.drain(..self.pending.len() - keep);
+                    self.scanned = self.pending.len();
+                    self.discarding = true;
+                }
+                return frames;
+            };
+            let end = from + at;
+            let frame: Vec<u8> = self.pending.drain(..end + len).collect();
+            self.scanned = 0;
+            if std::mem::take(&mut self.discarding) {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&frame[..end]);
             let data: Vec<&str> = text
                 .lines()
                 .filter_map(|line| line.strip_prefix("data:"))
@@ -77,7 +107,6 @@ impl SseFrameParser {
                 frames.push(data.join("\n"));
             }
         }
-        frames
     }
 }
 
@@ -107,6 +136,29 @@ mod tests {
             vec!["{\"a\":1}"]
         );
         assert_eq!(parser.push(b"\n"), vec!["2"]);
+    }
+
+    #[test]
+    fn a_terminator_split_across_pushes_is_found() {
+        let mut parser = SseFrameParser::default();
+        assert!(parser.push(b"data: a\r\n\r").is_empty());
+        assert_eq!(parser.push(b"\n"), vec!["a"]);
+        assert!(parser.push(b"data: b\n").is_empty());
+        assert_eq!(parser.push(b"\ndata: c\n\n"), vec!["b", "c"]);
+    }
+
+    #[test]
+    fn a_frame_that_never_ends_is_dropped_and_memory_stays_bounded() {
+        let mut parser = SseFrameParser::default();
+        assert!(parser.push(b"data: ").is_empty());
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..64 {
+            assert!(parser.push(&chunk).is_empty());
+            assert!(parser.pending.len() <= MAX_FRAME_BYTES + chunk.len());
+        }
+        // The oversized frame ends; it is dropped, and the next one is whole.
+        assert!(parser.push(b"\n\n").is_empty());
+        assert_eq!(parser.push(b"data: {\"ok\":1}\n\n"), vec!["{\"ok\":1}"]);
     }
 
     #[test]
