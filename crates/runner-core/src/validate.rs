@@ -52,6 +52,11 @@ pub struct AppSessionBody {
 /// end up as process environment and published ports, where thousands of
 /// entries are never legitimate and only cost memory and backend calls.
 pub const MAX_ENV_ENTRIES: usize = 1000;
+/// Linux refuses to start a program with an environment string
+/// (`NAME=value` and its NUL) longer than 32 pages (`MAX_ARG_STRLEN`); the
+/// kernel would fail at launch with an unreadable error, so such a variable
+/// is refused here, by name.
+pub const MAX_ENV_ENTRY_BYTES: usize = 128 * 1024;
 pub const MAX_PORTS: usize = 100;
 
 /// `POST /v1/sessions`. `None` is an absent body, which the reference validates
@@ -553,6 +558,14 @@ fn env_entries(value: Option<Value>) -> Result<Vec<(String, String)>, Validation
         if text.contains('\0') {
             return Err(fail(&path, "must not contain NUL"));
         }
+        if key.len() + text.len() + 2 > MAX_ENV_ENTRY_BYTES {
+            return Err(fail(
+                &path,
+                format!(
+                    "must be shorter: NAME=value may take at most {MAX_ENV_ENTRY_BYTES} bytes in a process environment"
+                ),
+            ));
+        }
         entries.push((key, text));
     }
     Ok(entries)
@@ -905,6 +918,7 @@ mod tests {
     #[case::equals(json!({"A=B": "x"}), "body/env/A=B must be a valid environment variable name")]
     #[case::nul_name(json!({"A\u{0}": "x"}), "body/env/A\u{0} must be a valid environment variable name")]
     #[case::nul_value(json!({"A": "x\u{0}y"}), "body/env/A must not contain NUL")]
+    #[case::too_long(json!({"BIG": "x".repeat(MAX_ENV_ENTRY_BYTES - 4)}), "body/env/BIG must be shorter: NAME=value may take at most 131072 bytes in a process environment")]
     fn env_entries_a_process_cannot_hold_are_rejected(#[case] env: Value, #[case] message: &str) {
         assert_eq!(start_message(start_body_with("/env", env)), message);
     }
