@@ -704,6 +704,12 @@ impl Session {
         let bytes = chunk.len();
         let last = {
             let mut state = lock(&self.state);
+            // Nothing follows the terminal status: output from a process that
+            // escaped its session (a daemon that left the process group) must
+            // not change a finished session's history.
+            if state.status.is_terminal() {
+                return;
+            }
             let mut last = 0;
             if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
                 let size = chunk.len();

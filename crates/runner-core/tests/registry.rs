@@ -249,3 +249,23 @@ async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
     // The backend's own `up` line was the first chunk.
     assert_eq!(batch.entries.last().unwrap().0, 49);
 }
+
+#[tokio::test]
+async fn output_after_the_terminal_status_is_not_recorded() {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(spec).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    let session = registry.get(&created.session_id).unwrap();
+    let mut events = session.subscribe_events(0);
+    while session.handle().is_none() {
+        events.next().await;
+    }
+    let handle = session.handle().unwrap();
+    handle.write_stdin(Bytes::from_static(b"before\r\n"));
+    registry.stop(&created.session_id).await.unwrap();
+    assert!(session.is_terminal());
+    let recorded = session.replay_output(0).entries.len();
+    // An escaped process still writing into the finished session.
+    handle.write_stdin(Bytes::from_static(b"after\r\n"));
+    assert_eq!(session.replay_output(0).entries.len(), recorded);
+}
