@@ -27,6 +27,7 @@ use crate::process_group::ProcessGroup;
 use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
 use crate::session::{LocalSession, Supervision, supervise};
 use crate::work_dir::{WorkDir, sweep_work_root};
+use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
 
 /// The image name advertised (read-only) in the config schema: there is no
 /// image, the runner's host is the environment.
@@ -40,6 +41,8 @@ const WORK_DIR_REMEDIATION: &str =
 pub enum LocalBackendError {
     #[error("could not create the HTTP client for debug streams")]
     HttpClient(#[source] reqwest::Error),
+    #[error(transparent)]
+    WorkRoot(#[from] WorkRootLockError),
 }
 
 pub struct LocalBackend {
@@ -47,6 +50,7 @@ pub struct LocalBackend {
     http: reqwest::Client,
     kernel: KernelMonitor,
     kernel_cache: KernelCache,
+    _work_root: WorkRootLock,
 }
 
 /// Joins an error with its sources, so a start failure says *why*.
@@ -69,6 +73,7 @@ impl LocalBackend {
             .no_proxy()
             .build()
             .map_err(LocalBackendError::HttpClient)?;
+        let work_root = WorkRootLock::acquire(&config.work_root)?;
         let kernel = KernelMonitor::new(&config.telo, &config.path, &config.work_root);
         kernel.spawn_boot_check();
         Ok(Self {
@@ -76,6 +81,7 @@ impl LocalBackend {
             config,
             http,
             kernel,
+            _work_root: work_root,
         })
     }
 

@@ -28,6 +28,7 @@ pub mod process_group;
 pub mod pty;
 pub mod session;
 pub mod work_dir;
+pub mod work_root_lock;
 
 pub use backend::{LocalBackend, LocalBackendError};
 pub use config::{LOCAL_ENV_VARS, LocalConfig, load_local_config};

@@ -144,3 +144,37 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+#[tokio::test]
+async fn a_second_local_runner_on_the_same_work_dir_exits_2_and_leaves_the_first_alone() {
+    let work_root = tempfile::tempdir().unwrap();
+    let root = work_root.path().to_string_lossy().into_owned();
+    let mut first = ChildGuard(
+        serve_command(&[("RUNNER_LOCAL_WORK_DIR", &root)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn telo-runner"),
+    );
+    let stdout = first.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    let output = serve_command(&[("RUNNER_LOCAL_WORK_DIR", &root)])
+        .output()
+        .expect("run a second telo-runner");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "RUNNER_LOCAL_WORK_DIR '{root}' is in use by another telo-runner; give each runner its own work directory."
+        )),
+        "{stderr}"
+    );
+    assert!(first.0.try_wait().unwrap().is_none(), "the first runs on");
+}
