@@ -18,9 +18,9 @@ use runner_core::{
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use crate::api_error::api_failure;
+use crate::api_error::{api_failure, is_not_found, is_transient};
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
 use crate::event_watcher::EventWatcher;
@@ -322,16 +322,15 @@ impl Backend for KubeBackend {
                         .saturating_add(1);
                     // Recorded on the pod so a later restart continues past
                     // this generation's ids.
-                    let patch = json!({"metadata": {"annotations": {GENERATION_ANNOTATION: generation.to_string()}}});
-                    if let Err(err) = self
-                        .ctx
-                        .pods
-                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        warn!(pod = %name, error = %err, "could not record the adoption; deleting the pod instead");
-                        let _ = delete_pod(&self.ctx.pods, &name).await;
-                        continue;
+                    match record_adoption(&self.ctx.pods, &name, generation).await {
+                        Ok(()) => {}
+                        Err(err) if is_not_found(&err) => continue,
+                        // A live session is never deleted for bookkeeping:
+                        // it is adopted, and only a later restart may hand
+                        // out ids that overlap this generation's.
+                        Err(err) => {
+                            warn!(pod = %name, error = %err, "could not record the adoption on the pod; adopting it anyway");
+                        }
                     }
                     recovered.push(RecoveredSession {
                         session_id: record.session_id.clone(),
@@ -381,5 +380,30 @@ impl Backend for KubeBackend {
 
     fn release(&self, session_id: &str) {
         self.ctx.bundles.drop_bundle(session_id);
+    }
+}
+
+/// Attempts at recording an adoption when the apiserver fails transiently.
+const ADOPTION_PATCH_ATTEMPTS: u32 = 5;
+
+/// Records the adoption's generation on the pod, so a later restart
+/// continues past this generation's ids; transient failures are retried.
+async fn record_adoption(pods: &Api<Pod>, name: &str, generation: u32) -> Result<(), kube::Error> {
+    let patch =
+        json!({"metadata": {"annotations": {GENERATION_ANNOTATION: generation.to_string()}}});
+    let mut attempt = 1;
+    loop {
+        match pods
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(err) if attempt < ADOPTION_PATCH_ATTEMPTS && is_transient(&err) => {
+                debug!(pod = name, error = %err, attempt, "recording the adoption failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(100) * attempt).await;
+                attempt += 1;
+            }
+            Err(err) => return Err(err),
+        }
     }
 }

@@ -292,3 +292,44 @@ async fn two_restarts_in_a_row_keep_the_session() {
     third.stop().await.unwrap();
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failing_adoption_patch_never_deletes_the_live_session() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(&base, json!({"stdout": ["still here"], "echo": true})).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "still here").await;
+    kill(&first);
+    drop(first);
+
+    // One transient failure, then a lasting refusal of the adoption's patch:
+    // neither is a reason to delete a pod whose session is alive.
+    for count in [1, 100] {
+        sim.faults().apply(kube_sim::FaultCommand::FailNext(
+            kube_sim::faults::FailRule {
+                verb: Some("patch".to_owned()),
+                resource: Some("pods".to_owned()),
+                count,
+                code: 500,
+                message: None,
+            },
+        ));
+        let (runner, base) = spawn_runner(&kubeconfig, &[]).await;
+        let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+        events
+            .events_until(|f| f.status_kind().as_deref() == Some("running"))
+            .await;
+        let ws_base = base.replacen("http", "ws", 1);
+        let mut fresh =
+            ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+        ws::read_until_output(&mut fresh, "still here").await;
+        let left: u32 = sim.faults().state().fail.iter().map(|rule| rule.count).sum();
+        assert!(left < count, "the adoption's patch was refused");
+        sim.faults().clear();
+        // Killed, so the next runner adopts the session again.
+        kill(&runner);
+    }
+    sim.shutdown().await;
+}
