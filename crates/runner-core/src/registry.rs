@@ -861,6 +861,20 @@ impl SessionSink {
         });
     }
 
+    /// Output the backend knows it could not get (a container log that
+    /// could not be read): readers are told of a gap at this point instead
+    /// of getting silence.
+    pub fn output_lost(&self) {
+        let last = {
+            let mut state = lock(&self.session.state);
+            if state.status.is_terminal() {
+                return;
+            }
+            state.output.leave_hole()
+        };
+        self.session.output_seq.send_replace(last);
+    }
+
     pub fn output(&self, bytes: Bytes) {
         let empty = bytes.is_empty();
         self.session.push_output(bytes);

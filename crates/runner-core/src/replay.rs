@@ -61,6 +61,15 @@ impl<T: Clone> ReplayBuffer<T> {
         id
     }
 
+    /// Records that something was lost here: the id is used up without an
+    /// entry, so every reader whose cursor is before it — a full replay
+    /// included — is told of a gap.
+    pub fn leave_hole(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
     /// The id the next entry will get.
     pub fn next_id(&self) -> u64 {
         self.next_id

@@ -133,7 +133,7 @@ pub async fn bring_up(
             // It ran and ended between two looks: report what it did. Nothing
             // was published for it, so no URL is claimed either.
             sink.status(running_status(&shape, None));
-            let history = terminal::read_history(&ctx.pods, &name).await;
+            let history = terminal::read_history(&ctx.pods, &name, &sink).await;
             if !history.is_empty() {
                 sink.output(Bytes::from(history));
             }

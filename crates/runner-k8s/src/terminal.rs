@@ -211,7 +211,7 @@ async fn relay_terminal(
     loop {
         let Some(process) = attached.take() else {
             // Not attached (any more): the log holds what there is to show.
-            let log = read_history(&pods, &pod_name).await;
+            let log = read_history(&pods, &pod_name, &sink).await;
             relayed.forward_rest_of(&log, &sink);
             break;
         };
@@ -308,7 +308,7 @@ async fn relay_one_attach(
 
     // The log is read once the attach is in place, so together they hold
     // everything.
-    let log = read_history(pods, pod_name).await;
+    let log = read_history(pods, pod_name, sink).await;
     // Whatever arrived live since the attach may overlap the log's tail.
     let mut early = Vec::new();
     while let Ok(chunk) = live.try_recv() {
@@ -370,25 +370,59 @@ impl Relayed {
     }
 }
 
-/// The container's output so far, from its log (empty when unreadable).
-pub async fn read_history(pods: &Api<Pod>, pod_name: &str) -> Vec<u8> {
+/// Attempts at reading the container log when the apiserver fails.
+const HISTORY_ATTEMPTS: u32 = 4;
+
+/// The container's output so far, from its log. A log that cannot be read
+/// (after retries) is reported to the session as lost output — its clients
+/// get a `gap` — and counts as empty.
+pub async fn read_history(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Vec<u8> {
+    match read_log(pods, pod_name).await {
+        Some(history) => history,
+        None => {
+            warn!(
+                pod = pod_name,
+                "the container log could not be read; clients are told output is missing"
+            );
+            sink.output_lost();
+            Vec::new()
+        }
+    }
+}
+
+/// `None` when the log could not be read; an absent pod or container has an
+/// empty log.
+async fn read_log(pods: &Api<Pod>, pod_name: &str) -> Option<Vec<u8>> {
     let params = LogParams {
         container: Some(SESSION_CONTAINER.to_owned()),
         ..LogParams::default()
     };
-    let stream = match pods.log_stream(pod_name, &params).await {
-        Ok(stream) => stream,
-        Err(err) => {
-            debug!(pod = pod_name, error = %err, "container log unavailable");
-            return Vec::new();
+    let mut attempt = 1;
+    loop {
+        let failure = match pods.log_stream(pod_name, &params).await {
+            Ok(stream) => {
+                let mut history = Vec::new();
+                let mut limited = stream.take(MAX_HISTORY_BYTES as u64);
+                match limited.read_to_end(&mut history).await {
+                    Ok(_) => return Some(history),
+                    Err(err) => err.to_string(),
+                }
+            }
+            Err(err) if crate::api_error::is_not_found(&err) => return Some(Vec::new()),
+            Err(err) if !crate::api_error::is_transient(&err) => {
+                debug!(pod = pod_name, error = %err, "container log unavailable");
+                return None;
+            }
+            Err(err) => err.to_string(),
+        };
+        if attempt >= HISTORY_ATTEMPTS {
+            debug!(pod = pod_name, error = %failure, "container log read failed");
+            return None;
         }
-    };
-    let mut history = Vec::new();
-    let mut limited = stream.take(MAX_HISTORY_BYTES as u64);
-    if let Err(err) = limited.read_to_end(&mut history).await {
-        debug!(pod = pod_name, error = %err, "container log read failed");
+        debug!(pod = pod_name, error = %failure, attempt, "container log read failed; retrying");
+        tokio::time::sleep(ATTACH_RETRY_DELAY * attempt).await;
+        attempt += 1;
     }
-    history
 }
 
 /// Overlaps shorter than this are too likely to be coincidence (a line end, a

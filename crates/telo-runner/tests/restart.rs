@@ -325,11 +325,59 @@ async fn a_failing_adoption_patch_never_deletes_the_live_session() {
         let mut fresh =
             ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
         ws::read_until_output(&mut fresh, "still here").await;
-        let left: u32 = sim.faults().state().fail.iter().map(|rule| rule.count).sum();
+        let left: u32 = sim
+            .faults()
+            .state()
+            .fail
+            .iter()
+            .map(|rule| rule.count)
+            .sum();
         assert!(left < count, "the adoption's patch was refused");
         sim.faults().clear();
         // Killed, so the next runner adopts the session again.
         kill(&runner);
     }
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_adopted_session_whose_log_cannot_be_read_tells_clients_of_a_gap() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(&base, json!({"stdout": ["before"], "echo": true})).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "before").await;
+    kill(&first);
+    drop(first);
+
+    sim.faults().apply(kube_sim::FaultCommand::FailNext(
+        kube_sim::faults::FailRule {
+            verb: Some("get".to_owned()),
+            resource: Some("pods/log".to_owned()),
+            count: 1_000,
+            code: 500,
+            message: None,
+        },
+    ));
+    let (_second, base) = spawn_runner(&kubeconfig, &[]).await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+    let mut told_of_gap = false;
+    while let Some(frame) = ws::next_frame(&mut fresh).await {
+        if frame == IoFrame::Text(json!({"type": "gap", "reason": "buffer_evicted"})) {
+            told_of_gap = true;
+            break;
+        }
+    }
+    assert!(told_of_gap, "a client is told the history is missing");
+    sim.faults().clear();
+    // Still live.
+    ws::send_stdin(&mut fresh, b"after\n").await;
+    ws::read_until_output(&mut fresh, "after").await;
     sim.shutdown().await;
 }
