@@ -47,15 +47,15 @@ pub struct Created {
 }
 
 pub async fn create(stack: &Stack, script: &Value) -> anyhow::Result<Created> {
-    let body = start_body(script);
+    create_with(stack, &start_body(script)).await
+}
+
+/// `POST /v1/sessions` with a whole body (a bundle of any app).
+pub async fn create_with(stack: &Stack, body: &Value) -> anyhow::Result<Created> {
     let sent_us = now_us();
     let resp = tokio::time::timeout(
         STEP,
-        stack
-            .http
-            .post(stack.url("/v1/sessions"))
-            .json(&body)
-            .send(),
+        stack.http.post(stack.url("/v1/sessions")).json(body).send(),
     )
     .await
     .map_err(|_| anyhow!("POST /v1/sessions timed out"))??;

@@ -8,6 +8,7 @@ mod clients;
 mod procs;
 mod report;
 mod scenarios;
+mod telo_fixture;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +30,9 @@ enum Scenario {
     Footprint,
     /// Watches held and API requests per session start and stop.
     ApiserverLoad,
+    /// The real Telo kernel through the runner, cold and warm: hello-world
+    /// and http-hello (needs the fixture installed, see `--telo`).
+    RealKernel,
     /// Every scenario in turn.
     All,
 }
@@ -41,6 +45,7 @@ impl Scenario {
             Scenario::Fanout => "fanout",
             Scenario::Footprint => "footprint",
             Scenario::ApiserverLoad => "apiserver-load",
+            Scenario::RealKernel => "real-kernel",
             Scenario::All => "all",
         }
     }
@@ -51,7 +56,8 @@ impl Scenario {
 #[command(name = "telo-runner-bench")]
 struct Args {
     scenario: Scenario,
-    /// Sessions (default per scenario: 500; fanout 2000).
+    /// Sessions (default per scenario: 500; fanout 2000; real-kernel: warm
+    /// sessions per app, 8).
     #[arg(long)]
     sessions: Option<usize>,
     /// Sessions started at once (default 50).
@@ -67,6 +73,22 @@ struct Args {
     /// processes, or kube-sim's virtual containers (default: virtual).
     #[arg(long, value_enum)]
     workloads: Option<Workloads>,
+    /// real-kernel: cold samples per app, each on a freshly started runner
+    /// (and kube-sim) with an empty work directory (default 3).
+    #[arg(long)]
+    cold: Option<usize>,
+    /// real-kernel: the real Telo CLI (default:
+    /// `$TELO_REAL_KERNEL_DIR/bin/telo`, else `~/.cache/telo-real/bin/telo`).
+    #[arg(long)]
+    telo: Option<PathBuf>,
+    /// real-kernel: the fixture's example apps (default:
+    /// `<workspace>/../shared/telo/examples`).
+    #[arg(long)]
+    examples: Option<PathBuf>,
+    /// real-kernel: start the sessions with `inspect: true` (the kernel then
+    /// holds hello-world open; it is stopped once its line is printed).
+    #[arg(long)]
+    inspect: bool,
     /// The backend (apiserver-load needs kubernetes).
     #[arg(long, value_enum, default_value = "kubernetes")]
     backend: BackendKind,
@@ -99,6 +121,15 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
         ("--concurrency", args.concurrency.map(|v| v.to_string())),
         ("--bytes", args.bytes.map(|v| v.to_string())),
         ("--lines", args.lines.map(|v| v.to_string())),
+        ("--cold", args.cold.map(|v| v.to_string())),
+        (
+            "--telo",
+            args.telo.as_ref().map(|p| p.display().to_string()),
+        ),
+        (
+            "--examples",
+            args.examples.as_ref().map(|p| p.display().to_string()),
+        ),
     ] {
         if let Some(value) = value {
             cmd.push_str(&format!(" {flag} {value}"));
@@ -110,9 +141,13 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
             Workloads::Virtual => " --workloads virtual",
         });
     }
+    if args.inspect {
+        cmd.push_str(" --inspect");
+    }
     if args.backend == BackendKind::Local {
         cmd.push_str(" --backend local");
     }
+
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
         cmd = format!("BENCH_SIM_NICE={nice} {cmd}");
     }
@@ -132,6 +167,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Fanout,
             Scenario::Footprint,
             Scenario::ApiserverLoad,
+            Scenario::RealKernel,
         ],
         one => vec![one],
     };
@@ -145,6 +181,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             bytes: args.bytes,
             lines: args.lines,
             workloads: args.workloads,
+            cold: args.cold,
+            telo: args.telo.clone(),
+            examples: args.examples.clone(),
+            inspect: args.inspect,
             command: command_line(&args, scenario),
             label: args.label.clone(),
         };
@@ -154,6 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Fanout => scenarios::fanout::run(&ctx).await?,
             Scenario::Footprint => scenarios::footprint::run(&ctx).await?,
             Scenario::ApiserverLoad => scenarios::apiserver_load::run(&ctx).await?,
+            Scenario::RealKernel => scenarios::real_kernel::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

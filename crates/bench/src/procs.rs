@@ -188,8 +188,9 @@ pub fn sim_nice() -> i32 {
         .unwrap_or(0)
 }
 
-/// A free loopback port (the runner must know its own URL before it binds).
-fn free_port() -> anyhow::Result<u16> {
+/// A free loopback port (the runner must know its own URL before it binds;
+/// a session must be told its app's port before the app binds it).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -237,6 +238,26 @@ impl Stack {
         extra_env: &[(&str, String)],
         workloads: Workloads,
     ) -> anyhow::Result<Stack> {
+        Self::launch(bins, backend, extra_env, workloads, &bins.fake_telo).await
+    }
+
+    /// A stack whose sessions run `kernel` (a real Telo CLI) instead of
+    /// fake-telo, in a fresh work directory (local) or a fresh kube-sim.
+    pub async fn start_kernel(
+        bins: &Binaries,
+        backend: BackendKind,
+        kernel: &Path,
+    ) -> anyhow::Result<Stack> {
+        Self::launch(bins, backend, &[], Workloads::Processes, kernel).await
+    }
+
+    async fn launch(
+        bins: &Binaries,
+        backend: BackendKind,
+        extra_env: &[(&str, String)],
+        workloads: Workloads,
+        kernel: &Path,
+    ) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
         let mut env: HashMap<String, String> = HashMap::new();
         let (sim, sim_url) = match backend {
@@ -250,7 +271,7 @@ impl Stack {
                     .arg("--kubeconfig")
                     .arg(&kubeconfig)
                     .arg("--fake-telo")
-                    .arg(&bins.fake_telo)
+                    .arg(kernel)
                     .env("RUST_LOG", "error");
                 if workloads == Workloads::Virtual {
                     cmd.args(["--image", "telorun/node:*=virtual"]);
@@ -264,10 +285,7 @@ impl Stack {
             }
             BackendKind::Local => {
                 env.insert("RUNNER_BACKEND".into(), "local".into());
-                env.insert(
-                    "RUNNER_LOCAL_TELO".into(),
-                    bins.fake_telo.display().to_string(),
-                );
+                env.insert("RUNNER_LOCAL_TELO".into(), kernel.display().to_string());
                 env.insert(
                     "RUNNER_LOCAL_WORK_DIR".into(),
                     dir.path().join("sessions").display().to_string(),

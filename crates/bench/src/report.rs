@@ -40,6 +40,34 @@ impl Samples {
         self.0.iter().copied().max().unwrap_or(0)
     }
 
+    pub fn min(&self) -> u64 {
+        self.0.iter().copied().min().unwrap_or(0)
+    }
+
+    /// For a handful of samples, where a p99 would only be the maximum:
+    /// min, median (nearest rank) and max.
+    pub fn spread_json(&self) -> Value {
+        json!({
+            "n": self.len(),
+            "min_ms": ms(self.min()),
+            "median_ms": ms(self.percentile(50.0)),
+            "max_ms": ms(self.max()),
+        })
+    }
+
+    /// `min / median / max` in milliseconds, or `-` without samples.
+    pub fn spread(&self) -> String {
+        if self.len() == 0 {
+            return "-".into();
+        }
+        format!(
+            "{:.1} / {:.1} / {:.1} ms",
+            ms(self.min()),
+            ms(self.percentile(50.0)),
+            ms(self.max())
+        )
+    }
+
     pub fn json(&self) -> Value {
         json!({
             "n": self.len(),
@@ -259,6 +287,17 @@ mod tests {
         assert_eq!(s.percentile(100.0), 100);
         assert_eq!(s.max(), 100);
         assert_eq!(Samples::default().percentile(99.0), 0);
+    }
+
+    #[test]
+    fn the_spread_is_min_median_max() {
+        let mut s = Samples::default();
+        for v in [3_000, 1_000, 2_000, 10_000] {
+            s.push(v);
+        }
+        assert_eq!(s.spread(), "1.0 / 2.0 / 10.0 ms");
+        assert_eq!(s.spread_json()["median_ms"], 2.0);
+        assert_eq!(Samples::default().spread(), "-");
     }
 
     #[test]

@@ -60,7 +60,12 @@ fn bin_dir() -> PathBuf {
 #[case::fanout(&["fanout", "--sessions", "3", "--lines", "5"])]
 #[case::footprint(&["footprint", "--sessions", "2"])]
 #[case::apiserver_load(&["apiserver-load", "--sessions", "3"])]
+#[case::real_kernel_local(&["real-kernel", "--cold", "1", "--sessions", "1", "--backend", "local"])]
+#[case::real_kernel_kubernetes(&["real-kernel", "--cold", "1", "--sessions", "1"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
+    if args[0] == "real-kernel" {
+        assert_real_kernel_installed();
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_telo-runner-bench"))
         .args(args)
         .args(["--json", "--no-build", "--bin-dir"])
@@ -78,4 +83,27 @@ fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
     let report: Value = serde_json::from_str(line).unwrap();
     assert_eq!(report["scenario"], args[0]);
     assert!(report["results"].as_object().is_some_and(|r| !r.is_empty()));
+}
+
+/// The real-kernel scenario needs the Telo CLI fixture (CI installs it at
+/// `~/.cache/telo-real`); without it the case fails here, saying how to get it.
+fn assert_real_kernel_installed() {
+    let dir = std::env::var("TELO_REAL_KERNEL_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var("HOME")
+                .ok()
+                .map(|h| PathBuf::from(h).join(".cache/telo-real"))
+        })
+        .expect("HOME or TELO_REAL_KERNEL_DIR is set");
+    let telo = dir.join("bin/telo");
+    assert!(
+        telo.is_file(),
+        "the real Telo kernel fixture is not installed: {} does not exist. Install it with \
+         `bash ../shared/telo/install.sh ~/.cache/telo-real` from the repository root \
+         (or set TELO_REAL_KERNEL_DIR to where it is installed).",
+        telo.display()
+    );
 }

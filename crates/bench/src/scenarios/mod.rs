@@ -3,8 +3,11 @@
 pub mod apiserver_load;
 pub mod fanout;
 pub mod footprint;
+pub mod real_kernel;
 pub mod relay;
 pub mod start_latency;
+
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -21,6 +24,14 @@ pub struct Ctx {
     pub lines: Option<u64>,
     /// start-latency / apiserver-load: what the session containers run.
     pub workloads: Option<Workloads>,
+    /// real-kernel: cold samples per app, each on a freshly started runner.
+    pub cold: Option<usize>,
+    /// real-kernel: the Telo CLI to run (default: the installed fixture).
+    pub telo: Option<PathBuf>,
+    /// real-kernel: the fixture's example apps.
+    pub examples: Option<PathBuf>,
+    /// real-kernel: start sessions with `inspect: true`.
+    pub inspect: bool,
     /// The command line that reproduces this run, for the docs.
     pub command: String,
     /// Names this run's section of the docs when one scenario has several.
