@@ -15,11 +15,12 @@ use crate::types::ReachabilityState;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
 pub const UNREACHABLE_AFTER: Duration = Duration::from_millis(30_000);
 /// The first retry comes this soon after a refused connect; each one after
-/// waits twice as long, up to [`RETRY_INTERVAL`]. A kernel that starts
-/// listening a moment after the first check is seen within tens of
-/// milliseconds, not up to a second later.
+/// waits twice as long, up to [`RETRY_INTERVAL`]. A kernel takes one to three
+/// seconds to listen; it is seen at most a quarter of a second after it
+/// does, not up to a second later (a refused loopback or pod-network connect
+/// costs next to nothing).
 pub const FIRST_RETRY: Duration = Duration::from_millis(25);
-pub const RETRY_INTERVAL: Duration = Duration::from_millis(1_000);
+pub const RETRY_INTERVAL: Duration = Duration::from_millis(250);
 pub const RETRY_INTERVAL_AFTER_UNREACHABLE: Duration = Duration::from_millis(5_000);
 
 /// Watch every port concurrently until each is reachable or `stop` fires.
