@@ -204,42 +204,10 @@ pub fn session_body(files: &[BundleFile], options: &SessionOptions) -> Value {
     })
 }
 
-/// Terminal output as plain text: CSI sequences (colours, cursor moves) and
-/// OSC sequences removed, so a line can be found in what a PTY relayed.
-pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\u{1b}' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('[') => {
-                // Parameters and intermediates, up to the final byte @..~.
-                for c in chars.by_ref() {
-                    if ('@'..='~').contains(&c) {
-                        break;
-                    }
-                }
-            }
-            Some(']') => {
-                // Up to BEL or ST (ESC \).
-                while let Some(c) = chars.next() {
-                    if c == '\u{7}' {
-                        break;
-                    }
-                    if c == '\u{1b}' && chars.peek() == Some(&'\\') {
-                        chars.next();
-                        break;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
+/// Terminal output as plain text (escape sequences and carriage returns
+/// removed), so a line can be found in what a PTY relayed: the same reading
+/// the runner's kernel self-check uses.
+pub use runner_local::kernel_check::strip_ansi;
 
 #[cfg(test)]
 mod tests {
@@ -335,6 +303,6 @@ mod tests {
     fn colour_and_title_sequences_are_stripped() {
         let text =
             "\u{1b}[32m✓\u{1b}[0m Hello \u{1b}]0;title\u{7}from \u{1b}[1;2mTelo!\u{1b}[K\r\n";
-        assert_eq!(strip_ansi(text), "✓ Hello from Telo!\r\n");
+        assert_eq!(strip_ansi(text), "✓ Hello from Telo!\n");
     }
 }
