@@ -247,16 +247,7 @@ pub fn parse_positive_int(
     fallback: u64,
     field: &str,
 ) -> Result<u64, ConfigError> {
-    let Some(raw) = raw else {
-        return Ok(fallback);
-    };
-    if js_trim(raw).is_empty() {
-        return Ok(fallback);
-    }
-    js_number(raw)
-        .and_then(exact_u64)
-        .filter(|n| *n > 0)
-        .ok_or_else(|| ConfigError(format!("{field} must be a positive integer, got '{raw}'.")))
+    parse_whole_number(raw, fallback, 1, field, "positive")
 }
 
 /// Like [`parse_positive_int`], but zero is allowed.
@@ -265,17 +256,24 @@ pub fn parse_non_negative_int(
     fallback: u64,
     field: &str,
 ) -> Result<u64, ConfigError> {
-    let Some(raw) = raw else {
+    parse_whole_number(raw, fallback, 0, field, "non-negative")
+}
+
+/// A whole number of at least `least`, read with JavaScript's `Number()`.
+fn parse_whole_number(
+    raw: Option<&str>,
+    fallback: u64,
+    least: u64,
+    field: &str,
+    kind: &str,
+) -> Result<u64, ConfigError> {
+    let Some(raw) = raw.filter(|raw| !js_trim(raw).is_empty()) else {
         return Ok(fallback);
     };
-    if js_trim(raw).is_empty() {
-        return Ok(fallback);
-    }
-    js_number(raw).and_then(exact_u64).ok_or_else(|| {
-        ConfigError(format!(
-            "{field} must be a non-negative integer, got '{raw}'."
-        ))
-    })
+    js_number(raw)
+        .and_then(exact_u64)
+        .filter(|n| *n >= least)
+        .ok_or_else(|| ConfigError(format!("{field} must be a {kind} integer, got '{raw}'.")))
 }
 
 fn parse_positive_usize(

@@ -226,16 +226,22 @@ async fn shutdown_reports_every_session_stopped_even_one_still_starting() {
     drop(gates);
 }
 
+/// The session, once its start resolved and its handle is installed.
+async fn once_up(registry: &SessionRegistry, id: &str) -> Arc<runner_core::registry::Session> {
+    let session = registry.get(id).unwrap();
+    let mut events = session.subscribe_events(0);
+    while session.handle().is_none() {
+        events.next().await;
+    }
+    session
+}
+
 #[tokio::test]
 async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
     let (registry, mut gates, _) = registry(1);
     let created = registry.create(spec).unwrap();
     gates.remove(0).send(Ok(())).unwrap();
-    let session = registry.get(&created.session_id).unwrap();
-    let mut events = session.subscribe_events(0);
-    while session.handle().is_none() {
-        events.next().await;
-    }
+    let session = once_up(&registry, &created.session_id).await;
     let mut slow = session.subscribe_output(0);
     let handle = session.handle().unwrap();
     // 3 MB of output into a 1 MB buffer while the subscriber does not read.
@@ -255,11 +261,7 @@ async fn output_after_the_terminal_status_is_not_recorded() {
     let (registry, mut gates, _) = registry(1);
     let created = registry.create(spec).unwrap();
     gates.remove(0).send(Ok(())).unwrap();
-    let session = registry.get(&created.session_id).unwrap();
-    let mut events = session.subscribe_events(0);
-    while session.handle().is_none() {
-        events.next().await;
-    }
+    let session = once_up(&registry, &created.session_id).await;
     let handle = session.handle().unwrap();
     handle.write_stdin(Bytes::from_static(b"before\r\n"));
     registry.stop(&created.session_id).await.unwrap();

@@ -44,6 +44,31 @@ fn serve_command(vars: &[(&str, &str)]) -> Command {
     command
 }
 
+/// Spawns the runner and waits for its `listening on <base>` line.
+async fn serving(mut command: Command) -> (ChildGuard, String) {
+    let mut child = ChildGuard(
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn telo-runner"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("first line names the address")
+        .to_owned();
+    (child, base)
+}
+
 #[rstest]
 #[case(&[("RUNNER_MAX_SESSIONS", "abc")], "RUNNER_MAX_SESSIONS must be a positive integer, got 'abc'.")]
 #[case(&[("RUNNER_EXIT_TTL_MS", "0")], "RUNNER_EXIT_TTL_MS must be a positive integer, got '0'.")]
@@ -55,6 +80,8 @@ fn serve_command(vars: &[(&str, &str)]) -> Command {
 #[case(&[("RUNNER_TERMS_FILE", "/nonexistent/terms.md")], "RUNNER_TERMS_FILE could not be read at '/nonexistent/terms.md': ")]
 #[case(&[("RUNNER_AUTH_TOKENS_FILE", "/nonexistent/tokens")], "RUNNER_AUTH_TOKENS_FILE '/nonexistent/tokens' could not be read: ")]
 #[case(&[("RUNNER_AUTH_TOKENS_FILE", "/dev/null")], "RUNNER_AUTH_TOKENS_FILE '/dev/null' holds no token (one per line; blank lines and # comments are ignored).")]
+#[case(&[("RUNNER_STOP_GRACE_SECONDS", "-1")], "RUNNER_STOP_GRACE_SECONDS must be a non-negative integer, got '-1'.")]
+#[case(&[("RUNNER_STOP_GRACE_SECONDS", "2.5")], "RUNNER_STOP_GRACE_SECONDS must be a non-negative integer, got '2.5'.")]
 #[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]
@@ -93,26 +120,7 @@ fn help_documents_every_environment_variable() {
 
 #[tokio::test]
 async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
-    let mut child = ChildGuard(
-        serve_command(&[])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn telo-runner"),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("first line names the address")
-        .to_owned();
+    let (mut child, base) = serving(serve_command(&[])).await;
 
     let client = runner_core::http_client::client();
     let created: serde_json::Value = client
@@ -149,22 +157,7 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
 async fn a_second_local_runner_on_the_same_work_dir_exits_2_and_leaves_the_first_alone() {
     let work_root = tempfile::tempdir().unwrap();
     let root = work_root.path().to_string_lossy().into_owned();
-    let mut first = ChildGuard(
-        serve_command(&[("RUNNER_LOCAL_WORK_DIR", &root)])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn telo-runner"),
-    );
-    let stdout = first.0.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        line
-    })
-    .await
-    .unwrap();
-    assert!(line.starts_with("listening on "), "{line}");
+    let (mut first, _) = serving(serve_command(&[("RUNNER_LOCAL_WORK_DIR", &root)])).await;
     let output = serve_command(&[("RUNNER_LOCAL_WORK_DIR", &root)])
         .output()
         .expect("run a second telo-runner");
