@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+use crate::app_env;
 use crate::config::{ConfigError, Env, js_own_key_order, js_trim};
 use crate::types::{PullPolicy, RunnerAppDescriptor};
 
@@ -25,6 +26,10 @@ pub struct AppEntry {
     /// Our addition for the local backend: the program and arguments to run
     /// instead of the image's own command.
     pub command: Option<Vec<String>>,
+    /// Our addition: the only variable names a client may set (`acceptEnv`);
+    /// `None` takes any name that is not a loader or runtime variable
+    /// (`app_env`).
+    pub accept_env: Option<Vec<String>>,
 }
 
 impl AppEntry {
@@ -41,6 +46,28 @@ impl AppEntry {
             .cloned()
             .collect()
     }
+
+    /// The first client variable this entry does not take, as the 400
+    /// message naming it. Loader and runtime variables are refused earlier,
+    /// by request validation, for every entry.
+    pub fn refused_client_env(
+        &self,
+        app_name: &str,
+        client: &[(String, String)],
+    ) -> Option<String> {
+        let accepted = self.accept_env.as_deref()?;
+        let (name, _) = client
+            .iter()
+            .find(|(name, _)| !app_env::accepts(accepted, name))?;
+        let offered = if accepted.is_empty() {
+            "it accepts no client variables".to_owned()
+        } else {
+            format!("it accepts: {}", accepted.join(", "))
+        };
+        Some(format!(
+            "body/env/{name} is not accepted by app '{app_name}' \u{2014} {offered}"
+        ))
+    }
 }
 
 /// Operator env values are secrets (API keys); `{:?}` of a config must be safe
@@ -55,6 +82,7 @@ impl fmt::Debug for AppEntry {
             .field("title", &self.title)
             .field("description", &self.description)
             .field("command", &self.command)
+            .field("accept_env", &self.accept_env)
             .finish()
     }
 }
@@ -182,6 +210,10 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
             fail("has an invalid 'command' \u{2014} expected a non-empty array of strings.")
         })?),
     };
+    let accept_env = match entry.get("acceptEnv") {
+        None => None,
+        Some(value) => Some(accepted_names(value).map_err(|detail| fail(&detail))?),
+    };
     Ok(AppEntry {
         image,
         env,
@@ -189,7 +221,33 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
         title,
         description,
         command,
+        accept_env,
     })
+}
+
+/// `acceptEnv`: variable names, none of them one a client may never set.
+fn accepted_names(value: &Value) -> Result<Vec<String>, String> {
+    let invalid =
+        || "has an invalid 'acceptEnv' \u{2014} expected an array of variable names.".to_owned();
+    let Value::Array(items) = value else {
+        return Err(invalid());
+    };
+    let mut names = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::String(name) = item else {
+            return Err(invalid());
+        };
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(invalid());
+        }
+        if app_env::refused_client_variable(name).is_some() {
+            return Err(format!(
+                "accepts '{name}' from clients in 'acceptEnv', but that variable changes how the program loads or runs \u{2014} remove it."
+            ));
+        }
+        names.push(name.clone());
+    }
+    Ok(names)
 }
 
 /// All values must be strings; `None` otherwise.
@@ -248,6 +306,7 @@ mod tests {
             title: None,
             description: None,
             command: None,
+            accept_env: None,
         }
     }
 
@@ -285,6 +344,7 @@ mod tests {
                 title: Some("Agent".into()),
                 description: Some("Writes code".into()),
                 command: None,
+                accept_env: None,
             })
         );
         assert_eq!(catalog.get("plain"), Some(&entry("busybox")));
@@ -478,5 +538,55 @@ mod tests {
         let shown = format!("{:?}", AppCatalog::from_entries(vec![("x".into(), app)]));
         assert!(shown.contains("API_KEY"), "{shown}");
         assert!(!shown.contains("sk-very-secret"), "{shown}");
+    }
+
+    #[test]
+    fn accept_env_limits_client_names_to_the_declared_ones() {
+        let catalog = load_apps(&apps_env(
+            r#"{"agent":{"image":"a","acceptEnv":["MODE"]},"closed":{"image":"c","acceptEnv":[]}}"#,
+        ))
+        .unwrap();
+        let agent = catalog.get("agent").unwrap();
+        assert_eq!(agent.accept_env.as_deref(), Some(&["MODE".to_owned()][..]));
+        assert_eq!(
+            agent.refused_client_env("agent", &pairs(&[("MODE", "x")])),
+            None
+        );
+        assert_eq!(
+            agent.refused_client_env("agent", &pairs(&[("MODE", "x"), ("OPENAI_BASE_URL", "y")])),
+            Some(
+                "body/env/OPENAI_BASE_URL is not accepted by app 'agent' \u{2014} it accepts: MODE"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            catalog.get("closed").unwrap().refused_client_env("closed", &pairs(&[("A", "1")])),
+            Some("body/env/A is not accepted by app 'closed' \u{2014} it accepts no client variables".to_owned())
+        );
+        assert_eq!(
+            entry("x").refused_client_env("x", &pairs(&[("ANY", "1")])),
+            None
+        );
+    }
+
+    #[rstest]
+    #[case(
+        r#"{"a":{"image":"x","acceptEnv":"MODE"}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'acceptEnv' \u{2014} expected an array of variable names."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","acceptEnv":[1]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'acceptEnv' \u{2014} expected an array of variable names."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","acceptEnv":["A=B"]}}"#,
+        "RUNNER_APPS entry 'a' has an invalid 'acceptEnv' \u{2014} expected an array of variable names."
+    )]
+    #[case(
+        r#"{"a":{"image":"x","acceptEnv":["NODE_OPTIONS"]}}"#,
+        "RUNNER_APPS entry 'a' accepts 'NODE_OPTIONS' from clients in 'acceptEnv', but that variable changes how the program loads or runs \u{2014} remove it."
+    )]
+    fn a_bad_accept_env_is_a_configuration_error(#[case] raw: &str, #[case] message: &str) {
+        assert_eq!(load_apps(&apps_env(raw)).unwrap_err().0, message);
     }
 }

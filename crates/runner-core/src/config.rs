@@ -230,7 +230,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_APPS",
         default: "(unset)",
-        description: "JSON object of operator-defined apps launchable by name; treat it as a secret, its env may hold keys.",
+        description: "JSON object of operator-defined apps launchable by name (`image`, `env`, `pullPolicy`, `title`, `description`, `command` for the local backend, `acceptEnv`: the only client variables it takes); treat it as a secret, its env may hold keys.",
     },
     EnvVarDoc {
         name: "RUNNER_AUTH_TOKENS_FILE",

@@ -2,6 +2,7 @@
 //! session registry with its replay buffers, the HTTP/SSE/WebSocket router and
 //! the helpers backends share (reachability, debug relay, bundle paths).
 
+pub mod app_env;
 pub mod apps;
 pub mod auth;
 pub mod backend;

@@ -17,6 +17,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
 
+use crate::app_env::refused_client_variable;
 use crate::config::{js_number, js_own_key_order};
 use crate::types::{PortMapping, PullPolicy, RunBundle, SessionConfig};
 
@@ -97,6 +98,18 @@ pub fn validate_app_session(body: Option<Value>) -> Result<AppSessionBody, Valid
     check(&APP_SESSION, &mut body, ROOT)?;
     let mut fields = into_object(body)?;
     let env = env_entries(fields.remove("env"))?;
+    // Our hardening: the client of an app session supplies data to the
+    // operator's program, never code (`app_env`).
+    let env_path = child_path(ROOT, "env");
+    if let Some((name, reason)) = env
+        .iter()
+        .find_map(|(name, _)| Some((name, refused_client_variable(name)?)))
+    {
+        return Err(fail(
+            &child_path(&env_path, name),
+            format_args!("is not accepted for an app session: {reason}"),
+        ));
+    }
     let ports = port_list(fields.remove("ports"))?;
     Ok(AppSessionBody {
         env,
@@ -1005,6 +1018,9 @@ mod tests {
     #[case::port(Some(json!({"ports": [{"port": 70000, "protocol": "tcp"}]})), "body/ports/0/port must be <= 65535")]
     #[case::inspect(Some(json!({"inspect": "on"})), "body/inspect must be boolean")]
     #[case::env_name(Some(json!({"env": {"A=B": "1"}})), "body/env/A=B must be a valid environment variable name")]
+    #[case::node_options(Some(json!({"env": {"MODE": "x", "NODE_OPTIONS": "--import=data:,1"}})), "body/env/NODE_OPTIONS is not accepted for an app session: it changes how the operator's program loads or runs")]
+    #[case::preload(Some(json!({"env": {"LD_PRELOAD": "/tmp/x.so"}})), "body/env/LD_PRELOAD is not accepted for an app session: it changes how the operator's program loads or runs")]
+    #[case::path(Some(json!({"env": {"PATH": "/tmp"}})), "body/env/PATH is not accepted for an app session: it changes how the operator's program loads or runs")]
     fn app_bodies_report_ajv_messages(#[case] body: Option<Value>, #[case] message: &str) {
         assert_eq!(validate_app_session(body).unwrap_err().message, message);
     }

@@ -497,6 +497,7 @@ fn harness() -> Harness {
         title: None,
         description: None,
         command: None,
+        accept_env: None,
     };
     let options = ServerOptions {
         version: "test".into(),

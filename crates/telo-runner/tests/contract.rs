@@ -1030,6 +1030,76 @@ async fn apps_are_advertised_by_identity_only_and_run_with_operator_env_winning(
     runner.stop().await;
 }
 
+/// The client of an app session supplies data to the operator's program,
+/// never code: loader and runtime variables are refused for every entry, and
+/// an entry declaring `acceptEnv` takes only those names.
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test]
+async fn an_app_session_client_cannot_change_how_the_operators_program_runs(
+    #[case] backend: Backend,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut catalog: Value = serde_json::from_str(&app_catalog(dir.path())).unwrap();
+    catalog["greeter"]["acceptEnv"] = json!(["MODE"]);
+    let catalog = catalog.to_string();
+    let runner = Runner::start_on(backend, &[("RUNNER_APPS", catalog.as_str())]).await;
+    for (app, name, value) in [
+        (
+            "bare",
+            "NODE_OPTIONS",
+            "--import=data:text/javascript,console.log(process.env)",
+        ),
+        ("bare", "LD_PRELOAD", "/tmp/evil.so"),
+        ("bare", "node_options", "--require=/tmp/evil.js"),
+        ("bare", "BASH_ENV", "/tmp/evil.sh"),
+        ("bare", "PATH", "/tmp"),
+        ("bare", "HTTPS_PROXY", "http://client.example:3128"),
+        ("greeter", "NODE_OPTIONS", "--import=data:,1"),
+    ] {
+        let (status, body) = runner
+            .post(
+                &format!("/v1/apps/{app}/sessions"),
+                &json!({"env": {"MODE": "dev", name: value}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{name}: {body}");
+        assert_eq!(
+            body,
+            json!({"error": "invalid_request", "message": format!("body/env/{name} is not accepted for an app session: it changes how the operator's program loads or runs")}),
+        );
+    }
+    let (status, body) = runner
+        .post(
+            "/v1/apps/greeter/sessions",
+            &json!({"env": {"MODE": "dev", "OPENAI_BASE_URL": "http://client.example"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["message"],
+        json!(
+            "body/env/OPENAI_BASE_URL is not accepted by app 'greeter' \u{2014} it accepts: MODE"
+        )
+    );
+    let (_, sessions) = runner.get("/v1/sessions").await;
+    assert_eq!(
+        sessions,
+        json!({"sessions": []}),
+        "a refused request created a session"
+    );
+    // What the entry accepts still reaches the program.
+    let (status, created) = runner
+        .post(
+            "/v1/apps/greeter/sessions",
+            &json!({"env": {"MODE": "dev"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    runner.stop().await;
+}
+
 #[tokio::test]
 async fn an_unknown_app_is_404_before_the_terms_gate() {
     let dir = tempfile::tempdir().unwrap();

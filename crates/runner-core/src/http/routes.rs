@@ -161,6 +161,9 @@ pub async fn create_app_session(
             state.options.apps.unknown_app_message(&name),
         ));
     };
+    if let Some(message) = app.refused_client_env(&name, &request.env) {
+        return Err(ApiError::bad_request("invalid_request", message));
+    }
     check_terms(&state.options, &headers)?;
     let env = with_registry_url(
         app.merge_env(&request.env),
