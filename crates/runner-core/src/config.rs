@@ -40,6 +40,21 @@ pub const DEFAULT_MAX_BODY_BYTES: u64 = 1_048_576;
 pub const DEFAULT_SSE_HEARTBEAT_MS: u64 = 20_000;
 /// Seconds a stopped workload gets between SIGTERM and the kill.
 pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 5;
+/// Open client connections served at once (our hardening). Sized for the
+/// chart's 256 MiB memory limit: each connection costs at most about 25 KiB
+/// with the header cap below, so the limit is reached well before the limit
+/// of the pod, and 1,100 idle plus 3,000 slow clients still fit beside the
+/// editor.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 6_000;
+/// A client that has not sent a request's whole header block within this
+/// time, including an idle keep-alive connection, is disconnected.
+pub const DEFAULT_HEADER_TIMEOUT_SECONDS: u64 = 10;
+/// A request body that has not arrived in full within this time gets 408.
+pub const DEFAULT_BODY_TIMEOUT_SECONDS: u64 = 30;
+/// Largest request header block; bigger gets 431.
+pub const DEFAULT_MAX_HEADER_BYTES: u64 = 16_384;
+/// The smallest header cap the HTTP server can work with (its read buffer).
+pub const MIN_MAX_HEADER_BYTES: u64 = 8_192;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CorsOrigins {
@@ -73,6 +88,67 @@ pub struct CoreConfig {
     /// How long a stopped workload may take to exit after SIGTERM (a pod's
     /// grace period) before it is killed.
     pub stop_grace: Duration,
+    pub connections: ConnectionLimits,
+}
+
+/// What one client connection may cost the service (our hardening; the
+/// reference has no such bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_header_bytes: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS as usize,
+            header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
+            body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECONDS),
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES as usize,
+        }
+    }
+}
+
+fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
+    let var = |key: &str| env.get(key).map(String::as_str);
+    let max_connections = parse_positive_usize(
+        var("RUNNER_MAX_CONNECTIONS"),
+        DEFAULT_MAX_CONNECTIONS,
+        "RUNNER_MAX_CONNECTIONS",
+    )?;
+    let header_timeout = parse_positive_int(
+        var("RUNNER_HEADER_TIMEOUT_SECONDS"),
+        DEFAULT_HEADER_TIMEOUT_SECONDS,
+        "RUNNER_HEADER_TIMEOUT_SECONDS",
+    )?;
+    let body_timeout = parse_positive_int(
+        var("RUNNER_BODY_TIMEOUT_SECONDS"),
+        DEFAULT_BODY_TIMEOUT_SECONDS,
+        "RUNNER_BODY_TIMEOUT_SECONDS",
+    )?;
+    let raw_header_bytes = var("RUNNER_MAX_HEADER_BYTES");
+    let max_header_bytes = parse_whole_number(
+        raw_header_bytes,
+        DEFAULT_MAX_HEADER_BYTES,
+        MIN_MAX_HEADER_BYTES,
+        "RUNNER_MAX_HEADER_BYTES",
+        "positive",
+    )
+    .map_err(|_| {
+        ConfigError(format!(
+            "RUNNER_MAX_HEADER_BYTES must be an integer of at least {MIN_MAX_HEADER_BYTES}, got '{}'.",
+            raw_header_bytes.unwrap_or_default()
+        ))
+    })?;
+    Ok(ConnectionLimits {
+        max_connections,
+        header_timeout: Duration::from_secs(header_timeout),
+        body_timeout: Duration::from_secs(body_timeout),
+        max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
+    })
 }
 
 /// An environment from literal pairs (tests, embedding).
@@ -125,6 +201,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
     let auth_tokens = load_auth_tokens(env)?;
+    let connections = load_connection_limits(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -139,6 +216,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         apps,
         auth_tokens,
         stop_grace: Duration::from_secs(stop_grace_seconds),
+        connections,
     })
 }
 
@@ -191,6 +269,26 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_SSE_HEARTBEAT_MS",
         default: "20000",
         description: "Interval of the `: heartbeat` comment on idle event streams; lower it behind proxies with short idle timeouts.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_CONNECTIONS",
+        default: "6000",
+        description: "Client connections served at once; past it a new connection gets 503 `too_many_connections` and is closed. Bounded further by the open-file limit, which is raised to its hard limit at boot.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_HEADER_TIMEOUT_SECONDS",
+        default: "10",
+        description: "A connection that has not sent a whole request header block within this time (idle keep-alive connections included) is closed.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_BODY_TIMEOUT_SECONDS",
+        default: "30",
+        description: "A request body not received in full within this time gets 408 `request_timeout`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_HEADER_BYTES",
+        default: "16384",
+        description: "Largest request header block in bytes (at least 8192); bigger gets 431.",
     },
     EnvVarDoc {
         name: "RUNNER_STOP_GRACE_SECONDS",
@@ -764,8 +862,64 @@ mod tests {
                 apps: AppCatalog::default(),
                 auth_tokens: None,
                 stop_grace: Duration::from_secs(5),
+                connections: ConnectionLimits {
+                    max_connections: 6_000,
+                    header_timeout: Duration::from_secs(10),
+                    body_timeout: Duration::from_secs(30),
+                    max_header_bytes: 16_384,
+                },
             }
         );
+    }
+
+    #[test]
+    fn connection_limits_are_read_and_refused_by_name() {
+        let config = load_core_config(
+            &vars(&[
+                ("RUNNER_MAX_CONNECTIONS", "50"),
+                ("RUNNER_HEADER_TIMEOUT_SECONDS", "2"),
+                ("RUNNER_BODY_TIMEOUT_SECONDS", "3"),
+                ("RUNNER_MAX_HEADER_BYTES", "8192"),
+            ]),
+            8061,
+        )
+        .unwrap();
+        assert_eq!(
+            config.connections,
+            ConnectionLimits {
+                max_connections: 50,
+                header_timeout: Duration::from_secs(2),
+                body_timeout: Duration::from_secs(3),
+                max_header_bytes: 8192,
+            }
+        );
+        for (name, raw, message) in [
+            (
+                "RUNNER_MAX_CONNECTIONS",
+                "0",
+                "RUNNER_MAX_CONNECTIONS must be a positive integer, got '0'.",
+            ),
+            (
+                "RUNNER_HEADER_TIMEOUT_SECONDS",
+                "0",
+                "RUNNER_HEADER_TIMEOUT_SECONDS must be a positive integer, got '0'.",
+            ),
+            (
+                "RUNNER_BODY_TIMEOUT_SECONDS",
+                "soon",
+                "RUNNER_BODY_TIMEOUT_SECONDS must be a positive integer, got 'soon'.",
+            ),
+            (
+                "RUNNER_MAX_HEADER_BYTES",
+                "4096",
+                "RUNNER_MAX_HEADER_BYTES must be an integer of at least 8192, got '4096'.",
+            ),
+        ] {
+            assert_eq!(
+                load_core_config(&vars(&[(name, raw)]), 8061),
+                Err(ConfigError(message.to_owned()))
+            );
+        }
     }
 
     #[test]

@@ -506,6 +506,7 @@ fn harness() -> Harness {
         apps: AppCatalog::from_entries(vec![("demo".into(), demo)]),
         default_registry_url: Some("https://registry.example".into()),
         max_body_bytes: MAX_BODY_BYTES,
+        body_timeout: Duration::from_secs(30),
         sse_heartbeat: Duration::from_secs(3600),
         auth_tokens: None,
     };
@@ -513,6 +514,7 @@ fn harness() -> Harness {
         AppState {
             registry: registry.clone(),
             options: Arc::new(options),
+            going_away: Default::default(),
         },
         Router::new(),
     );

@@ -5,5 +5,6 @@
 pub mod bundle;
 pub mod cli;
 pub mod client;
+pub mod connections;
 pub mod logging;
 pub mod server;

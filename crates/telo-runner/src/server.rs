@@ -1,6 +1,5 @@
 //! Build and run the service from an environment.
 
-use axum::serve::ListenerExt as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use runner_local::{LocalBackend, load_local_config};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 /// Default port of the local backend (the Kubernetes backend uses 8062).
 pub const LOCAL_DEFAULT_PORT: u16 = 8061;
@@ -46,6 +45,7 @@ pub struct Service {
     pub core: CoreConfig,
     registry: SessionRegistry,
     router: axum::Router,
+    going_away: CancellationToken,
 }
 
 impl Service {
@@ -88,13 +88,16 @@ impl Service {
             apps: core.apps.clone(),
             default_registry_url: core.default_registry_url.clone(),
             max_body_bytes: core.max_body_bytes,
+            body_timeout: core.connections.body_timeout,
             sse_heartbeat: core.sse_heartbeat,
             auth_tokens: core.auth_tokens.clone(),
         };
+        let going_away = CancellationToken::new();
         let router = router(
             AppState {
                 registry: registry.clone(),
                 options: Arc::new(options),
+                going_away: going_away.clone(),
             },
             routes,
         );
@@ -102,6 +105,7 @@ impl Service {
             core,
             registry,
             router,
+            going_away,
         })
     }
 
@@ -131,51 +135,29 @@ impl Service {
         };
         let drained = CancellationToken::new();
         let drained_for_recovery = drained.clone();
+        let going_away = self.going_away.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
                 shutdown.cancelled().await;
                 info!("shutting down: stopping sessions");
                 registry.shutdown(shutdown_grace).await;
+                // Streams of sessions that live on end with "going away".
+                going_away.cancel();
                 drained.cancel();
             }
         };
-        // Frames are written as they happen (SSE events, terminal output);
-        // with Nagle's algorithm on, a small write waits for the previous
-        // one's delayed ACK — up to 40 ms on Linux.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                warn!(error = %err, "could not turn off Nagle's algorithm on a connection");
-            }
-        });
-        let server = axum::serve(listener, self.router)
-            .with_graceful_shutdown({
-                let drained = drained.clone();
-                async move { drained.cancelled().await }
-            })
-            .into_future();
+        let server = crate::connections::serve(
+            listener,
+            self.router,
+            self.core.connections,
+            drained.clone(),
+        );
         let stop_recovery = async move {
             drained_for_recovery.cancelled().await;
             recovery.abort();
         };
-        let (served, (), ()) = tokio::join!(
-            async {
-                // Connections still open once the sessions are gone (idle
-                // keep-alives, clients that never read) must not hold the exit.
-                tokio::select! {
-                    served = server => served,
-                    () = async {
-                        drained.cancelled().await;
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                    } => {
-                        warn!("connections still open after shutdown; exiting anyway");
-                        Ok(())
-                    }
-                }
-            },
-            stop_sessions,
-            stop_recovery
-        );
+        let (served, (), ()) = tokio::join!(server, stop_sessions, stop_recovery);
         served
     }
 }

@@ -5,14 +5,19 @@ use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::Value;
 
+use super::ServerOptions;
 use super::error::ApiError;
 
-/// The parsed body, or `None` when the request carried none.
+/// The parsed body, or `None` when the request carried none. A body over
+/// `max_body_bytes` is a 413; one that has not arrived in full within
+/// `body_timeout` is a 408 (a client trickling bytes must not hold a
+/// connection and its buffer for ever).
 pub async fn read_json_body(
     headers: &HeaderMap,
     body: Body,
-    limit: usize,
+    options: &ServerOptions,
 ) -> Result<Option<Value>, ApiError> {
+    let limit = options.max_body_bytes;
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -27,8 +32,19 @@ pub async fn read_json_body(
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large());
     }
-    let bytes = axum::body::to_bytes(body, limit)
+    let timeout = options.body_timeout;
+    let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
         .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "The request body did not arrive within {} s",
+                    timeout.as_secs()
+                ),
+            )
+        })?
         .map_err(|_| too_large())?;
     let content_type = headers
         .get(header::CONTENT_TYPE)

@@ -40,6 +40,8 @@ pub struct ServerOptions {
     /// The runner's own `TELO_REGISTRY_URL`, passed to workloads.
     pub default_registry_url: Option<String>,
     pub max_body_bytes: usize,
+    /// How long a request body may take to arrive.
+    pub body_timeout: std::time::Duration,
     /// Interval of the SSE heartbeat comment.
     pub sse_heartbeat: std::time::Duration,
     /// Bearer tokens `/v1` requires (`RUNNER_AUTH_TOKENS_FILE`); `None` = open.
@@ -50,6 +52,11 @@ pub struct ServerOptions {
 pub struct AppState {
     pub registry: SessionRegistry,
     pub options: Arc<ServerOptions>,
+    /// Fired when the service is about to exit with sessions that live on
+    /// (a successor adopts them): open streams end so their clients
+    /// reconnect — a WebSocket with close code 1001 "going away", an event
+    /// stream by ending — instead of being cut without a word.
+    pub going_away: tokio_util::sync::CancellationToken,
 }
 
 /// One route of the core router and the methods it answers.

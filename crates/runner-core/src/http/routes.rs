@@ -84,7 +84,7 @@ pub async fn probe(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let body = read_json_body(&headers, body, &state.options).await?;
     let (image, pull_policy) = validate_probe(body).map_err(validation_error)?;
     let report = state
         .registry
@@ -99,7 +99,7 @@ pub async fn create_session(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let body = read_json_body(&headers, body, &state.options).await?;
     let request = validate_start_session(body).map_err(validation_error)?;
     check_terms(&state.options, &headers)?;
     let entry = normalize_bundle_path(&request.bundle.entry_relative_path)
@@ -150,7 +150,7 @@ pub async fn create_app_session(
     body: Body,
 ) -> Result<Response, ApiError> {
     check_param(method.as_str(), &uri, &name)?;
-    let body = read_json_body(&headers, body, state.options.max_body_bytes).await?;
+    let body = read_json_body(&headers, body, &state.options).await?;
     let request = validate_app_session(body).map_err(validation_error)?;
     // The catalog is public already, so an unknown name is answered before
     // the terms gate.

@@ -52,6 +52,7 @@ pub async fn events(
         heartbeat: heartbeat(state.options.sse_heartbeat),
         initial: Some(initial.freeze()),
         ended,
+        going_away: state.going_away.clone(),
         _subscriber: state.registry.metrics().subscriber(Transport::Sse),
     };
     let body = Body::from_stream(stream::unfold(stream, EventStream::step));
@@ -97,6 +98,9 @@ struct EventStream {
     heartbeat: Interval,
     initial: Option<Bytes>,
     ended: bool,
+    /// The service is going away: the stream ends so the client reconnects
+    /// (to a successor that adopted the session).
+    going_away: tokio_util::sync::CancellationToken,
     /// Counted as a subscriber for as long as the body stream lives.
     _subscriber: SubscriberGuard,
 }
@@ -110,12 +114,15 @@ impl EventStream {
             return None;
         }
         tokio::select! {
+            // What is already recorded goes out before the stream ends.
+            biased;
             batch = self.cursor.next() => {
                 let mut out = BytesMut::new();
                 self.ended = write_batch(&mut out, &batch);
                 Some((Ok(out.freeze()), self))
             }
             _ = self.heartbeat.tick() => Some((Ok(Bytes::from_static(HEARTBEAT_FRAME)), self)),
+            () = self.going_away.cancelled() => None,
         }
     }
 }

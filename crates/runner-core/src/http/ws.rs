@@ -29,6 +29,8 @@ use crate::registry::{Batch, Session};
 const CLIENT_READ_BUFFER_BYTES: usize = 8 * 1024;
 
 pub const CLOSE_NORMAL: u16 = 1000;
+/// The service is going away while the session lives on (RFC 6455 §7.4.1).
+pub const CLOSE_GOING_AWAY: u16 = 1001;
 pub const CLOSE_FORBIDDEN_ORIGIN: u16 = 4403;
 pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
 pub const CLOSE_NOTHING_TO_REPLAY: u16 = 4410;
@@ -80,7 +82,7 @@ pub async fn io(
             };
             let metrics = state.registry.metrics().clone();
             let _subscriber = metrics.subscriber(Transport::WebSocket);
-            serve(socket, session, last_seq, &metrics).await;
+            serve(socket, session, last_seq, &metrics, &state.going_away).await;
         })
         .into_response()
 }
@@ -94,7 +96,13 @@ async fn close_with(mut socket: WebSocket, code: u16, reason: &'static str) {
         .await;
 }
 
-async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics: &Metrics) {
+async fn serve(
+    socket: WebSocket,
+    session: Arc<Session>,
+    last_seq: u64,
+    metrics: &Metrics,
+    going_away: &tokio_util::sync::CancellationToken,
+) {
     let mut cursor = session.subscribe_output(last_seq);
     let mut events = session.watch_events();
     events.borrow_and_update();
@@ -145,7 +153,8 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics:
                 return;
             }
         }
-        // The session ended: flush what is left, then close normally.
+        // The session ended (or the service is going away): flush what is
+        // left, then close.
         let drain = async {
             let rest = cursor.try_next();
             if send_batch(&mut tx, rest, metrics).await.is_err() {
@@ -154,19 +163,23 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics:
             let _ = tx.flush().await;
         };
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
-        let _ = tokio::time::timeout(
-            DRAIN_TIMEOUT,
-            tx.send(Message::Close(Some(CloseFrame {
+        let close = if session.is_terminal() {
+            CloseFrame {
                 code: CLOSE_NORMAL,
                 reason: Utf8Bytes::from_static("session terminal"),
-            }))),
-        )
-        .await;
+            }
+        } else {
+            CloseFrame {
+                code: CLOSE_GOING_AWAY,
+                reason: Utf8Bytes::from_static("going away"),
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, tx.send(Message::Close(Some(close)))).await;
     };
     let reader = async {
         let mut pending_resize: Option<(u16, u16)> = None;
         let mut resize_deadline: Option<Instant> = None;
-        if terminal_at_connect {
+        if terminal_at_connect || going_away.is_cancelled() {
             return true;
         }
         loop {
@@ -187,6 +200,7 @@ async fn serve(socket: WebSocket, session: Arc<Session>, last_seq: u64, metrics:
                         return true;
                     }
                 }
+                () = going_away.cancelled() => return true,
                 () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
                     resize_deadline = None;
                     if let Some((cols, rows)) = pending_resize.take() {

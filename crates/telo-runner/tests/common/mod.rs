@@ -248,6 +248,19 @@ impl RunnerProcess {
         sim: Option<&kube_sim::KubeSim>,
         vars: &[(&str, &str)],
     ) -> RunnerProcess {
+        Self::spawn_with_open_file_limit(backend, dir, sim, vars, None).await
+    }
+
+    /// Like [`RunnerProcess::spawn`], started (through `sh`'s `ulimit`) with
+    /// an open-file soft limit of `soft_limit`, as a shell's default would
+    /// leave it.
+    pub async fn spawn_with_open_file_limit(
+        backend: Backend,
+        dir: &std::path::Path,
+        sim: Option<&kube_sim::KubeSim>,
+        vars: &[(&str, &str)],
+        soft_limit: Option<u64>,
+    ) -> RunnerProcess {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let port = {
@@ -255,7 +268,19 @@ impl RunnerProcess {
             listener.local_addr().expect("addr").port()
         };
         let base = format!("http://127.0.0.1:{port}");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_telo-runner"));
+        let runner = env!("CARGO_BIN_EXE_telo-runner");
+        let mut command = match soft_limit {
+            None => Command::new(runner),
+            Some(limit) => {
+                let mut command = Command::new("/bin/sh");
+                command.args([
+                    "-c",
+                    &format!("ulimit -Sn {limit} && exec \"$0\" \"$@\""),
+                    runner,
+                ]);
+                command
+            }
+        };
         command
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .env_clear()

@@ -1,0 +1,247 @@
+//! What anonymous connections may cost the service: every request's header
+//! block has a deadline (idle keep-alive connections included), header
+//! blocks and bodies are bounded in size and time, past the connection limit
+//! a client gets a clear 503, and the open-file limit is raised at boot — so
+//! thousands of idle and slow clients leave the probes and real requests
+//! answering in bounded memory.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, Runner, RunnerProcess};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::bundle::start_body;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Bound on anything a test waits for.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn addr_of(base: &str) -> String {
+    base.trim_start_matches("http://").to_owned()
+}
+
+/// Reads until the server closes the connection; returns what it sent.
+async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buf = [0_u8; 4096];
+    loop {
+        match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+            Err(_) => panic!("the server kept the connection open past {WAIT:?}"),
+            Ok(Ok(0)) | Ok(Err(_)) => return received,
+            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The status code and JSON body of a raw HTTP/1.1 response.
+fn parse_response(raw: &[u8]) -> (u16, Value) {
+    let text = String::from_utf8_lossy(raw);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())))
+        .unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_closed_at_the_header_deadline() {
+    let runner = Runner::start_with(&[("RUNNER_HEADER_TIMEOUT_SECONDS", "1")]).await;
+    let addr = addr_of(&runner.base);
+    let mut idle = TcpStream::connect(&addr).await.unwrap();
+    let mut half_sent = TcpStream::connect(&addr).await.unwrap();
+    half_sent
+        .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\nx-slow: ")
+        .await
+        .unwrap();
+    // A keep-alive connection is held only until its next request is due.
+    let mut kept_alive = TcpStream::connect(&addr).await.unwrap();
+    kept_alive
+        .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\n\r\n")
+        .await
+        .unwrap();
+    let (idle_sent, half_sent_sent, kept_alive_sent) = tokio::join!(
+        read_to_close(&mut idle),
+        read_to_close(&mut half_sent),
+        read_to_close(&mut kept_alive),
+    );
+    assert!(idle_sent.is_empty());
+    assert!(half_sent_sent.is_empty());
+    assert_eq!(parse_response(&kept_alive_sent).0, 200);
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn past_the_connection_limit_a_client_is_told_and_probes_answer_once_slots_free() {
+    const LIMIT: usize = 8;
+    let runner = Runner::start_with(&[("RUNNER_MAX_CONNECTIONS", "8")]).await;
+    let addr = addr_of(&runner.base);
+    // Connections are accepted in the order they were made, so once a
+    // request on the last one of these is answered, all of them hold a slot.
+    let mut held = Vec::new();
+    for _ in 0..LIMIT - 1 {
+        held.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let mut last = TcpStream::connect(&addr).await.unwrap();
+    last.write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0_u8; 1024];
+    let n = tokio::time::timeout(WAIT, last.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(parse_response(&buf[..n]).0, 200);
+    held.push(last);
+
+    let mut refused = TcpStream::connect(&addr).await.unwrap();
+    refused
+        .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, body) = parse_response(&read_to_close(&mut refused).await);
+    assert_eq!(status, 503);
+    assert_eq!(body["error"], json!("too_many_connections"));
+    assert_eq!(
+        body["message"],
+        json!(
+            "The runner is serving its limit of 8 connections (RUNNER_MAX_CONNECTIONS); try again shortly."
+        )
+    );
+
+    drop(held);
+    // The slots come back as the server sees the connections close.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, _) = runner.get("/livez").await;
+        if status == StatusCode::OK {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/livez never answered again");
+        tokio::task::yield_now().await;
+    }
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_header_block_is_431_and_a_stalled_body_is_408() {
+    let runner = Runner::start_with(&[("RUNNER_BODY_TIMEOUT_SECONDS", "1")]).await;
+    let addr = addr_of(&runner.base);
+    let mut big = TcpStream::connect(&addr).await.unwrap();
+    let padding = "a".repeat(20 * 1024);
+    big.write_all(
+        format!("GET /livez HTTP/1.1\r\nhost: runner\r\nx-pad: {padding}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(parse_response(&read_to_close(&mut big).await).0, 431);
+
+    let mut stalled = TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /v1/sessions HTTP/1.1\r\nhost: runner\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"bundle\":",
+        )
+        .await
+        .unwrap();
+    let mut buf = [0_u8; 2048];
+    let n = tokio::time::timeout(WAIT, stalled.read(&mut buf))
+        .await
+        .expect("no answer to a stalled body")
+        .unwrap();
+    let (status, body) = parse_response(&buf[..n]);
+    assert_eq!(status, 408);
+    assert_eq!(
+        body,
+        json!({"error": "request_timeout", "message": "The request body did not arrive within 1 s"})
+    );
+    runner.stop().await;
+}
+
+/// The figures of the hardening report: under a shell's default open-file
+/// limit (1024), 1,100 idle connections and 3,000 that hold an unfinished
+/// 15 KiB header block leave `/livez` and an authorised POST answering, and
+/// the runner's memory bounded. Latencies are printed, not asserted.
+#[tokio::test]
+async fn thousands_of_idle_and_slow_connections_leave_probes_and_posts_answering() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    const IDLE: usize = 1_100;
+    const SLOW: usize = 3_000;
+    const TOKEN: &str = "tok-connections-5e1";
+    // This process holds every client socket.
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    assert!(
+        hard > (IDLE + SLOW + 512) as u64,
+        "this host's open-file hard limit ({hard}) is too low for the test"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let tokens = tokens.to_string_lossy().into_owned();
+    let runner = RunnerProcess::spawn_with_open_file_limit(
+        Backend::Local,
+        dir.path(),
+        None,
+        &[("RUNNER_AUTH_TOKENS_FILE", tokens.as_str())],
+        Some(1024),
+    )
+    .await;
+    let addr = addr_of(&runner.base);
+    let rss_before = runner.rss_bytes();
+
+    let mut connections = Vec::with_capacity(IDLE + SLOW);
+    for _ in 0..IDLE {
+        connections.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let unfinished = format!(
+        "GET /v1/sessions HTTP/1.1\r\nhost: runner\r\nx-slow: {}",
+        "s".repeat(15 * 1024)
+    );
+    for _ in 0..SLOW {
+        let mut slow = TcpStream::connect(&addr).await.unwrap();
+        slow.write_all(unfinished.as_bytes()).await.unwrap();
+        connections.push(slow);
+    }
+
+    let client = runner_core::http_client::client_builder()
+        .timeout(WAIT)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let livez = client
+        .get(format!("{}/livez", runner.base))
+        .send()
+        .await
+        .expect("/livez answers under the load");
+    let livez_latency = started.elapsed();
+    assert_eq!(livez.status(), StatusCode::OK);
+    let started = Instant::now();
+    let created = client
+        .post(format!("{}/v1/sessions", runner.base))
+        .bearer_auth(TOKEN)
+        .json(&start_body(json!({"exitCode": 0})))
+        .send()
+        .await
+        .expect("an authorised POST answers under the load");
+    let post_latency = started.elapsed();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let rss_loaded = runner.rss_bytes();
+    eprintln!(
+        "{IDLE} idle + {SLOW} slow connections: /livez {livez_latency:?}, POST {post_latency:?}, RSS {} MB -> {} MB",
+        rss_before / 1_000_000,
+        rss_loaded / 1_000_000
+    );
+    assert!(
+        rss_loaded < 200_000_000,
+        "RSS grew to {rss_loaded} bytes under the load"
+    );
+    drop(connections);
+}
