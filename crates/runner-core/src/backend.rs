@@ -201,6 +201,13 @@ pub trait Backend: Send + Sync + 'static {
     /// The registry dropped the session (retention expired or evicted): free
     /// whatever the backend still holds for it.
     fn release(&self, _session_id: &str) {}
+
+    /// Whether a shutdown leaves live workloads running for a successor
+    /// runner that adopts them ([`BackendSession::detach`]) instead of
+    /// stopping them.
+    fn leaves_sessions_on_shutdown(&self) -> bool {
+        false
+    }
 }
 
 /// A started workload.
@@ -215,4 +222,9 @@ pub trait BackendSession: Send + Sync + 'static {
 
     /// Force-stop; idempotent. The terminal status arrives through the sink.
     async fn stop(&self) -> Result<(), StopError>;
+
+    /// The runner exits and a successor adopts the workload: stop observing
+    /// it, and never stop or delete it. Called before the session's `ended`
+    /// fires.
+    fn detach(&self) {}
 }

@@ -124,6 +124,10 @@ pub const KERNEL_STOPPED: &str = "Kernel.Stopped";
 
 struct SessionState {
     status: RunStatus,
+    /// Left running for a successor runner at shutdown: nothing more is
+    /// recorded, so this process's streams end without a terminal status and
+    /// their clients resume on the successor.
+    handed_over: bool,
     exited_at: Option<String>,
     events: ReplayBuffer<EventFrame>,
     output: ReplayBuffer<Bytes>,
@@ -402,6 +406,10 @@ impl SessionRegistry {
     /// Stop every live session (each reports `stopped`), wait up to `grace` for
     /// them to end, then cancel whatever is left and every retention timer.
     pub async fn shutdown(&self, grace: Duration) {
+        if self.inner.backend.leaves_sessions_on_shutdown() {
+            self.hand_over(grace).await;
+            return;
+        }
         let sessions = self.sessions();
         for session in &sessions {
             session.request_stop();
@@ -433,6 +441,43 @@ impl SessionRegistry {
                     status: RunStatus::Stopped,
                 });
             }
+        }
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        if tokio::time::timeout(grace, self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!("background session tasks did not finish after shutdown");
+        }
+    }
+
+    /// Shutdown of a runner whose successor adopts its workloads: live
+    /// sessions are neither stopped nor reported stopped; the backend stops
+    /// observing them and this process records nothing more about them.
+    async fn hand_over(&self, grace: Duration) {
+        let sessions = self.sessions();
+        let mut left = 0;
+        for session in &sessions {
+            let handle = {
+                let mut state = lock(&session.state);
+                if state.status.is_terminal() {
+                    continue;
+                }
+                state.handed_over = true;
+                state.handle.clone()
+            };
+            left += 1;
+            if let Some(handle) = handle {
+                handle.detach();
+            }
+            session.ended.cancel();
+        }
+        if left > 0 {
+            info!(
+                sessions = left,
+                "leaving live sessions running for the next runner"
+            );
         }
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
@@ -505,6 +550,7 @@ impl Session {
                 early_stdin: Vec::new(),
                 early_stdin_bytes: 0,
                 early_resize: None,
+                handed_over: false,
             }),
             events_seq: watch::Sender::new(first_event - 1),
             output_seq: watch::Sender::new(first_output - 1),
@@ -676,7 +722,7 @@ impl Session {
         let mut came_up = false;
         let id = {
             let mut state = lock(&self.state);
-            if state.status.is_terminal() {
+            if state.status.is_terminal() || state.handed_over {
                 return None;
             }
             if let RunEvent::Status { status } = event {
@@ -707,7 +753,7 @@ impl Session {
             // Nothing follows the terminal status: output from a process that
             // escaped its session (a daemon that left the process group) must
             // not change a finished session's history.
-            if state.status.is_terminal() {
+            if state.status.is_terminal() || state.handed_over {
                 return;
             }
             let mut last = 0;
@@ -867,7 +913,7 @@ impl SessionSink {
     pub fn output_lost(&self) {
         let last = {
             let mut state = lock(&self.session.state);
-            if state.status.is_terminal() {
+            if state.status.is_terminal() || state.handed_over {
                 return;
             }
             state.output.leave_hole()

@@ -309,7 +309,11 @@ impl Backend for KubeBackend {
             let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             let finished = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
             let record = session_record_from_pod(&pod);
-            let adoptable = self.config.orphan_policy == OrphanPolicy::Adopt && !finished;
+            // A session that finished while no runner was up is adopted as
+            // finished (its exit code and log), unless it finished longer
+            // ago than a finished session is kept.
+            let expired = finished && finished_longer_ago_than(&pod, self.config.core.exit_ttl);
+            let adoptable = self.config.orphan_policy == OrphanPolicy::Adopt && !expired;
             match record {
                 Ok(record) if adoptable => {
                     let generation = pod
@@ -345,7 +349,9 @@ impl Backend for KubeBackend {
                 other => {
                     let why = match &other {
                         Err(err) => err.to_string(),
-                        Ok(_) if finished => "finished".to_owned(),
+                        Ok(_) if expired => {
+                            "finished longer ago than RUNNER_EXIT_TTL_MS".to_owned()
+                        }
                         Ok(_) => "orphan policy is reap".to_owned(),
                     };
                     info!(pod = %name, reason = %why, "deleting a session pod left by a previous runner");
@@ -381,6 +387,30 @@ impl Backend for KubeBackend {
     fn release(&self, session_id: &str) {
         self.ctx.bundles.drop_bundle(session_id);
     }
+
+    /// With the adopt policy the next runner takes the pods over, so a
+    /// restart (every `helm upgrade`) keeps every session.
+    fn leaves_sessions_on_shutdown(&self) -> bool {
+        self.config.orphan_policy == OrphanPolicy::Adopt
+    }
+}
+
+/// Whether the pod's session container finished more than `ttl` ago; a pod
+/// without a finish time counts as finished long ago.
+fn finished_longer_ago_than(pod: &Pod, ttl: std::time::Duration) -> bool {
+    let finished_at = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .and_then(|statuses| statuses.first())
+        .and_then(|status| status.state.as_ref())
+        .and_then(|state| state.terminated.as_ref())
+        .and_then(|terminated| terminated.finished_at.as_ref());
+    let Some(finished_at) = finished_at else {
+        return true;
+    };
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(finished_at.0);
+    age.as_secs_f64() > ttl.as_secs_f64()
 }
 
 /// Attempts at recording an adoption when the apiserver fails transiently.

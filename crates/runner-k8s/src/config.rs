@@ -651,7 +651,7 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_ORPHAN_POLICY",
         default: "adopt",
-        description: "What to do at boot with sessions a previous runner left: adopt live ones, or reap (delete) them all.",
+        description: "`adopt`: on SIGTERM leave live sessions running and at boot adopt what a previous runner left (finished ones with their exit code and log); `reap`: stop every session on SIGTERM and delete leftovers at boot.",
     },
     EnvVarDoc {
         name: "RUNNER_START_DEADLINE_SECONDS",

@@ -19,7 +19,9 @@ use crate::api_error::{api_reason, is_not_found, is_transient};
 use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
-use crate::pod_status::{pod_failure_message, provision_message, start_blocker, terminal_status};
+use crate::pod_status::{
+    container_exit_code, pod_failure_message, provision_message, start_blocker, terminal_status,
+};
 use crate::pod_watcher::{PodState, PodWatcher};
 use crate::routing::SessionRouter;
 use crate::routing::endpoints::endpoints_for;
@@ -127,6 +129,7 @@ pub async fn bring_up(
         sink: sink.clone(),
         terminal: OnceCell::new(),
         deleted: AtomicBool::new(false),
+        detached: AtomicBool::new(false),
     });
     match arrival {
         Arrival::Finished(pod) => {
@@ -206,6 +209,12 @@ async fn wait_until_running(
                 match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
                     Some("Running") => return Ok(Arrival::Running(pod)),
                     Some("Succeeded") => return Ok(Arrival::Finished(pod)),
+                    // Its container ran and ended (seen only now: a quick
+                    // workload, or one that finished while no runner was up):
+                    // that is the workload's outcome, not a failed start.
+                    Some("Failed") if container_exit_code(&pod).is_some() => {
+                        return Ok(Arrival::Finished(pod));
+                    }
                     Some("Failed") => return Err(start_failed(pod_failure_message(Some(&pod)))),
                     _ => {
                         if let Some(message) = provision_message(&pod)
@@ -351,9 +360,14 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
                 break None;
             }
             // The registry ended the session without us (shutdown gave up
-            // waiting): nothing may keep running unobserved.
+            // waiting): nothing may keep running unobserved — unless the
+            // runner left it to its successor, which adopts it.
             () = ended.cancelled() => {
                 drop(watching);
+                if session.detached.load(Ordering::Acquire) {
+                    debug!(pod = %session.name, "left running for the next runner");
+                    return;
+                }
                 if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
                     warn!(pod = %session.name, error = %err, "could not delete the pod of an ended session");
                 }
@@ -447,6 +461,8 @@ pub struct KubeSession {
     terminal: OnceCell<Terminal>,
     /// Set once a stop deleted the pod, so it is not deleted twice.
     deleted: AtomicBool,
+    /// Set when the runner exits leaving the pod to its successor.
+    detached: AtomicBool,
 }
 
 #[async_trait]
@@ -479,5 +495,9 @@ impl BackendSession for KubeSession {
             });
         }
         Ok(())
+    }
+
+    fn detach(&self) {
+        self.detached.store(true, Ordering::Release);
     }
 }

@@ -381,3 +381,150 @@ async fn an_adopted_session_whose_log_cannot_be_read_tells_clients_of_a_gap() {
     ws::read_until_output(&mut fresh, "after").await;
     sim.shutdown().await;
 }
+
+fn terminate(child: &ChildGuard) {
+    let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// Waits (off the runtime) for the runner process to exit; panics past the
+/// bound.
+async fn wait_exit(mut child: ChildGuard) -> std::process::ExitStatus {
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + test_support::WAIT;
+        loop {
+            if let Some(status) = child.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the runner did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// A graceful restart (SIGTERM, as on every `helm upgrade`) with the adopt
+/// policy leaves live pods to the next runner: clients are told the runner
+/// is going away (WebSocket close 1001, the event stream ends without a
+/// terminal status), so they reconnect, and the successor serves the same
+/// session with its output.
+#[tokio::test]
+async fn a_graceful_restart_leaves_live_sessions_to_the_successor() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(
+        &base,
+        json!({"stdout": ["before the restart"], "echo": true, "exitCode": 4}),
+    )
+    .await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "before the restart").await;
+
+    terminate(&first);
+    let frames = ws::read_until_close(&mut socket).await;
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        })
+    );
+    let rest = events.events_until_end().await;
+    assert!(
+        rest.iter().all(|f| f.status_kind().is_none()),
+        "a status after SIGTERM: {:?}",
+        rest.iter().map(|f| f.json()).collect::<Vec<_>>()
+    );
+    assert!(wait_exit(first).await.success());
+    let pod: Pod = sim.get("telo-sessions", &format!("telo-run-{id}")).unwrap();
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "the pod is being deleted"
+    );
+
+    let second = in_process_runner(&kubeconfig, &[]).await;
+    let base = second.base_url();
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+    ws::read_until_output(&mut fresh, "before the restart").await;
+    ws::send_stdin(&mut fresh, b"exit\n").await;
+    let rest = events.events_until_end().await;
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 4})
+    );
+    second.stop().await.unwrap();
+    sim.shutdown().await;
+}
+
+/// A session that finished while no runner was up is adopted as finished:
+/// its exit code and its output, and its pod is cleaned up.
+#[tokio::test]
+async fn a_session_that_finished_between_runners_is_adopted_with_its_exit_and_log() {
+    let (sim, _dir, kubeconfig) = sim_with_kubeconfig().await;
+    let (first, base) = spawn_runner(&kubeconfig, &[]).await;
+    let id = create(
+        &base,
+        // Long enough for the runner to be gone first, even on a loaded host;
+        // the first runner, once going away, records nothing either way.
+        json!({"stdout": ["the last words"], "exitAfterMs": 4000, "exitCode": 3}),
+    )
+    .await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "the last words").await;
+    terminate(&first);
+    ws::read_until_close(&mut socket).await;
+    assert!(wait_exit(first).await.success());
+
+    // With no runner up, the workload exits.
+    let name = format!("telo-run-{id}");
+    sim.wait_for::<Pod>(
+        "telo-sessions",
+        &name,
+        |pod| {
+            pod.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Failed")
+        },
+        test_support::WAIT,
+    )
+    .await
+    .unwrap();
+
+    let second = in_process_runner(&kubeconfig, &[]).await;
+    let base = second.base_url();
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    let frames = events.events_until_end().await;
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 3})
+    );
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut replay = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+    let output = ws::output_of(&ws::read_until_close(&mut replay).await);
+    assert!(
+        String::from_utf8_lossy(&output).contains("the last words"),
+        "{}",
+        String::from_utf8_lossy(&output)
+    );
+    sim.wait_for_deletion("pods", "telo-sessions", &name, test_support::WAIT)
+        .await
+        .expect("the finished pod is cleaned up");
+    second.stop().await.unwrap();
+    sim.shutdown().await;
+}
