@@ -515,6 +515,7 @@ fn harness() -> Harness {
             registry: registry.clone(),
             options: Arc::new(options),
             going_away: Default::default(),
+            sockets: Default::default(),
         },
         Router::new(),
     );

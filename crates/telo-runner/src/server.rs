@@ -13,6 +13,7 @@ use runner_local::{LocalBackend, load_local_config};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::info;
 
 /// Default port of the local backend (the Kubernetes backend uses 8062).
@@ -46,6 +47,7 @@ pub struct Service {
     registry: SessionRegistry,
     router: axum::Router,
     going_away: CancellationToken,
+    sockets: TaskTracker,
 }
 
 impl Service {
@@ -93,11 +95,13 @@ impl Service {
             auth_tokens: core.auth_tokens.clone(),
         };
         let going_away = CancellationToken::new();
+        let sockets = TaskTracker::new();
         let router = router(
             AppState {
                 registry: registry.clone(),
                 options: Arc::new(options),
                 going_away: going_away.clone(),
+                sockets: sockets.clone(),
             },
             routes,
         );
@@ -106,6 +110,7 @@ impl Service {
             registry,
             router,
             going_away,
+            sockets,
         })
     }
 
@@ -136,6 +141,7 @@ impl Service {
         let drained = CancellationToken::new();
         let drained_for_recovery = drained.clone();
         let going_away = self.going_away.clone();
+        let sockets = self.sockets.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
@@ -144,6 +150,14 @@ impl Service {
                 registry.shutdown(shutdown_grace).await;
                 // Streams of sessions that live on end with "going away".
                 going_away.cancel();
+                // Each terminal socket sends its close frame.
+                sockets.close();
+                if tokio::time::timeout(crate::connections::CLOSE_GRACE, sockets.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("terminal sockets still open after shutdown; closing them");
+                }
                 drained.cancel();
             }
         };

@@ -137,6 +137,19 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
     events
         .events_until(|f| f.status_kind().as_deref() == Some("running"))
         .await;
+    // Terminal sockets get a close frame, never a dropped connection (which
+    // the editor reads as a network error).
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut sockets = Vec::new();
+    for _ in 0..20 {
+        sockets
+            .push(test_support::ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await);
+    }
+    for socket in &mut sockets {
+        test_support::ws::next_frame(socket)
+            .await
+            .expect("the seq frame");
+    }
 
     let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
@@ -146,6 +159,16 @@ async fn sigterm_stops_live_sessions_reports_them_stopped_and_exits_0() {
         rest.last().unwrap().json()["status"],
         json!({"kind": "stopped"})
     );
+    for socket in &mut sockets {
+        let frames = test_support::ws::read_until_close(socket).await;
+        assert_eq!(
+            frames.last(),
+            Some(&test_support::ws::IoFrame::Close {
+                code: 1000,
+                reason: "session terminal".into()
+            })
+        );
+    }
     let status = tokio::task::spawn_blocking(move || child.0.wait())
         .await
         .unwrap()

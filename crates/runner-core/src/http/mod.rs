@@ -57,6 +57,9 @@ pub struct AppState {
     /// reconnect — a WebSocket with close code 1001 "going away", an event
     /// stream by ending — instead of being cut without a word.
     pub going_away: tokio_util::sync::CancellationToken,
+    /// Every open terminal socket, so shutdown can let each send its close
+    /// frame before the process exits.
+    pub sockets: tokio_util::task::TaskTracker,
 }
 
 /// One route of the core router and the methods it answers.

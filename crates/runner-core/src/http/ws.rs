@@ -72,6 +72,7 @@ pub async fn io(
     upgrade
         .read_buffer_size(CLIENT_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
+            let _open = state.sockets.token();
             if !stream_allows_origin(&state.options.cors, origin.as_deref()) {
                 close_with(socket, CLOSE_FORBIDDEN_ORIGIN, "forbidden_origin").await;
                 return;
