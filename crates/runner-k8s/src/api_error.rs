@@ -93,6 +93,16 @@ pub fn is_transient(err: &kube::Error) -> bool {
     }
 }
 
+/// The apiserver could not be reached or is unavailable (down, overloaded,
+/// throttling) — an outage to wait out, unlike an internal error or a
+/// refusal, which retrying soon will not change.
+pub fn is_unavailable(err: &kube::Error) -> bool {
+    match status_code(err) {
+        None => true,
+        Some(code) => matches!(code, 429 | 503 | 504),
+    }
+}
+
 pub fn is_conflict(err: &kube::Error) -> bool {
     status_code(err) == Some(409)
 }

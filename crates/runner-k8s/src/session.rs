@@ -15,7 +15,7 @@ use runner_core::{BackendSession, SessionSink, StartError, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
 use tracing::{debug, info, warn};
 
-use crate::api_error::{api_reason, is_not_found, is_transient};
+use crate::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
 use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
@@ -43,6 +43,13 @@ const DELETE_RETRY_DELAY: Duration = Duration::from_millis(100);
 /// kubelet, a lost watch event) before it is deleted at once and the session
 /// reported stopped anyway.
 const STOP_SETTLE: Duration = Duration::from_secs(10);
+/// How long a DELETE waits for the apiserver to take the pod deletion
+/// before it answers and finishes the deletion in the background.
+const STOP_ANSWER_BOUND: Duration = Duration::from_secs(2);
+/// Retries of a stop's deletion through an outage: the first wait, and the
+/// longest one it doubles up to.
+const OUTAGE_RETRY_FIRST: Duration = Duration::from_millis(250);
+const OUTAGE_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What every session of one backend shares.
 pub struct SessionContext {
@@ -128,7 +135,7 @@ pub async fn bring_up(
         name: name.clone(),
         sink: sink.clone(),
         terminal: OnceCell::new(),
-        deleted: AtomicBool::new(false),
+        deleted: Arc::new(AtomicBool::new(false)),
         detached: AtomicBool::new(false),
     });
     match arrival {
@@ -454,13 +461,56 @@ async fn delete_pod_within(
     }
 }
 
+impl KubeSession {
+    /// Retries a stop's pod deletion until the apiserver takes it, the pod
+    /// is gone, or the session ended. A refusal once the apiserver answers
+    /// again is told to the session's clients, and the session runs on.
+    fn delete_through_the_outage(&self) {
+        let pods = self.ctx.pods.clone();
+        let name = self.name.clone();
+        let grace = self.ctx.stop_grace;
+        let deleted = self.deleted.clone();
+        let sink = self.sink.clone();
+        let ended = sink.ended();
+        tokio::spawn(async move {
+            let mut delay = OUTAGE_RETRY_FIRST;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = ended.cancelled() => return,
+                }
+                let attempt =
+                    tokio::time::timeout(STOP_ANSWER_BOUND, delete_pod_within(&pods, &name, grace))
+                        .await;
+                match attempt {
+                    Ok(Ok(())) => {
+                        info!(pod = %name, "deleted the stopped session's pod after the outage");
+                        return;
+                    }
+                    Ok(Err(err)) if !is_unavailable(&err) => {
+                        warn!(pod = %name, error = %err, "the stopped session's pod could not be deleted");
+                        deleted.store(false, Ordering::Release);
+                        sink.output(Bytes::from(format!(
+                            "\r\n[runner] could not stop the session: could not delete the session pod: {}; stop it again\r\n",
+                            api_reason(&err)
+                        )));
+                        return;
+                    }
+                    _ => delay = (delay * 2).min(OUTAGE_RETRY_MAX),
+                }
+            }
+        });
+    }
+}
+
 pub struct KubeSession {
     ctx: Arc<SessionContext>,
     name: String,
     sink: SessionSink,
     terminal: OnceCell<Terminal>,
-    /// Set once a stop deleted the pod, so it is not deleted twice.
-    deleted: AtomicBool,
+    /// Set once a stop deleted the pod (or is deleting it through an
+    /// outage), so it is not deleted twice.
+    deleted: Arc<AtomicBool>,
     /// Set when the runner exits leaving the pod to its successor.
     detached: AtomicBool,
 }
@@ -488,13 +538,33 @@ impl BackendSession for KubeSession {
         if self.deleted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Err(err) = delete_pod_within(&self.ctx.pods, &self.name, self.ctx.stop_grace).await {
-            self.deleted.store(false, Ordering::Release);
-            return Err(StopError {
-                message: format!("could not delete the session pod: {}", api_reason(&err)),
-            });
+        let attempt = tokio::time::timeout(
+            STOP_ANSWER_BOUND,
+            delete_pod_within(&self.ctx.pods, &self.name, self.ctx.stop_grace),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(())) => Ok(()),
+            // The apiserver is down or not answering: the client is not kept
+            // waiting through the outage; the delete is finished as soon as
+            // the apiserver is back, and `stopped` follows it.
+            Ok(Err(err)) if is_unavailable(&err) => {
+                info!(pod = %self.name, error = %err, "the apiserver is unavailable; deleting the pod once it is back");
+                self.delete_through_the_outage();
+                Ok(())
+            }
+            Err(_) => {
+                info!(pod = %self.name, "the apiserver is not answering; deleting the pod once it does");
+                self.delete_through_the_outage();
+                Ok(())
+            }
+            Ok(Err(err)) => {
+                self.deleted.store(false, Ordering::Release);
+                Err(StopError {
+                    message: format!("could not delete the session pod: {}", api_reason(&err)),
+                })
+            }
         }
-        Ok(())
     }
 
     fn detach(&self) {

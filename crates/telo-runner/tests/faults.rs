@@ -369,6 +369,29 @@ async fn a_slow_apiserver_still_starts_and_finishes_sessions() {
     runner.stop().await;
 }
 
+/// A DELETE during an apiserver outage is answered without waiting the
+/// outage out; the pod is deleted once the apiserver is back, and `stopped`
+/// follows.
+#[tokio::test]
+async fn a_delete_during_an_outage_is_answered_at_once_and_finished_after_it() {
+    let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    let id = runner.create(json!({"echo": true})).await;
+    running(&runner, &id).await;
+    sim.faults().unavailable_for(Duration::from_secs(6));
+    let (status, body) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    // Answered while the apiserver still refused the deletion.
+    let pod: Pod = sim.get("telo-sessions", &format!("telo-run-{id}")).unwrap();
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "the DELETE waited for the outage to end"
+    );
+    assert_eq!(runner.wait_terminal(&id).await, json!({"kind": "stopped"}));
+    no_pod_left(sim).await;
+    runner.stop().await;
+}
+
 #[tokio::test]
 async fn an_apiserver_outage_is_survived_without_a_runner_restart() {
     let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
