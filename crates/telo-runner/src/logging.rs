@@ -4,20 +4,45 @@
 
 mod flat_json;
 
+use std::io::IsTerminal as _;
+
 use runner_core::config::{ConfigError, Env, env_string};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
+/// Severities `LOG_LEVEL` names, alone or after `target=`.
+const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
+
+/// `LOG_LEVEL`: a level, or a filter of comma-separated directives each of
+/// which ends in a level (`info,runner_k8s=debug`). A bare word that is not
+/// a level would be read as a target name and silence every other line, so
+/// it is refused.
+pub fn parse_level(raw: &str) -> Result<EnvFilter, ConfigError> {
+    let refuse = || {
+        ConfigError(format!(
+            "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got '{raw}')."
+        ))
+    };
+    for directive in raw.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive
+            .rsplit_once('=')
+            .map_or(directive, |(_, level)| level);
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(refuse());
+        }
+    }
+    EnvFilter::try_new(raw).map_err(|_| refuse())
+}
+
 pub fn init(env: &Env) -> Result<(), ConfigError> {
     let level = env_string(env, "LOG_LEVEL").unwrap_or_else(|| "info".into());
-    let filter = EnvFilter::try_new(&level).map_err(|err| {
-        ConfigError(format!(
-            "LOG_LEVEL is not a valid log level or filter, got '{level}': {err}"
-        ))
-    })?;
+    let filter = parse_level(&level)?;
     let format = env_string(env, "LOG_FORMAT").unwrap_or_else(|| "pretty".into());
+    // Colour only for a person at a terminal; files and pipes get plain text.
+    let colour = std::io::stderr().is_terminal() && env_string(env, "NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format.as_str() {
         // Span fields (a session's `session_id`) land at the top level of
@@ -34,4 +59,30 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_filters_pass_and_bare_words_are_refused() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "warn,runner_k8s=debug",
+            "runner_core::http=trace",
+            "off",
+        ] {
+            assert!(parse_level(ok).is_ok(), "{ok}");
+        }
+        for bad in ["loud", "info,chatty", "runner_k8s=loud", "=info="] {
+            assert_eq!(
+                parse_level(bad).unwrap_err().0,
+                format!(
+                    "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got '{bad}')."
+                )
+            );
+        }
+    }
 }

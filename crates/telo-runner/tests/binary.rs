@@ -84,6 +84,7 @@ async fn serving(mut command: Command) -> (ChildGuard, String) {
 #[case(&[("RUNNER_STOP_GRACE_SECONDS", "2.5")], "RUNNER_STOP_GRACE_SECONDS must be a non-negative integer, got '2.5'.")]
 #[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
+#[case(&[("LOG_LEVEL", "loud")], "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got 'loud').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]
 #[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_ROUTING_MODE", "Ingress")], "SESSION_ROUTING_MODE must be one of auto | ingress | gateway | none (got 'Ingress').")]
 fn bad_configuration_exits_2_with_the_exact_message(
@@ -193,4 +194,29 @@ async fn a_second_local_runner_on_the_same_work_dir_exits_2_and_leaves_the_first
         "{stderr}"
     );
     assert!(first.0.try_wait().unwrap().is_none(), "the first runs on");
+}
+
+/// Logs written to a pipe or a file are plain text: no colour sequences.
+#[test]
+fn logs_into_a_pipe_carry_no_colour() {
+    let mut child = ChildGuard(
+        serve_command(&[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn telo-runner"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on "), "{line}");
+    // The boot lines, up to the one that says it serves.
+    let mut stderr = String::new();
+    let mut lines = BufReader::new(child.0.stderr.take().unwrap());
+    while !stderr.contains("serving") {
+        let mut line = String::new();
+        assert!(lines.read_line(&mut line).unwrap() > 0, "{stderr}");
+        stderr.push_str(&line);
+    }
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }

@@ -241,6 +241,29 @@ async fn a_bundle_over_the_limit_is_refused_before_any_session_is_created() {
     runner.stop().await;
 }
 
+/// Into a pipe the client writes the application's own text: the session
+/// terminal's `\r\n` line ends become `\n`, a lone `\r` stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn piped_output_is_the_applications_own_text() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["first line", "second\rline"], "exitCode": 0 }));
+    let output = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("first line\nsecond\rline\n"), "{stdout:?}");
+    assert!(!stdout.contains("\r\n"), "{stdout:?}");
+    runner.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sessions_lists_and_stop_stops() {
     let runner = Runner::start().await;
