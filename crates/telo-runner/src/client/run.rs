@@ -414,22 +414,6 @@ impl PlainLineEnds {
     }
 }
 
-#[cfg(test)]
-mod line_end_tests {
-    use super::PlainLineEnds;
-
-    #[test]
-    fn terminal_line_ends_become_newlines_across_chunks() {
-        let mut plain = PlainLineEnds::default();
-        let mut out = plain.convert(b"one\r\ntwo\r");
-        out.extend(plain.convert(b"\nthree\rbar\r"));
-        out.extend(plain.convert(b"x"));
-        out.extend(plain.convert(b"\r"));
-        out.extend_from_slice(plain.finish());
-        assert_eq!(out, b"one\ntwo\nthree\rbar\rx\r");
-    }
-}
-
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -456,4 +440,20 @@ fn spawn_stdin_reader() -> mpsc::Receiver<Vec<u8>> {
         }
     });
     receiver
+}
+
+#[cfg(test)]
+mod line_end_tests {
+    use super::PlainLineEnds;
+
+    #[test]
+    fn terminal_line_ends_become_newlines_across_chunks() {
+        let mut plain = PlainLineEnds::default();
+        let mut out = plain.convert(b"one\r\ntwo\r");
+        out.extend(plain.convert(b"\nthree\rbar\r"));
+        out.extend(plain.convert(b"x"));
+        out.extend(plain.convert(b"\r"));
+        out.extend_from_slice(plain.finish());
+        assert_eq!(out, b"one\ntwo\nthree\rbar\rx\r");
+    }
 }
