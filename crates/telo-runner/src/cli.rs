@@ -78,7 +78,8 @@ pub enum Command {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunnerArg {
     /// The runner's base URL.
-    #[arg(long = "runner", value_name = "URL", env = "TELO_RUNNER_URL", default_value = crate::client::DEFAULT_RUNNER_URL)]
+    /// `host:port` without a scheme means `http://host:port`.
+    #[arg(long = "runner", value_name = "URL", env = "TELO_RUNNER_URL", default_value = crate::client::DEFAULT_RUNNER_URL, value_parser = parse_runner_url)]
     pub url: String,
     /// A bearer token, for a runner that requires one (RUNNER_AUTH_TOKENS_FILE).
     #[arg(
@@ -88,6 +89,23 @@ pub struct RunnerArg {
         hide_env_values = true
     )]
     pub token: Option<String>,
+}
+
+/// A runner URL: `http(s)://host[:port][/base]`, or `host:port`, which is
+/// taken as plain HTTP. A trailing `/` is dropped.
+pub fn parse_runner_url(raw: &str) -> Result<String, String> {
+    let trimmed = raw.trim();
+    let with_scheme = if trimmed.contains("://") {
+        trimmed.to_owned()
+    } else {
+        format!("http://{trimmed}")
+    };
+    let refuse = || format!("expected a runner URL such as http://127.0.0.1:8061, got '{raw}'");
+    let url = reqwest::Url::parse(&with_scheme).map_err(|_| refuse())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(refuse());
+    }
+    Ok(with_scheme.trim_end_matches('/').to_owned())
 }
 
 fn parse_env_pair(raw: &str) -> Result<(String, String), String> {
@@ -178,6 +196,30 @@ pub fn env_markdown() -> String {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+
+    #[test]
+    fn a_runner_url_may_leave_out_the_scheme() {
+        assert_eq!(
+            parse_runner_url("localhost:8061"),
+            Ok("http://localhost:8061".into())
+        );
+        assert_eq!(
+            parse_runner_url("http://127.0.0.1:8062/"),
+            Ok("http://127.0.0.1:8062".into())
+        );
+        assert_eq!(
+            parse_runner_url("https://runner.example/base"),
+            Ok("https://runner.example/base".into())
+        );
+        for bad in ["", "ftp://x", "http://", "http://exa mple"] {
+            assert_eq!(
+                parse_runner_url(bad),
+                Err(format!(
+                    "expected a runner URL such as http://127.0.0.1:8061, got '{bad}'"
+                ))
+            );
+        }
+    }
     use super::*;
 
     #[test]

@@ -264,6 +264,54 @@ async fn piped_output_is_the_applications_own_text() {
     runner.stop().await;
 }
 
+/// No runner where the client looks: it says so and how to start one. A
+/// `host:port` without a scheme is a runner URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_absent_runner_is_explained_and_a_url_may_leave_out_the_scheme() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    let output = Command::new(BIN)
+        .args(["sessions", "--runner", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "couldn't reach the runner at http://127.0.0.1:{port}: nothing answers there ("
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Start a runner with `telo-runner serve`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("error sending request"), "{stderr}");
+
+    let runner = Runner::start().await;
+    let listed = Command::new(BIN)
+        .args([
+            "sessions",
+            "--runner",
+            runner.base.trim_start_matches("http://"),
+        ])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    let bad = Command::new(BIN)
+        .args(["sessions", "--runner", "ftp://runner"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("expected a runner URL such as http://127.0.0.1:8061, got 'ftp://runner'"),
+        "{bad:?}"
+    );
+    runner.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sessions_lists_and_stop_stops() {
     let runner = Runner::start().await;

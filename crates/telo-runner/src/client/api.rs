@@ -14,7 +14,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("couldn't reach the runner at {base}: {source}")]
+    #[error("couldn't reach the runner at {base}: {}", unreachable_reason(source))]
     Unreachable {
         base: String,
         #[source]
@@ -42,6 +42,30 @@ pub enum ApiError {
         "the runner refused the bundle as too large (HTTP 413): {message}. Its limit is lower than --max-body-bytes; remove large files or lower the flag to see which"
     )]
     TooLarge { message: String },
+}
+
+/// Why a runner could not be reached, in words that say what to do.
+fn unreachable_reason(err: &reqwest::Error) -> String {
+    if err.is_connect() {
+        return format!(
+            "nothing answers there ({}). Start a runner with `telo-runner serve` (a Kubernetes-backend runner listens on 8062 unless PORT says otherwise), or pass --runner with its URL",
+            root_cause(err)
+        );
+    }
+    if err.is_timeout() {
+        return "it did not answer in time".to_owned();
+    }
+    root_cause(err)
+}
+
+/// The innermost error's text ("Connection refused (os error 111)"), not
+/// the request wrapper's "error sending request for url …".
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
