@@ -62,7 +62,21 @@ pub enum Command {
     Sessions {
         #[command(flatten)]
         runner: RunnerArg,
+        /// `table` for people, `json` (the runner's session list) for scripts.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = ListFormat::Table)]
+        output: ListFormat,
     },
+    /// Attach this terminal to a session that is already running: its output
+    /// so far, then live; typing goes to it. Ctrl-C twice stops it, as in
+    /// `run`.
+    Attach {
+        /// The session id (from `telo-runner sessions`).
+        id: String,
+        #[command(flatten)]
+        runner: RunnerArg,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
     /// Stop a session and wait until the runner reports it ended.
     Stop {
         /// The session id (from `telo-runner sessions`).
@@ -73,6 +87,13 @@ pub enum Command {
         #[arg(long, value_name = "SECONDS", default_value_t = 30)]
         timeout: u64,
     },
+}
+
+/// How `sessions` prints its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
 }
 
 #[derive(Debug, Clone, clap::Args)]

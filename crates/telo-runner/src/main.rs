@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use telo_runner::cli::{Cli, Command};
+use telo_runner::cli::{Cli, Command, ListFormat};
 use telo_runner::client::{self, api::RunnerApi, run::RunOptions};
 use telo_runner::logging;
 use telo_runner::server::Service;
@@ -38,9 +38,26 @@ fn main() -> ExitCode {
             accept_terms,
             max_body_bytes,
         })),
-        Command::Sessions { runner } => client(async move {
-            report(client::sessions::list(&RunnerApi::new(&runner.url, runner.token)).await)
+        Command::Sessions { runner, output } => client(async move {
+            let api = RunnerApi::new(&runner.url, runner.token);
+            report(match output {
+                ListFormat::Table => client::sessions::list(&api).await,
+                ListFormat::Json => client::sessions::list_json(&api).await,
+            })
         }),
+        Command::Attach { id, runner } => client(client::run::attach_to(
+            RunnerApi::new(&runner.url, runner.token),
+            id,
+        )),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "telo-runner",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
         Command::Stop {
             id,
             runner,

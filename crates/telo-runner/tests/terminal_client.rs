@@ -312,6 +312,65 @@ async fn an_absent_runner_is_explained_and_a_url_may_leave_out_the_scheme() {
     runner.stop().await;
 }
 
+/// `attach` puts a terminal on a session started elsewhere: what it printed
+/// so far once, then live output and typing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn attach_joins_a_running_session_with_its_output_once() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["printed before the attach"], "echo": true, "exitCode": 9 }))
+        .await;
+    let mut early = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut early, "printed before the attach").await;
+    let mut terminal = Terminal::spawn(&["attach", &id, "--runner", &runner.base], (80, 24));
+    terminal.wait_for("printed before the attach");
+    terminal.type_bytes(b"typed-after-attach\r");
+    terminal.wait_until("the echoed line", |output| {
+        output.matches("typed-after-attach").count() >= 2
+    });
+    terminal.type_bytes(b"exit\r");
+    assert_eq!(terminal.exit_code(), 9, "{}", terminal.output);
+    assert_eq!(
+        terminal.output.matches("printed before the attach").count(),
+        1,
+        "{}",
+        terminal.output
+    );
+    let unknown = Command::new(BIN)
+        .args(["attach", "nosuchsession", "--runner", &runner.base])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("not in registry"));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_prints_json_and_completions_are_generated() {
+    let runner = Runner::start().await;
+    let id = runner.create(json!({ "echo": true })).await;
+    let listed = Command::new(BIN)
+        .args(["sessions", "-o", "json", "--runner", &runner.base])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    let parsed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(parsed["sessions"][0]["sessionId"], json!(id));
+    for shell in ["bash", "zsh", "fish"] {
+        let script = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(script.status.success(), "{script:?}");
+        let text = String::from_utf8_lossy(&script.stdout);
+        assert!(
+            text.contains("telo-runner") && text.contains("attach"),
+            "{shell}: {text}"
+        );
+    }
+    runner.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sessions_lists_and_stop_stops() {
     let runner = Runner::start().await;

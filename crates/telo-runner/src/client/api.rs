@@ -288,6 +288,18 @@ impl RunnerApi {
         Ok(Self::parse::<SessionList>(path, body)?.sessions)
     }
 
+    /// `GET /v1/sessions` as the runner answered it.
+    pub async fn sessions_json(&self) -> Result<Value, ApiError> {
+        let path = "/v1/sessions";
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let (_, body) = self.read(path, response).await?;
+        Ok(body)
+    }
+
     pub async fn stop(&self, id: &str) -> Result<(), ApiError> {
         let path = format!("/v1/sessions/{id}");
         let response = self

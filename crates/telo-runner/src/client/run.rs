@@ -53,6 +53,22 @@ pub async fn run(options: RunOptions) -> u8 {
     }
 }
 
+/// `telo-runner attach <id>`: this terminal on a session that exists.
+pub async fn attach_to(api: RunnerApi, id: String) -> u8 {
+    let known = api.session(&id).await.map_err(|e| e.to_string());
+    let outcome = match known {
+        Ok(_) => attach(api, id).await,
+        Err(message) => Err(message),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(message) => {
+            notice(&format!("telo-runner: {message}"));
+            EXIT_CLIENT_ERROR
+        }
+    }
+}
+
 async fn start_and_attach(options: RunOptions) -> Result<u8, String> {
     let entry = bundle::resolve_entry(&options.target).map_err(|e| e.to_string())?;
     let app = bundle::collect(&entry).map_err(|e| e.to_string())?;

@@ -14,6 +14,12 @@ pub async fn list(api: &RunnerApi) -> Result<String, String> {
     Ok(session_table(&sessions))
 }
 
+/// The runner's session list as JSON, for scripts.
+pub async fn list_json(api: &RunnerApi) -> Result<String, String> {
+    let sessions = api.sessions_json().await.map_err(|e| e.to_string())?;
+    serde_json::to_string_pretty(&sessions).map_err(|e| e.to_string())
+}
+
 /// Stops `id` and waits for its terminal status; returns that status as text.
 pub async fn stop(api: &RunnerApi, id: &str, timeout: Duration) -> Result<String, String> {
     let summary = api.session(id).await.map_err(|e| e.to_string())?;
