@@ -209,18 +209,21 @@ impl LocalBackend {
     }
 
     /// What runs `plan`: the sandbox around it, when sessions are sandboxed.
-    /// `programs` are the executables whose installations it must show.
+    /// `programs` are the executables whose installations it must show,
+    /// `extra_read_only` further paths shown as they are.
     fn spawn_plan(
         &self,
         plan: LaunchPlan,
         sandbox: Option<&crate::sandbox::Sandbox>,
         programs: &[&Path],
+        extra_read_only: &[PathBuf],
         read_write: &[PathBuf],
     ) -> Result<SpawnPlan, StartError> {
         let Some(sandbox) = sandbox else {
             return Ok(SpawnPlan::unsandboxed(plan));
         };
-        let read_only = sandbox.installations(programs);
+        let mut read_only = sandbox.installations(programs);
+        read_only.extend(extra_read_only.iter().cloned());
         sandbox
             .spawn_plan(plan, &read_only, read_write, true)
             .map_err(|err| {
@@ -345,25 +348,38 @@ impl Backend for LocalBackend {
         let program = PathBuf::from(&argv[0]);
         let node = resolve_executable("node", &self.config.path);
         let mut programs = vec![program.as_path()];
+        let mut read_only = Vec::new();
         let mut read_write = vec![work.root().to_owned()];
         if let Some(cache) = kernel_cache {
             // The kernel runs `node` from its PATH (the Telo CLI is a Node.js
             // program), and caches into the shared cache.
             programs.extend(node.as_deref());
             read_write.push(cache.root().to_owned());
+        } else {
+            // An operator's command may name files it runs or reads (a
+            // script, a manifest): those files, exactly, are shown too
+            // (never a directory: `ls /` must not show the host's root).
+            read_only.extend(
+                argv.iter()
+                    .skip(1)
+                    .map(Path::new)
+                    .filter(|arg| arg.is_absolute() && arg.is_file())
+                    .map(Path::to_path_buf),
+            );
         }
         let plan = LaunchPlan {
             argv,
             cwd: work.app(),
             env: workload_env(&spec.env, &work.home(), &self.config.path, kernel_cache),
         };
-        let spawn = match self.spawn_plan(plan, sandbox.as_deref(), &programs, &read_write) {
-            Ok(spawn) => spawn,
-            Err(err) => {
-                work.discard();
-                return Err(err);
-            }
-        };
+        let spawn =
+            match self.spawn_plan(plan, sandbox.as_deref(), &programs, &read_only, &read_write) {
+                Ok(spawn) => spawn,
+                Err(err) => {
+                    work.discard();
+                    return Err(err);
+                }
+            };
         let members = spawn.members;
         let launched = on_spawner_thread(move || spawn_in_pty(spawn))
             .await

@@ -225,7 +225,10 @@ mod tests {
 
     #[test]
     fn extra_read_only_paths_must_be_absolute() {
-        let env = vars(&[("RUNNER_LOCAL_SANDBOX_READ_ONLY", " /opt/node :: /srv/modules ")]);
+        let env = vars(&[(
+            "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+            " /opt/node :: /srv/modules ",
+        )]);
         let SandboxConfig::Bubblewrap(config) = load_local_config(&env).unwrap().sandbox else {
             panic!("not sandboxed");
         };
@@ -246,7 +249,10 @@ mod tests {
     #[test]
     fn the_sandbox_can_be_turned_off_only_by_name() {
         let env = vars(&[("RUNNER_LOCAL_SANDBOX", "none")]);
-        assert_eq!(load_local_config(&env).unwrap().sandbox, SandboxConfig::None);
+        assert_eq!(
+            load_local_config(&env).unwrap().sandbox,
+            SandboxConfig::None
+        );
         for raw in ["None", "off", "false", "bwrap", "0"] {
             let env = vars(&[("RUNNER_LOCAL_SANDBOX", raw)]);
             assert_eq!(

@@ -196,7 +196,10 @@ impl Inner {
                     .chain(fingerprint.node_path())
                     .collect();
                 let read_only = sandbox.installations(&programs);
-                let read_write = [scratch.clone(), KernelCache::under(&self.work_root).root().to_owned()];
+                let read_write = [
+                    scratch.clone(),
+                    KernelCache::under(&self.work_root).root().to_owned(),
+                ];
                 match sandbox.spawn_plan(plan, &read_only, &read_write, false) {
                     Ok(spawn) => spawn,
                     Err(err) => {

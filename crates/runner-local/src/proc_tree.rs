@@ -106,7 +106,10 @@ mod tests {
     #[test]
     fn a_sandbox_still_being_set_up_has_no_workload_yet() {
         assert_eq!(below_sandbox_init(&[(100, 50)], 100), Vec::<i32>::new());
-        assert_eq!(below_sandbox_init(&[(100, 50), (101, 100)], 100), Vec::<i32>::new());
+        assert_eq!(
+            below_sandbox_init(&[(100, 50), (101, 100)], 100),
+            Vec::<i32>::new()
+        );
     }
 
     #[test]

@@ -100,7 +100,10 @@ pub const EXEC_BWRAP: &str = "f=$1; shift; exec \"$0\" --args 3 -- \"$@\" 3<\"$f
 pub enum SystemEntry {
     Dir(PathBuf),
     /// `path` is a symlink to `target` (as written in the link).
-    Symlink { path: PathBuf, target: PathBuf },
+    Symlink {
+        path: PathBuf,
+        target: PathBuf,
+    },
 }
 
 impl SystemEntry {
@@ -234,8 +237,8 @@ pub fn bwrap_args(spec: &SandboxSpec<'_>) -> Vec<OsString> {
 
 /// Whether a mount of `spec` makes host path `file` visible.
 fn shown(spec: &SandboxSpec<'_>, file: &Path) -> bool {
-    let under_masked_root = file.starts_with(spec.masked)
-        && !spec.read_write.iter().any(|dir| file.starts_with(dir));
+    let under_masked_root =
+        file.starts_with(spec.masked) && !spec.read_write.iter().any(|dir| file.starts_with(dir));
     if under_masked_root {
         return false;
     }
@@ -322,11 +325,7 @@ impl Sandbox {
         read_write: &[PathBuf],
         terminal: bool,
     ) -> std::io::Result<SpawnPlan> {
-        let read_only: Vec<PathBuf> = read_only
-            .iter()
-            .chain(&self.read_only)
-            .cloned()
-            .collect();
+        let read_only: Vec<PathBuf> = read_only.iter().chain(&self.read_only).cloned().collect();
         let args = bwrap_args(&SandboxSpec {
             layout: &self.layout,
             read_only: &read_only,
@@ -567,7 +566,13 @@ mod tests {
             PathBuf::from("/srv/work/abcdefgh2345"),
             PathBuf::from("/srv/work/.kernel-cache"),
         ];
-        let args = strings(&bwrap_args(&spec(&layout, &read_only, &read_write, &[], &[])));
+        let args = strings(&bwrap_args(&spec(
+            &layout,
+            &read_only,
+            &read_write,
+            &[],
+            &[],
+        )));
         let position = |needle: &[&str]| {
             args.windows(needle.len())
                 .position(|w| w == needle)
@@ -577,11 +582,7 @@ mod tests {
         let kernel = position(&["--ro-bind", "/tmp/kernel", "/tmp/kernel"]);
         let srv = position(&["--ro-bind", "/srv", "/srv"]);
         let mask = position(&["--tmpfs", "/srv/work"]);
-        let session = position(&[
-            "--bind",
-            "/srv/work/abcdefgh2345",
-            "/srv/work/abcdefgh2345",
-        ]);
+        let session = position(&["--bind", "/srv/work/abcdefgh2345", "/srv/work/abcdefgh2345"]);
         let cache = position(&[
             "--bind",
             "/srv/work/.kernel-cache",
@@ -608,7 +609,13 @@ mod tests {
             PathBuf::from("/root/tokens"),
             PathBuf::from("/srv/work/zzzzzzzz7777/tokens"),
         ];
-        let args = strings(&bwrap_args(&spec(&layout, &read_only, &read_write, &hidden, &[])));
+        let args = strings(&bwrap_args(&spec(
+            &layout,
+            &read_only,
+            &read_write,
+            &hidden,
+            &[],
+        )));
         let covered: Vec<String> = pairs_after(&args, "--ro-bind")
             .into_iter()
             .filter(|(source, _)| source == "/dev/null")
@@ -649,10 +656,7 @@ mod tests {
             ]
         );
         let without = host_command(&programs, Path::new("/proc/7/fd/9"), &argv, false);
-        assert_eq!(
-            strings(&without)[5..],
-            ["/opt/telo/bin/telo", "run"]
-        );
+        assert_eq!(strings(&without)[5..], ["/opt/telo/bin/telo", "run"]);
     }
 
     #[test]
@@ -660,7 +664,10 @@ mod tests {
         let work = Path::new("/tmp/telo-runner-sessions");
         let home = Some(Path::new("/home/op"));
         let root = |p: &str| installation_root(Path::new(p), home, work);
-        assert_eq!(root("/home/op/.cache/telo/bin/telo"), Path::new("/home/op/.cache/telo"));
+        assert_eq!(
+            root("/home/op/.cache/telo/bin/telo"),
+            Path::new("/home/op/.cache/telo")
+        );
         assert_eq!(root("/opt/telo/bin/telo"), Path::new("/opt/telo"));
         assert_eq!(root("/opt/tools/telo"), Path::new("/opt/tools"));
         assert_eq!(

@@ -91,7 +91,9 @@ pub fn diagnose(run: &CheckRun, bwrap: &Path) -> Option<SandboxProblem> {
         CheckEnd::Exited(0) => return None,
         CheckEnd::Exited(code) => match last_error_line(&run.output) {
             Some(line) => {
-                format!("bubblewrap ('{bwrap}') cannot create a session sandbox on this host: {line}")
+                format!(
+                    "bubblewrap ('{bwrap}') cannot create a session sandbox on this host: {line}"
+                )
             }
             None => format!(
                 "bubblewrap ('{bwrap}') cannot create a session sandbox on this host: it exited with code {code} and printed nothing."
