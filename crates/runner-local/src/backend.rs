@@ -1,8 +1,10 @@
 //! The local backend: every session is the Telo CLI (or an operator app's
-//! command) running as a local process in its own PTY, in its own directory,
-//! with nothing of the runner's environment but a `PATH`.
+//! command) running as a local process in its own PTY, in its own directory
+//! and — unless the operator opted out — its own sandbox, with nothing of
+//! the runner's environment but a `PATH`.
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,22 +12,24 @@ use async_trait::async_trait;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::reachability::watch_reachability;
-use runner_core::types::{AvailabilityReport, PullPolicy, RunStatus, RunnerEndpoint};
+use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
-use tracing::{Instrument, Span, info, warn};
+use tracing::{Instrument, Span, error, info, warn};
 
-use crate::config::LocalConfig;
+use crate::config::{LocalConfig, SandboxConfig};
 use crate::executable::resolve_executable;
 use crate::kernel_cache::KernelCache;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
-use crate::launch::{LaunchPlan, app_argv, telo_argv, workload_env};
-use crate::process_group::ProcessGroup;
+use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
+use crate::process_group::{Members, ProcessGroup};
 use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
+use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 use crate::session::{LocalSession, Supervision, supervise};
+use crate::spawner::on_spawner_thread;
 use crate::work_dir::{WorkDir, sweep_work_root};
 use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
 
@@ -49,6 +53,7 @@ pub struct LocalBackend {
     config: LocalConfig,
     http: reqwest::Client,
     kernel: KernelMonitor,
+    sandbox: Arc<SandboxMonitor>,
     kernel_cache: KernelCache,
     _work_root: WorkRootLock,
 }
@@ -74,15 +79,35 @@ impl LocalBackend {
             .build()
             .map_err(LocalBackendError::HttpClient)?;
         let work_root = WorkRootLock::acquire(&config.work_root)?;
-        let kernel = KernelMonitor::new(&config.telo, &config.path, &config.work_root);
+        if config.sandbox == SandboxConfig::None {
+            error!(
+                "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
+            );
+        }
+        let sandbox = Arc::new(SandboxMonitor::new(
+            config.sandbox.clone(),
+            &config.work_root,
+        ));
+        let kernel = KernelMonitor::new(
+            &config.telo,
+            &config.path,
+            &config.work_root,
+            sandbox.clone(),
+        );
         kernel.spawn_boot_check();
         Ok(Self {
             kernel_cache: KernelCache::under(&config.work_root),
             config,
             http,
             kernel,
+            sandbox,
             _work_root: work_root,
         })
+    }
+
+    /// Whether sessions can be sandboxed (see `sandbox_check`).
+    pub async fn sandbox_health(&self) -> SandboxHealth {
+        self.sandbox.health().await
     }
 
     /// Whether the Telo CLI can run sessions, from its self-check: waits for
@@ -159,15 +184,55 @@ impl LocalBackend {
         }
     }
 
-    fn stage(&self, spec: &StartSpec, work: &WorkDir) -> Result<(), StartError> {
-        let staged = work.create().and_then(|()| {
-            if spec.self_contained() {
-                Ok(())
-            } else {
-                work.write_bundle(&spec.bundle)
+    /// Creates the session's directory and writes its bundle, on Tokio's
+    /// blocking pool: a bundle of thousands of files takes hundreds of
+    /// milliseconds of file system calls, which on the async runtime stalled
+    /// every other request (`/livez` included).
+    async fn stage(&self, bundle: Option<RunBundle>, work: &WorkDir) -> Result<(), StartError> {
+        let dir = work.clone();
+        let staged = tokio::task::spawn_blocking(move || {
+            dir.create()?;
+            match &bundle {
+                Some(bundle) => dir.write_bundle(bundle),
+                None => Ok(()),
             }
-        });
-        staged.map_err(|err| StartError::new("create", error_chain(&err)).with_source(err))
+        })
+        .await;
+        match staged {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => Err(StartError::new("create", error_chain(&err)).with_source(err)),
+            Err(join) => Err(StartError::new(
+                "create",
+                format!("writing the bundle was interrupted: {join}"),
+            )),
+        }
+    }
+
+    /// What runs `plan`: the sandbox around it, when sessions are sandboxed.
+    /// `programs` are the executables whose installations it must show,
+    /// `extra_read_only` further paths shown as they are.
+    fn spawn_plan(
+        &self,
+        plan: LaunchPlan,
+        sandbox: Option<&crate::sandbox::Sandbox>,
+        programs: &[&Path],
+        extra_read_only: &[PathBuf],
+        read_write: &[PathBuf],
+    ) -> Result<SpawnPlan, StartError> {
+        let Some(sandbox) = sandbox else {
+            return Ok(SpawnPlan::unsandboxed(plan));
+        };
+        let mut read_only = sandbox.installations(programs);
+        read_only.extend(extra_read_only.iter().cloned());
+        sandbox
+            .spawn_plan(plan, &read_only, read_write, true)
+            .map_err(|err| {
+                StartError::new(
+                    "start",
+                    format!("could not hand the sandbox its arguments: {err}"),
+                )
+                .with_source(err)
+            })
     }
 }
 
@@ -202,6 +267,12 @@ impl Backend for LocalBackend {
                 remediation: Some(WORK_DIR_REMEDIATION.to_owned()),
             };
         }
+        if let SandboxHealth::Unusable(problem) = self.sandbox.health().await {
+            return AvailabilityReport::Unavailable {
+                message: problem.message,
+                remediation: Some(problem.remediation),
+            };
+        }
         match self.kernel.health().await {
             KernelHealth::Usable => AvailabilityReport::Ready,
             KernelHealth::Unusable(problem) => AvailabilityReport::Unavailable {
@@ -219,7 +290,7 @@ impl Backend for LocalBackend {
 
     async fn start(
         &self,
-        spec: StartSpec,
+        mut spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
@@ -237,6 +308,15 @@ impl Backend for LocalBackend {
             None
         };
         let argv = self.command_line(&spec, inspect_port)?;
+        // Never run a session unsandboxed the operator did not opt out of:
+        // say why it cannot be sandboxed instead.
+        let sandbox = match self.sandbox.health().await {
+            SandboxHealth::Unusable(problem) => {
+                return Err(StartError::new("start", problem.sentence()));
+            }
+            SandboxHealth::Off => None,
+            SandboxHealth::Usable(sandbox) => Some(sandbox),
+        };
         // A kernel known to fail every run would fail this one too, with only
         // an exit code to show for it: say why instead. (An app runs its own
         // program, not the Telo CLI.)
@@ -245,8 +325,13 @@ impl Backend for LocalBackend {
         {
             return Err(StartError::new("start", problem.sentence()));
         }
-        if let Err(err) = self.stage(&spec, &work) {
-            work.remove();
+        // Moved, not copied: a big bundle is megabytes.
+        let bundle = (!spec.self_contained()).then(|| RunBundle {
+            entry_relative_path: spec.bundle.entry_relative_path.clone(),
+            files: std::mem::take(&mut spec.bundle.files),
+        });
+        if let Err(err) = self.stage(bundle, &work).await {
+            work.discard();
             return Err(err);
         }
         let kernel_cache = match &spec.app {
@@ -260,36 +345,72 @@ impl Backend for LocalBackend {
                 Some(&self.kernel_cache)
             }
         };
+        let program = PathBuf::from(&argv[0]);
+        let node = resolve_executable("node", &self.config.path);
+        let mut programs = vec![program.as_path()];
+        let mut read_only = Vec::new();
+        let mut read_write = vec![work.root().to_owned()];
+        if let Some(cache) = kernel_cache {
+            // The kernel runs `node` from its PATH (the Telo CLI is a Node.js
+            // program), and caches into the shared cache.
+            programs.extend(node.as_deref());
+            read_write.push(cache.root().to_owned());
+        } else {
+            // An operator's command may name files it runs or reads (a
+            // script, a manifest): those files, exactly, are shown too
+            // (never a directory: `ls /` must not show the host's root).
+            read_only.extend(
+                argv.iter()
+                    .skip(1)
+                    .map(Path::new)
+                    .filter(|arg| arg.is_absolute() && arg.is_file())
+                    .map(Path::to_path_buf),
+            );
+        }
         let plan = LaunchPlan {
             argv,
             cwd: work.app(),
             env: workload_env(&spec.env, &work.home(), &self.config.path, kernel_cache),
         };
-        let launched = spawn_in_pty(&plan).map_err(|err| {
-            let program = match &spec.app {
-                Some(app) => app.command.as_ref().and_then(|c| c.first()).cloned(),
-                None => Some(self.config.telo.clone()),
+        let spawn =
+            match self.spawn_plan(plan, sandbox.as_deref(), &programs, &read_only, &read_write) {
+                Ok(spawn) => spawn,
+                Err(err) => {
+                    work.discard();
+                    return Err(err);
+                }
             };
-            let message = format!("could not start '{}': {err}", program.unwrap_or_default());
-            StartError::new("start", message).with_source(err)
-        });
+        let members = spawn.members;
+        let launched = on_spawner_thread(move || spawn_in_pty(spawn))
+            .await
+            .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            .flatten()
+            .map_err(|err| {
+                let program = match &spec.app {
+                    Some(app) => app.command.as_ref().and_then(|c| c.first()).cloned(),
+                    None => Some(self.config.telo.clone()),
+                };
+                let message = format!("could not start '{}': {err}", program.unwrap_or_default());
+                StartError::new("start", message).with_source(err)
+            });
         let process = match launched {
             Ok(process) => process,
             Err(err) => {
-                work.remove();
+                work.discard();
                 return Err(err);
             }
         };
         let (session, supervision) = match wire_session(
             &spec,
             process,
+            members,
             &sink,
             self.config.max_ttl,
             self.config.stop_grace,
         ) {
             Ok(wired) => wired,
             Err(err) => {
-                work.remove();
+                work.discard();
                 return Err(err);
             }
         };
@@ -341,7 +462,7 @@ impl Backend for LocalBackend {
 
     fn release(&self, session_id: &str) {
         if let Ok(work) = WorkDir::for_session(&self.config.work_root, session_id) {
-            work.remove();
+            work.discard();
         }
     }
 }
@@ -351,6 +472,7 @@ impl Backend for LocalBackend {
 fn wire_session(
     spec: &StartSpec,
     process: PtyProcess,
+    members: Members,
     sink: &SessionSink,
     max_ttl: Duration,
     stop_grace: Duration,
@@ -361,9 +483,10 @@ fn wire_session(
         master,
         output,
         input,
+        args_file,
     } = process;
     let id = &spec.session_id;
-    let group = Arc::new(ProcessGroup::new(pid));
+    let group = Arc::new(ProcessGroup::new(pid, members));
     let thread_error = |err: std::io::Error| {
         StartError::new("start", format!("could not start a session thread: {err}"))
             .with_source(err)
@@ -405,6 +528,7 @@ fn wire_session(
         stop_grace,
         master,
         input_queue,
+        args_file,
     ));
     let supervision = Supervision {
         session: session.clone(),

@@ -13,6 +13,36 @@ pub const DEFAULT_STOP_GRACE: Duration =
 pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory name under the system temporary directory used by default.
 pub const DEFAULT_WORK_DIR_NAME: &str = "telo-runner-sessions";
+/// The bubblewrap executable, looked up on the runner's `PATH`.
+pub const DEFAULT_BWRAP: &str = "bwrap";
+
+/// How session processes are isolated (`RUNNER_LOCAL_SANDBOX`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxConfig {
+    /// Each session in its own bubblewrap sandbox (the default).
+    Bubblewrap(BubblewrapConfig),
+    /// The operator opted out: sessions run as plain child processes of the
+    /// runner and can read everything the runner's user can.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BubblewrapConfig {
+    /// `bwrap`: a path, or a name looked up on `search_path`.
+    pub bwrap: String,
+    /// The runner's own `PATH` (not the workload's).
+    pub search_path: String,
+    /// The runner's `HOME`: an installation directory that holds it is never
+    /// shown to a sandbox whole.
+    pub home: Option<PathBuf>,
+    /// Files of the runner no sandbox may show, whatever mount would
+    /// (`RUNNER_AUTH_TOKENS_FILE`).
+    pub hidden: Vec<PathBuf>,
+    /// Shown read-only in every sandbox besides what a session needs
+    /// (`RUNNER_LOCAL_SANDBOX_READ_ONLY`): what a kernel wrapper runs from
+    /// elsewhere than its own installation.
+    pub read_only: Vec<PathBuf>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalConfig {
@@ -27,6 +57,7 @@ pub struct LocalConfig {
     /// How long a stopped session's processes get between SIGTERM and
     /// SIGKILL (`RUNNER_STOP_GRACE_SECONDS`, read with the core settings).
     pub stop_grace: Duration,
+    pub sandbox: SandboxConfig,
 }
 
 pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
@@ -49,6 +80,16 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_MAX_TTL_SECONDS",
         default: "3600",
         description: "Longest a session may run; one still running then is stopped and reported as failed.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_SANDBOX",
+        default: "bubblewrap",
+        description: "How sessions are isolated: `bubblewrap` (each in its own sandbox, `bwrap` from the runner's PATH; sessions fail, saying why, where it cannot run) or `none` (no isolation: workloads can read the runner's environment and files; logged as an error at boot).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+        default: "(unset)",
+        description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
     },
 ];
 
@@ -77,15 +118,51 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         DEFAULT_MAX_TTL_SECONDS,
         "RUNNER_MAX_TTL_SECONDS",
     )?;
-    let path = env_string(env, "RUNNER_LOCAL_PATH")
-        .or_else(|| env_string(env, "PATH"))
-        .unwrap_or_else(|| FALLBACK_PATH.to_owned());
+    let runner_path = env_string(env, "PATH").unwrap_or_else(|| FALLBACK_PATH.to_owned());
+    let path = env_string(env, "RUNNER_LOCAL_PATH").unwrap_or_else(|| runner_path.clone());
+    let read_only = match env_string(env, "RUNNER_LOCAL_SANDBOX_READ_ONLY") {
+        None => Vec::new(),
+        Some(raw) => {
+            let paths: Vec<PathBuf> = raw
+                .split(':')
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(PathBuf::from)
+                .collect();
+            if let Some(relative) = paths.iter().find(|path| !path.is_absolute()) {
+                return Err(ConfigError(format!(
+                    "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got '{}'.",
+                    relative.display()
+                )));
+            }
+            paths
+        }
+    };
+    let sandbox = match env_string(env, "RUNNER_LOCAL_SANDBOX").as_deref() {
+        None | Some("bubblewrap") => SandboxConfig::Bubblewrap(BubblewrapConfig {
+            read_only,
+            bwrap: DEFAULT_BWRAP.to_owned(),
+            search_path: runner_path,
+            home: env_string(env, "HOME").map(PathBuf::from),
+            hidden: env_string(env, runner_core::auth::AUTH_TOKENS_FILE_VAR)
+                .map(PathBuf::from)
+                .into_iter()
+                .collect(),
+        }),
+        Some("none") => SandboxConfig::None,
+        Some(other) => {
+            return Err(ConfigError(format!(
+                "RUNNER_LOCAL_SANDBOX must be one of bubblewrap | none (got '{other}')."
+            )));
+        }
+    };
     Ok(LocalConfig {
         telo,
         work_root,
         max_ttl: Duration::from_secs(max_ttl_seconds),
         path,
         stop_grace: DEFAULT_STOP_GRACE,
+        sandbox,
     })
 }
 
@@ -108,8 +185,83 @@ mod tests {
                 max_ttl: Duration::from_secs(3600),
                 path: FALLBACK_PATH.into(),
                 stop_grace: DEFAULT_STOP_GRACE,
+                sandbox: SandboxConfig::Bubblewrap(BubblewrapConfig {
+                    bwrap: "bwrap".into(),
+                    search_path: FALLBACK_PATH.into(),
+                    home: None,
+                    hidden: Vec::new(),
+                    read_only: Vec::new(),
+                }),
             }
         );
+    }
+
+    #[test]
+    fn bubblewrap_is_found_on_the_runners_path_and_hides_the_token_file() {
+        let env = vars(&[
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("RUNNER_LOCAL_PATH", "/sandbox/bin"),
+            ("HOME", "/home/runner"),
+            ("RUNNER_AUTH_TOKENS_FILE", "/etc/telo-runner/tokens"),
+        ]);
+        for sandbox in [None, Some("bubblewrap"), Some(" bubblewrap ")] {
+            let mut env = env.clone();
+            if let Some(value) = sandbox {
+                env.insert("RUNNER_LOCAL_SANDBOX".into(), value.into());
+            }
+            assert_eq!(
+                load_local_config(&env).unwrap().sandbox,
+                SandboxConfig::Bubblewrap(BubblewrapConfig {
+                    bwrap: "bwrap".into(),
+                    search_path: "/opt/bin:/usr/bin".into(),
+                    home: Some("/home/runner".into()),
+                    hidden: vec!["/etc/telo-runner/tokens".into()],
+                    read_only: Vec::new(),
+                }),
+                "{sandbox:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn extra_read_only_paths_must_be_absolute() {
+        let env = vars(&[(
+            "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+            " /opt/node :: /srv/modules ",
+        )]);
+        let SandboxConfig::Bubblewrap(config) = load_local_config(&env).unwrap().sandbox else {
+            panic!("not sandboxed");
+        };
+        assert_eq!(
+            config.read_only,
+            [PathBuf::from("/opt/node"), PathBuf::from("/srv/modules")]
+        );
+        let env = vars(&[("RUNNER_LOCAL_SANDBOX_READ_ONLY", "/opt/node:modules")]);
+        assert_eq!(
+            load_local_config(&env),
+            Err(ConfigError(
+                "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got 'modules'."
+                    .into()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_sandbox_can_be_turned_off_only_by_name() {
+        let env = vars(&[("RUNNER_LOCAL_SANDBOX", "none")]);
+        assert_eq!(
+            load_local_config(&env).unwrap().sandbox,
+            SandboxConfig::None
+        );
+        for raw in ["None", "off", "false", "bwrap", "0"] {
+            let env = vars(&[("RUNNER_LOCAL_SANDBOX", raw)]);
+            assert_eq!(
+                load_local_config(&env),
+                Err(ConfigError(format!(
+                    "RUNNER_LOCAL_SANDBOX must be one of bubblewrap | none (got '{raw}')."
+                )))
+            );
+        }
     }
 
     #[test]
@@ -169,7 +321,9 @@ mod tests {
                 "RUNNER_LOCAL_TELO",
                 "RUNNER_LOCAL_WORK_DIR",
                 "RUNNER_LOCAL_PATH",
-                "RUNNER_MAX_TTL_SECONDS"
+                "RUNNER_MAX_TTL_SECONDS",
+                "RUNNER_LOCAL_SANDBOX",
+                "RUNNER_LOCAL_SANDBOX_READ_ONLY"
             ]
         );
     }

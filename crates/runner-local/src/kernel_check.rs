@@ -15,9 +15,10 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::launch::LaunchPlan;
+use crate::launch::SpawnPlan;
 use crate::process_group::ProcessGroup;
 use crate::session::OUTPUT_DRAIN_TIMEOUT;
+use crate::spawner;
 
 /// The smallest application the kernel accepts: loading it exercises the
 /// CLI, the kernel and the JavaScript runtime, and nothing else.
@@ -245,14 +246,21 @@ impl Drop for KillOnDrop {
 /// Runs `plan` with stdout and stderr on one pipe (no terminal: the check
 /// needs none), in its own process group, for at most `timeout`; whatever
 /// is left of the group when the leader exits is killed, as for a session.
-pub async fn run_check(plan: &LaunchPlan, timeout: Duration) -> CheckRun {
+pub async fn run_check(plan: SpawnPlan, timeout: Duration) -> CheckRun {
     let spawn_failed = |err: std::io::Error| CheckRun {
         end: CheckEnd::SpawnFailed(err.to_string()),
         output: String::new(),
     };
-    let Some((program, args)) = plan.argv.split_first() else {
-        return spawn_failed(std::io::Error::other("empty command line"));
-    };
+    let SpawnPlan {
+        argv,
+        cwd,
+        env,
+        members,
+        args_file,
+        controlling_tty: _,
+    } = plan;
+    // Readable until the check is over.
+    let _args_file = args_file;
     let (reader, writer) = match std::io::pipe() {
         Ok(pipe) => pipe,
         Err(err) => return spawn_failed(err),
@@ -261,20 +269,27 @@ pub async fn run_check(plan: &LaunchPlan, timeout: Duration) -> CheckRun {
         Ok(stderr) => stderr,
         Err(err) => return spawn_failed(err),
     };
-    let mut command = std::process::Command::new(program);
-    command
-        .args(args)
-        .env_clear()
-        .envs(plan.env.iter().map(|(name, value)| (name, value)))
-        .current_dir(&plan.cwd)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(stderr);
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let spawned = command.spawn();
-    // Our copies of the pipe's write end must go, or the read below would
-    // never see end-of-file.
-    drop(command);
+    let spawned = spawner::on_spawner_thread(move || {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(std::io::Error::other("empty command line"));
+        };
+        let mut command = std::process::Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(name, value)| (name, value)))
+            .current_dir(&cwd)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(stderr);
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        // The command, holding our copies of the pipe's write end, is
+        // dropped on return: the read below then sees end-of-file.
+        command.spawn()
+    })
+    .await
+    .map_err(std::io::Error::other)
+    .flatten();
     let child = match spawned {
         Ok(child) => child,
         Err(err) => return spawn_failed(err),
@@ -284,7 +299,7 @@ pub async fn run_check(plan: &LaunchPlan, timeout: Duration) -> CheckRun {
             "the started process has no usable id",
         ));
     };
-    let group = Arc::new(ProcessGroup::new(nix::unistd::Pid::from_raw(pid)));
+    let group = Arc::new(ProcessGroup::new(nix::unistd::Pid::from_raw(pid), members));
     let _kill_on_drop = KillOnDrop(group.clone());
 
     let tail = Arc::new(Mutex::new(Tail {

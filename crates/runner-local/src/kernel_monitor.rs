@@ -22,7 +22,8 @@ use crate::kernel_check::{
     needs_newer_node, node_version, run_check,
 };
 use crate::kernel_fingerprint::KernelFingerprint;
-use crate::launch::{LaunchPlan, telo_argv, workload_env};
+use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
+use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 
 /// The check's scratch directory under the work root: a fixed name (so a
 /// check interrupted by a crash leaves nothing behind the next one does not
@@ -73,6 +74,8 @@ struct Inner {
     telo: String,
     path: String,
     work_root: PathBuf,
+    /// The check runs in the sandbox sessions run in.
+    sandbox: Arc<SandboxMonitor>,
     /// Held for the whole of a check: the single flight.
     verdict: Arc<Mutex<Option<Verdict>>>,
     tasks: TaskTracker,
@@ -86,13 +89,14 @@ pub struct KernelMonitor {
 }
 
 impl KernelMonitor {
-    pub fn new(telo: &str, path: &str, work_root: &Path) -> Self {
+    pub fn new(telo: &str, path: &str, work_root: &Path, sandbox: Arc<SandboxMonitor>) -> Self {
         let shutdown = CancellationToken::new();
         Self {
             inner: Arc::new(Inner {
                 telo: telo.to_owned(),
                 path: path.to_owned(),
                 work_root: work_root.to_owned(),
+                sandbox,
                 verdict: Arc::new(Mutex::new(None)),
                 tasks: TaskTracker::new(),
                 shutdown: shutdown.clone(),
@@ -185,8 +189,35 @@ impl Inner {
                 ));
             }
         };
+        let spawn = match self.sandbox.health().await {
+            SandboxHealth::Off => SpawnPlan::unsandboxed(plan),
+            SandboxHealth::Usable(sandbox) => {
+                let programs: Vec<&Path> = std::iter::once(telo)
+                    .chain(fingerprint.node_path())
+                    .collect();
+                let read_only = sandbox.installations(&programs);
+                let read_write = [
+                    scratch.clone(),
+                    KernelCache::under(&self.work_root).root().to_owned(),
+                ];
+                match sandbox.spawn_plan(plan, &read_only, &read_write, false) {
+                    Ok(spawn) => spawn,
+                    Err(err) => {
+                        remove_scratch(&scratch);
+                        return KernelHealth::Unchecked(format!(
+                            "The runner could not hand the Telo CLI self-check its sandbox: {err}."
+                        ));
+                    }
+                }
+            }
+            // Sessions cannot start either; the probe and every start say why.
+            SandboxHealth::Unusable(problem) => {
+                remove_scratch(&scratch);
+                return KernelHealth::Unchecked(problem.message);
+            }
+        };
         let started = std::time::Instant::now();
-        let run = run_check(&plan, SELF_CHECK_TIMEOUT).await;
+        let run = run_check(spawn, SELF_CHECK_TIMEOUT).await;
         let node = match (&run.end, fingerprint.node_path()) {
             (CheckEnd::Exited(code), Some(node)) if *code != 0 && needs_newer_node(&run.output) => {
                 node_version(node, &self.path).await

@@ -1,18 +1,22 @@
 //! The local backend of telo-runner: each session runs the Telo CLI (or an
 //! operator app's command) as a local process in its own PTY, in a private
-//! work directory, with exactly the session's environment plus `PATH`,
-//! `HOME`, `TERM`, `SHELL` and `FORCE_COLOR` (and, for the Telo CLI, the
-//! kernel cache all its sessions share: `TELO_CACHE_DIR`, `npm_config_cache`).
-//! A stop asks the session's processes to end (SIGTERM) and kills them after
-//! the stop grace period; the probe answers from a self-check of the kernel.
+//! work directory, inside a bubblewrap sandbox of its own (no view of the
+//! runner's processes, environment or files, nor of other sessions), with
+//! exactly the session's environment plus `PATH`, `HOME`, `TERM`, `SHELL`
+//! and `FORCE_COLOR` (and, for the Telo CLI, the kernel cache all its
+//! sessions share: `TELO_CACHE_DIR`, `npm_config_cache`). A stop asks the
+//! session's processes to end (SIGTERM) and kills the whole sandbox after the
+//! stop grace period; the probe answers from a check of the sandbox and a
+//! self-check of the kernel.
 //!
 //! `config` reads the environment, `launch` decides what runs (pure data),
-//! `work_dir` owns the per-session directories and `kernel_cache` the cache
-//! their kernels share, `pty` and `process_group` do the process work,
-//! `session` turns the process's end into one terminal status,
-//! `kernel_check`, `kernel_fingerprint` and `kernel_monitor` find out whether
-//! the Telo CLI can run at all, and `backend` ties them to the core's
-//! `Backend` seam.
+//! `sandbox` what a sandbox shows and how it is started, `sandbox_check`
+//! whether this host can start one, `work_dir` owns the per-session
+//! directories and `kernel_cache` the cache their kernels share, `spawner`,
+//! `pty`, `process_group` and `proc_tree` do the process work, `session`
+//! turns the process's end into one terminal status, `kernel_check`,
+//! `kernel_fingerprint` and `kernel_monitor` find out whether the Telo CLI
+//! can run at all, and `backend` ties them to the core's `Backend` seam.
 
 #![forbid(unsafe_code)]
 
@@ -24,12 +28,16 @@ pub mod kernel_check;
 pub mod kernel_fingerprint;
 pub mod kernel_monitor;
 pub mod launch;
+pub mod proc_tree;
 pub mod process_group;
 pub mod pty;
+pub mod sandbox;
+pub mod sandbox_check;
 pub mod session;
+pub mod spawner;
 pub mod work_dir;
 pub mod work_root_lock;
 
 pub use backend::{LocalBackend, LocalBackendError};
-pub use config::{LOCAL_ENV_VARS, LocalConfig, load_local_config};
+pub use config::{BubblewrapConfig, LOCAL_ENV_VARS, LocalConfig, SandboxConfig, load_local_config};
 pub use kernel_monitor::KernelHealth;

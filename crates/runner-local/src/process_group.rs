@@ -2,11 +2,17 @@
 //! started as a session leader, so its pid is also the id of the group that
 //! every child it forks joins. Killing the group — not just the process —
 //! is what keeps a workload's background children from outliving it.
+//!
+//! In a sandbox the leader is `bwrap`, and its group holds only `bwrap` and
+//! the sandbox's init: killing it ends the sandbox's PID namespace, and with
+//! it every process the session started, `setsid` children included. The
+//! polite SIGTERM goes to the workload's processes instead (see
+//! `proc_tree`), since `bwrap` dies of it at once and takes them along.
 
 use std::sync::{Mutex, MutexGuard};
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use portable_pty::Child;
@@ -15,8 +21,18 @@ use tracing::warn;
 /// Exit code reported when the process's status could not be read at all.
 const UNKNOWN_EXIT_CODE: i64 = -1;
 
+/// Who gets the polite SIGTERM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Members {
+    /// The leader's process group.
+    Group,
+    /// Every process inside the sandbox the leader (`bwrap`) runs.
+    Sandbox,
+}
+
 pub struct ProcessGroup {
     pid: Pid,
+    members: Members,
     /// Set once the leader was reaped. Until then its pid cannot be reused,
     /// so signalling the group can never hit an unrelated process; after,
     /// nothing is signalled any more.
@@ -30,9 +46,10 @@ fn lock(mutex: &Mutex<bool>) -> MutexGuard<'_, bool> {
 }
 
 impl ProcessGroup {
-    pub fn new(pid: Pid) -> Self {
+    pub fn new(pid: Pid, members: Members) -> Self {
         Self {
             pid,
+            members,
             reaped: Mutex::new(false),
         }
     }
@@ -47,10 +64,32 @@ impl ProcessGroup {
         self.signal(Signal::SIGKILL)
     }
 
-    /// SIGTERMs every process of the group: the polite request that lets the
-    /// kernel run its teardown (close listeners, flush logs) before it exits.
+    /// SIGTERMs every process of the group (of the sandbox): the polite
+    /// request that lets the kernel run its teardown (close listeners, flush
+    /// logs) before it exits. A sandbox with no workload process yet (still
+    /// being set up) has nothing to wait for and is killed at once.
     pub fn terminate(&self) -> Result<(), Errno> {
-        self.signal(Signal::SIGTERM)
+        match self.members {
+            Members::Group => self.signal(Signal::SIGTERM),
+            Members::Sandbox => {
+                let reaped = lock(&self.reaped);
+                if *reaped {
+                    return Ok(());
+                }
+                let workload = crate::proc_tree::sandbox_processes(self.pid);
+                if workload.is_empty() {
+                    return signal_group(self.pid, Signal::SIGKILL);
+                }
+                for pid in workload {
+                    match kill(pid, Signal::SIGTERM) {
+                        // Gone since the table was read.
+                        Ok(()) | Err(Errno::ESRCH) => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     fn signal(&self, signal: Signal) -> Result<(), Errno> {

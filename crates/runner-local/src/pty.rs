@@ -15,7 +15,8 @@ use runner_core::SessionSink;
 use tokio::sync::oneshot;
 use tracing::debug;
 
-use crate::launch::LaunchPlan;
+use crate::launch::SpawnPlan;
+use crate::sandbox::ArgsFile;
 
 /// The terminal size a session starts with, until a client resizes it.
 pub const INITIAL_SIZE: PtySize = PtySize {
@@ -50,11 +51,14 @@ pub struct PtyProcess {
     pub master: Box<dyn MasterPty + Send>,
     pub output: Box<dyn Read + Send>,
     pub input: Box<dyn Write + Send>,
+    /// Kept open for the session's life (see [`SpawnPlan::args_file`]).
+    pub args_file: Option<ArgsFile>,
 }
 
-/// Starts `plan` as the leader of a new session whose controlling terminal is
-/// a new PTY.
-pub fn spawn_in_pty(plan: &LaunchPlan) -> Result<PtyProcess, PtyError> {
+/// Starts `plan` as the leader of a new session on a new PTY — its
+/// controlling terminal unless the plan's sandbox hands it on. Must run on
+/// the spawner thread (see `spawner`).
+pub fn spawn_in_pty(plan: SpawnPlan) -> Result<PtyProcess, PtyError> {
     let pair = native_pty_system()
         .openpty(INITIAL_SIZE)
         .map_err(|err| PtyError::Open(format!("{err:#}")))?;
@@ -64,6 +68,7 @@ pub fn spawn_in_pty(plan: &LaunchPlan) -> Result<PtyProcess, PtyError> {
         command.env(name, value);
     }
     command.cwd(&plan.cwd);
+    command.set_controlling_tty(plan.controlling_tty);
     let child = pair
         .slave
         .spawn_command(command)
@@ -92,6 +97,7 @@ pub fn spawn_in_pty(plan: &LaunchPlan) -> Result<PtyProcess, PtyError> {
             master,
             output,
             input,
+            args_file: plan.args_file,
         }),
         Err(err) => {
             abandon(child);

@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 
 use crate::process_group::ProcessGroup;
 use crate::pty::InputQueue;
+use crate::sandbox::ArgsFile;
 
 /// How long, after the process exited, its last output may take to arrive
 /// before the terminal status is reported anyway. Output normally drains in
@@ -46,6 +47,8 @@ pub struct LocalSession {
 struct Terminal {
     master: Box<dyn MasterPty + Send>,
     input: InputQueue,
+    /// The sandbox's arguments, readable while the session lives.
+    _args_file: Option<ArgsFile>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,6 +64,7 @@ impl LocalSession {
         stop_grace: Duration,
         master: Box<dyn MasterPty + Send>,
         input: InputQueue,
+        args_file: Option<ArgsFile>,
     ) -> Self {
         Self {
             id,
@@ -69,7 +73,11 @@ impl LocalSession {
             stop_requested: AtomicBool::new(false),
             terminating: AtomicBool::new(false),
             terminated: CancellationToken::new(),
-            terminal: Mutex::new(Some(Terminal { master, input })),
+            terminal: Mutex::new(Some(Terminal {
+                master,
+                input,
+                _args_file: args_file,
+            })),
         }
     }
 

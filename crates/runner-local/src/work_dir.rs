@@ -100,9 +100,51 @@ impl WorkDir {
     }
 
     /// Removes the directory and everything in it; a missing one is fine.
+    /// Blocks for as long as that takes (a big bundle's thousands of files).
     pub fn remove(&self) {
         remove_dir(&self.root);
     }
+
+    /// Takes the directory away at once and removes it in the background:
+    /// renamed to a name no session can have (so the session's directory is
+    /// gone when this returns), then deleted on Tokio's blocking pool —
+    /// never on the async runtime, where deleting a 23,500-file bundle
+    /// stalled every other request. Without a runtime it is deleted here.
+    pub fn discard(&self) {
+        let Some(parent) = self.root.parent() else {
+            return;
+        };
+        let name = self.root.file_name().unwrap_or_default().to_string_lossy();
+        let trash = parent.join(format!("{TRASH_PREFIX}{name}-{}", trash_suffix()));
+        match std::fs::rename(&self.root, &trash) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return,
+            Err(err) => {
+                warn!(dir = %self.root.display(), error = %err, "could not move a session work directory aside; removing it in place");
+                self.remove();
+                return;
+            }
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || remove_dir(&trash));
+            }
+            Err(_) => {
+                remove_dir(&trash);
+            }
+        }
+    }
+}
+
+/// Names of directories being deleted (see [`WorkDir::discard`]); a dot
+/// first, so never a session id. The boot sweep removes what a runner that
+/// died mid-delete left.
+pub const TRASH_PREFIX: &str = ".removing-";
+
+fn trash_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn remove_dir(dir: &Path) -> bool {
@@ -133,7 +175,9 @@ pub fn sweep_work_root(work_root: &Path) -> usize {
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let is_session_dir = name.to_str().is_some_and(is_session_id)
+        let is_session_dir = name
+            .to_str()
+            .is_some_and(|name| is_session_id(name) || name.starts_with(TRASH_PREFIX))
             && entry.file_type().is_ok_and(|kind| kind.is_dir());
         if !is_session_dir {
             continue;
@@ -246,6 +290,29 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, ["keep-me", "mnopqrstuvwx"]);
+    }
+
+    #[test]
+    fn a_discarded_directory_is_gone_at_once_and_removed_in_the_background() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = WorkDir::for_session(root.path(), ID).unwrap();
+        dir.create().unwrap();
+        dir.write_bundle(&bundle(&["a/b.yaml", "c.yaml"])).unwrap();
+        dir.discard();
+        assert!(!dir.root().exists());
+        // No runtime here: the removal was done in place.
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+        dir.discard();
+    }
+
+    #[test]
+    fn the_sweep_finishes_removals_a_previous_runner_left() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".removing-abcdefgh2345-0/app")).unwrap();
+        std::fs::create_dir_all(root.path().join(".kernel-cache")).unwrap();
+        assert_eq!(sweep_work_root(root.path()), 1);
+        assert!(root.path().join(".kernel-cache").is_dir());
+        assert!(!root.path().join(".removing-abcdefgh2345-0").exists());
     }
 
     #[test]

@@ -181,17 +181,17 @@ async fn another_failure_names_its_last_error_line_and_exit_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_self_check_runs_like_a_session_and_cleans_up_after_itself() {
-    let record = tempfile::tempdir().unwrap();
-    let log = record.path().join("check.log");
-    let kernel = Kernel::new(&format!(
-        "#!/bin/sh\n{{ echo \"argv=$*\"; echo \"cwd=$PWD\"; echo \"HOME=$HOME\"; echo \"PATH=$PATH\"; echo \"TELO_CACHE_DIR=$TELO_CACHE_DIR\"; echo \"npm_config_cache=$npm_config_cache\"; cat telo.yaml; }} > '{}'\n",
-        log.display()
-    ));
+    // The check runs sandboxed: what it records goes where it may write and
+    // the runner can read, the kernel cache.
+    let kernel = Kernel::new(
+        "#!/bin/sh\nmkdir -p \"$TELO_CACHE_DIR\"\n{ echo \"argv=$*\"; echo \"cwd=$PWD\"; echo \"HOME=$HOME\"; echo \"PATH=$PATH\"; echo \"TELO_CACHE_DIR=$TELO_CACHE_DIR\"; echo \"npm_config_cache=$npm_config_cache\"; cat telo.yaml; } > \"$TELO_CACHE_DIR/../check.log\"\n",
+    );
     let harness = kernel.harness();
     assert_eq!(harness.backend.kernel_health().await, KernelHealth::Usable);
     let root = &harness.config.work_root;
     let scratch = root.join(".kernel-check");
     let cache = root.join(".kernel-cache");
+    let log = cache.join("check.log");
     assert_eq!(
         std::fs::read_to_string(&log).unwrap(),
         format!(
@@ -209,14 +209,13 @@ async fn the_self_check_runs_like_a_session_and_cleans_up_after_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_probes_and_starts_share_one_check_and_it_is_not_repeated() {
-    let record = tempfile::tempdir().unwrap();
-    let runs = record.path().join("runs");
-    // Slow enough that the probes below arrive while it runs.
-    let kernel = Kernel::new(&format!(
-        "#!/bin/sh\nif [ \"$2\" = ./telo.yaml ]; then echo run >> '{}'; sleep 0.5; fi\nexit 0\n",
-        runs.display()
-    ));
+    // Slow enough that the probes below arrive while it runs; it counts its
+    // runs in the kernel cache, which the sandbox lets it write.
+    let kernel = Kernel::new(
+        "#!/bin/sh\nif [ \"$2\" = ./telo.yaml ]; then mkdir -p \"$TELO_CACHE_DIR\"; echo run >> \"$TELO_CACHE_DIR/../runs\"; sleep 0.5; fi\nexit 0\n",
+    );
     let harness = kernel.harness();
+    let runs = harness.config.work_root.join(".kernel-cache/runs");
     let config = probe_config();
     let probe = || harness.backend.probe(&config);
     let reports = tokio::join!(probe(), probe(), probe(), probe());

@@ -14,8 +14,7 @@ use runner_core::types::{
 use runner_core::{Backend, ProbeConfig, RegistryLimits};
 use serde_json::json;
 use support::{
-    Events, Harness, Output, app_spec, bundle_spec, free_port, limits, output_now, wait_until_dead,
-    with_ports,
+    Events, Harness, Output, app_spec, bundle_spec, free_port, limits, output_now, with_ports,
 };
 
 fn probe_config() -> ProbeConfig {
@@ -135,23 +134,20 @@ async fn a_resize_reaches_the_workloads_terminal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_reports_stopped_and_kills_the_whole_process_group() {
     let harness = Harness::new();
-    let session = harness.start(app_spec(Some(&[
-        "sh",
-        "-c",
-        "sleep 300 & echo \"child $!\"; wait",
-    ])));
-    let mut output = Output::of(&session);
-    output.until("\r\n").await;
-    let child: i32 = output
-        .text
-        .trim()
-        .strip_prefix("child ")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let marker = support::marker("child");
+    let session = harness.start(support::with_env(
+        app_spec(Some(&[
+            "sh",
+            "-c",
+            "sh -c 'sleep 300; :' \"$MARKER\" & echo started; wait",
+        ])),
+        &[("MARKER", &marker)],
+    ));
+    Output::of(&session).until("started").await;
+    support::wait_for_marker(&marker).await;
     harness.registry.stop(session.id()).await.unwrap();
     assert_eq!(Events::of(&session).terminal().await, RunStatus::Stopped);
-    wait_until_dead(child).await;
+    support::wait_until_marker_gone(&marker).await;
     support::wait_until_threads_end(&session).await;
     // Stopping again is a no-op.
     harness.registry.stop(session.id()).await.unwrap();
@@ -161,18 +157,23 @@ async fn stop_reports_stopped_and_kills_the_whole_process_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_children_do_not_outlive_a_workload_that_exited() {
     let harness = Harness::new();
-    let session = harness.start(app_spec(Some(&[
-        "sh",
-        "-c",
-        "sleep 300 & echo \"child $!\"",
-    ])));
+    let marker = support::marker("child");
+    // The child says it runs (a file in the shared directory) before the
+    // workload exits.
+    let session = harness.start(support::with_env(
+        app_spec(Some(&[
+            "sh",
+            "-c",
+            "sh -c 'touch up; sleep 300; :' \"$MARKER\" & while [ ! -e up ]; do sleep 0.01; done; echo started",
+        ])),
+        &[("MARKER", &marker)],
+    ));
     assert_eq!(
         Events::of(&session).terminal().await,
         RunStatus::Exited { code: 0 }
     );
-    let text = output_now(&session);
-    let child: i32 = text.trim().strip_prefix("child ").unwrap().parse().unwrap();
-    wait_until_dead(child).await;
+    assert!(output_now(&session).contains("started"));
+    support::wait_until_marker_gone(&marker).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -99,7 +99,20 @@ async fn the_real_cli_on_node_20_is_unavailable_and_says_to_install_node_24() {
             fixture.display()
         ),
     );
-    let harness = real_harness(&telo);
+    // The wrapper runs the fixture's CLI, which lies outside its own
+    // directory: the sandbox is told to show it.
+    let cli = fixture.join("telo-cli");
+    let telo_path = telo.to_string_lossy().into_owned();
+    let harness = Harness::with(
+        move |c| {
+            c.telo = telo_path;
+            c.path = SYSTEM_PATH.to_owned();
+            if let runner_local::SandboxConfig::Bubblewrap(sandbox) = &mut c.sandbox {
+                sandbox.read_only.push(cli);
+            }
+        },
+        limits(),
+    );
     let message = format!(
         "The Telo CLI '{}' cannot run on this runner's Node.js ({version}): Telo requires Node.js 24 or newer.",
         telo.display()

@@ -83,6 +83,8 @@ async fn serving(mut command: Command) -> (ChildGuard, String) {
 #[case(&[("RUNNER_STOP_GRACE_SECONDS", "-1")], "RUNNER_STOP_GRACE_SECONDS must be a non-negative integer, got '-1'.")]
 #[case(&[("RUNNER_STOP_GRACE_SECONDS", "2.5")], "RUNNER_STOP_GRACE_SECONDS must be a non-negative integer, got '2.5'.")]
 #[case(&[("RUNNER_BACKEND", "docker")], "RUNNER_BACKEND must be one of local | kubernetes (got 'docker').")]
+#[case(&[("RUNNER_LOCAL_SANDBOX", "off")], "RUNNER_LOCAL_SANDBOX must be one of bubblewrap | none (got 'off').")]
+#[case(&[("RUNNER_LOCAL_SANDBOX_READ_ONLY", "/opt/node:node_modules")], "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got 'node_modules'.")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
 #[case(&[("LOG_LEVEL", "loud")], "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got 'loud').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]

@@ -105,3 +105,53 @@ async fn json_log_lines_inside_a_session_carry_its_id_at_the_top_level() {
     assert_eq!(line["level"], "ERROR");
     assert!(line["stage"].is_string(), "{line}");
 }
+
+#[tokio::test]
+async fn running_sessions_unsandboxed_is_logged_as_an_error_at_boot() {
+    let work_root = tempfile::tempdir().unwrap();
+    let mut child = ChildGuard(
+        Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUNNER_LOCAL_TELO", fake_telo_path())
+            .env("RUNNER_LOCAL_WORK_DIR", work_root.path().join("sessions"))
+            .env("RUNNER_LOCAL_SANDBOX", "none")
+            .env("LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
+    let found = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let parsed: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|err| panic!("not a JSON log line ({err}): {line}"));
+            if parsed["message"].as_str().is_some_and(|m| {
+                m.starts_with("RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox")
+            }) {
+                return Ok(parsed);
+            }
+            seen.push(line);
+            if seen.len() > 50 {
+                break;
+            }
+        }
+        Err(seen)
+    });
+    let line = tokio::time::timeout(test_support::WAIT, found)
+        .await
+        .expect("the boot log")
+        .unwrap()
+        .unwrap_or_else(|seen| {
+            panic!(
+                "no warning about the missing sandbox; saw:\n{}",
+                seen.join("\n")
+            )
+        });
+    assert_eq!(line["level"], "ERROR");
+}

@@ -11,7 +11,7 @@ use runner_core::types::{
     BundleFile, PortMapping, PullPolicy, RunBundle, RunEvent, RunStatus, SessionConfig,
 };
 use runner_core::{AppLaunch, RegistryLimits, SessionRegistry, StartSpec};
-use runner_local::{LocalBackend, LocalConfig};
+use runner_local::{BubblewrapConfig, LocalBackend, LocalConfig, SandboxConfig};
 use serde_json::Value;
 use tempfile::TempDir;
 use test_support::WAIT;
@@ -32,7 +32,19 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         max_ttl: Duration::from_secs(3600),
         path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
         stop_grace: runner_local::config::DEFAULT_STOP_GRACE,
+        sandbox: bubblewrap(),
     }
+}
+
+/// The default sandbox: `bwrap` from the system directories.
+pub fn bubblewrap() -> SandboxConfig {
+    SandboxConfig::Bubblewrap(BubblewrapConfig {
+        bwrap: "bwrap".to_owned(),
+        search_path: "/usr/bin:/bin".to_owned(),
+        home: std::env::var_os("HOME").map(std::path::PathBuf::from),
+        hidden: Vec::new(),
+        read_only: Vec::new(),
+    })
 }
 
 pub fn limits() -> RegistryLimits {
@@ -123,6 +135,14 @@ pub fn app_spec(command: Option<&[&str]>) -> StartSpec {
         }),
         ..bundle_spec(Value::Null)
     }
+}
+
+pub fn with_env(mut spec: StartSpec, env: &[(&str, &str)]) -> StartSpec {
+    spec.env = env
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect();
+    spec
 }
 
 pub fn with_ports(mut spec: StartSpec, ports: &[PortMapping]) -> StartSpec {
@@ -262,25 +282,73 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Waits until process `pid` is gone (or a zombie nobody reaps: it runs no
-/// more either way).
-pub async fn wait_until_dead(pid: i32) {
-    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+/// Host pids of the processes with `marker` as one of their arguments — as
+/// the runner's PID namespace sees them, whatever sandbox they run in.
+pub fn pids_with_marker(marker: &str) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == marker.as_bytes())
+                .then_some(pid)
+        })
+        .filter(|pid| !is_dead(*pid))
+        .collect()
+}
+
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         // `<pid> (<comm>) <state> …`; the command may contain spaces.
         Ok(stat) => stat
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X"),
-    };
-    let waited = tokio::time::timeout(WAIT, async {
+    }
+}
+
+/// A marker no other test process uses (nextest runs each test in a
+/// process of its own).
+pub fn marker(what: &str) -> String {
+    format!("marker-{what}-{}", std::process::id())
+}
+
+/// Waits until a process carrying `marker` runs; returns the host pids.
+pub async fn wait_for_marker(marker: &str) -> Vec<i32> {
+    let found = tokio::time::timeout(WAIT, async {
         let mut poll = tokio::time::interval(Duration::from_millis(10));
-        while !dead() {
+        loop {
+            let pids = pids_with_marker(marker);
+            if !pids.is_empty() {
+                return pids;
+            }
             poll.tick().await;
         }
     })
     .await;
-    assert!(waited.is_ok(), "process {pid} still alive");
+    found.unwrap_or_else(|_| panic!("no process with {marker} ever ran"))
+}
+
+/// Waits until no process carrying `marker` runs any more.
+pub async fn wait_until_marker_gone(marker: &str) {
+    let waited = tokio::time::timeout(WAIT, async {
+        let mut poll = tokio::time::interval(Duration::from_millis(10));
+        while !pids_with_marker(marker).is_empty() {
+            poll.tick().await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "processes with {marker} still alive: {:?}",
+        pids_with_marker(marker)
+    );
 }
 
 /// The backend handle, which the registry records right after `start`
