@@ -16,6 +16,7 @@ pub mod pod_watcher;
 pub mod routing;
 pub mod session;
 pub mod setup;
+pub mod splice;
 pub mod terminal;
 pub mod watch_loop;
 
