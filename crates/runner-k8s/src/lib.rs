@@ -13,6 +13,7 @@ pub mod limits;
 pub mod pod_spec;
 pub mod pod_status;
 pub mod pod_watcher;
+pub mod progress;
 pub mod routing;
 pub mod session;
 pub mod setup;

@@ -329,9 +329,8 @@ async fn relay_one_attach(
     if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
         relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
     }
-    // One log read at a time: (the log, how much live output had arrived
-    // when it was asked for, whether to settle the attach's place).
-    let mut reading: Option<BoxFuture<'_, (Option<Vec<u8>>, usize, bool)>> = None;
+    // One log read at a time.
+    let mut reading: Option<BoxFuture<'_, LogRead>> = None;
     let mut settle_at = Some(opened + SETTLE_READ_AFTER);
     let mut retry_at = opened;
     let mut first_live_at: Option<Instant> = None;
@@ -354,7 +353,11 @@ async fn relay_one_attach(
             if let Some((window, decide)) = read {
                 reading = Some(
                     read_log_or_gap(pods, pod_name, sink)
-                        .map(move |log| (log, window, decide))
+                        .map(move |log| LogRead {
+                            log,
+                            window,
+                            decide,
+                        })
                         .boxed(),
                 );
             } else {
@@ -382,16 +385,18 @@ async fn relay_one_attach(
                 }
                 None => break,
             },
-            (log, window, decide) = async { reading.as_mut().expect("guarded").await }, if reading.is_some() => {
+            read = async { reading.as_mut().expect("guarded").await }, if reading.is_some() => {
                 reading = None;
-                let parts = match log {
-                    Some(log) => splice.log_read(&log, delivered, window, decide),
+                let was_placed = splice.is_placed();
+                let searched = read.log.is_some();
+                let parts = match read.log {
+                    Some(log) => splice.log_read(&log, delivered, read.window, read.decide),
                     // No log to place it in: what came live is all there is.
-                    None if window > 0 => splice.place_unseen(),
+                    None if read.window > 0 => splice.place_unseen(),
                     None => Vec::new(),
                 };
                 relay(parts, delivered, sink);
-                if splice.guessed() {
+                if !was_placed && searched && splice.guessed() {
                     warn!(pod = pod_name, attempts = splice.attempts(), "live output fits the container log in several places; joined at the last (output may show twice)");
                 }
                 retry_at = Instant::now() + PLACEMENT_RETRY * 2u32.pow(splice.attempts().min(6));
@@ -412,6 +417,16 @@ async fn relay_one_attach(
         }
     }
     ended_rx.await.unwrap_or(false)
+}
+
+/// A log read made while an attach is open.
+struct LogRead {
+    /// `None`: it could not be read.
+    log: Option<Vec<u8>>,
+    /// How much live output had arrived when it was asked for.
+    window: usize,
+    /// Whether to settle the attach's place with it, found or not.
+    decide: bool,
 }
 
 /// Relays output to the session, counting it.
