@@ -39,6 +39,10 @@ struct Args {
     /// set 0 so only the runner's own overhead is measured).
     #[arg(long, value_name = "MS")]
     pull_delay_ms: Option<u64>,
+    /// The longest an attach waits, after its upgrade was answered, before it
+    /// carries the container's output, in milliseconds (default 5).
+    #[arg(long, value_name = "MS")]
+    attach_delay_ms: Option<u64>,
     /// Create an IngressClass handled by the simulated controller;
     /// `NAME:default` marks it the cluster default.
     #[arg(long = "ingress-class", value_name = "NAME[:default]")]
@@ -69,6 +73,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(ms) = args.pull_delay_ms {
         builder = builder.pull_delay(std::time::Duration::from_millis(ms));
+    }
+    if let Some(ms) = args.attach_delay_ms {
+        builder = builder.attach_delay(std::time::Duration::from_millis(ms));
     }
     if let Some(ft) = args.fake_telo {
         builder = builder.fake_telo(ft);

@@ -25,7 +25,7 @@ use crate::events::EventRecorder;
 use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
-use crate::kubelet::{DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
+use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
 use crate::stats::{Stats, StatsCollector};
 
 /// Namespaces every simulator starts with.
@@ -75,6 +75,7 @@ pub struct KubeSimBuilder {
     history_per_kind: usize,
     bookmark_interval: Duration,
     pull_delay: Duration,
+    attach_delay: Duration,
     ingress_classes: Vec<(String, bool)>,
 }
 
@@ -92,6 +93,7 @@ impl Default for KubeSimBuilder {
             history_per_kind: DEFAULT_HISTORY_PER_KIND,
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
             pull_delay: DEFAULT_PULL_DELAY,
+            attach_delay: DEFAULT_ATTACH_DELAY,
             ingress_classes: Vec::new(),
         }
     }
@@ -153,6 +155,15 @@ impl KubeSimBuilder {
 
     pub fn pull_delay(mut self, delay: Duration) -> Self {
         self.pull_delay = delay;
+        self
+    }
+
+    /// The longest an attach waits, after its upgrade was answered, before
+    /// it carries the container's output (each waits a random part of it):
+    /// a real apiserver answers the upgrade first and dials the kubelet
+    /// after, so output written meanwhile reaches the container log only.
+    pub fn attach_delay(mut self, longest: Duration) -> Self {
+        self.attach_delay = longest;
         self
     }
 
@@ -218,6 +229,7 @@ impl KubeSimBuilder {
             gateway_api: self.gateway_api,
             server_address: addr.to_string(),
             bookmark_interval: self.bookmark_interval,
+            attach_delay: self.attach_delay,
             shutdown: shutdown.clone(),
         });
         let ingress = Switch::new(self.ingress_controller);

@@ -24,6 +24,27 @@ use crate::watch_loop::follow;
 /// are progress hints, never state).
 const PER_SESSION_QUEUE: usize = 64;
 
+/// Which of the pod's containers an Event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    Main,
+}
+
+impl ContainerKind {
+    /// From the Event's `involvedObject.fieldPath`
+    /// (`spec.initContainers{bundle-fetch}`, `spec.containers{session}`).
+    pub fn of_field_path(field_path: &str) -> Option<Self> {
+        if field_path.starts_with("spec.initContainers") {
+            Some(ContainerKind::Init)
+        } else if field_path.starts_with("spec.containers") {
+            Some(ContainerKind::Main)
+        } else {
+            None
+        }
+    }
+}
+
 /// What a session is told about one Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
@@ -31,6 +52,8 @@ pub struct PodEvent {
     pub kind: String,
     pub reason: String,
     pub message: String,
+    /// The container it is about (`None`: the pod).
+    pub container: Option<ContainerKind>,
 }
 
 #[derive(Default)]
@@ -112,6 +135,11 @@ impl EventWatcher {
             kind: event.type_.clone().unwrap_or_default(),
             reason: event.reason.clone().unwrap_or_default(),
             message: event.message.clone().unwrap_or_default(),
+            container: event
+                .involved_object
+                .field_path
+                .as_deref()
+                .and_then(ContainerKind::of_field_path),
         });
     }
 

@@ -13,9 +13,11 @@ pub mod limits;
 pub mod pod_spec;
 pub mod pod_status;
 pub mod pod_watcher;
+pub mod progress;
 pub mod routing;
 pub mod session;
 pub mod setup;
+pub mod splice;
 pub mod terminal;
 pub mod watch_loop;
 

@@ -5,6 +5,9 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use runner_core::types::RunStatus;
 
+use crate::event_watcher::ContainerKind;
+use crate::progress::{Line, Stage};
+
 /// Longest excerpt of a kubelet or pod message quoted in a failure; image pull
 /// errors can run to kilobytes of registry response.
 pub const MAX_FAILURE_DETAIL_CHARS: usize = 500;
@@ -37,25 +40,44 @@ const BENIGN_WAIT_REASONS: &[&str] = &["PodInitializing", "ContainerCreating"];
 /// past that. The first waiting container, init containers first, says what
 /// the pod is busy with; no waiting container means it is not yet scheduled.
 pub fn provision_message(pod: &Pod) -> Option<String> {
+    provision_line(pod).map(|line| line.message)
+}
+
+/// [`provision_message`] with its place in the pod's start: a pull belongs
+/// to the container waiting on it; `PodInitializing` is the init container
+/// being set up, `ContainerCreating` the container that waits so. Reasons
+/// the runner does not know have no place (they are news).
+pub fn provision_line(pod: &Pod) -> Option<Line> {
     let status = pod.status.as_ref()?;
     if status.phase.as_deref() != Some("Pending") {
         return None;
     }
-    let waiting_reason = container_statuses(status).find_map(|(_, container)| {
+    let waiting = container_statuses(status).find_map(|(label, container)| {
+        let kind = if label == "init container" {
+            ContainerKind::Init
+        } else {
+            ContainerKind::Main
+        };
         container
             .state
             .as_ref()
             .and_then(|state| state.waiting.as_ref())
             .and_then(|waiting| non_blank(waiting.reason.as_deref()))
+            .map(|reason| (reason, kind))
     });
-    let message = match waiting_reason {
-        Some("ContainerCreating") => "Creating container",
-        Some("PodInitializing") => "Delivering application",
-        Some("ErrImagePull" | "ImagePullBackOff") => "Pulling image",
-        Some(other) => other,
-        None => "Scheduling",
+    let (message, stage) = match waiting {
+        Some(("ContainerCreating", kind)) => ("Creating container", Some(Stage::setup(kind))),
+        Some(("PodInitializing", _)) => ("Delivering application", Some(Stage::InitSetup)),
+        Some(("ErrImagePull" | "ImagePullBackOff", kind)) => {
+            ("Pulling image", Some(Stage::pulling(kind)))
+        }
+        Some((other, _)) => (other, None),
+        None => ("Scheduling", Some(Stage::Scheduling)),
     };
-    Some(message.to_owned())
+    Some(Line {
+        stage,
+        message: message.to_owned(),
+    })
 }
 
 /// The session status a finished pod stands for. A stop the user asked for
@@ -465,6 +487,31 @@ mod tests {
         #[case] expected: Option<&str>,
     ) {
         assert_eq!(provision_message(&pod(status)).as_deref(), expected);
+    }
+
+    #[rstest]
+    #[case::scheduling(json!({ "phase": "Pending" }), Some(Stage::Scheduling))]
+    #[case::init_set_up(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "PodInitializing", None)] }),
+        Some(Stage::InitSetup)
+    )]
+    #[case::created(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "ContainerCreating", None)] }),
+        Some(Stage::MainSetup)
+    )]
+    #[case::init_pull(
+        json!({ "phase": "Pending", "initContainerStatuses": [waiting("body-fetch", "ImagePullBackOff", None)] }),
+        Some(Stage::InitPulling)
+    )]
+    #[case::unknown_reason_is_news(
+        json!({ "phase": "Pending", "containerStatuses": [waiting("session", "CreateContainerConfigError", None)] }),
+        None
+    )]
+    fn provision_lines_have_their_place_in_the_start(
+        #[case] status: Value,
+        #[case] stage: Option<Stage>,
+    ) {
+        assert_eq!(provision_line(&pod(status)).unwrap().stage, stage);
     }
 
     // --- terminal_status and container_exit_code ---

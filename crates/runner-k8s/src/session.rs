@@ -20,9 +20,10 @@ use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
 use crate::pod_status::{
-    container_exit_code, pod_failure_message, provision_message, start_blocker, terminal_status,
+    container_exit_code, pod_failure_message, provision_line, start_blocker, terminal_status,
 };
 use crate::pod_watcher::{PodState, PodWatcher};
+use crate::progress::{Line, ProgressOrder, Stage, event_line};
 use crate::routing::SessionRouter;
 use crate::routing::endpoints::endpoints_for;
 use crate::terminal::{self, Terminal};
@@ -90,12 +91,18 @@ impl Drop for Subscriptions {
 pub struct Watching {
     pods: watch::Receiver<PodState>,
     events: mpsc::Receiver<PodEvent>,
+    /// The pod was not known when the session subscribed: it is one the
+    /// runner is about to create, not one it adopts.
+    fresh: bool,
     _guard: Subscriptions,
 }
 
 pub fn watch_session(ctx: &Arc<SessionContext>, session_id: &str) -> Watching {
+    let pods = ctx.pod_watcher.subscribe(session_id);
+    let fresh = matches!(*pods.borrow(), PodState::Unknown);
     Watching {
-        pods: ctx.pod_watcher.subscribe(session_id),
+        pods,
+        fresh,
         events: ctx.event_watcher.subscribe(session_id),
         _guard: Subscriptions {
             ctx: ctx.clone(),
@@ -203,9 +210,24 @@ async fn wait_until_running(
     let deadline = tokio::time::sleep(ctx.start_deadline);
     tokio::pin!(deadline);
     let stop = sink.stop_requested();
+    let mut order = ProgressOrder::default();
+    let mut show = |line: Line| {
+        for message in order.offer(line) {
+            sink.progress(RunPhase::Provision, message, None);
+        }
+    };
     // What the pod status says is repeated on every update, so it is
     // reported when it changes; Kubernetes Events are news each time.
     let mut last_status_message: Option<String> = None;
+    // A pod the runner just created starts by being scheduled, whichever
+    // watch reports first.
+    if watching.fresh {
+        show(Line {
+            stage: Some(Stage::Scheduling),
+            message: "Scheduling".to_owned(),
+        });
+        last_status_message = Some("Scheduling".to_owned());
+    }
     loop {
         let state = watching.pods.borrow_and_update().clone();
         match state {
@@ -224,11 +246,11 @@ async fn wait_until_running(
                     }
                     Some("Failed") => return Err(start_failed(pod_failure_message(Some(&pod)))),
                     _ => {
-                        if let Some(message) = provision_message(&pod)
-                            && last_status_message.as_deref() != Some(message.as_str())
+                        if let Some(line) = provision_line(&pod)
+                            && last_status_message.as_deref() != Some(line.message.as_str())
                         {
-                            sink.progress(RunPhase::Provision, message.clone(), None);
-                            last_status_message = Some(message);
+                            last_status_message = Some(line.message.clone());
+                            show(line);
                         }
                     }
                 }
@@ -247,8 +269,8 @@ async fn wait_until_running(
                 }
             }
             Some(event) = watching.events.recv() => {
-                if let Some(message) = event_progress(&event) {
-                    sink.progress(RunPhase::Provision, message, None);
+                if let Some(line) = event_line(&event) {
+                    show(line);
                 }
             }
             () = &mut deadline => {
@@ -261,18 +283,6 @@ async fn wait_until_running(
 
 fn start_failed(message: String) -> StartError {
     StartError::new("start", format!("pod failed to start: {message}"))
-}
-
-/// The progress line a Kubernetes Event about the pod is worth, if any.
-fn event_progress(event: &PodEvent) -> Option<String> {
-    if event.message.is_empty() {
-        return None;
-    }
-    match event.reason.as_str() {
-        // Said better by the pod status itself.
-        "Scheduled" | "Created" | "Started" | "Killing" => None,
-        _ => Some(event.message.clone()),
-    }
 }
 
 fn start_watchers(

@@ -1,13 +1,15 @@
 //! The session's terminal over the pod `attach` subresource: output into the
 //! session, stdin and resizes out of it.
 //!
-//! Attaching shows only what the container writes from then on, and a
-//! container starts writing the moment it runs — before any attach can be in
-//! place. So the terminal is attached first and the container log, which
-//! holds everything written so far, is read next (in the background: the
-//! session is announced `running` as soon as the attach is in place); the
-//! part of the live stream that the log already contains is cut off where the
-//! two overlap. Nothing written before the attach is lost.
+//! Attaching shows only what the container writes once the runtime has
+//! hooked the stream up — which, on a real cluster, is some time after the
+//! upgrade was answered — and a container starts writing the moment it
+//! runs. So the container log, which holds everything written so far, is
+//! read as soon as the attach is open (in the background: the session is
+//! announced `running` as soon as the attach is in place), and the live
+//! stream is joined to it where it fits: `splice` explains how, and why
+//! that places every byte exactly once. Nothing written before the attach
+//! is lost, and nothing written around it shows twice.
 //!
 //! An attach that fails is retried, and one whose stream drops while the
 //! container still runs (an apiserver restart, a proxy timeout) is attached
@@ -20,18 +22,21 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::AsyncReadExt as _;
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, TerminalSize};
 use runner_core::SessionSink;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::api_error::api_reason;
 use crate::attach::{self, Incoming, Socket};
 use crate::pod_spec::SESSION_CONTAINER;
+use crate::splice::{Delivered, MAX_WINDOW_BYTES, Splice};
 
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
 /// is dropped rather than letting a client grow the runner's memory.
@@ -45,9 +50,16 @@ const MAX_HISTORY_BYTES: usize = 64 * 1024 * 1024;
 const ATTACH_ATTEMPTS: u32 = 4;
 /// The wait before the n-th retry is n times this.
 const ATTACH_RETRY_DELAY: Duration = Duration::from_millis(100);
-/// How much of the relayed output's end is kept to find where a log read
-/// after a re-attach continues it.
-const RELAYED_TAIL_BYTES: usize = 256;
+/// When the log is read once more after an attach opened that has shown
+/// nothing: output written before the runtime hooked the stream up, and
+/// none after, is in no attach — only in the log.
+const SETTLE_READ_AFTER: Duration = Duration::from_millis(500);
+/// The wait before searching the log again for where the attach begins,
+/// doubling with each search (output that repeats itself).
+const PLACEMENT_RETRY: Duration = Duration::from_millis(20);
+/// How long live output that may sit in a line the log holds back (a prompt
+/// on a real cluster's CRI log) waits before it is shown anyway.
+const PLACEMENT_PATIENCE: Duration = Duration::from_millis(300);
 
 /// The live half of a session's terminal.
 pub struct Terminal {
@@ -207,12 +219,17 @@ async fn relay_terminal(
     done: oneshot::Sender<()>,
 ) {
     let stdin = Arc::new(tokio::sync::Mutex::new(stdin));
-    let mut relayed = Relayed::default();
+    let mut delivered = Delivered::default();
     loop {
         let Some(process) = attached.take() else {
             // Not attached (any more): the log holds what there is to show.
-            let log = read_history(&pods, &pod_name, &sink).await;
-            relayed.forward_rest_of(&log, &sink);
+            if let Some(log) = read_log_or_gap(&pods, &pod_name, &sink).await {
+                let rest = delivered
+                    .position_in(&log)
+                    .filter(|&at| at < log.len())
+                    .map(|at| Bytes::copy_from_slice(&log[at..]));
+                relay(rest, &mut delivered, &sink);
+            }
             break;
         };
         let container_ended = relay_one_attach(
@@ -220,7 +237,7 @@ async fn relay_terminal(
             &pod_name,
             process,
             &sink,
-            &mut relayed,
+            &mut delivered,
             &stdin,
             &resize,
         )
@@ -244,13 +261,13 @@ async fn relay_one_attach(
     pod_name: &str,
     attached: Socket,
     sink: &SessionSink,
-    relayed: &mut Relayed,
+    delivered: &mut Delivered,
     stdin: &Arc<tokio::sync::Mutex<mpsc::Receiver<Bytes>>>,
     resize: &Arc<Mutex<Resize>>,
 ) -> bool {
+    let opened = Instant::now();
     let mut tasks = AbortOnDrop::default();
-    // Live output is held until the log is read, then released minus what
-    // the log already holds.
+    // Live output is held until its place in the log is known.
     let (live_tx, mut live) = mpsc::unbounded_channel::<Bytes>();
     let (mut tx, mut rx) = attached.split();
     let (resize_tx, mut resize_rx) = futures_channel::mpsc::channel::<TerminalSize>(8);
@@ -306,67 +323,119 @@ async fn relay_one_attach(
         let _ = ended_tx.send(ended);
     }));
 
-    // The log is read once the attach is in place, so together they hold
-    // everything.
-    let log = read_history(pods, pod_name, sink).await;
-    // Whatever arrived live since the attach may overlap the log's tail.
-    let mut early = Vec::new();
-    while let Ok(chunk) = live.try_recv() {
-        early.extend_from_slice(&chunk);
+    let mut splice = Splice::default();
+    // What the container wrote up to about now; the first read also tells
+    // where the output relayed before this attach ends in the log.
+    if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
+        relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
     }
-    relayed.forward_rest_of(&log, sink);
-    let overlap = history_overlap(&log, &early);
-    if early.len() > overlap {
-        relayed.forward(Bytes::from(early).slice(overlap..), sink);
+    // One log read at a time.
+    let mut reading: Option<BoxFuture<'_, LogRead>> = None;
+    let mut settle_at = Some(opened + SETTLE_READ_AFTER);
+    let mut retry_at = opened;
+    let mut first_live_at: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let patience_over = first_live_at
+            .is_some_and(|at| splice.awaits_unfinished_line() && now >= at + PLACEMENT_PATIENCE);
+        let mut wake = None;
+        if reading.is_none() && !splice.is_placed() {
+            let read = if patience_over {
+                Some((splice.window_len(), true))
+            } else if splice.wants_search() && now >= retry_at {
+                Some((splice.window_len(), false))
+            } else if splice.window_len() == 0 && settle_at.is_some_and(|at| now >= at) {
+                settle_at = None;
+                Some((0, false))
+            } else {
+                None
+            };
+            if let Some((window, decide)) = read {
+                reading = Some(
+                    read_log_or_gap(pods, pod_name, sink)
+                        .map(move |log| LogRead {
+                            log,
+                            window,
+                            decide,
+                        })
+                        .boxed(),
+                );
+            } else {
+                wake = [
+                    splice.wants_search().then_some(retry_at),
+                    first_live_at
+                        .filter(|_| splice.awaits_unfinished_line())
+                        .map(|at| at + PLACEMENT_PATIENCE),
+                    settle_at.filter(|_| splice.window_len() == 0),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+            }
+        }
+        tokio::select! {
+            chunk = live.recv() => match chunk {
+                Some(chunk) => {
+                    first_live_at.get_or_insert(Instant::now());
+                    relay(splice.attach_output(chunk), delivered, sink);
+                    if splice.window_len() > MAX_WINDOW_BYTES {
+                        warn!(pod = pod_name, "live output could not be placed in the container log; relaying it as it came");
+                        relay(splice.place_unseen(), delivered, sink);
+                    }
+                }
+                None => break,
+            },
+            read = async { reading.as_mut().expect("guarded").await }, if reading.is_some() => {
+                reading = None;
+                let was_placed = splice.is_placed();
+                let searched = read.log.is_some();
+                let parts = match read.log {
+                    Some(log) => splice.log_read(&log, delivered, read.window, read.decide),
+                    // No log to place it in: what came live is all there is.
+                    None if read.window > 0 => splice.place_unseen(),
+                    None => Vec::new(),
+                };
+                relay(parts, delivered, sink);
+                if !was_placed && searched && splice.guessed() {
+                    warn!(pod = pod_name, attempts = splice.attempts(), "live output fits the container log in several places; joined at the last (output may show twice)");
+                }
+                retry_at = Instant::now() + PLACEMENT_RETRY * 2u32.pow(splice.attempts().min(6));
+            },
+            () = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
     }
-    while let Some(chunk) = live.recv().await {
-        relayed.forward(chunk, sink);
+    drop(reading);
+    if !splice.is_placed() {
+        // The stream is over: the log now holds everything it carried.
+        if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
+            relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
+        }
     }
     ended_rx.await.unwrap_or(false)
 }
 
-/// How much output reached the session, and how it ended.
-#[derive(Default)]
-struct Relayed {
-    count: usize,
-    tail: Vec<u8>,
+/// A log read made while an attach is open.
+struct LogRead {
+    /// `None`: it could not be read.
+    log: Option<Vec<u8>>,
+    /// How much live output had arrived when it was asked for.
+    window: usize,
+    /// Whether to settle the attach's place with it, found or not.
+    decide: bool,
 }
 
-impl Relayed {
-    fn forward(&mut self, bytes: Bytes, sink: &SessionSink) {
-        if bytes.is_empty() {
-            return;
+/// Relays output to the session, counting it.
+fn relay(parts: impl IntoIterator<Item = Bytes>, delivered: &mut Delivered, sink: &SessionSink) {
+    for part in parts {
+        if !part.is_empty() {
+            delivered.record(&part);
+            sink.output(part);
         }
-        self.count += bytes.len();
-        self.tail
-            .extend_from_slice(&bytes[bytes.len().saturating_sub(RELAYED_TAIL_BYTES)..]);
-        let excess = self.tail.len().saturating_sub(RELAYED_TAIL_BYTES);
-        self.tail.drain(..excess);
-        sink.output(bytes);
-    }
-
-    /// Relays what of `log` (the container's whole output) was not relayed.
-    fn forward_rest_of(&mut self, log: &[u8], sink: &SessionSink) {
-        let from = self.position_in(log);
-        if from < log.len() {
-            self.forward(Bytes::copy_from_slice(&log[from..]), sink);
-        }
-    }
-
-    /// Where in `log` the relayed output ends: after as many bytes as were
-    /// relayed when the log agrees (the usual case), else after the last
-    /// place the relayed tail appears (an overlap that was left uncut
-    /// repeated a few bytes); nowhere (the end) when it does not appear.
-    fn position_in(&self, log: &[u8]) -> usize {
-        if self.count == 0 {
-            return 0;
-        }
-        if self.count <= log.len() && log[..self.count].ends_with(&self.tail) {
-            return self.count;
-        }
-        log.windows(self.tail.len())
-            .rposition(|window| window == self.tail.as_slice())
-            .map_or(log.len(), |start| start + self.tail.len())
     }
 }
 
@@ -377,17 +446,23 @@ const HISTORY_ATTEMPTS: u32 = 4;
 /// (after retries) is reported to the session as lost output — its clients
 /// get a `gap` — and counts as empty.
 pub async fn read_history(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Vec<u8> {
-    match read_log(pods, pod_name).await {
-        Some(history) => history,
-        None => {
-            warn!(
-                pod = pod_name,
-                "the container log could not be read; clients are told output is missing"
-            );
-            sink.output_lost();
-            Vec::new()
-        }
+    read_log_or_gap(pods, pod_name, sink)
+        .await
+        .unwrap_or_default()
+}
+
+/// The container log, or `None` (and a `gap` for the session's clients)
+/// when it cannot be read.
+async fn read_log_or_gap(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Option<Vec<u8>> {
+    let log = read_log(pods, pod_name).await;
+    if log.is_none() {
+        warn!(
+            pod = pod_name,
+            "the container log could not be read; clients are told output is missing"
+        );
+        sink.output_lost();
     }
+    log
 }
 
 /// `None` when the log could not be read; an absent pod or container has an
@@ -422,127 +497,5 @@ async fn read_log(pods: &Api<Pod>, pod_name: &str) -> Option<Vec<u8>> {
         debug!(pod = pod_name, error = %failure, attempt, "container log read failed; retrying");
         tokio::time::sleep(ATTACH_RETRY_DELAY * attempt).await;
         attempt += 1;
-    }
-}
-
-/// Overlaps shorter than this are too likely to be coincidence (a line end, a
-/// prompt) to cut on.
-const MIN_OVERLAP_BYTES: usize = 16;
-
-/// How many leading bytes of the live stream the log already holds.
-///
-/// Every length at which the log's tail equals the live stream's head is a
-/// candidate. Nothing in the streams marks where the attach began, so only an
-/// unambiguous candidate is cut: exactly one, and long enough not to be a
-/// coincidence. Output that repeats itself (a spinner, a generated pattern)
-/// has several candidates, the true one possibly zero — cutting any of them
-/// could drop output the client never sees, so nothing is cut and at worst a
-/// stretch written while the terminal was being attached shows twice.
-pub fn history_overlap(history: &[u8], live: &[u8]) -> usize {
-    match overlap_lengths(history, live).as_slice() {
-        [only] if *only >= MIN_OVERLAP_BYTES => *only,
-        _ => 0,
-    }
-}
-
-/// Every `n` for which the last `n` bytes of `history` equal the first `n`
-/// bytes of `live`, longest first (the chain of borders Knuth–Morris–Pratt
-/// leaves after scanning `history` for `live`).
-pub fn overlap_lengths(history: &[u8], live: &[u8]) -> Vec<usize> {
-    let pattern = &live[..live.len().min(history.len())];
-    if pattern.is_empty() {
-        return Vec::new();
-    }
-    let failure = failure_function(pattern);
-    let mut matched = scan(history, pattern, &failure);
-    let mut lengths = Vec::new();
-    while matched > 0 {
-        lengths.push(matched);
-        matched = failure[matched - 1];
-    }
-    lengths
-}
-
-fn failure_function(pattern: &[u8]) -> Vec<usize> {
-    let mut failure = vec![0usize; pattern.len()];
-    let mut k = 0;
-    for i in 1..pattern.len() {
-        while k > 0 && pattern[i] != pattern[k] {
-            k = failure[k - 1];
-        }
-        if pattern[i] == pattern[k] {
-            k += 1;
-        }
-        failure[i] = k;
-    }
-    failure
-}
-
-/// The length of the longest prefix of `pattern` that ends `history`.
-fn scan(history: &[u8], pattern: &[u8], failure: &[usize]) -> usize {
-    let mut matched = 0;
-    for &byte in &history[history.len() - pattern.len()..] {
-        while matched > 0 && (matched == pattern.len() || byte != pattern[matched]) {
-            matched = failure[matched - 1];
-        }
-        if byte == pattern[matched] {
-            matched += 1;
-        }
-    }
-    matched
-}
-
-/// The length of the longest suffix of `history` that is a prefix of `live`.
-pub fn overlap_len(history: &[u8], live: &[u8]) -> usize {
-    overlap_lengths(history, live).first().copied().unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_overlap_is_the_longest_suffix_that_starts_the_live_stream() {
-        assert_eq!(overlap_len(b"hello world", b"world and more"), 5);
-        assert_eq!(overlap_len(b"abc", b"xyz"), 0);
-        assert_eq!(overlap_len(b"", b"abc"), 0);
-        assert_eq!(overlap_len(b"abc", b""), 0);
-        assert_eq!(overlap_len(b"aaaa", b"aaab"), 3);
-        assert_eq!(overlap_len(b"same", b"same"), 4);
-        assert_eq!(overlap_len(b"xabab", b"ababc"), 4);
-    }
-
-    #[test]
-    fn only_an_unambiguous_overlap_is_cut() {
-        // "abab" ends the log; the live stream starts "ababab…": 2 and 4 both
-        // fit, and 0 may be the truth: cut nothing.
-        assert_eq!(overlap_lengths(b"xxabab", b"ababab"), vec![4, 2]);
-        assert_eq!(history_overlap(b"xxabab", b"ababab"), 0);
-        // A short match may be a coincidence.
-        assert_eq!(history_overlap(b"hello", b"lo world"), 0);
-        // One long match is the overlap.
-        assert_eq!(
-            history_overlap(
-                b"banner line one\r\nbanner line two\r\n",
-                b"banner line two\r\nprompt> "
-            ),
-            17
-        );
-        assert_eq!(
-            history_overlap(b"hello", b"world"),
-            0,
-            "nothing fits: cut nothing"
-        );
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn matches_the_quadratic_definition(history in proptest::collection::vec(0u8..3, 0..40), live in proptest::collection::vec(0u8..3, 0..40)) {
-            let max = history.len().min(live.len());
-            let expected = (1..=max).rev().find(|&n| history[history.len() - n..] == live[..n]).unwrap_or(0);
-            proptest::prop_assert_eq!(overlap_len(&history, &live), expected);
-            let all: Vec<usize> = (1..=max).rev().filter(|&n| history[history.len() - n..] == live[..n]).collect();
-            proptest::prop_assert_eq!(overlap_lengths(&history, &live), all);
-        }
     }
 }

@@ -389,15 +389,18 @@ async fn a_session_costs_a_fixed_handful_of_api_requests() {
             .copied()
             .unwrap_or(0)
     };
-    // One pod created, one terminal attached, the log read once (output
-    // written before the attach), the pod deleted once finished.
+    // One pod created, one terminal attached, the log read at most twice
+    // (once the attach is open, for what was written before it, and once it
+    // ended having carried nothing: output written before the runtime
+    // hooked the stream up is in the log only), the pod deleted once
+    // finished.
     assert_eq!(count("create", "pods"), 1, "{requests:?}");
     assert_eq!(
         count("get", "pods/attach") + count("create", "pods/attach"),
         1,
         "{requests:?}"
     );
-    assert!(count("get", "pods/log") <= 1, "{requests:?}");
+    assert!(count("get", "pods/log") <= 2, "{requests:?}");
     assert_eq!(count("delete", "pods"), 1, "{requests:?}");
     eprintln!("api requests for one session: {requests:?}");
     runner.stop().await;

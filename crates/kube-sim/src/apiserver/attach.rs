@@ -2,6 +2,12 @@
 //! channel 0 stdin, 1 stdout, 2 stderr, 3 error/status, 4 terminal resize,
 //! 255 stream close (v5). The container's live output is relayed; stdin
 //! and resizes go to the process.
+//!
+//! As on a real cluster, the stream carries output only from some moment
+//! after the client got its `101`: the apiserver answers the upgrade (and
+//! sends the empty frame that announces the connection), then dials the
+//! kubelet, which has the runtime attach to the container. Output written in
+//! between is in the container log and in no attach.
 
 use std::sync::Arc;
 
@@ -107,12 +113,9 @@ async fn prepare(
             ))
         })?;
     let v5 = protocol == V5;
-    // The stream is attached before the upgrade is answered, as a runtime's
-    // is: output written after the client sees `101` is never missed.
-    let (_, start, _) = streams.read_from(u64::MAX);
     Ok(ws
         .protocols([protocol])
-        .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5, start)))
+        .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5)))
 }
 
 /// A normal closure: clients treat it as end-of-stream on every channel
@@ -137,7 +140,6 @@ async fn session(
     streams: Arc<ContainerStreams>,
     opts: Options,
     v5: bool,
-    start: u64,
 ) {
     let (mut tx, mut rx) = socket.split();
     // Output is read from the container's log by sequence number rather than
@@ -145,12 +147,6 @@ async fn session(
     // up, like a client of the real runtime, instead of silently losing
     // chunks. It starts at what was written after the attach request.
     let mut log_seq = streams.subscribe_log();
-    // A container that ended between the attach request and the upgrade
-    // changes its log no more: look once at once, or the stream would wait
-    // forever for a change that never comes (a real runtime ends the attach
-    // of an exited container).
-    log_seq.mark_changed();
-    let mut cursor = start;
     let mut stream_epoch = ctx.faults.stream_epoch();
     let shutdown = ctx.shutdown.clone();
     // The apiserver announces the connection with an empty frame on the
@@ -165,6 +161,18 @@ async fn session(
     if tx.send(frame(first, &[])).await.is_err() {
         return;
     }
+    // The kubelet is dialled and the runtime attaches: from now on.
+    let delay = ctx.attach_delay.mul_f64(rand::random::<f64>());
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let (_, mut cursor, _) = streams.read_from(u64::MAX);
+
+    // A container that ended before the runtime attached changes its log no
+    // more: look once at once, or the stream would wait forever for a change
+    // that never comes (a real runtime ends the attach of an exited
+    // container).
+    log_seq.mark_changed();
     let wants = |kind: StreamKind| match kind {
         StreamKind::Stdout => opts.stdout.then_some(STDOUT),
         // With a TTY everything arrives on stdout.

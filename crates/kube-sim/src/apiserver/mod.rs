@@ -51,6 +51,9 @@ pub struct ApiContext {
     pub gateway_api: bool,
     pub server_address: String,
     pub bookmark_interval: Duration,
+    /// The longest an attach waits, after its upgrade was answered, before
+    /// the container's stream is hooked up to it (see `attach`).
+    pub attach_delay: Duration,
     pub shutdown: CancellationToken,
 }
 

@@ -41,6 +41,10 @@ const BACKOFF_INITIAL: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How long an image "pull" of a known image takes.
 pub const DEFAULT_PULL_DELAY: Duration = Duration::from_millis(20);
+/// The longest a real apiserver takes, after answering an attach's upgrade,
+/// to dial the kubelet and have the runtime hook the container's stream up
+/// (one loopback round trip or two; a loaded node takes longer).
+pub const DEFAULT_ATTACH_DELAY: Duration = Duration::from_millis(5);
 /// Delay between ErrImagePull and the first ImagePullBackOff report.
 const PULL_ERROR_SETTLE: Duration = Duration::from_secs(1);
 

@@ -1,0 +1,889 @@
+//! Where a terminal's live attach stream joins the container log, so that
+//! every byte the container wrote reaches the session exactly once.
+//!
+//! What a real cluster guarantees, and what it does not:
+//!
+//! * An attach delivers what the container writes from the moment the
+//!   runtime hooks the stream up — and that moment is *after* the client got
+//!   its `101 Switching Protocols`: the apiserver answers the upgrade, then
+//!   dials the kubelet, which asks the runtime to attach. Nothing marks that
+//!   moment in the stream (the first, empty frame is sent before it). So a
+//!   log read made right after the upgrade may end before the attach begins
+//!   (bytes in between are in neither) or after it (bytes in both).
+//! * The log holds everything, but its lines are written by the runtime after
+//!   it read them: containerd stores each line without its `\r\n` / `\n` and
+//!   reads it back with `\n`, and keeps a line that has no end yet until it
+//!   gets one (or fills its buffer, or the container exits). Timestamps are
+//!   per line and from the node's clock, so they cannot tell where, inside a
+//!   line, an attach began, nor be compared with the runner's clock.
+//! * A log read *issued after* some attach bytes arrived holds those bytes
+//!   (they were written before they were sent), except an unfinished last
+//!   line.
+//!
+//! So the runner never guesses from timing. Until the attach's first bytes
+//! are placed in the log, the log is the source of output: it is read once
+//! the attach is open, once more a moment later, and at the end. When attach
+//! bytes arrive, a log read issued after them is searched for them — from
+//! where the output delivered before this attach ended, since that came
+//! before the attach was asked for. Line ends are compared the way the log
+//! keeps them (`\r`s before a `\n` dropped), and an unfinished last line may
+//! be missing from the log. When exactly one position fits, the attach's
+//! place is known: the log is relayed up to it, the attach from it, and the
+//! live stream from then on. While several fit (output that repeats itself)
+//! the log stays the source and the search is retried with more attach
+//! bytes; only when that keeps failing does the runner pick the last
+//! position that fits, which can repeat output but never drops it.
+
+use bytes::Bytes;
+
+/// How much of the delivered output's end is kept to find it again in a log
+/// read that does not start where the first one did (a rotated log).
+const DELIVERED_TAIL_BYTES: usize = 256;
+/// Searches for the attach's place before the last position that fits is
+/// taken (each costs one log read).
+pub const PLACEMENT_ATTEMPTS: u32 = 6;
+/// Attach bytes past which more of them are not expected to single out one
+/// position: output this long that fits in several places repeats itself.
+const DECISIVE_WINDOW_BYTES: usize = 64 * 1024;
+/// Attach bytes held while unplaced before they are relayed anyway.
+pub const MAX_WINDOW_BYTES: usize = 4 * 1024 * 1024;
+
+/// What reached the session so far — as much of it as is needed to find
+/// where it ends in a fresh read of the container log.
+#[derive(Debug, Default)]
+pub struct Delivered {
+    count: usize,
+    tail: Vec<u8>,
+}
+
+impl Delivered {
+    pub fn record(&mut self, bytes: &[u8]) {
+        self.count += bytes.len();
+        self.tail
+            .extend_from_slice(&bytes[bytes.len().saturating_sub(DELIVERED_TAIL_BYTES)..]);
+        let excess = self.tail.len().saturating_sub(DELIVERED_TAIL_BYTES);
+        self.tail.drain(..excess);
+    }
+
+    /// Where in `log` (the container's whole output, as read) the delivered
+    /// output ends: after as many bytes as were delivered when the log
+    /// agrees (the usual case), else after the last place its tail appears,
+    /// line ends compared as the log keeps them (output relayed from an
+    /// attach carries the `\r`s a CRI log drops, and a rotated log starts
+    /// later). `None` when the tail is nowhere in it.
+    pub fn position_in(&self, log: &[u8]) -> Option<usize> {
+        if self.count == 0 {
+            return Some(0);
+        }
+        if self.count <= log.len() && log[..self.count].ends_with(&self.tail) {
+            return Some(self.count);
+        }
+        let pattern = normalize(&self.tail);
+        if pattern.is_empty() {
+            return None;
+        }
+        let failure = failure_function(&pattern);
+        let mut matched = 0;
+        let mut end = None;
+        for symbol in Symbols::new(log) {
+            matched = advance(&pattern, &failure, matched, symbol.byte);
+            if matched == pattern.len() {
+                end = Some(symbol.end);
+                matched = failure[matched - 1];
+            }
+        }
+        // `\r`s that ended the tail were delivered too; in the log they come
+        // right after the match (or are absent from a CRI log).
+        let pending = trailing_crs(&self.tail);
+        end.map(|end| end + leading_crs(&log[end..]).min(pending))
+    }
+}
+
+/// Where the attach stream stands in the output.
+#[derive(Debug)]
+enum State {
+    /// Its place in the log is not known yet: the log is the source, and
+    /// what arrived live waits in `window`.
+    Unplaced,
+    /// Placed: live bytes pass, less what the log already delivered.
+    Placed(Skip),
+}
+
+/// One attach's join with the log.
+#[derive(Debug)]
+pub struct Splice {
+    /// Where the output delivered before this attach was asked for ends in
+    /// the log: the attach cannot start before it.
+    floor: Option<usize>,
+    /// Every byte the attach delivered, while it is unplaced.
+    window: Vec<u8>,
+    state: State,
+    attempts: u32,
+    /// Window length at the last search: a search with no more bytes would
+    /// find what the last one found.
+    searched: usize,
+    /// Whether the place was taken as the last that fits rather than found.
+    guessed: bool,
+    /// Whether the last search found the attach maybe wholly in a line the
+    /// log has not written yet.
+    beyond: bool,
+}
+
+impl Default for Splice {
+    fn default() -> Self {
+        Self {
+            floor: None,
+            window: Vec::new(),
+            state: State::Unplaced,
+            attempts: 0,
+            searched: 0,
+            guessed: false,
+            beyond: false,
+        }
+    }
+}
+
+impl Splice {
+    pub fn is_placed(&self) -> bool {
+        matches!(self.state, State::Placed(_))
+    }
+
+    /// Whether the attach's place was taken as the last position that fits
+    /// (output that repeats itself), not found.
+    pub fn guessed(&self) -> bool {
+        self.guessed
+    }
+
+    /// Whether the attach may have begun in a line the log holds back until
+    /// it ends (a prompt): only more output, or giving up, places it.
+    pub fn awaits_unfinished_line(&self) -> bool {
+        !self.is_placed() && self.beyond
+    }
+
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Attach bytes waiting to be placed.
+    pub fn window_len(&self) -> usize {
+        self.window.len()
+    }
+
+    /// Whether a log read now could place the attach: it is unplaced and
+    /// more of it arrived since the last search.
+    pub fn wants_search(&self) -> bool {
+        !self.is_placed() && self.window.len() > self.searched
+    }
+
+    /// Live output from the attach: what passes on once placed (nothing
+    /// while unplaced: it waits to be placed).
+    pub fn attach_output(&mut self, chunk: Bytes) -> Option<Bytes> {
+        match &mut self.state {
+            State::Placed(skip) => skip.pass(chunk),
+            State::Unplaced => {
+                self.window.extend_from_slice(&chunk);
+                None
+            }
+        }
+    }
+
+    /// A read of the whole log, issued once `window_at_issue` attach bytes
+    /// had arrived (0: the read after the upgrade, a settling read or the
+    /// last one). `decide`: the attach has waited long enough — take the
+    /// last place that fits if none is certain. Returns what to relay, in
+    /// order.
+    pub fn log_read(
+        &mut self,
+        log: &[u8],
+        delivered: &Delivered,
+        window_at_issue: usize,
+        decide: bool,
+    ) -> Vec<Bytes> {
+        if self.is_placed() {
+            return Vec::new();
+        }
+        let at = delivered.position_in(log);
+        // The first read of this attach: nothing was relayed since the
+        // attach was asked for, so what was relayed precedes it.
+        let floor = *self.floor.get_or_insert(at.unwrap_or(log.len()));
+        let window_at_issue = window_at_issue.min(self.window.len());
+        if window_at_issue > self.searched || (decide && window_at_issue > 0) {
+            self.attempts += 1;
+            self.searched = window_at_issue;
+            let last_try = decide
+                || self.attempts >= PLACEMENT_ATTEMPTS
+                || window_at_issue >= DECISIVE_WINDOW_BYTES;
+            let located = locate(log, floor.min(log.len()), &self.window[..window_at_issue]);
+            self.beyond = matches!(located, Located::Beyond { .. });
+            match located {
+                Located::Unique(start) => return self.place(log, start, at),
+                Located::Ambiguous { last } | Located::Beyond { end: last } if last_try => {
+                    self.guessed = true;
+                    return self.place(log, last, at);
+                }
+                Located::Nowhere if last_try => {
+                    // The log does not hold what the attach delivered (it
+                    // was rotated away): the attach is all there is.
+                    self.guessed = true;
+                    let after = at.unwrap_or(log.len());
+                    return self.place(log, after, Some(after));
+                }
+                Located::Ambiguous { .. } | Located::Beyond { .. } | Located::Nowhere => {}
+            }
+        }
+        match at {
+            Some(at) if at < log.len() => vec![Bytes::copy_from_slice(&log[at..])],
+            _ => Vec::new(),
+        }
+    }
+
+    /// No log to place the attach in (it cannot be read, or too much
+    /// arrived live meanwhile): what arrived live is relayed as it is, after
+    /// what was relayed.
+    pub fn place_unseen(&mut self) -> Vec<Bytes> {
+        if self.is_placed() {
+            return Vec::new();
+        }
+        self.guessed = true;
+        self.state = State::Placed(Skip::default());
+        self.take_window().into_iter().collect()
+    }
+
+    /// The attach starts at `start` in `log`; what was relayed ends at `at`.
+    fn place(&mut self, log: &[u8], start: usize, at: Option<usize>) -> Vec<Bytes> {
+        // The attach may begin between the `\r` and the `\n` of a line end
+        // that the log holds whole.
+        let start = start + leading_crs(&log[start..]).saturating_sub(leading_crs(&self.window));
+        let at = at.unwrap_or(start);
+        let mut out = Vec::new();
+        let skip = if at <= start {
+            if at < start {
+                out.push(Bytes::copy_from_slice(&log[at..start]));
+            }
+            Skip::default()
+        } else {
+            let relayed = &log[start..at];
+            Skip::new(Symbols::new(relayed).count(), trailing_crs(relayed))
+        };
+        self.state = State::Placed(skip);
+        out.extend(self.take_window());
+        out
+    }
+
+    fn take_window(&mut self) -> Option<Bytes> {
+        let window = Bytes::from(std::mem::take(&mut self.window));
+        match &mut self.state {
+            State::Placed(skip) if !window.is_empty() => skip.pass(window),
+            _ => None,
+        }
+    }
+}
+
+/// Where the attach's first bytes are in a log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Located {
+    /// At this offset, and nowhere else.
+    Unique(usize),
+    /// In several places (or in one, and maybe past the log's end); `last`
+    /// is the last of them.
+    Ambiguous {
+        last: usize,
+    },
+    /// Maybe past the log's end, in the line it has not written yet: where
+    /// in that line the attach began cannot be told. `end` is the log's end.
+    Beyond {
+        end: usize,
+    },
+    Nowhere,
+}
+
+/// Where in `log`, at `floor` or later, `window` (what an attach delivered
+/// from its start) begins. Line ends are compared as a CRI log keeps them.
+/// A log that ends with a complete line may hold back an unfinished one, so
+/// the window may also run past the log's end by a stretch with no line end
+/// in it: after a part that ends the log (then it is placed), or wholly
+/// (then only more output can tell where).
+pub fn locate(log: &[u8], floor: usize, window: &[u8]) -> Located {
+    let pattern = normalize(window);
+    let text = &log[floor..];
+    if pattern.is_empty() {
+        return Located::Beyond { end: log.len() };
+    }
+    let failure = failure_function(&pattern);
+    let mut matched = 0;
+    let mut symbols = 0;
+    let mut candidates = 0usize;
+    let mut first = None;
+    let mut last = None;
+    for symbol in Symbols::new(text) {
+        matched = advance(&pattern, &failure, matched, symbol.byte);
+        symbols += 1;
+        if matched == pattern.len() {
+            candidates += 1;
+            first.get_or_insert(symbols - pattern.len());
+            last = Some(symbols - pattern.len());
+            matched = failure[matched - 1];
+        }
+    }
+    let mut beyond = false;
+    if log.last() == Some(&b'\n') {
+        // Its first `overlap` symbols end the log; the rest is the line the
+        // log has not written yet (so no line end in it), which then began
+        // after the attach did.
+        let mut overlap = matched;
+        while overlap > 0 {
+            if !pattern[overlap..].contains(&b'\n') {
+                candidates += 1;
+                // Later than any full match, and later for a shorter overlap.
+                let start = symbols - overlap;
+                first.get_or_insert(start);
+                last = Some(start);
+            }
+            overlap = failure[overlap - 1];
+        }
+        // Or all of it is in that line.
+        beyond = !pattern.contains(&b'\n');
+    }
+    let offset = |symbol: usize| floor + symbol_offset(text, symbol);
+    match (candidates, beyond, first, last) {
+        (0, true, _, _) => Located::Beyond { end: log.len() },
+        (1, false, Some(only), _) => Located::Unique(offset(only)),
+        (_, true, _, _) => Located::Ambiguous { last: log.len() },
+        (_, false, _, Some(last)) => Located::Ambiguous { last: offset(last) },
+        _ => Located::Nowhere,
+    }
+}
+
+/// Drops what the log already relayed from the start of the live stream:
+/// `symbols` bytes as the log counts them, then up to `crs` `\r`s (the log
+/// relayed a line end's `\r` without its `\n`).
+#[derive(Debug, Default)]
+struct Skip {
+    symbols: usize,
+    crs: usize,
+    /// `\r`s seen while skipping whose meaning waits on the next byte.
+    held: usize,
+}
+
+impl Skip {
+    fn new(symbols: usize, crs: usize) -> Self {
+        Self {
+            symbols,
+            crs,
+            held: 0,
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.symbols == 0 && self.crs == 0 && self.held == 0
+    }
+
+    fn pass(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if self.done() {
+            return (!chunk.is_empty()).then_some(chunk);
+        }
+        let mut kept: Vec<u8> = Vec::new();
+        for (i, &byte) in chunk.iter().enumerate() {
+            if self.symbols > 0 {
+                match byte {
+                    b'\r' => self.held += 1,
+                    // A line end: its `\r`s and the `\n` are one symbol.
+                    b'\n' => {
+                        self.held = 0;
+                        self.symbols -= 1;
+                    }
+                    _ => {
+                        let count = self.held + 1;
+                        if self.symbols >= count {
+                            self.symbols -= count;
+                            self.held = 0;
+                        } else {
+                            // Skipping ends among the held `\r`s.
+                            let left = self.held - self.symbols;
+                            let kept_crs = left - left.min(self.crs);
+                            kept.extend(std::iter::repeat_n(b'\r', kept_crs));
+                            self.symbols = 0;
+                            self.crs = 0;
+                            self.held = 0;
+                            kept.extend_from_slice(&chunk[i..]);
+                            return Some(Bytes::from(kept));
+                        }
+                    }
+                }
+                continue;
+            }
+            if byte == b'\r' && self.crs > 0 {
+                self.crs -= 1;
+                continue;
+            }
+            self.crs = 0;
+            if kept.is_empty() {
+                return Some(chunk.slice(i..));
+            }
+            kept.extend_from_slice(&chunk[i..]);
+            return Some(Bytes::from(kept));
+        }
+        (!kept.is_empty()).then(|| Bytes::from(kept))
+    }
+}
+
+/// One byte of output as a CRI log keeps it, and the raw bytes it stands
+/// for.
+#[derive(Debug, Clone, Copy)]
+struct Symbol {
+    byte: u8,
+    start: usize,
+    end: usize,
+}
+
+/// The bytes of `raw` as a CRI log keeps them: `\r`s right before a `\n`
+/// dropped. `\r`s at the very end are left out, since a `\n` may follow.
+struct Symbols<'a> {
+    raw: &'a [u8],
+    at: usize,
+    /// `\r`s of a run known not to end a line, still to yield.
+    crs: usize,
+}
+
+impl<'a> Symbols<'a> {
+    fn new(raw: &'a [u8]) -> Self {
+        Self { raw, at: 0, crs: 0 }
+    }
+}
+
+impl Iterator for Symbols<'_> {
+    type Item = Symbol;
+
+    fn next(&mut self) -> Option<Symbol> {
+        let start = self.at;
+        if self.crs > 0 {
+            self.crs -= 1;
+            self.at += 1;
+            return Some(Symbol {
+                byte: b'\r',
+                start,
+                end: self.at,
+            });
+        }
+        let byte = *self.raw.get(start)?;
+        if byte != b'\r' {
+            self.at += 1;
+            return Some(Symbol {
+                byte,
+                start,
+                end: self.at,
+            });
+        }
+        let run = leading_crs(&self.raw[start..]);
+        match self.raw.get(start + run) {
+            None => None,
+            Some(b'\n') => {
+                self.at = start + run + 1;
+                Some(Symbol {
+                    byte: b'\n',
+                    start,
+                    end: self.at,
+                })
+            }
+            Some(_) => {
+                self.crs = run - 1;
+                self.at += 1;
+                Some(Symbol {
+                    byte: b'\r',
+                    start,
+                    end: self.at,
+                })
+            }
+        }
+    }
+}
+
+fn normalize(raw: &[u8]) -> Vec<u8> {
+    Symbols::new(raw).map(|symbol| symbol.byte).collect()
+}
+
+/// The raw offset in `raw` where its `symbol`-th symbol starts (its end when
+/// there are no more).
+fn symbol_offset(raw: &[u8], symbol: usize) -> usize {
+    let mut end = 0;
+    for (index, s) in Symbols::new(raw).enumerate() {
+        if index == symbol {
+            return s.start;
+        }
+        end = s.end;
+    }
+    end
+}
+
+fn leading_crs(bytes: &[u8]) -> usize {
+    bytes.iter().take_while(|&&b| b == b'\r').count()
+}
+
+fn trailing_crs(bytes: &[u8]) -> usize {
+    bytes.iter().rev().take_while(|&&b| b == b'\r').count()
+}
+
+fn failure_function(pattern: &[u8]) -> Vec<usize> {
+    let mut failure = vec![0usize; pattern.len()];
+    let mut k = 0;
+    for i in 1..pattern.len() {
+        while k > 0 && pattern[i] != pattern[k] {
+            k = failure[k - 1];
+        }
+        if pattern[i] == pattern[k] {
+            k += 1;
+        }
+        failure[i] = k;
+    }
+    failure
+}
+
+/// One Knuth–Morris–Pratt step: how much of `pattern` is matched after
+/// `byte`, `matched` (less than the whole) having been before.
+fn advance(pattern: &[u8], failure: &[usize], mut matched: usize, byte: u8) -> usize {
+    while matched > 0 && byte != pattern[matched] {
+        matched = failure[matched - 1];
+    }
+    if byte == pattern[matched] {
+        matched += 1;
+    }
+    matched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CRI log of `output` as far as it was written: line ends kept as
+    /// `\n`, an unfinished last line held back.
+    fn cri_log(output: &[u8]) -> Vec<u8> {
+        let complete = output
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let mut log = Vec::new();
+        for line in output[..complete].split_inclusive(|&b| b == b'\n') {
+            let body = &line[..line.len() - 1];
+            let body = body.strip_suffix(b"\r").unwrap_or(body);
+            log.extend_from_slice(body);
+            log.push(b'\n');
+        }
+        log
+    }
+
+    #[test]
+    fn the_log_keeps_line_ends_without_their_carriage_returns() {
+        assert_eq!(normalize(b"a\r\nb\nc\rd\r\r\ne\r"), b"a\nb\nc\rd\ne");
+        assert_eq!(cri_log(b"a\r\nb\r\r\nc"), b"a\nb\r\n");
+        assert_eq!(symbol_offset(b"a\r\nb", 1), 1);
+        assert_eq!(symbol_offset(b"a\r\nb", 2), 3);
+        assert_eq!(symbol_offset(b"a\r\nb", 3), 4);
+    }
+
+    #[test]
+    fn distinct_output_is_found_once() {
+        let log = b"line 1\r\nline 2\r\nline 3\r\n";
+        assert_eq!(locate(log, 0, b"line 2\r\n"), Located::Unique(8));
+        assert_eq!(locate(log, 0, b"line 1\r\nline 2"), Located::Unique(0));
+        // As a CRI log keeps it.
+        assert_eq!(locate(&cri_log(log), 0, b"line 3\r\n"), Located::Unique(14));
+    }
+
+    #[test]
+    fn repeated_output_is_ambiguous_unless_the_floor_rules_it_out() {
+        let log = b"> \r\n> \r\n> ";
+        assert_eq!(locate(log, 0, b"> "), Located::Ambiguous { last: 8 });
+        assert_eq!(locate(log, 5, b"> "), Located::Unique(8));
+    }
+
+    #[test]
+    fn an_unfinished_line_may_be_missing_from_a_log_that_ends_a_line() {
+        // The attach got the prompt; the CRI log has not written it.
+        // Where in that line it began cannot be told.
+        assert_eq!(
+            locate(b"banner\n", 0, b"prompt> "),
+            Located::Beyond { end: 7 }
+        );
+        // Unless part of it ends the log.
+        assert_eq!(locate(b"banner\n", 0, b"ner\nprompt> "), Located::Unique(3));
+        // A log that shows an unfinished line holds nothing back.
+        assert_eq!(
+            locate(b"banner\r\nprompt> ", 0, b"prompt> "),
+            Located::Unique(8)
+        );
+        // Output with a line end cannot be held back whole.
+        assert_eq!(locate(b"banner\n", 0, b"next\r\n"), Located::Nowhere);
+    }
+
+    #[test]
+    fn the_delivered_output_is_found_in_a_log_that_dropped_its_carriage_returns() {
+        let mut delivered = Delivered::default();
+        delivered.record(b"line 1\r\nline 2\r\n");
+        assert_eq!(delivered.position_in(b"line 1\r\nline 2\r\nmore"), Some(16));
+        assert_eq!(delivered.position_in(b"line 1\nline 2\nmore"), Some(14));
+        assert_eq!(delivered.position_in(b"other"), None);
+        let mut half = Delivered::default();
+        half.record(b"line 1\r");
+        assert_eq!(half.position_in(b"line 1\r\nx"), Some(7));
+        assert_eq!(half.position_in(b"line 1\nx"), Some(6));
+    }
+
+    fn apply(parts: Vec<Bytes>, out: &mut Vec<u8>, delivered: &mut Delivered) {
+        for part in parts {
+            delivered.record(&part);
+            out.extend_from_slice(&part);
+        }
+    }
+
+    /// The relay of one attach over `output` written in `chunks`, the attach
+    /// hooked up from chunk `attached`, the first log read made after chunk
+    /// `first_read`, and each attach chunk searched for in a log read made
+    /// `lag[i]` chunks after it arrived. Returns what was relayed and
+    /// whether the place was guessed.
+    fn relay(
+        chunks: &[Vec<u8>],
+        attached: usize,
+        first_read: usize,
+        lag: &[usize],
+        cri: bool,
+    ) -> (Vec<u8>, bool) {
+        // The log after `n` chunks; at the end (the container exited) a CRI
+        // log writes its unfinished last line too.
+        let log_after = |n: usize| {
+            let written: Vec<u8> = chunks[..n.min(chunks.len())].concat();
+            match (cri, n >= chunks.len()) {
+                (false, _) => written,
+                (true, false) => cri_log(&written),
+                (true, true) => {
+                    let complete = written
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1);
+                    [cri_log(&written), written[complete..].to_vec()].concat()
+                }
+            }
+        };
+        let mut delivered = Delivered::default();
+        let mut out = Vec::new();
+        let mut splice = Splice::default();
+        // Reads are made one after the other: none sees less than the last.
+        let mut last_read = first_read;
+        let parts = splice.log_read(&log_after(first_read), &delivered, 0, false);
+        apply(parts, &mut out, &mut delivered);
+        for (i, chunk) in chunks.iter().enumerate().skip(attached) {
+            if let Some(live) = splice.attach_output(Bytes::from(chunk.clone())) {
+                apply(vec![live], &mut out, &mut delivered);
+            }
+            if splice.wants_search() {
+                last_read = last_read.max(i + 1 + lag.get(i).copied().unwrap_or(0));
+                let read = last_read;
+                let n = splice.window_len();
+                let parts = splice.log_read(&log_after(read), &delivered, n, false);
+                apply(parts, &mut out, &mut delivered);
+            }
+        }
+        if !splice.is_placed() {
+            let parts = splice.log_read(&log_after(chunks.len()), &delivered, 0, false);
+            apply(parts, &mut out, &mut delivered);
+        }
+        (out, splice.guessed())
+    }
+
+    #[test]
+    fn start_output_racing_the_attach_is_relayed_once() {
+        let chunks: Vec<Vec<u8>> = (1..=3)
+            .map(|n| format!("line {n}\r\n").into_bytes())
+            .collect();
+        let whole = chunks.concat();
+        for attached in 0..=3 {
+            for first_read in 0..=3 {
+                for lag in 0..3 {
+                    for cri in [false, true] {
+                        let (out, guessed) = relay(&chunks, attached, first_read, &[lag; 3], cri);
+                        assert!(!guessed);
+                        if cri {
+                            assert_eq!(
+                                normalize(&out),
+                                normalize(&whole),
+                                "{attached} {first_read} {lag}"
+                            );
+                        } else {
+                            assert_eq!(out, whole, "{attached} {first_read} {lag}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn skipping_the_relayed_part_handles_a_line_end_cut_in_two() {
+        let mut skip = Skip::new(1, 1);
+        // "a" then "\r" were relayed from the log; the live stream repeats
+        // them and goes on with "\n".
+        assert_eq!(skip.pass(Bytes::from_static(b"a\r")), None);
+        assert_eq!(
+            skip.pass(Bytes::from_static(b"\nb")).as_deref(),
+            Some(&b"\nb"[..])
+        );
+        let mut across = Skip::new(3, 0);
+        assert_eq!(across.pass(Bytes::from_static(b"x\r")), None);
+        assert_eq!(
+            across.pass(Bytes::from_static(b"\nyz")).as_deref(),
+            Some(&b"z"[..])
+        );
+    }
+
+    /// Everything happens in an order `steps` picks: the workload writes a
+    /// chunk, the attach delivers the next chunk it carries (those from
+    /// `attached` on), a log read is issued (the first one right after the
+    /// upgrade, the others to place the attach, once it delivered more), or
+    /// the read in flight returns the log as it is then.
+    fn relay_in_order(
+        chunks: &[Vec<u8>],
+        attached: usize,
+        steps: &[u8],
+        cri: bool,
+    ) -> (Vec<u8>, bool) {
+        let log_of = |written: usize, exited: bool| {
+            let written: Vec<u8> = chunks[..written].concat();
+            if !cri {
+                return written;
+            }
+            let complete = written
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let tail = if exited {
+                written[complete..].to_vec()
+            } else {
+                Vec::new()
+            };
+            [cri_log(&written), tail].concat()
+        };
+        let mut delivered = Delivered::default();
+        let mut out = Vec::new();
+        let mut splice = Splice::default();
+        let (mut written, mut arrived) = (0, attached);
+        let mut first_read_done = false;
+        let mut in_flight: Option<usize> = None;
+        for &step in steps {
+            match step % 4 {
+                0 if written < chunks.len() => written += 1,
+                1 if arrived < written => {
+                    if let Some(live) = splice.attach_output(Bytes::from(chunks[arrived].clone())) {
+                        apply(vec![live], &mut out, &mut delivered);
+                    }
+                    arrived += 1;
+                }
+                2 if in_flight.is_none() && (!first_read_done || splice.wants_search()) => {
+                    in_flight = Some(if first_read_done {
+                        splice.window_len()
+                    } else {
+                        0
+                    });
+                    first_read_done = true;
+                }
+                3 => {
+                    if let Some(window) = in_flight.take() {
+                        let parts =
+                            splice.log_read(&log_of(written, false), &delivered, window, false);
+                        apply(parts, &mut out, &mut delivered);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(window) = in_flight.take() {
+            let parts = splice.log_read(&log_of(written, false), &delivered, window, false);
+            apply(parts, &mut out, &mut delivered);
+        }
+        // The container writes the rest and exits; the attach delivers it.
+        written = chunks.len();
+        while arrived < written {
+            if let Some(live) = splice.attach_output(Bytes::from(chunks[arrived].clone())) {
+                apply(vec![live], &mut out, &mut delivered);
+            }
+            arrived += 1;
+        }
+        if !splice.is_placed() {
+            let parts = splice.log_read(&log_of(written, true), &delivered, 0, false);
+            apply(parts, &mut out, &mut delivered);
+        }
+        (out, splice.guessed())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Whatever the output (repeats, line ends, carriage returns), the
+        /// timing of the attach and of the log reads: a place that was found
+        /// relays every byte exactly once.
+        #[test]
+        fn a_found_place_relays_everything_once(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::sample::select(vec![b'a', b'b', b'\r', b'\n']), 1..6), 1..12),
+            attached in 0usize..12,
+            first_read in 0usize..12,
+            lag in proptest::collection::vec(0usize..4, 12),
+            cri in proptest::bool::ANY,
+        ) {
+            let attached = attached.min(chunks.len());
+            let whole = chunks.concat();
+            let (out, guessed) = relay(&chunks, attached, first_read, &lag, cri);
+            if !guessed {
+                if cri {
+                    // What came from the log has its line ends as the log
+                    // keeps them.
+                    proptest::prop_assert_eq!(normalize(&out), normalize(&whole));
+                } else {
+                    proptest::prop_assert_eq!(out, whole);
+                }
+            }
+        }
+
+        /// The same, with reads and attach bytes interleaved every way.
+        #[test]
+        fn a_found_place_relays_everything_once_in_any_order(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::sample::select(vec![b'a', b'b', b'\r', b'\n']), 1..6), 1..10),
+            attached in 0usize..10,
+            steps in proptest::collection::vec(0u8..4, 0..60),
+            cri in proptest::bool::ANY,
+        ) {
+            let attached = attached.min(chunks.len());
+            let whole = chunks.concat();
+            let (out, guessed) = relay_in_order(&chunks, attached, &steps, cri);
+            if !guessed {
+                if cri {
+                    proptest::prop_assert_eq!(normalize(&out), normalize(&whole));
+                } else {
+                    proptest::prop_assert_eq!(out, whole);
+                }
+            }
+        }
+
+        /// Numbered lines never need a guess.
+        #[test]
+        fn numbered_lines_are_always_placed(
+            lines in 1usize..8,
+            attached in 0usize..8,
+            first_read in 0usize..8,
+            lag in proptest::collection::vec(0usize..4, 8),
+            steps in proptest::collection::vec(0u8..4, 0..40),
+            cri in proptest::bool::ANY,
+        ) {
+            let chunks: Vec<Vec<u8>> = (1..=lines).map(|n| format!("line {n}\r\n").into_bytes()).collect();
+            let whole = chunks.concat();
+            for (out, guessed) in [
+                relay(&chunks, attached.min(lines), first_read, &lag, cri),
+                relay_in_order(&chunks, attached.min(lines), &steps, cri),
+            ] {
+                proptest::prop_assert!(!guessed);
+                if cri {
+                    proptest::prop_assert_eq!(normalize(&out), normalize(&whole));
+                } else {
+                    proptest::prop_assert_eq!(&out, &whole);
+                }
+            }
+        }
+    }
+}
