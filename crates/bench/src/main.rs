@@ -33,6 +33,9 @@ enum Scenario {
     /// The real Telo kernel through the runner, cold and warm: hello-world
     /// and http-hello (needs the fixture installed, see `--telo`).
     RealKernel,
+    /// N sessions (C at a time, default 5) printing 3 numbered lines while
+    /// the terminal attaches: each line shown exactly once.
+    StartOutput,
     /// Every scenario in turn.
     All,
 }
@@ -46,6 +49,7 @@ impl Scenario {
             Scenario::Footprint => "footprint",
             Scenario::ApiserverLoad => "apiserver-load",
             Scenario::RealKernel => "real-kernel",
+            Scenario::StartOutput => "start-output",
             Scenario::All => "all",
         }
     }
@@ -60,7 +64,7 @@ struct Args {
     /// sessions per app, 8).
     #[arg(long)]
     sessions: Option<usize>,
-    /// Sessions started at once (default 50).
+    /// Sessions started at once (default 50; start-output 5).
     #[arg(long)]
     concurrency: Option<usize>,
     /// relay-throughput: bytes the workload writes (default 512 MiB).
@@ -168,6 +172,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Footprint,
             Scenario::ApiserverLoad,
             Scenario::RealKernel,
+            Scenario::StartOutput,
         ],
         one => vec![one],
     };
@@ -195,6 +200,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Footprint => scenarios::footprint::run(&ctx).await?,
             Scenario::ApiserverLoad => scenarios::apiserver_load::run(&ctx).await?,
             Scenario::RealKernel => scenarios::real_kernel::run(&ctx).await?,
+            Scenario::StartOutput => scenarios::start_output::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

@@ -6,6 +6,7 @@ pub mod footprint;
 pub mod real_kernel;
 pub mod relay;
 pub mod start_latency;
+pub mod start_output;
 
 use std::path::PathBuf;
 
