@@ -421,8 +421,9 @@ async fn relay_one_attach(
     // it carried nothing since before the settling read, which had all of
     // it.
     let relayed_all = splice.is_placed() || (settle_read_done && splice.window_len() == 0);
-    if !relayed_all && let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
-        relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
+    if !relayed_all {
+        let log = read_log_or_gap(pods, pod_name, sink).await;
+        relay(splice.finish(log.as_deref(), delivered), delivered, sink);
     }
     ended_rx.await.unwrap_or(false)
 }
