@@ -65,6 +65,11 @@ impl Delivered {
         self.tail.drain(..excess);
     }
 
+    /// The last bytes delivered.
+    pub fn tail(&self) -> &[u8] {
+        &self.tail
+    }
+
     /// Where in `log` (the container's whole output, as read) the delivered
     /// output ends: after as many bytes as were delivered when the log
     /// agrees (the usual case), else after the last place its tail appears,
@@ -237,6 +242,41 @@ impl Splice {
         }
     }
 
+    /// The attach stream is over; `log` is a read made after it (`None`: it
+    /// could not be read). Relays what is left: the log's rest when it
+    /// holds what came live, else — the pod and its log are gone (a stopped
+    /// session), or the log lost it — what came live, less the stretch of
+    /// it that the relayed output already ends with.
+    pub fn finish(&mut self, log: Option<&[u8]>, delivered: &Delivered) -> Vec<Bytes> {
+        if self.is_placed() {
+            return Vec::new();
+        }
+        if let Some(log) = log.filter(|log| !log.is_empty()) {
+            let at = delivered.position_in(log);
+            let floor = *self.floor.get_or_insert(at.unwrap_or(log.len()));
+            if self.window.is_empty() {
+                return self.log_read(log, delivered, 0, false);
+            }
+            match locate(log, floor.min(log.len()), &self.window) {
+                Located::Unique(start) => return self.place(log, start, at),
+                // The log holds it all (the rest of an unfinished line comes
+                // with the next read, after a re-attach).
+                Located::Ambiguous { .. } | Located::Beyond { .. } => {
+                    return self.log_read(log, delivered, 0, false);
+                }
+                Located::Nowhere => {}
+            }
+        }
+        if self.window.is_empty() {
+            return Vec::new();
+        }
+        self.guessed = true;
+        let tail = delivered.tail();
+        let overlap = longest_overlap(tail, &self.window);
+        self.state = State::Placed(Skip::new(overlap, trailing_crs(tail)));
+        self.take_window().into_iter().collect()
+    }
+
     /// No log to place the attach in (it cannot be read, or too much
     /// arrived live meanwhile): what arrived live is relayed as it is, after
     /// what was relayed.
@@ -352,6 +392,28 @@ pub fn locate(log: &[u8], floor: usize, window: &[u8]) -> Located {
         (_, false, _, Some(last)) => Located::Ambiguous { last: offset(last) },
         _ => Located::Nowhere,
     }
+}
+
+/// How many symbols (as a CRI log counts them) of `window`'s start `tail`
+/// ends with, the longest such stretch.
+fn longest_overlap(tail: &[u8], window: &[u8]) -> usize {
+    let pattern = normalize(window);
+    if pattern.is_empty() {
+        return 0;
+    }
+    let failure = failure_function(&pattern);
+    let mut matched = 0;
+    let mut symbols = Symbols::new(tail).peekable();
+    while let Some(symbol) = symbols.next() {
+        matched = advance(&pattern, &failure, matched, symbol.byte);
+        if matched == pattern.len() {
+            if symbols.peek().is_none() {
+                return matched;
+            }
+            matched = failure[matched - 1];
+        }
+    }
+    matched
 }
 
 /// Drops what the log already relayed from the start of the live stream:
@@ -683,7 +745,7 @@ mod tests {
             }
         }
         if !splice.is_placed() {
-            let parts = splice.log_read(&log_after(chunks.len()), &delivered, 0, false);
+            let parts = splice.finish(Some(&log_after(chunks.len())), &delivered);
             apply(parts, &mut out, &mut delivered);
         }
         (out, splice.guessed())
@@ -714,6 +776,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_pod_gone_before_the_attach_was_placed_still_relays_what_came_live() {
+        let mut delivered = Delivered::default();
+        let mut splice = Splice::default();
+        let parts = splice.log_read(b"up\r\n", &delivered, 0, false);
+        for part in &parts {
+            delivered.record(part);
+        }
+        splice.attach_output(Bytes::from_static(b"up\r\nStopped listening\r\n"));
+        // The stop deleted the pod: its log is gone.
+        let rest = splice.finish(Some(b""), &delivered);
+        assert_eq!(rest.concat(), b"Stopped listening\r\n");
+        let mut other = Splice::default();
+        other.log_read(b"up\r\n", &Delivered::default(), 0, false);
+        other.attach_output(Bytes::from_static(b"bye\r\n"));
+        assert_eq!(other.finish(None, &delivered).concat(), b"bye\r\n");
+    }
+
+    #[test]
+    fn at_the_end_a_log_that_holds_everything_is_relayed_from() {
+        let mut delivered = Delivered::default();
+        let mut splice = Splice::default();
+        for part in splice.log_read(b"> ", &delivered, 0, false) {
+            delivered.record(&part);
+        }
+        // Ambiguous: "> " is in the log twice past the floor.
+        splice.attach_output(Bytes::from_static(b"> "));
+        let rest = splice.finish(Some(b"> > > "), &delivered);
+        assert_eq!(rest.concat(), b"> > ");
     }
 
     #[test]
@@ -807,7 +900,7 @@ mod tests {
             arrived += 1;
         }
         if !splice.is_placed() {
-            let parts = splice.log_read(&log_of(written, true), &delivered, 0, false);
+            let parts = splice.finish(Some(&log_of(written, true)), &delivered);
             apply(parts, &mut out, &mut delivered);
         }
         (out, splice.guessed())

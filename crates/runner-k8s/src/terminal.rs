@@ -52,7 +52,10 @@ const ATTACH_ATTEMPTS: u32 = 4;
 const ATTACH_RETRY_DELAY: Duration = Duration::from_millis(100);
 /// When the log is read once more after an attach opened that has shown
 /// nothing: output written before the runtime hooked the stream up, and
-/// none after, is in no attach — only in the log.
+/// none after, is in no attach — only in the log. A runtime takes hold of
+/// the stream well within this (kube-sim: 5 ms; a cluster: a round trip to
+/// the kubelet), so an attach that stayed silent after this read needs no
+/// other.
 const SETTLE_READ_AFTER: Duration = Duration::from_millis(500);
 /// The wait before searching the log again for where the attach begins,
 /// doubling with each search (output that repeats itself).
@@ -332,6 +335,8 @@ async fn relay_one_attach(
     // One log read at a time.
     let mut reading: Option<BoxFuture<'_, LogRead>> = None;
     let mut settle_at = Some(opened + SETTLE_READ_AFTER);
+    // Whether the settling read was made (with nothing live yet).
+    let mut settled = false;
     let mut retry_at = opened;
     let mut first_live_at: Option<Instant> = None;
     loop {
@@ -346,6 +351,7 @@ async fn relay_one_attach(
                 Some((splice.window_len(), false))
             } else if splice.window_len() == 0 && settle_at.is_some_and(|at| now >= at) {
                 settle_at = None;
+                settled = true;
                 Some((0, false))
             } else {
                 None
@@ -409,12 +415,15 @@ async fn relay_one_attach(
             } => {}
         }
     }
+    let settle_read_done = settled && reading.is_none();
     drop(reading);
-    if !splice.is_placed() {
-        // The stream is over: the log now holds everything it carried.
-        if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
-            relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
-        }
+    // The stream is over: the log now holds everything it carried. Unless
+    // it carried nothing since before the settling read, which had all of
+    // it.
+    let relayed_all = splice.is_placed() || (settle_read_done && splice.window_len() == 0);
+    if !relayed_all {
+        let log = read_log_or_gap(pods, pod_name, sink).await;
+        relay(splice.finish(log.as_deref(), delivered), delivered, sink);
     }
     ended_rx.await.unwrap_or(false)
 }
