@@ -33,6 +33,9 @@ enum Scenario {
     /// The real Telo kernel through the runner, cold and warm: hello-world
     /// and http-hello (needs the fixture installed, see `--telo`).
     RealKernel,
+    /// N big bundles (default 6 × 23,500 files) started at once while
+    /// `/livez` is probed every 5 ms.
+    BigBundles,
     /// Every scenario in turn.
     All,
 }
@@ -46,6 +49,7 @@ impl Scenario {
             Scenario::Footprint => "footprint",
             Scenario::ApiserverLoad => "apiserver-load",
             Scenario::RealKernel => "real-kernel",
+            Scenario::BigBundles => "big-bundles",
             Scenario::All => "all",
         }
     }
@@ -69,6 +73,9 @@ struct Args {
     /// fanout: lines each session prints (default 100, one per 100 ms).
     #[arg(long)]
     lines: Option<u64>,
+    /// big-bundles: files in each bundle (default 23,500).
+    #[arg(long)]
+    files: Option<usize>,
     /// start-latency, apiserver-load: session containers as real fake-telo
     /// processes, or kube-sim's virtual containers (default: virtual).
     #[arg(long, value_enum)]
@@ -121,6 +128,7 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
         ("--concurrency", args.concurrency.map(|v| v.to_string())),
         ("--bytes", args.bytes.map(|v| v.to_string())),
         ("--lines", args.lines.map(|v| v.to_string())),
+        ("--files", args.files.map(|v| v.to_string())),
         ("--cold", args.cold.map(|v| v.to_string())),
         (
             "--telo",
@@ -151,6 +159,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
         cmd = format!("BENCH_SIM_NICE={nice} {cmd}");
     }
+    if let Ok(sandbox) = std::env::var("RUNNER_LOCAL_SANDBOX") {
+        cmd = format!("RUNNER_LOCAL_SANDBOX={sandbox} {cmd}");
+    }
     cmd
 }
 
@@ -168,6 +179,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Footprint,
             Scenario::ApiserverLoad,
             Scenario::RealKernel,
+            Scenario::BigBundles,
         ],
         one => vec![one],
     };
@@ -180,6 +192,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             concurrency: args.concurrency,
             bytes: args.bytes,
             lines: args.lines,
+            files: args.files,
             workloads: args.workloads,
             cold: args.cold,
             telo: args.telo.clone(),
@@ -195,6 +208,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::Footprint => scenarios::footprint::run(&ctx).await?,
             Scenario::ApiserverLoad => scenarios::apiserver_load::run(&ctx).await?,
             Scenario::RealKernel => scenarios::real_kernel::run(&ctx).await?,
+            Scenario::BigBundles => scenarios::big_bundles::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

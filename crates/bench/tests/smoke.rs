@@ -60,6 +60,7 @@ fn bin_dir() -> PathBuf {
 #[case::fanout(&["fanout", "--sessions", "3", "--lines", "5"])]
 #[case::footprint(&["footprint", "--sessions", "2"])]
 #[case::apiserver_load(&["apiserver-load", "--sessions", "3"])]
+#[case::big_bundles_local(&["big-bundles", "--sessions", "2", "--files", "200", "--backend", "local"])]
 #[case::real_kernel_local(&["real-kernel", "--cold", "1", "--sessions", "1", "--backend", "local"])]
 #[case::real_kernel_kubernetes(&["real-kernel", "--cold", "1", "--sessions", "1"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
