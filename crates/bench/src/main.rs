@@ -36,6 +36,9 @@ enum Scenario {
     /// N sessions (C at a time, default 5) printing 3 numbered lines while
     /// the terminal attaches: each line shown exactly once.
     StartOutput,
+    /// N big bundles (default 6 × 23,500 files) started at once while
+    /// `/livez` is probed every 5 ms.
+    BigBundles,
     /// Every scenario in turn.
     All,
 }
@@ -50,6 +53,7 @@ impl Scenario {
             Scenario::ApiserverLoad => "apiserver-load",
             Scenario::RealKernel => "real-kernel",
             Scenario::StartOutput => "start-output",
+            Scenario::BigBundles => "big-bundles",
             Scenario::All => "all",
         }
     }
@@ -73,6 +77,9 @@ struct Args {
     /// fanout: lines each session prints (default 100, one per 100 ms).
     #[arg(long)]
     lines: Option<u64>,
+    /// big-bundles: files in each bundle (default 23,500).
+    #[arg(long)]
+    files: Option<usize>,
     /// start-latency, apiserver-load: session containers as real fake-telo
     /// processes, or kube-sim's virtual containers (default: virtual).
     #[arg(long, value_enum)]
@@ -125,6 +132,7 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
         ("--concurrency", args.concurrency.map(|v| v.to_string())),
         ("--bytes", args.bytes.map(|v| v.to_string())),
         ("--lines", args.lines.map(|v| v.to_string())),
+        ("--files", args.files.map(|v| v.to_string())),
         ("--cold", args.cold.map(|v| v.to_string())),
         (
             "--telo",
@@ -155,6 +163,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
         cmd = format!("BENCH_SIM_NICE={nice} {cmd}");
     }
+    if let Ok(sandbox) = std::env::var("RUNNER_LOCAL_SANDBOX") {
+        cmd = format!("RUNNER_LOCAL_SANDBOX={sandbox} {cmd}");
+    }
     cmd
 }
 
@@ -173,6 +184,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::ApiserverLoad,
             Scenario::RealKernel,
             Scenario::StartOutput,
+            Scenario::BigBundles,
         ],
         one => vec![one],
     };
@@ -185,6 +197,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             concurrency: args.concurrency,
             bytes: args.bytes,
             lines: args.lines,
+            files: args.files,
             workloads: args.workloads,
             cold: args.cold,
             telo: args.telo.clone(),
@@ -201,6 +214,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::ApiserverLoad => scenarios::apiserver_load::run(&ctx).await?,
             Scenario::RealKernel => scenarios::real_kernel::run(&ctx).await?,
             Scenario::StartOutput => scenarios::start_output::run(&ctx).await?,
+            Scenario::BigBundles => scenarios::big_bundles::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

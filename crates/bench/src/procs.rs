@@ -290,6 +290,10 @@ impl Stack {
                     "RUNNER_LOCAL_WORK_DIR".into(),
                     dir.path().join("sessions").display().to_string(),
                 );
+                // To compare with and without the session sandbox.
+                if let Ok(sandbox) = std::env::var("RUNNER_LOCAL_SANDBOX") {
+                    env.insert("RUNNER_LOCAL_SANDBOX".into(), sandbox);
+                }
                 (None, None)
             }
         };

@@ -30,12 +30,15 @@ use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
 use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 use crate::session::{LocalSession, Supervision, supervise};
 use crate::spawner::on_spawner_thread;
-use crate::work_dir::{WorkDir, sweep_work_root};
+use crate::work_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
 use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
 
 /// The image name advertised (read-only) in the config schema: there is no
 /// image, the runner's host is the environment.
 pub const LOCAL_IMAGE: &str = "local";
+/// Bundles up to this many files are written at once, whatever else is
+/// being written (see `with_bulk_file_work`).
+pub const SMALL_BUNDLE_FILES: usize = 64;
 /// Stdin chunks queued for a session before further input is dropped.
 pub const STDIN_QUEUE_CHUNKS: usize = 256;
 const WORK_DIR_REMEDIATION: &str =
@@ -193,6 +196,11 @@ impl LocalBackend {
         let staged = tokio::task::spawn_blocking(move || {
             dir.create()?;
             match &bundle {
+                // Not for the one file of a small bundle: no waiting behind
+                // a big one.
+                Some(bundle) if bundle.files.len() > SMALL_BUNDLE_FILES => {
+                    with_bulk_file_work(|| dir.write_bundle(bundle))
+                }
                 Some(bundle) => dir.write_bundle(bundle),
                 None => Ok(()),
             }

@@ -31,8 +31,13 @@
 //!
 //! The cache lives under the work root, so runners with different roots never
 //! share one, and its name is not a session id, so the boot sweep keeps it.
-//! Sessions run as the runner's user and can already write into each other's
-//! directories, so a shared cache gives a session no access it did not have.
+//! It is the one writable place Telo sessions share: each session's sandbox
+//! shows it read-write beside the session's own directory, and nothing else
+//! of the work root. It holds nothing of the runner (no secret is ever
+//! written there), but a session can leave files in it that a later
+//! session's kernel loads — so one runner's sessions trust each other's
+//! kernels with the cache, and mutually untrusted users need separate
+//! runners (the price of not rebuilding every controller for every session).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! One module per scenario; each returns a [`Report`].
 
 pub mod apiserver_load;
+pub mod big_bundles;
 pub mod fanout;
 pub mod footprint;
 pub mod real_kernel;
@@ -23,6 +24,8 @@ pub struct Ctx {
     pub concurrency: Option<usize>,
     pub bytes: Option<u64>,
     pub lines: Option<u64>,
+    /// big-bundles: files in each bundle.
+    pub files: Option<usize>,
     /// start-latency / apiserver-load: what the session containers run.
     pub workloads: Option<Workloads>,
     /// real-kernel: cold samples per app, each on a freshly started runner.

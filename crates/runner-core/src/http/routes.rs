@@ -7,7 +7,10 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::body::read_json_body;
+use super::body::{off_the_runtime_when, read_json_body};
+
+/// Bundles with more files than this are checked on the blocking pool.
+const LARGE_BUNDLE_FILES: usize = 256;
 use super::error::ApiError;
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions, check_param};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
@@ -100,14 +103,26 @@ pub async fn create_session(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_json_body(&headers, body, &state.options).await?;
-    let request = validate_start_session(body).map_err(validation_error)?;
+    // Checking every path of a big bundle is CPU work the runtime must not do.
+    let large = body
+        .as_ref()
+        .and_then(|body| body["bundle"]["files"].as_array())
+        .is_some_and(|files| files.len() > LARGE_BUNDLE_FILES);
+    let request = off_the_runtime_when(large, move || {
+        validate_start_session(body).map_err(validation_error)
+    })
+    .await?;
     check_terms(&state.options, &headers)?;
-    let entry = normalize_bundle_path(&request.bundle.entry_relative_path)
-        .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
-    for file in &request.bundle.files {
-        normalize_bundle_path(&file.relative_path)
+    let (request, entry) = off_the_runtime_when(large, move || {
+        let entry = normalize_bundle_path(&request.bundle.entry_relative_path)
             .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
-    }
+        for file in &request.bundle.files {
+            normalize_bundle_path(&file.relative_path)
+                .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
+        }
+        Ok((request, entry))
+    })
+    .await?;
     state
         .registry
         .backend()
