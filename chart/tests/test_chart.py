@@ -200,15 +200,8 @@ def cluster(tmp_path: Path):
         # Keep reading so kube-sim never blocks on a full pipe.
         threading.Thread(target=proc.stdout.read, daemon=True).start()
         wait_for(kubeconfig.exists, "kube-sim's kubeconfig")
-        sim = Cluster(base=line.removeprefix("listening on "), kubeconfig=str(kubeconfig))
-        # kube-sim starts with the runner and session namespaces in place, as
-        # a runner's tests want. The chart creates them itself, and Helm will
-        # not take over objects another owner made, so start from none.
-        for ns in (RUNNER_NS, SESSION_NS):
-            sim.delete(f"/api/v1/namespaces/{ns}")
-            wait_for(lambda ns=ns: sim.get(f"/api/v1/namespaces/{ns}") is None,
-                     f"namespace {ns} to go")
-        yield sim
+        # A fresh kube-sim is a fresh cluster: the chart creates its namespaces.
+        yield Cluster(base=line.removeprefix("listening on "), kubeconfig=str(kubeconfig))
     finally:
         # SIGTERM lets kube-sim remove its sandbox directory; SIGKILL only if
         # it does not exit.
@@ -653,6 +646,40 @@ def test_default_terms_have_a_title_and_leave_the_version_to_the_runner(cluster)
     assert "RUNNER_TERMS_VERSION" not in env
     body = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/configmaps/{NAME}-terms")
     assert body["data"]["terms.md"] == default_values()["runner"]["terms"]["body"]
+
+
+def test_the_readme_install_lands_in_a_fresh_cluster_and_says_what_it_installed(cluster):
+    # README "Install with Helm": helm install telo-runner ./chart
+    #   --set image.repository=registry.example.com/telo-runner
+    release = cluster.install({"image": {"repository": "registry.example.com/telo-runner"}})
+    assert release["info"]["status"] == "deployed"
+    notes = release["info"]["notes"]
+    assert f"Runner     Deployment and Service {NAME} in namespace {RUNNER_NS}, port 8062" in notes
+    assert "image registry.example.com/telo-runner:" in notes
+    assert f"Sessions   pods in namespace {SESSION_NS} (created by this chart" in notes
+    assert "none: sessions are logs-only" in notes
+    assert f"kubectl -n {RUNNER_NS} port-forward service/{NAME} 8062:8062" in notes
+    assert "telo-runner run --runner http://127.0.0.1:8062 <application directory>" in notes
+    assert "{{" not in notes and "<no value>" not in notes
+    deployment(cluster)
+
+
+def test_the_notes_follow_the_values(cluster):
+    release = cluster.install({
+        "createNamespaces": True,
+        "sessionRouting": {"mode": "ingress", "baseDomain": "run.example.com",
+                           "ingress": {"className": "nginx"},
+                           "dataPlaneNamespace": "ingress-nginx"},
+        "runner": {"terms": {"enabled": True}, "orphanPolicy": "reap"},
+        "resourceQuota": {"enabled": False},
+    })
+    notes = release["info"]["notes"]
+    assert "session ports get hosts under run.example.com (mode ingress)" in notes
+    assert f"reached only from {RUNNER_NS} and ingress-nginx" in notes
+    assert "a restarted runner will reap the session pods it finds" in notes
+    assert 'clients must accept "Before you run" before their first session' in notes
+    assert "ResourceQuota" not in notes
+    assert "<no value>" not in notes
 
 
 def test_namespaces_are_left_alone_when_managed_elsewhere(cluster):

@@ -272,6 +272,7 @@ impl Stack {
                     .arg(&kubeconfig)
                     .arg("--fake-telo")
                     .arg(kernel)
+                    .args(["--namespace", "telo-sessions"])
                     .env("RUST_LOG", "error");
                 if workloads == Workloads::Virtual {
                     cmd.args(["--image", "telorun/node:*=virtual"]);

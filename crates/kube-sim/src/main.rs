@@ -47,6 +47,12 @@ struct Args {
     /// `NAME:default` marks it the cluster default.
     #[arg(long = "ingress-class", value_name = "NAME[:default]")]
     ingress_classes: Vec<String>,
+    /// Create this namespace at start (repeatable). A fresh kube-sim has a
+    /// new cluster's namespaces only (default, kube-system, kube-public,
+    /// kube-node-lease); a runner outside the cluster needs its session
+    /// namespace, e.g. `--namespace telo-sessions`.
+    #[arg(long = "namespace", value_name = "NAME")]
+    namespaces: Vec<String>,
 }
 
 #[tokio::main]
@@ -87,6 +93,9 @@ async fn main() -> anyhow::Result<()> {
             None => (class.as_str(), false),
         };
         builder = builder.ingress_class(name, default);
+    }
+    for name in &args.namespaces {
+        builder = builder.namespace(name);
     }
     let sim = builder.start().await?;
     sim.write_kubeconfig(&args.kubeconfig)

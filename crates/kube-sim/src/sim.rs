@@ -28,8 +28,11 @@ use crate::kubelet::images::{ImageBehaviour, ImageTable};
 use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
 use crate::stats::{Stats, StatsCollector};
 
-/// Namespaces every simulator starts with.
-pub const DEFAULT_NAMESPACES: &[&str] = &["default", "telo-runner", "telo-sessions"];
+/// Namespaces every simulator starts with: a new cluster's, nothing more, so
+/// an installer (Helm, the chart) finds what it would find on a real one.
+/// Whoever needs more creates them, as on a cluster ([`KubeSimBuilder::namespace`]).
+pub const DEFAULT_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

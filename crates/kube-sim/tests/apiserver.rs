@@ -661,5 +661,16 @@ async fn unknown_paths_are_404_and_list_kinds_are_named() {
         .iter()
         .map(|n| n["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, vec!["default", "telo-runner", "telo-sessions"]);
+    // A new cluster's namespaces, and the ones these tests create.
+    assert_eq!(
+        names,
+        vec![
+            "default",
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+            "telo-runner",
+            "telo-sessions"
+        ]
+    );
 }

@@ -145,7 +145,8 @@ fn kubectl_creates_watches_attaches_to_and_deletes_a_fake_telo_pod() {
     let server = Server::start();
     let (ok, out, err) = server.run(&["get", "namespaces"]);
     assert!(ok, "{err}");
-    for ns in ["default", "telo-runner", "telo-sessions"] {
+    // A fresh kube-sim is a fresh cluster.
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         assert!(out.contains(ns), "{out}");
     }
     let mut watch = server

@@ -970,17 +970,20 @@ impl SessionSink {
         });
     }
 
-    /// Opens the start gate after [`SILENT_START_FALLBACK`] unless something
-    /// opened it before.
+    /// Opens the start gate after its fallback ([`StartGate::fallback`])
+    /// unless something opened it before.
     fn arm_start_fallback(&self) {
         let Some(registry) = self.registry.upgrade() else {
             return;
         };
         let session = self.session.clone();
+        let after = lock(&session.gate)
+            .as_ref()
+            .map_or(SILENT_START_FALLBACK, StartGate::fallback);
         let ended = session.ended.clone();
         registry.tasks.spawn(async move {
             tokio::select! {
-                () = tokio::time::sleep(SILENT_START_FALLBACK) => {
+                () = tokio::time::sleep(after) => {
                     session.signal_gate(GateSignal::FallbackElapsed);
                 }
                 () = ended.cancelled() => {}

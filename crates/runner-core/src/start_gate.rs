@@ -11,9 +11,10 @@
 //! - the workload's first output (sessions without `inspect`: the kernel
 //!   prints nothing before it has loaded the application);
 //! - one of the session's ports answering;
-//! - [`SILENT_START_FALLBACK`] after the backend reported `running`, for a
-//!   workload that says nothing at all — unless its debug stream is talking,
-//!   in which case the kernel will say `Kernel.Started` itself.
+//! - [`SILENT_START_FALLBACK`] after the backend reported `running`
+//!   ([`INSPECT_START_FALLBACK`] with `inspect`), for a workload that says
+//!   nothing at all — unless its debug stream is talking, in which case the
+//!   kernel will say `Kernel.Started` itself.
 //!
 //! A workload that ends before any of these never was `running`: its status
 //! goes from `starting` to its terminal status. Sessions adopted from a
@@ -28,6 +29,13 @@ use crate::types::{ReachabilityState, RunEvent, RunStatus};
 /// How long a workload that neither prints nor answers on a port, and whose
 /// debug stream says nothing, stays `starting` after its process started.
 pub const SILENT_START_FALLBACK: Duration = Duration::from_secs(3);
+
+/// The same, for a session run with `inspect` (the editor's): its kernel was
+/// asked for a debug stream and will say `Kernel.Started` on it, and the Telo
+/// kernel, a Node.js program, can take longer than [`SILENT_START_FALLBACK`]
+/// to open it on a busy host. Announcing `running` before the kernel has
+/// loaded the application would tell the editor the app is up when it is not.
+pub const INSPECT_START_FALLBACK: Duration = Duration::from_secs(10);
 
 /// The debug-stream event a kernel sends once its application has started.
 pub const KERNEL_STARTED: &str = "Kernel.Started";
@@ -79,6 +87,16 @@ impl StartGate {
             port_reachable: false,
             debug_stream_seen: false,
             fallback_elapsed: false,
+        }
+    }
+
+    /// How long after the backend's `running` a silent workload is
+    /// announced `running` anyway.
+    pub fn fallback(&self) -> Duration {
+        if self.inspect {
+            INSPECT_START_FALLBACK
+        } else {
+            SILENT_START_FALLBACK
         }
     }
 
@@ -218,6 +236,13 @@ mod tests {
             gate.signal(GateSignal::DebugFrame { started: true }),
             Some(Admission::Open(vec![status(running())]))
         );
+    }
+
+    #[test]
+    fn a_kernel_asked_for_its_debug_stream_gets_longer_to_open_it() {
+        assert_eq!(StartGate::new(false).fallback(), SILENT_START_FALLBACK);
+        assert_eq!(StartGate::new(true).fallback(), INSPECT_START_FALLBACK);
+        assert!(INSPECT_START_FALLBACK > SILENT_START_FALLBACK);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tracing::{Instrument, Span, error, info, warn};
 use crate::config::{LocalConfig, SandboxConfig};
 use crate::executable::resolve_executable;
 use crate::kernel_cache::KernelCache;
+use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
 use crate::process_group::{Members, ProcessGroup};
@@ -142,10 +143,7 @@ impl LocalBackend {
     fn telo_not_found_report(&self) -> AvailabilityReport {
         AvailabilityReport::Unavailable {
             message: format!("{}.", self.telo_not_found()),
-            remediation: Some(
-                "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
-                    .to_owned(),
-            ),
+            remediation: Some(TELO_NOT_FOUND_REMEDIATION.to_owned()),
         }
     }
 
@@ -180,8 +178,15 @@ impl LocalBackend {
                 Ok(app_argv(&program, command))
             }
             None => {
-                let telo = resolve_executable(&self.config.telo, &self.config.path)
-                    .ok_or_else(|| StartError::new("start", self.telo_not_found()))?;
+                let telo =
+                    resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
+                        // The session's own failure says what to do, as the
+                        // probe does: a user may never look at the probe.
+                        StartError::new(
+                            "start",
+                            format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
+                        )
+                    })?;
                 Ok(telo_argv(&telo, &spec.entry_relative_path, inspect_port))
             }
         }

@@ -67,6 +67,9 @@ impl KernelProblem {
     }
 }
 
+pub const TELO_NOT_FOUND_REMEDIATION: &str =
+    "Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable.";
+
 pub const NODE_REMEDIATION: &str = "Install Node.js 24 or newer, or set RUNNER_LOCAL_PATH so that the first node on it is version 24 or newer.";
 
 /// What a finished check says about the kernel: `None` when it is usable.

@@ -18,8 +18,8 @@ use tracing::{info, warn};
 
 use crate::kernel_cache::KernelCache;
 use crate::kernel_check::{
-    CheckEnd, KernelProblem, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST, SELF_CHECK_TIMEOUT, diagnose,
-    needs_newer_node, node_version, run_check,
+    CheckEnd, KernelProblem, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST, SELF_CHECK_TIMEOUT,
+    TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version, run_check,
 };
 use crate::kernel_fingerprint::KernelFingerprint;
 use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
@@ -120,8 +120,20 @@ impl KernelMonitor {
                 () = inner.shutdown.cancelled() => return,
                 health = inner.health() => health,
             };
-            if health == KernelHealth::Missing {
-                warn!(telo = %inner.telo, "the Telo CLI was not found; sessions will fail until it is installed or RUNNER_LOCAL_TELO points at it");
+            // The first run must not be the first place a broken kernel
+            // shows: say so at boot, with what to do.
+            match &health {
+                KernelHealth::Missing => warn!(
+                    telo = %inner.telo,
+                    "the Telo CLI '{}' was not found; Telo sessions will fail until it is there. {TELO_NOT_FOUND_REMEDIATION}",
+                    inner.telo
+                ),
+                KernelHealth::Unusable(problem) => warn!(
+                    telo = %inner.telo,
+                    "Telo sessions will fail: {}",
+                    problem.sentence()
+                ),
+                KernelHealth::Usable | KernelHealth::Unchecked(_) => {}
             }
         });
     }

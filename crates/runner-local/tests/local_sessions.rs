@@ -214,7 +214,7 @@ async fn a_missing_telo_cli_makes_the_probe_unavailable_and_starts_fail() {
     assert_eq!(
         Events::of(&session).terminal().await,
         RunStatus::failed(
-            "start: Telo CLI '/nonexistent/bin/telo' was not found on this runner's host"
+            "start: Telo CLI '/nonexistent/bin/telo' was not found on this runner's host. Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
         )
     );
     assert!(!harness.session_dir(&session).exists());

@@ -75,6 +75,22 @@ pub enum Command {
         #[command(flatten)]
         runner: RunnerArg,
     },
+    /// Try telo-runner in one command: a runner on 127.0.0.1 with the
+    /// stand-in kernel, and with `--kubernetes` a simulated cluster
+    /// (kube-sim) for its Kubernetes backend. Prints what to run next;
+    /// Ctrl-C stops everything it started.
+    Dev {
+        /// Run sessions as pods on kube-sim instead of local processes.
+        #[arg(long)]
+        kubernetes: bool,
+        /// The port to serve on (0 picks a free one).
+        #[arg(long, env = "PORT", default_value_t = 8061)]
+        port: u16,
+        /// A Telo CLI to run sessions with instead of the stand-in kernel
+        /// (fake-telo, which plays an example's `fakeTelo:` script).
+        #[arg(long, value_name = "PATH")]
+        telo: Option<PathBuf>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
     /// Stop a session and wait until the runner reports it ended.

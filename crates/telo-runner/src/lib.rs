@@ -1,10 +1,11 @@
 //! The `telo-runner` binary's wiring: configuration, backend selection, the
 //! HTTP server and its graceful shutdown, and the terminal client (`run`,
-//! `sessions`, `stop`). No contract logic lives here.
+//! `sessions`, `stop`, `dev`). No contract logic lives here.
 
 pub mod bundle;
 pub mod cli;
 pub mod client;
 pub mod connections;
+pub mod dev;
 pub mod logging;
 pub mod server;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use telo_runner::cli::{Cli, Command, ListFormat};
 use telo_runner::client::{self, api::RunnerApi, run::RunOptions};
+use telo_runner::dev::{self, Cluster, DevError, Kernel};
 use telo_runner::logging;
 use telo_runner::server::Service;
 use tokio::net::TcpListener;
@@ -49,6 +50,11 @@ fn main() -> ExitCode {
             RunnerApi::new(&runner.url, runner.token),
             id,
         )),
+        Command::Dev {
+            kubernetes,
+            port,
+            telo,
+        } => dev(&env, kubernetes, port, telo),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -105,48 +111,153 @@ fn report(outcome: Result<String, String>) -> u8 {
 }
 
 fn serve(env: &HashMap<String, String>, listen: Option<SocketAddr>) -> ExitCode {
+    service_main(env, |runtime| {
+        runtime.block_on(async {
+            let service = match Service::from_env(env).await {
+                Ok(service) => service,
+                Err(err) => {
+                    eprintln!("{err}");
+                    return ExitCode::from(EXIT_BAD_CONFIG);
+                }
+            };
+            let addr =
+                listen.unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, service.core.port)));
+            let listener = match TcpListener::bind(addr).await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    error!(%addr, error = %err, "could not listen");
+                    return ExitCode::FAILURE;
+                }
+            };
+            serve_on(service, listener, |_| {}).await
+        })
+    })
+}
+
+/// Logging, then a runtime for `body`: what `serve` and `dev` share.
+fn service_main(
+    env: &HashMap<String, String>,
+    body: impl FnOnce(&tokio::runtime::Runtime) -> ExitCode,
+) -> ExitCode {
     if let Err(err) = logging::init(env) {
         eprintln!("{err}");
         return ExitCode::from(EXIT_BAD_CONFIG);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => body(&runtime),
         Err(err) => {
             eprintln!("could not start the async runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Serves `service` on `listener` until SIGTERM or SIGINT. `serving` runs
+/// once the address is printed.
+async fn serve_on(
+    service: Service,
+    listener: TcpListener,
+    serving: impl FnOnce(SocketAddr),
+) -> ExitCode {
+    let bound = match listener.local_addr() {
+        Ok(bound) => bound,
+        Err(err) => {
+            error!(error = %err, "could not read the listening address");
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async {
-        let service = match Service::from_env(env).await {
-            Ok(service) => service,
-            Err(err) => {
-                eprintln!("{err}");
+    println!("listening on http://{bound}");
+    info!(addr = %bound, "telo-runner serving");
+    serving(bound);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    match service.serve(listener, shutdown).await {
+        Ok(()) => {
+            info!("shut down");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            error!(error = %err, "server failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `telo-runner dev`: see [`telo_runner::dev`].
+fn dev(
+    env: &HashMap<String, String>,
+    kubernetes: bool,
+    port: u16,
+    telo: Option<std::path::PathBuf>,
+) -> ExitCode {
+    let exe = std::env::current_exe().ok();
+    let search_path = env.get("PATH").map_or("", String::as_str);
+    let kernel = match Kernel::choose(telo.as_deref(), exe.as_deref(), search_path) {
+        Ok(kernel) => kernel,
+        Err(err) => {
+            eprintln!("telo-runner dev: {err}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let kube_sim = match kubernetes {
+        false => None,
+        true => match dev::companion("kube-sim", exe.as_deref(), search_path) {
+            Some(path) => Some(path),
+            None => {
+                eprintln!("telo-runner dev: {}", DevError::NoKubeSim);
                 return ExitCode::from(EXIT_BAD_CONFIG);
             }
-        };
-        let addr = listen.unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, service.core.port)));
-        let listener = match TcpListener::bind(addr).await {
-            Ok(listener) => listener,
-            Err(err) => {
-                error!(%addr, error = %err, "could not listen");
-                return ExitCode::FAILURE;
+        },
+    };
+    service_main(env, |runtime| {
+        runtime.block_on(async {
+            // Loopback only: a dev runner has no tokens and no terms.
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let listener = match TcpListener::bind(addr).await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    eprintln!("telo-runner dev: could not listen on {addr}: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let bound = match listener.local_addr() {
+                Ok(bound) => bound,
+                Err(err) => {
+                    eprintln!("telo-runner dev: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let runner_url = format!("http://{bound}");
+            let cluster = match &kube_sim {
+                None => None,
+                Some(path) => match Cluster::start(path, kernel.path()).await {
+                    Ok(cluster) => Some(cluster),
+                    Err(err) => {
+                        eprintln!("telo-runner dev: {err}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            };
+            let runner_env = dev::runner_env(env, &kernel, cluster.as_ref(), bound);
+            let code = match Service::from_env(&runner_env).await {
+                Ok(service) => {
+                    let steps = dev::next_steps(&runner_url, &kernel, cluster.as_ref());
+                    serve_on(service, listener, |_| {
+                        print!("{steps}");
+                        let _ = std::io::Write::flush(&mut std::io::stdout());
+                    })
+                    .await
+                }
+                Err(err) => {
+                    eprintln!("{err}");
+                    ExitCode::from(EXIT_BAD_CONFIG)
+                }
+            };
+            if let Some(cluster) = cluster {
+                cluster.stop().await;
             }
-        };
-        let bound = listener.local_addr().unwrap_or(addr);
-        println!("listening on http://{bound}");
-        info!(addr = %bound, "telo-runner serving");
-        let shutdown = CancellationToken::new();
-        tokio::spawn(wait_for_signal(shutdown.clone()));
-        match service.serve(listener, shutdown).await {
-            Ok(()) => {
-                info!("shut down");
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                error!(error = %err, "server failed");
-                ExitCode::FAILURE
-            }
-        }
+            code
+        })
     })
 }
 

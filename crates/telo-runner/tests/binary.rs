@@ -222,3 +222,41 @@ fn logs_into_a_pipe_carry_no_colour() {
     }
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+#[test]
+fn a_missing_kernel_is_reported_at_boot_with_what_to_do() {
+    let mut child = ChildGuard(
+        serve_command(&[("RUNNER_LOCAL_TELO", "/nonexistent/bin/telo")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn telo-runner"),
+    );
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.0.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = String::new();
+    let warning = loop {
+        let line = seen
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no boot warning about the kernel in:\n{log}"));
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("was not found") {
+            break line;
+        }
+    };
+    assert!(warning.contains(" WARN "), "{warning}");
+    assert!(
+        warning.contains(
+            "the Telo CLI '/nonexistent/bin/telo' was not found; Telo sessions will fail until it is there. Install the Telo CLI, or set RUNNER_LOCAL_TELO to the path of its executable."
+        ),
+        "{warning}"
+    );
+}

@@ -26,32 +26,6 @@ fn python() -> String {
     std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
 
-/// kube-sim next to this test's target directory, built when this crate's
-/// tests run alone and nothing has built it yet.
-fn kube_sim_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/kube-sim
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile directory");
-    let candidate = profile_dir.join("kube-sim");
-    if !candidate.is_file() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "kube-sim", "--bin", "kube-sim"])
-            .current_dir(workspace_root())
-            .status()
-            .expect("run cargo build for kube-sim");
-        assert!(status.success(), "building kube-sim failed");
-    }
-    assert!(
-        candidate.is_file(),
-        "kube-sim not found at {}",
-        candidate.display()
-    );
-    candidate
-}
-
 fn assert_python_packages_present() {
     let probe = Command::new(python())
         .args(["-c", "import helm_sdkpy, pytest, yaml"])
@@ -74,7 +48,7 @@ fn assert_python_packages_present() {
 #[test]
 fn helm_installs_the_chart_into_kube_sim_with_every_value_set() {
     assert_python_packages_present();
-    let kube_sim = kube_sim_path();
+    let kube_sim = test_support::fake_telo::workspace_binary("kube-sim");
     let root = workspace_root();
     let run = Command::new(python())
         .args([

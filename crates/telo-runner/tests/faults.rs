@@ -176,7 +176,7 @@ async fn watches_dropped_over_and_over_lose_no_transition() {
 #[tokio::test]
 async fn an_apiserver_restart_mid_session_loses_neither_output_nor_input() {
     let runner = Runner::start_kube(
-        KubeSim::builder().pull_delay(Duration::from_millis(300)),
+        common::cluster().pull_delay(Duration::from_millis(300)),
         &[],
     )
     .await;
@@ -484,7 +484,7 @@ async fn an_apiserver_outage_is_survived_without_a_runner_restart() {
 #[tokio::test]
 async fn a_runner_killed_while_a_session_starts_is_replaced_and_the_session_runs() {
     const PULL: Duration = Duration::from_millis(1500);
-    let sim = KubeSim::builder()
+    let sim = common::cluster()
         .pull_delay(PULL)
         .fake_telo(test_support::fake_telo::fake_telo_path())
         .start()
@@ -577,7 +577,7 @@ async fn a_runner_killed_while_a_session_starts_is_replaced_and_the_session_runs
 #[tokio::test]
 async fn a_failed_watch_recovers_readiness_on_a_quiet_cluster(#[case] resource: &str) {
     let runner = Runner::start_kube(
-        KubeSim::builder().ingress_class("nginx", false),
+        common::cluster().ingress_class("nginx", false),
         &[
             ("SESSION_ROUTING_BASE_DOMAIN", "sessions.example.test"),
             ("SESSION_ROUTING_MODE", "ingress"),

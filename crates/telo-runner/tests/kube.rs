@@ -10,7 +10,7 @@ use common::{Backend, Runner};
 use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::Api;
 use kube::api::DeleteParams;
-use kube_sim::{Denial, ImageBehaviour, KubeSim};
+use kube_sim::{Denial, ImageBehaviour};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use test_support::bundle::start_body;
@@ -113,7 +113,7 @@ async fn an_unreachable_apiserver_is_reported_as_unreachable() {
     };
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let sim = KubeSim::builder().start().await.unwrap();
+    let sim = common::cluster().start().await.unwrap();
     std::fs::write(
         &kubeconfig,
         sim.kubeconfig_yaml()
@@ -145,7 +145,7 @@ async fn an_unreachable_apiserver_is_reported_as_unreachable() {
 #[tokio::test]
 async fn a_pod_that_never_runs_hits_the_start_deadline() {
     let runner = Runner::start_kube(
-        KubeSim::builder().pull_delay(Duration::from_secs(30)),
+        common::cluster().pull_delay(Duration::from_secs(30)),
         &[("RUNNER_START_DEADLINE_SECONDS", "1")],
     )
     .await;
@@ -298,7 +298,7 @@ async fn an_app_session_runs_the_catalog_image_with_operator_env() {
     let catalog =
         json!({"agent": {"image": "acme/agent:1", "env": {"API_KEY": "operator"}}}).to_string();
     let runner = Runner::start_kube(
-        KubeSim::builder().image("acme/agent:*", ImageBehaviour::FakeTeloEntry(manifest)),
+        common::cluster().image("acme/agent:*", ImageBehaviour::FakeTeloEntry(manifest)),
         &[("RUNNER_APPS", catalog.as_str())],
     )
     .await;

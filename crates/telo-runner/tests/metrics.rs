@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{Backend, Runner};
-use kube_sim::KubeSim;
 use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::json;
@@ -196,7 +195,7 @@ async fn a_runner_whose_apiserver_is_unreachable_stays_unready_and_says_why() {
     };
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let sim = KubeSim::builder().start().await.unwrap();
+    let sim = common::cluster().start().await.unwrap();
     std::fs::write(
         &kubeconfig,
         sim.kubeconfig_yaml()

@@ -34,7 +34,7 @@ async fn real_runner(backend: Backend, vars: &[(&str, &str)]) -> Runner {
             Runner::start_on(Backend::Local, &all).await
         }
         Backend::Kubernetes => {
-            Runner::start_kube_with_kernel(kube_sim::KubeSim::builder(), kernel, vars).await
+            Runner::start_kube_with_kernel(common::cluster(), kernel, vars).await
         }
     }
 }

@@ -112,6 +112,7 @@ async fn in_process_runner(kubeconfig: &std::path::Path, extra: &[(&str, &str)])
 
 async fn sim_with_kubeconfig() -> (KubeSim, tempfile::TempDir, std::path::PathBuf) {
     let sim = KubeSim::builder()
+        .namespace("telo-sessions")
         .fake_telo(fake_telo_path())
         .start()
         .await

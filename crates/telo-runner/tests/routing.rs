@@ -84,7 +84,7 @@ const FORBIDDEN_LIST: Cluster = Cluster {
 };
 
 async fn start_cluster(cluster: Cluster) -> KubeSim {
-    let mut builder = KubeSim::builder().gateway_api(cluster.gateway_api);
+    let mut builder = common::cluster().gateway_api(cluster.gateway_api);
     for index in 0..cluster.classes {
         builder = builder.ingress_class(
             &format!("class-{index}"),
@@ -291,7 +291,7 @@ async fn an_ambiguous_cluster_makes_the_binary_refuse_to_start_with_exit_2() {
 // --- sessions on a routed runner ---
 
 fn gateway_cluster() -> KubeSimBuilder {
-    KubeSim::builder().gateway_api(true).namespace(GATEWAY_NS)
+    common::cluster().gateway_api(true).namespace(GATEWAY_NS)
 }
 
 /// The simulated controller's GatewayClass and a Gateway `gateway-system/public`
@@ -525,11 +525,8 @@ fn assert_routes_settle(events: &[Value], hosts: &[(u16, &str)], last: impl Fn(u
 
 #[tokio::test]
 async fn in_ingress_mode_a_session_publishes_one_ingress_with_a_rule_per_port() {
-    let runner = Runner::start_kube(
-        KubeSim::builder().ingress_class("nginx", false),
-        INGRESS_ENV,
-    )
-    .await;
+    let runner =
+        Runner::start_kube(common::cluster().ingress_class("nginx", false), INGRESS_ENV).await;
     let sim = runner.sim.as_ref().unwrap();
     let id = runner
         .create_body(session_body(tcp_ports(&[8080, 9090])))
@@ -625,7 +622,7 @@ async fn an_ingress_nobody_claims_is_unprogrammed_and_programmed_once_a_controll
     let mut env = INGRESS_ENV.to_vec();
     env.push(("SESSION_ROUTE_READY_TIMEOUT_SECONDS", "1"));
     let runner = Runner::start_kube(
-        KubeSim::builder()
+        common::cluster()
             .ingress_class("nginx", false)
             .ingress_controller(false),
         &env,
@@ -660,11 +657,8 @@ async fn an_ingress_nobody_claims_is_unprogrammed_and_programmed_once_a_controll
 
 #[tokio::test]
 async fn a_session_without_ports_creates_no_routing_object() {
-    let runner = Runner::start_kube(
-        KubeSim::builder().ingress_class("nginx", false),
-        INGRESS_ENV,
-    )
-    .await;
+    let runner =
+        Runner::start_kube(common::cluster().ingress_class("nginx", false), INGRESS_ENV).await;
     let sim = runner.sim.as_ref().unwrap();
     let id = runner.create_body(session_body(json!([]))).await;
     let mut events = runner.events(&id, &[]).await;
@@ -688,11 +682,8 @@ async fn a_session_without_ports_creates_no_routing_object() {
 
 #[tokio::test]
 async fn udp_ports_are_on_the_service_but_get_no_route_or_url() {
-    let runner = Runner::start_kube(
-        KubeSim::builder().ingress_class("nginx", false),
-        INGRESS_ENV,
-    )
-    .await;
+    let runner =
+        Runner::start_kube(common::cluster().ingress_class("nginx", false), INGRESS_ENV).await;
     let sim = runner.sim.as_ref().unwrap();
     let ports = json!([{"port": 8080, "protocol": "tcp"}, {"port": 8080, "protocol": "udp"}, {"port": 5353, "protocol": "udp"}]);
     let id = runner.create_body(session_body(ports)).await;
@@ -734,11 +725,8 @@ async fn udp_ports_are_on_the_service_but_get_no_route_or_url() {
 
 #[tokio::test]
 async fn a_route_that_cannot_be_published_is_reported_and_the_session_runs_on() {
-    let runner = Runner::start_kube(
-        KubeSim::builder().ingress_class("nginx", false),
-        INGRESS_ENV,
-    )
-    .await;
+    let runner =
+        Runner::start_kube(common::cluster().ingress_class("nginx", false), INGRESS_ENV).await;
     let sim = runner.sim.as_ref().unwrap();
     sim.deny(Denial {
         verb: "create".into(),
@@ -767,7 +755,7 @@ async fn a_route_that_cannot_be_published_is_reported_and_the_session_runs_on() 
 
 #[tokio::test]
 async fn a_logs_only_runner_publishes_nothing_and_reports_hostless_endpoints() {
-    let runner = Runner::start_kube(KubeSim::builder().ingress_class("nginx", true), &[]).await;
+    let runner = Runner::start_kube(common::cluster().ingress_class("nginx", true), &[]).await;
     let sim = runner.sim.as_ref().unwrap();
     let id = runner.create_body(session_body(tcp_ports(&[8080]))).await;
     let mut events = runner.events(&id, &[]).await;
@@ -785,7 +773,7 @@ async fn a_logs_only_runner_publishes_nothing_and_reports_hostless_endpoints() {
 
 #[tokio::test]
 async fn create_or_replace_replaces_a_leftover_and_keeps_its_cluster_ip() {
-    let sim = KubeSim::builder().start().await.unwrap();
+    let sim = common::cluster().start().await.unwrap();
     let services: Api<Service> = Api::namespaced(sim.client(), NS);
     let service = |port: i32| -> Service {
         serde_json::from_value(json!({

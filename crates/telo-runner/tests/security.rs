@@ -72,7 +72,7 @@ async fn no_runner_environment_variable_reaches_a_workload(#[case] backend: Back
     let sim = match backend {
         Backend::Local => None,
         Backend::Kubernetes => Some(
-            KubeSim::builder()
+            common::cluster()
                 .fake_telo(fake_telo_path())
                 .start()
                 .await
@@ -168,7 +168,7 @@ async fn bundle_url(sim: &KubeSim, id: &str) -> String {
 async fn the_bundle_url_serves_only_its_own_token_and_only_while_it_is_needed() {
     // The image pull is slow, so the bundle is still staged when probed.
     let runner = Runner::start_kube(
-        KubeSim::builder().pull_delay(Duration::from_millis(1500)),
+        common::cluster().pull_delay(Duration::from_millis(1500)),
         &[],
     )
     .await;
@@ -242,7 +242,7 @@ async fn session_pods_are_stored_hardened() {
     .unwrap();
     let catalog = json!({"agent": {"image": "acme/agent:1"}}).to_string();
     let runner = Runner::start_kube(
-        KubeSim::builder().image("acme/agent:*", ImageBehaviour::FakeTeloEntry(manifest)),
+        common::cluster().image("acme/agent:*", ImageBehaviour::FakeTeloEntry(manifest)),
         &[("RUNNER_APPS", catalog.as_str())],
     )
     .await;

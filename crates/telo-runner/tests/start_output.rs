@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use common::Runner;
 use futures_util::future::join_all;
-use kube_sim::KubeSim;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -85,7 +84,7 @@ async fn one_session(runner: &Runner, k: usize) -> Seen {
 async fn output_around_the_attach_arrives_once_and_progress_reads_in_start_order() {
     // An attach carries output only from some moment after its upgrade was
     // answered (the apiserver dials the kubelet after): up to 25 ms here.
-    let sim = KubeSim::builder().attach_delay(Duration::from_millis(25));
+    let sim = common::cluster().attach_delay(Duration::from_millis(25));
     let runner = Arc::new(Runner::start_kube(sim, &[]).await);
     let gate = Arc::new(Semaphore::new(CONCURRENCY));
     let sessions = (0..SESSIONS).map(|k| {

@@ -86,7 +86,7 @@ async fn runner_process(backend: Backend) -> (RunnerProcess, Option<KubeSim>, te
     let sim = match backend {
         Backend::Local => None,
         Backend::Kubernetes => Some(
-            KubeSim::builder()
+            common::cluster()
                 .fake_telo(fake_telo_path())
                 .start()
                 .await

@@ -59,7 +59,8 @@ class KubeSim:
         assert binary, "KUBE_SIM_BIN must name the kube-sim binary"
         self.kubeconfig = tmp / "kubeconfig"
         self.proc = subprocess.Popen(
-            [binary, "--listen", "127.0.0.1:0", "--kubeconfig", str(self.kubeconfig)],
+            [binary, "--listen", "127.0.0.1:0", "--kubeconfig", str(self.kubeconfig),
+             "--namespace", "telo-runner", "--namespace", "telo-sessions"],
             stdout=subprocess.PIPE,
             text=True,
         )

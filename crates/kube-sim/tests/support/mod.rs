@@ -9,7 +9,11 @@ use serde_json::Value;
 pub const WAIT: Duration = Duration::from_secs(20);
 
 pub fn builder() -> KubeSimBuilder {
-    KubeSim::builder().fake_telo(test_support::fake_telo::fake_telo_path())
+    // The namespaces these tests create objects in, as an installer would.
+    KubeSim::builder()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .namespace("telo-runner")
+        .namespace("telo-sessions")
 }
 
 pub async fn sim() -> KubeSim {

@@ -29,6 +29,15 @@ pub struct Runner {
     pub sim: Option<kube_sim::KubeSim>,
 }
 
+/// A fresh kube-sim with the namespaces the runner uses, as the chart (or an
+/// operator) creates them on a real cluster: a fresh kube-sim has only a new
+/// cluster's namespaces.
+pub fn cluster() -> kube_sim::KubeSimBuilder {
+    kube_sim::KubeSim::builder()
+        .namespace("telo-runner")
+        .namespace("telo-sessions")
+}
+
 impl Runner {
     pub async fn start() -> Runner {
         Self::start_with(&[]).await
@@ -41,7 +50,7 @@ impl Runner {
     pub async fn start_on(backend: Backend, vars: &[(&str, &str)]) -> Runner {
         match backend {
             Backend::Local => Self::start_local(vars).await,
-            Backend::Kubernetes => Self::start_kube(kube_sim::KubeSim::builder(), vars).await,
+            Backend::Kubernetes => Self::start_kube(cluster(), vars).await,
         }
     }
 

@@ -1,0 +1,331 @@
+//! `telo-runner dev`: a runner to try things with, in one command. It serves
+//! on loopback with the stand-in kernel (`fake-telo`, which plays the
+//! `fakeTelo:` script of an example) unless given a Telo CLI, and with
+//! `--kubernetes` it first starts kube-sim — a simulated apiserver and
+//! kubelet — and puts the runner's Kubernetes backend on it. The programs it
+//! needs are looked for next to this executable (where `cargo build` puts
+//! them), then on `PATH`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The session namespace the runner's Kubernetes backend uses by default;
+/// a fresh kube-sim has a new cluster's namespaces only.
+const SESSION_NAMESPACE: &str = "telo-sessions";
+/// How long kube-sim may take to say where it listens.
+const CLUSTER_START_BOUND: Duration = Duration::from_secs(30);
+/// How long kube-sim may take to stop its pods and remove its files.
+const CLUSTER_STOP_BOUND: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error(
+        "the stand-in kernel 'fake-telo' was not found next to this telo-runner or on PATH; build it with `cargo build -p fake-telo` (same profile as telo-runner), or pass --telo with a Telo CLI"
+    )]
+    NoStandIn,
+    #[error("--telo {}: no such executable", .0.display())]
+    NoTelo(PathBuf),
+    #[error(
+        "'kube-sim' was not found next to this telo-runner or on PATH; build it with `cargo build -p kube-sim` (same profile as telo-runner)"
+    )]
+    NoKubeSim,
+    #[error("could not start kube-sim ({}): {source}", path.display())]
+    SpawnKubeSim {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kube-sim did not start: {0}")]
+    KubeSimStart(String),
+    #[error("could not create a directory for kube-sim's kubeconfig: {0}")]
+    TempDir(#[source] std::io::Error),
+}
+
+/// The kernel dev sessions run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kernel {
+    /// `fake-telo`: plays the `fakeTelo:` script of an example.
+    StandIn(PathBuf),
+    /// A Telo CLI the user named with `--telo`.
+    Telo(PathBuf),
+}
+
+impl Kernel {
+    /// `--telo`, else the stand-in next to `exe` or on `search_path`.
+    pub fn choose(
+        telo: Option<&Path>,
+        exe: Option<&Path>,
+        search_path: &str,
+    ) -> Result<Self, DevError> {
+        match telo {
+            Some(telo) => {
+                runner_local::executable::resolve_executable(&telo.to_string_lossy(), search_path)
+                    .map(Kernel::Telo)
+                    .ok_or_else(|| DevError::NoTelo(telo.to_owned()))
+            }
+            None => companion("fake-telo", exe, search_path)
+                .map(Kernel::StandIn)
+                .ok_or(DevError::NoStandIn),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Kernel::StandIn(path) | Kernel::Telo(path) => path,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Kernel::StandIn(path) => format!(
+                "the stand-in fake-telo ({}), which plays an example's fakeTelo: script; --telo PATH runs a Telo CLI",
+                path.display()
+            ),
+            Kernel::Telo(path) => format!("the Telo CLI {}", path.display()),
+        }
+    }
+}
+
+/// A program of this workspace: next to `exe` first (a build puts them side
+/// by side, and the one on `PATH` may be from another checkout), then on
+/// `search_path`.
+pub fn companion(name: &str, exe: Option<&Path>, search_path: &str) -> Option<PathBuf> {
+    let beside = exe.and_then(Path::parent).map(|dir| dir.join(name));
+    beside
+        .and_then(|path| runner_local::executable::resolve_executable(&path.to_string_lossy(), ""))
+        .or_else(|| runner_local::executable::resolve_executable(name, search_path))
+}
+
+/// kube-sim, started for the runner: its URL and kubeconfig, and the process,
+/// stopped with [`Cluster::stop`] (or killed when dropped).
+pub struct Cluster {
+    child: Child,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `kube_sim` with the session namespace and `kernel` as what the
+    /// session image runs, and waits until it says where it listens.
+    pub async fn start(kube_sim: &Path, kernel: &Path) -> Result<Self, DevError> {
+        let dir = tempfile::Builder::new()
+            .prefix("telo-runner-dev-")
+            .tempdir()
+            .map_err(DevError::TempDir)?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut child = Command::new(kube_sim)
+            .args(["--listen", "127.0.0.1:0", "--namespace", SESSION_NAMESPACE])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--fake-telo")
+            .arg(kernel)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| DevError::SpawnKubeSim {
+                path: kube_sim.to_owned(),
+                source,
+            })?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let first = tokio::time::timeout(CLUSTER_START_BOUND, async {
+            BufReader::new(stdout).lines().next_line().await
+        })
+        .await;
+        let url = match first {
+            Ok(Ok(Some(line))) => match line.strip_prefix("listening on ") {
+                Some(url) => url.trim().to_owned(),
+                None => return Err(DevError::KubeSimStart(format!("it said {line:?}"))),
+            },
+            Ok(Ok(None)) => {
+                let status = child.wait().await.ok();
+                return Err(DevError::KubeSimStart(match status {
+                    Some(status) => format!("it exited ({status}); its messages are above"),
+                    None => "it closed its output".to_owned(),
+                }));
+            }
+            Ok(Err(err)) => return Err(DevError::KubeSimStart(err.to_string())),
+            Err(_) => {
+                return Err(DevError::KubeSimStart(format!(
+                    "no answer within {} s",
+                    CLUSTER_START_BOUND.as_secs()
+                )));
+            }
+        };
+        Ok(Self {
+            child,
+            url,
+            kubeconfig,
+            _dir: dir,
+        })
+    }
+
+    /// SIGTERM, so kube-sim ends its pods' processes and removes its files;
+    /// a kill if it does not exit in time.
+    pub async fn stop(mut self) {
+        if let Some(pid) = self.child.id().and_then(|id| i32::try_from(id).ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            if tokio::time::timeout(CLUSTER_STOP_BOUND, self.child.wait())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        let _ = self.child.kill().await;
+    }
+}
+
+/// The runner's environment: the user's, with what dev decides on top (the
+/// port it bound, the kernel; with a cluster, the backend and where the
+/// runner is reached).
+pub fn runner_env(
+    user: &HashMap<String, String>,
+    kernel: &Kernel,
+    cluster: Option<&Cluster>,
+    bound: std::net::SocketAddr,
+) -> HashMap<String, String> {
+    let mut env = user.clone();
+    let mut set = |key: &str, value: String| {
+        env.insert(key.to_owned(), value);
+    };
+    let self_url = format!("http://{bound}");
+    // dev listens itself (`--port 0` included); the runner is told where.
+    set("PORT", bound.port().to_string());
+    match cluster {
+        None => {
+            set("RUNNER_BACKEND", "local".to_owned());
+            set("RUNNER_LOCAL_TELO", kernel.path().display().to_string());
+        }
+        Some(cluster) => {
+            set("RUNNER_BACKEND", "kubernetes".to_owned());
+            set("KUBECONFIG", cluster.kubeconfig.display().to_string());
+            // Session pods fetch their bundle from the runner.
+            set("RUNNER_SELF_URL", self_url);
+            // kube-sim has no registry to list base images from.
+            set("RUNNER_BASE_IMAGE_CATALOG_ENABLED", "false".to_owned());
+        }
+    }
+    env
+}
+
+/// What dev prints once the runner serves: what runs where, and what to type.
+pub fn next_steps(runner_url: &str, kernel: &Kernel, cluster: Option<&Cluster>) -> String {
+    let client = if runner_url == crate::client::DEFAULT_RUNNER_URL {
+        "telo-runner".to_owned()
+    } else {
+        format!("telo-runner --runner {runner_url}")
+    };
+    let mut text = String::new();
+    match cluster {
+        None => text.push_str(&format!(
+            "telo-runner dev: a runner on the local backend at {runner_url}\n"
+        )),
+        Some(cluster) => text.push_str(&format!(
+            "telo-runner dev: a runner on the Kubernetes backend at {runner_url}\n  cluster  kube-sim (a simulated apiserver and kubelet) at {}, kubeconfig {}\n",
+            cluster.url,
+            cluster.kubeconfig.display()
+        )),
+    }
+    text.push_str(&format!("  kernel   {}\n", kernel.describe()));
+    text.push_str("Next, in another terminal:\n");
+    // The client's subcommand comes first: `--runner` belongs to it.
+    let command = |sub: &str| match client.split_once(' ') {
+        Some((bin, flags)) => format!("  {bin} {sub} {flags}"),
+        None => format!("  {client} {sub}"),
+    };
+    text.push_str(&format!("{}\n", command("run examples/hello")));
+    text.push_str(&format!("{}\n", command("sessions")));
+    text.push_str(&format!(
+        "The Telo editor takes {runner_url} as its runner URL. Ctrl-C stops {}.\n",
+        if cluster.is_some() {
+            "the runner and kube-sim"
+        } else {
+            "the runner"
+        }
+    ));
+    text
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn executable(path: &Path) {
+        std::fs::write(path, "").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_local_env_runs_the_chosen_kernel_and_keeps_the_users_settings() {
+        let user = HashMap::from([
+            ("LOG_LEVEL".to_owned(), "debug".to_owned()),
+            ("RUNNER_BACKEND".to_owned(), "kubernetes".to_owned()),
+        ]);
+        let kernel = Kernel::StandIn(PathBuf::from("/opt/bin/fake-telo"));
+        let env = runner_env(&user, &kernel, None, "127.0.0.1:40123".parse().unwrap());
+        assert_eq!(env["LOG_LEVEL"], "debug");
+        assert_eq!(env["RUNNER_BACKEND"], "local");
+        assert_eq!(env["RUNNER_LOCAL_TELO"], "/opt/bin/fake-telo");
+        assert_eq!(env["PORT"], "40123");
+        assert!(!env.contains_key("RUNNER_SELF_URL"));
+    }
+
+    #[test]
+    fn next_steps_name_the_runner_only_when_it_is_not_the_clients_default() {
+        let kernel = Kernel::Telo(PathBuf::from("/usr/bin/telo"));
+        let default = next_steps("http://127.0.0.1:8061", &kernel, None);
+        assert!(
+            default.contains("\n  telo-runner run examples/hello\n"),
+            "{default}"
+        );
+        assert!(default.contains("the Telo CLI /usr/bin/telo"), "{default}");
+        let other = next_steps("http://127.0.0.1:9000", &kernel, None);
+        assert!(
+            other.contains("\n  telo-runner run examples/hello --runner http://127.0.0.1:9000\n"),
+            "{other}"
+        );
+        assert!(
+            other.contains("\n  telo-runner sessions --runner http://127.0.0.1:9000\n"),
+            "{other}"
+        );
+    }
+
+    #[test]
+    fn a_named_telo_that_is_not_there_is_refused() {
+        let err = Kernel::choose(Some(Path::new("/nonexistent/telo")), None, "").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--telo /nonexistent/telo: no such executable"
+        );
+    }
+
+    #[test]
+    fn the_stand_in_is_looked_for_next_to_the_executable_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("telo-runner");
+        executable(&exe);
+        executable(&dir.path().join("fake-telo"));
+        assert_eq!(
+            Kernel::choose(None, Some(&exe), "").unwrap(),
+            Kernel::StandIn(dir.path().join("fake-telo"))
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let alone = empty.path().join("telo-runner");
+        assert!(matches!(
+            Kernel::choose(None, Some(&alone), ""),
+            Err(DevError::NoStandIn)
+        ));
+    }
+}
