@@ -506,3 +506,37 @@ async fn a_runner_that_requires_a_token_is_driven_with_one() {
     assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
     runner.stop().await;
 }
+
+/// `run` leaves out what `.gitignore` and `.teloignore` ignore, and says
+/// what: an ignored big file does not count against the request limit and
+/// an ignored binary file is not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_leaves_out_ignored_files_and_says_so() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ran without them"] }));
+    std::fs::write(app.path().join(".gitignore"), "dist/\nsecrets.env\n").unwrap();
+    std::fs::write(app.path().join(".teloignore"), "logo.png\n").unwrap();
+    std::fs::create_dir(app.path().join("dist")).unwrap();
+    std::fs::write(app.path().join("dist/big.txt"), "a".repeat(1_200_000)).unwrap();
+    std::fs::write(app.path().join("secrets.env"), "TOKEN=x\n").unwrap();
+    std::fs::write(app.path().join("logo.png"), [0x89, 0x50, 0xff, 0xfe]).unwrap();
+    let output = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ran without them"));
+    assert!(
+        stderr.lines().any(|line| line
+            == "telo-runner: left out 3 paths ignored by .gitignore/.teloignore: dist/, logo.png, secrets.env"),
+        "{stderr}"
+    );
+    runner.stop().await;
+}

@@ -71,7 +71,14 @@ pub async fn attach_to(api: RunnerApi, id: String) -> u8 {
 
 async fn start_and_attach(options: RunOptions) -> Result<u8, String> {
     let entry = bundle::resolve_entry(&options.target).map_err(|e| e.to_string())?;
-    let app = bundle::collect(&entry).map_err(|e| e.to_string())?;
+    let collected = bundle::collect(&entry).map_err(|e| e.to_string())?;
+    if let Some(line) = bundle::left_out_line(&collected.ignored) {
+        notice(&line);
+    }
+    if collected.entry_ignored {
+        notice(&bundle::entry_ignored_line(&entry.entry_relative_path));
+    }
+    let app = collected.bundle;
     let api = RunnerApi::new(&options.runner, options.token.clone());
     let capabilities = api.capabilities().await.map_err(|e| e.to_string())?;
     let env: serde_json::Map<String, Value> = options
