@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Runner;
+use common::{Backend, Runner};
 use portable_pty::{ChildKiller, CommandBuilder, PtySize, native_pty_system};
 use serde_json::{Value, json};
 
@@ -124,6 +124,117 @@ impl Terminal {
 impl Drop for Terminal {
     fn drop(&mut self) {
         let _ = self.killer.kill();
+    }
+}
+
+/// Which pipe a chunk of a [`Piped`] client's output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// The client as a plain process: no terminal, stdin closed, stdout and
+/// stderr read as they come; killed if the test ends first.
+struct Piped {
+    child: std::process::Child,
+    stdout: String,
+    stderr: String,
+    chunks: mpsc::Receiver<(Pipe, Vec<u8>)>,
+}
+
+impl Piped {
+    fn spawn(args: &[&str]) -> Piped {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("TELO_RUNNER_URL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the client");
+        let (sender, chunks) = mpsc::channel();
+        fn pump(
+            mut from: impl Read + Send + 'static,
+            pipe: Pipe,
+            to: mpsc::Sender<(Pipe, Vec<u8>)>,
+        ) {
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buffer) {
+                    if n == 0 || to.send((pipe, buffer[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        pump(child.stdout.take().unwrap(), Pipe::Stdout, sender.clone());
+        pump(child.stderr.take().unwrap(), Pipe::Stderr, sender);
+        Piped {
+            child,
+            stdout: String::new(),
+            stderr: String::new(),
+            chunks,
+        }
+    }
+
+    fn take(&mut self, (pipe, chunk): (Pipe, Vec<u8>)) {
+        let text = String::from_utf8_lossy(&chunk);
+        match pipe {
+            Pipe::Stdout => self.stdout.push_str(&text),
+            Pipe::Stderr => self.stderr.push_str(&text),
+        }
+    }
+
+    /// Reads until `done` holds for (stdout, stderr) so far.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&str, &str) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done(&self.stdout, &self.stderr) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.take(chunk),
+                Err(_) => panic!(
+                    "timed out waiting for {what}; stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                ),
+            }
+        }
+    }
+
+    fn wait_stdout(&mut self, needle: &str) {
+        self.wait_until(needle, |stdout, _| stdout.contains(needle));
+    }
+
+    /// Everything the client printed, once both pipes closed, and its exit code.
+    fn exit_code(&mut self) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.take(chunk),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "the client did not exit; stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                ),
+            }
+        }
+        let status = self.child.wait().unwrap();
+        status
+            .code()
+            .expect("the client exited, not killed by a signal")
+    }
+
+    /// Whether stderr has exactly this line.
+    fn said(&self, line: &str) -> bool {
+        self.stderr.lines().any(|said| said == line)
+    }
+}
+
+impl Drop for Piped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -505,6 +616,99 @@ async fn a_runner_that_requires_a_token_is_driven_with_one() {
     terminal.type_bytes(b"exit\r");
     assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
     runner.stop().await;
+}
+
+fn stopped_elsewhere_line(id: &str) -> String {
+    format!(
+        "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
+    )
+}
+
+/// A session stopped by another client's `telo-runner stop` or a DELETE:
+/// the attached client says so, and still exits 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_stopped_elsewhere_is_said_so() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true }));
+    let mut run = Piped::spawn(&[
+        "run",
+        app.path().to_str().unwrap(),
+        "--runner",
+        &runner.base,
+    ]);
+    run.wait_stdout("ready");
+    let id = run
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("telo-runner: session ")?
+                .strip_suffix(" starting")
+        })
+        .unwrap()
+        .to_owned();
+    let stopped = Command::new(BIN)
+        .args(["stop", &id, "--runner", &runner.base])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    assert_eq!(run.exit_code(), 130, "{}", run.stderr);
+    assert!(run.said(&stopped_elsewhere_line(&id)), "{}", run.stderr);
+
+    let id = runner
+        .create(json!({ "stdout": ["attached"], "echo": true }))
+        .await;
+    let mut attach = Piped::spawn(&["attach", &id, "--runner", &runner.base]);
+    attach.wait_stdout("attached");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(attach.exit_code(), 130, "{}", attach.stderr);
+    assert!(
+        attach.said(&stopped_elsewhere_line(&id)),
+        "{}",
+        attach.stderr
+    );
+    runner.stop().await;
+}
+
+/// The user's own double Ctrl-C is not a stop from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_twice_is_not_reported_as_a_stop_from_elsewhere() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    let id = terminal.session_id();
+    terminal.wait_for("ready");
+    terminal.type_bytes(b"\x03\x03");
+    assert_eq!(terminal.exit_code(), 130, "{}", terminal.output);
+    assert!(
+        terminal
+            .output
+            .contains(&format!("telo-runner: session {id} stopped"))
+    );
+    assert!(
+        !terminal.output.contains("stopped elsewhere"),
+        "{}",
+        terminal.output
+    );
+    runner.stop().await;
+}
+
+/// A runner restart (a graceful one, whose successor adopts live sessions)
+/// closes the terminal socket with 1001: the attached client says the
+/// runner went away and how to reattach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_that_goes_away_is_said_so_with_how_to_reattach() {
+    let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
+    let id = runner
+        .create(json!({ "stdout": ["before the restart"], "echo": true }))
+        .await;
+    let mut attach = Piped::spawn(&["attach", &id, "--runner", &runner.base]);
+    attach.wait_stdout("before the restart");
+    runner.stop().await;
+    let gone = format!(
+        "telo-runner: the runner went away (restarting or shutting down) while session {id} was still running; reattach with `telo-runner attach {id}`"
+    );
+    assert_eq!(attach.exit_code(), 1, "{}", attach.stderr);
+    assert!(attach.said(&gone), "{}", attach.stderr);
 }
 
 /// `run` leaves out what `.gitignore` and `.teloignore` ignore, and says

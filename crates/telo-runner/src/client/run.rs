@@ -15,7 +15,9 @@ use tokio_util::sync::CancellationToken;
 use super::api::{ApiError, RunnerApi, Terms, default_config};
 use super::ctrl_c::DoubleCtrlC;
 use super::events::{self, Lifecycle, is_terminal};
-use super::io::{self, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame};
+use super::io::{
+    self, CLOSE_GOING_AWAY, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame,
+};
 use super::status::{event_line, exit_code_of, running_lines};
 use super::terminal::{self, RawMode, notice};
 use crate::bundle;
@@ -169,6 +171,32 @@ enum Leave {
     Ended(Value),
     /// The user (Ctrl-C twice, a signal) asked to stop it.
     Stop,
+    /// The runner closed the socket with 1001: it is going away (a restart)
+    /// while the session lives on, to be served by its successor.
+    RunnerGone,
+}
+
+/// What to say about a session that ended without this client stopping it:
+/// a failure's reason, or that a stop came from elsewhere (this client's own
+/// stop is announced by [`stop_session`]); nothing for an exit, whose code
+/// speaks for itself.
+pub fn ended_line(id: &str, status: &Value) -> Option<String> {
+    if let Some(message) = status.get("message").and_then(Value::as_str) {
+        return Some(format!("telo-runner: session failed: {message}"));
+    }
+    (status.get("kind").and_then(Value::as_str) == Some("stopped")).then(|| {
+        format!(
+            "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
+        )
+    })
+}
+
+/// A runner that goes away with the session still live is restarting: its
+/// successor serves the session, which this client does not wait for.
+pub fn runner_gone_line(id: &str) -> String {
+    format!(
+        "telo-runner: the runner went away (restarting or shutting down) while session {id} was still running; reattach with `telo-runner attach {id}`"
+    )
 }
 
 async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
@@ -263,6 +291,9 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                 Some(Ok(Message::Close(frame))) => {
                     let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
                     socket = None;
+                    if code == CLOSE_GOING_AWAY {
+                        break Leave::RunnerGone;
+                    }
                     if is_final_close(code) {
                         socket_done = true;
                     } else {
@@ -349,12 +380,16 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     drop(raw);
     match leave {
         Leave::Ended(status) => {
-            if let Some(message) = status.get("message").and_then(Value::as_str) {
-                notice(&format!("telo-runner: session failed: {message}"));
+            if let Some(line) = ended_line(&id, &status) {
+                notice(&line);
             }
             Ok(exit_code_of(&status))
         }
         Leave::Stop => stop_session(&api, &id, &mut lifecycle).await,
+        Leave::RunnerGone => {
+            notice(&runner_gone_line(&id));
+            Ok(EXIT_CLIENT_ERROR)
+        }
     }
 }
 
