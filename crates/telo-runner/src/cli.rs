@@ -75,6 +75,20 @@ pub enum Command {
         #[command(flatten)]
         runner: RunnerArg,
     },
+    /// Print a session's output so far, as the application wrote it.
+    ///
+    /// Read-only: sends no input and never stops the session. With
+    /// `--follow`, keeps printing until the session ends and exits with its
+    /// exit code (1 when it failed, 130 when it was stopped).
+    Logs {
+        /// The session id (from `telo-runner sessions`).
+        id: String,
+        /// Keep printing live output until the session ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[command(flatten)]
+        runner: RunnerArg,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
     /// Stop a session and wait until the runner reports it ended.

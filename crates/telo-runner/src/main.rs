@@ -49,6 +49,11 @@ fn main() -> ExitCode {
             RunnerApi::new(&runner.url, runner.token),
             id,
         )),
+        Command::Logs { id, follow, runner } => client(client::logs::logs(
+            RunnerApi::new(&runner.url, runner.token),
+            id,
+            follow,
+        )),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -1,6 +1,8 @@
-//! The terminal client (`telo-runner run | sessions | stop`), driven as a user
-//! would: the real binary in a pseudo-terminal, against an in-process runner
-//! on the local backend with fake-telo as the kernel.
+//! The terminal client (`telo-runner run | attach | logs | sessions | stop`),
+//! driven as a user would: the real binary in a pseudo-terminal or on pipes,
+//! against an in-process runner (the local backend, or the Kubernetes one on
+//! kube-sim where a restart must leave sessions running) with fake-telo as
+//! the kernel.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -236,6 +238,12 @@ impl Drop for Piped {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What the client writes into a pipe for the session's output: the
+/// terminal's line ends as the application's.
+fn plain(output: &str) -> String {
+    output.replace("\r\n", "\n")
 }
 
 fn pty_size((cols, rows): (u16, u16)) -> PtySize {
@@ -618,6 +626,109 @@ async fn a_runner_that_requires_a_token_is_driven_with_one() {
     runner.stop().await;
 }
 
+/// `logs` of a finished session prints its output, as the application wrote
+/// it, and exits 0 whatever the session's own exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_replays_a_finished_sessions_output() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["first line", "second line"], "exitCode": 3 }))
+        .await;
+    assert_eq!(runner.wait_terminal(&id).await["kind"], "exited");
+    let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
+    assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
+    assert_eq!(logs.stdout, plain(&runner.full_output(&id).await));
+    assert!(
+        logs.stdout.contains("first line\nsecond line\n"),
+        "{:?}",
+        logs.stdout
+    );
+    assert_eq!(logs.stderr, "");
+    runner.stop().await;
+}
+
+/// Without `--follow`, a running session's output so far; the session is
+/// left running and gets no input from the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_of_a_running_session_prints_its_output_so_far_and_leaves_it_running() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["printed so far"], "echo": true }))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut socket, "printed so far").await;
+    let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
+    assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
+    assert_eq!(logs.stdout, "printed so far\n");
+    assert_eq!(session_kind(&runner, &id).await, "running");
+    runner.stop().await;
+}
+
+/// `logs -f` prints what came before it started, then each live line once
+/// and in order, and leaves with the application's exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_follow_prints_live_output_once_in_order_and_returns_the_exit_code() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["before the client"], "echo": true, "exitCode": 6 }))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut socket, "before the client").await;
+    let mut logs = Piped::spawn(&["logs", &id, "-f", "--runner", &runner.base]);
+    logs.wait_stdout("before the client\n");
+    for line in ["live-one", "live-two", "live-three"] {
+        test_support::ws::send_stdin(&mut socket, format!("{line}\n").as_bytes()).await;
+        logs.wait_stdout(&format!("{line}\n{line}\n"));
+    }
+    test_support::ws::send_stdin(&mut socket, b"exit\n").await;
+    assert_eq!(logs.exit_code(), 6, "{}", logs.stderr);
+    // Exactly the session's output: nothing repeated, nothing missing.
+    assert_eq!(logs.stdout, plain(&runner.full_output(&id).await));
+    let first = logs.stdout.find("live-one").unwrap();
+    let second = logs.stdout.find("live-two").unwrap();
+    let third = logs.stdout.find("live-three").unwrap();
+    assert!(first < second && second < third, "{:?}", logs.stdout);
+    assert_eq!(logs.stderr, "");
+    runner.stop().await;
+}
+
+/// Ctrl-C ends `logs -f`, not the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_ends_logs_follow_and_leaves_the_session_running() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["still running"], "echo": true }))
+        .await;
+    let mut logs = Piped::spawn(&["logs", "-f", &id, "--runner", &runner.base]);
+    logs.wait_stdout("still running\n");
+    let pid = nix::unistd::Pid::from_raw(logs.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(logs.exit_code(), 130, "{}", logs.stderr);
+    assert_eq!(session_kind(&runner, &id).await, "running");
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_of_an_unknown_session_names_it_and_where_to_look() {
+    let runner = Runner::start().await;
+    for args in [
+        &["logs", "nosuchsession"][..],
+        &["logs", "-f", "nosuchsession"],
+    ] {
+        let mut logs = Piped::spawn(&[args, &["--runner", &runner.base]].concat());
+        assert_eq!(logs.exit_code(), 1);
+        assert_eq!(
+            logs.stderr,
+            format!(
+                "telo-runner: the runner at {} has no session 'nosuchsession'; `telo-runner sessions` lists the ones it has\n",
+                runner.base
+            )
+        );
+        assert_eq!(logs.stdout, "");
+    }
+    runner.stop().await;
+}
+
 fn stopped_elsewhere_line(id: &str) -> String {
     format!(
         "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
@@ -694,7 +805,7 @@ async fn ctrl_c_twice_is_not_reported_as_a_stop_from_elsewhere() {
 
 /// A runner restart (a graceful one, whose successor adopts live sessions)
 /// closes the terminal socket with 1001: the attached client says the
-/// runner went away and how to reattach.
+/// runner went away and how to reattach, as does `logs -f`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_runner_that_goes_away_is_said_so_with_how_to_reattach() {
     let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
@@ -702,13 +813,17 @@ async fn a_runner_that_goes_away_is_said_so_with_how_to_reattach() {
         .create(json!({ "stdout": ["before the restart"], "echo": true }))
         .await;
     let mut attach = Piped::spawn(&["attach", &id, "--runner", &runner.base]);
+    let mut logs = Piped::spawn(&["logs", "--follow", &id, "--runner", &runner.base]);
     attach.wait_stdout("before the restart");
+    logs.wait_stdout("before the restart");
     runner.stop().await;
     let gone = format!(
         "telo-runner: the runner went away (restarting or shutting down) while session {id} was still running; reattach with `telo-runner attach {id}`"
     );
     assert_eq!(attach.exit_code(), 1, "{}", attach.stderr);
     assert!(attach.said(&gone), "{}", attach.stderr);
+    assert_eq!(logs.exit_code(), 1, "{}", logs.stderr);
+    assert!(logs.said(&gone), "{}", logs.stderr);
 }
 
 /// `run` leaves out what `.gitignore` and `.teloignore` ignore, and says

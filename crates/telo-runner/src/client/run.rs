@@ -18,6 +18,7 @@ use super::events::{self, Lifecycle, is_terminal};
 use super::io::{
     self, CLOSE_GOING_AWAY, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame,
 };
+use super::output::Output;
 use super::status::{event_line, exit_code_of, running_lines};
 use super::terminal::{self, RawMode, notice};
 use crate::bundle;
@@ -263,7 +264,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     let mut reconnect_at = Some(Instant::now());
     let mut backoff = RECONNECT_FIRST;
     let mut drain_deadline = ended.as_ref().map(|_| Instant::now() + OUTPUT_DRAIN);
-    let mut plain = (!std::io::stdout().is_terminal()).then(PlainLineEnds::default);
+    let mut output = Output::stdout();
 
     let leave = loop {
         if socket_done && let Some(status) = &ended {
@@ -274,10 +275,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                 Some(Ok(Message::Binary(bytes))) => {
                     if let Some((seq, payload)) = new_output(&bytes, last_seq) {
                         last_seq = seq;
-                        match plain.as_mut() {
-                            Some(plain) => write_stdout(&plain.convert(payload)),
-                            None => write_stdout(payload),
-                        }
+                        output.write(payload);
                     }
                 }
                 Some(Ok(Message::Text(text))) => {
@@ -285,7 +283,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                         .ok()
                         .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("gap"))
                     {
-                        write_stdout(GAP_NOTICE);
+                        output.write(GAP_NOTICE);
                     }
                 }
                 Some(Ok(Message::Close(frame))) => {
@@ -374,9 +372,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     if let Some(open) = socket.as_mut() {
         let _ = open.close(None).await;
     }
-    if let Some(plain) = plain.as_mut() {
-        write_stdout(plain.finish());
-    }
+    output.finish();
     drop(raw);
     match leave {
         Leave::Ended(status) => {
@@ -422,56 +418,6 @@ async fn stop_session(
     Ok(exit_code_of(&status))
 }
 
-fn write_stdout(bytes: &[u8]) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(bytes);
-    let _ = stdout.flush();
-}
-
-/// The session's terminal output as written to our stdout. On a terminal it
-/// is passed through; into a pipe or a file the terminal's line ends
-/// (`\r\n`, added by the session's PTY) become the `\n` the application
-/// wrote, so what is saved or piped on is the application's own text.
-#[derive(Debug, Default)]
-struct PlainLineEnds {
-    /// A `\r` that ended the last chunk, held until the next byte shows
-    /// whether it starts a line end.
-    held_cr: bool,
-}
-
-impl PlainLineEnds {
-    fn convert(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(chunk.len() + 1);
-        let mut bytes = chunk.iter().copied().peekable();
-        if std::mem::take(&mut self.held_cr) && bytes.peek() != Some(&b'\n') {
-            out.push(b'\r');
-        }
-        while let Some(byte) = bytes.next() {
-            if byte == b'\r' {
-                match bytes.peek() {
-                    Some(b'\n') => continue,
-                    None => {
-                        self.held_cr = true;
-                        continue;
-                    }
-                    Some(_) => {}
-                }
-            }
-            out.push(byte);
-        }
-        out
-    }
-
-    /// What is still held when the output ends.
-    fn finish(&mut self) -> &'static [u8] {
-        if std::mem::take(&mut self.held_cr) {
-            b"\r"
-        } else {
-            b""
-        }
-    }
-}
-
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -498,20 +444,4 @@ fn spawn_stdin_reader() -> mpsc::Receiver<Vec<u8>> {
         }
     });
     receiver
-}
-
-#[cfg(test)]
-mod line_end_tests {
-    use super::PlainLineEnds;
-
-    #[test]
-    fn terminal_line_ends_become_newlines_across_chunks() {
-        let mut plain = PlainLineEnds::default();
-        let mut out = plain.convert(b"one\r\ntwo\r");
-        out.extend(plain.convert(b"\nthree\rbar\r"));
-        out.extend(plain.convert(b"x"));
-        out.extend(plain.convert(b"\r"));
-        out.extend_from_slice(plain.finish());
-        assert_eq!(out, b"one\ntwo\nthree\rbar\rx\r");
-    }
 }
