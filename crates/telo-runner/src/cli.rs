@@ -38,7 +38,8 @@ pub enum Command {
     /// code (1 when the session failed, 130 when it was stopped).
     Run {
         /// The application's directory (its telo.yaml is the entry) or a
-        /// manifest file (its directory is the bundle root).
+        /// manifest file (its directory is the bundle root). What the root's
+        /// .gitignore and .teloignore files ignore is left out.
         target: PathBuf,
         #[command(flatten)]
         runner: RunnerArg,
