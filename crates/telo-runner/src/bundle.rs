@@ -3,11 +3,23 @@
 //! sent. The decisions (what to skip, how a path is spelled, how an over-limit
 //! bundle is explained) are plain functions, unit-tested below; `collect` is
 //! the thin layer that reads the disk.
+//!
+//! What is left out: the tooling directories in [`SKIPPED_DIRS`], symlinks
+//! leading outside the root, and whatever the `.gitignore` and `.teloignore`
+//! files inside the root ignore (gitignore syntax, matched by the `ignore`
+//! crate: nested files, anchored and `**` patterns, `!` negation). Only
+//! ignore files inside the bundle root count, none from its parents or the
+//! user's global git configuration, so what a bundle holds is decided by the
+//! application's own directory. The entry manifest is never left out: an
+//! ignored entry is sent anyway and the client says so, since a bundle
+//! without its entry could not run at all.
 
 use std::collections::HashSet;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use serde::Serialize;
 
 /// The body limit a runner applies when its operator did not change it
@@ -20,6 +32,14 @@ pub const ENTRY_FILE_NAME: &str = "telo.yaml";
 /// Directories that are tooling state, never part of an application; the
 /// editor leaves them out too, and `node_modules` alone can blow the limit.
 const SKIPPED_DIRS: &[&str] = &[".git", "node_modules", ".telo"];
+
+/// The ignore files the walk honours in every directory, in this order: a
+/// `.teloignore` line is read after the `.gitignore` ones, so it can
+/// re-include (`!path`) what `.gitignore` leaves out of the bundle.
+pub const IGNORE_FILE_NAMES: &[&str] = &[".gitignore", ".teloignore"];
+
+/// How many ignored paths the "left out" line names.
+const IGNORED_SHOWN: usize = 5;
 
 /// How many of the largest files an over-limit error names.
 const LARGEST_FILES_SHOWN: usize = 5;
@@ -138,78 +158,205 @@ pub fn bundle_relative_path(root: &Path, path: &Path) -> Option<String> {
     Some(parts.join("/"))
 }
 
+/// A bundle and what its ignore files left out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    pub bundle: Bundle,
+    /// Bundle paths the ignore files left out, in walk order; a directory
+    /// ends with `/` (what is under it was not looked at).
+    pub ignored: Vec<String>,
+    /// The entry manifest matched an ignore pattern and was sent anyway.
+    pub entry_ignored: bool,
+}
+
 /// Reads every file under the entry's root into a bundle. Symlinks are
 /// followed only while they stay inside the root: a link to `~/.ssh` must not
 /// upload the user's keys to a remote runner.
-pub fn collect(entry: &EntryPoint) -> Result<Bundle, BundleError> {
+pub fn collect(entry: &EntryPoint) -> Result<Collected, BundleError> {
     let root = fs::canonicalize(&entry.root).map_err(|source| BundleError::Inspect {
         path: entry.root.clone(),
         source,
     })?;
-    let mut files = Vec::new();
-    let mut visited = HashSet::new();
-    walk(&root, &root, &mut visited, &mut files)?;
+    let mut walk = Walk {
+        root: &root,
+        entry: root.join(&entry.entry_relative_path),
+        visited: HashSet::new(),
+        matchers: Vec::new(),
+        files: Vec::new(),
+        ignored: Vec::new(),
+        entry_ignored: false,
+    };
+    walk.dir(&root)?;
+    let Walk {
+        mut files,
+        ignored,
+        entry_ignored,
+        ..
+    } = walk;
     files.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
-    Ok(Bundle {
-        entry_relative_path: entry.entry_relative_path.clone(),
-        files,
+    Ok(Collected {
+        bundle: Bundle {
+            entry_relative_path: entry.entry_relative_path.clone(),
+            files,
+        },
+        ignored,
+        entry_ignored,
     })
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    visited: &mut HashSet<PathBuf>,
-    files: &mut Vec<BundleFile>,
-) -> Result<(), BundleError> {
-    // A symlinked directory pointing at an ancestor would otherwise loop forever.
-    if !visited.insert(dir.to_owned()) {
-        return Ok(());
+/// The directory walk's state.
+struct Walk<'a> {
+    root: &'a Path,
+    /// The entry manifest's path, which is never left out.
+    entry: PathBuf,
+    visited: HashSet<PathBuf>,
+    /// The ignore rules of the directories being walked, outermost first.
+    matchers: Vec<Gitignore>,
+    files: Vec<BundleFile>,
+    ignored: Vec<String>,
+    entry_ignored: bool,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Path) -> Result<(), BundleError> {
+        // A symlinked directory pointing at an ancestor would otherwise loop forever.
+        if !self.visited.insert(dir.to_owned()) {
+            return Ok(());
+        }
+        let matcher = dir_matcher(dir);
+        let pushed = matcher.is_some();
+        self.matchers.extend(matcher);
+        let walked = self.entries(dir);
+        if pushed {
+            self.matchers.pop();
+        }
+        walked
     }
-    let read_dir_error = |source| BundleError::ReadDir {
-        path: dir.to_owned(),
-        source,
-    };
-    let mut entries = fs::read_dir(dir)
-        .map_err(read_dir_error)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(read_dir_error)?;
-    entries.sort_by_key(|entry| entry.file_name());
-    for entry in entries {
-        let name = entry.file_name();
-        if name.to_str().is_some_and(is_skipped_dir) {
-            continue;
-        }
-        let path = entry.path();
-        let Ok(target) = fs::canonicalize(&path) else {
-            continue; // a dangling symlink names nothing to upload
-        };
-        if !target.starts_with(root) {
-            continue;
-        }
-        let metadata = fs::metadata(&target).map_err(|source| BundleError::Inspect {
-            path: path.clone(),
+
+    fn entries(&mut self, dir: &Path) -> Result<(), BundleError> {
+        let root = self.root;
+        let read_dir_error = |source| BundleError::ReadDir {
+            path: dir.to_owned(),
             source,
-        })?;
-        if metadata.is_dir() {
-            walk(root, &target, visited, files)?;
-        } else if metadata.is_file() {
-            let relative = bundle_relative_path(root, &path)
-                .ok_or_else(|| BundleError::UnrepresentablePath { path: path.clone() })?;
-            let bytes = fs::read(&target).map_err(|source| BundleError::ReadFile {
+        };
+        let mut entries = fs::read_dir(dir)
+            .map_err(read_dir_error)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read_dir_error)?;
+        entries.sort_by_key(|entry| entry.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            if name.to_str().is_some_and(is_skipped_dir) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(target) = fs::canonicalize(&path) else {
+                continue; // a dangling symlink names nothing to upload
+            };
+            if !target.starts_with(root) {
+                continue;
+            }
+            let metadata = fs::metadata(&target).map_err(|source| BundleError::Inspect {
                 path: path.clone(),
                 source,
             })?;
-            let contents = String::from_utf8(bytes).map_err(|_| BundleError::NotUtf8 {
-                path: relative.clone(),
-            })?;
-            files.push(BundleFile {
-                relative_path: relative,
-                contents,
-            });
+            if is_ignored(&self.matchers, &path, metadata.is_dir()) {
+                if path == self.entry {
+                    self.entry_ignored = true;
+                } else {
+                    self.ignored
+                        .push(ignored_name(root, &path, metadata.is_dir()));
+                    continue;
+                }
+            }
+            if metadata.is_dir() {
+                self.dir(&target)?;
+            } else if metadata.is_file() {
+                let relative = bundle_relative_path(root, &path)
+                    .ok_or_else(|| BundleError::UnrepresentablePath { path: path.clone() })?;
+                let bytes = fs::read(&target).map_err(|source| BundleError::ReadFile {
+                    path: path.clone(),
+                    source,
+                })?;
+                let contents = String::from_utf8(bytes).map_err(|_| BundleError::NotUtf8 {
+                    path: relative.clone(),
+                })?;
+                self.files.push(BundleFile {
+                    relative_path: relative,
+                    contents,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rules of `dir`'s ignore files, `None` when it has none. A line that
+/// is not a valid pattern is skipped, as git skips it.
+fn dir_matcher(dir: &Path) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(dir);
+    let mut any = false;
+    for name in IGNORE_FILE_NAMES {
+        let file = dir.join(name);
+        if file.is_file() {
+            any = true;
+            let _partial_errors = builder.add(file);
         }
     }
-    Ok(())
+    if !any {
+        return None;
+    }
+    builder.build().ok().filter(|matcher| !matcher.is_empty())
+}
+
+/// Whether the innermost rule that matches `path` ignores it: a deeper
+/// directory's files decide before a shallower one's, and within one
+/// directory the last matching line decides (so `!keep.txt` after `*.txt`
+/// keeps it).
+pub fn is_ignored(matchers: &[Gitignore], path: &Path, is_dir: bool) -> bool {
+    for matcher in matchers.iter().rev() {
+        let Ok(relative) = path.strip_prefix(matcher.path()) else {
+            continue;
+        };
+        match matcher.matched(relative, is_dir) {
+            Match::Ignore(_) => return true,
+            Match::Whitelist(_) => return false,
+            Match::None => {}
+        }
+    }
+    false
+}
+
+/// How an ignored path is named on the "left out" line: a directory with
+/// its trailing `/`, as it is spelled in an ignore file.
+fn ignored_name(root: &Path, path: &Path, is_dir: bool) -> String {
+    let name = bundle_relative_path(root, path).unwrap_or_else(|| path.display().to_string());
+    if is_dir { format!("{name}/") } else { name }
+}
+
+/// One short line saying what the ignore files left out, naming the first
+/// few; `None` when they left out nothing.
+pub fn left_out_line(ignored: &[String]) -> Option<String> {
+    if ignored.is_empty() {
+        return None;
+    }
+    let files = if ignored.len() == 1 { "path" } else { "paths" };
+    let mut line = format!(
+        "telo-runner: left out {} {files} ignored by .gitignore/.teloignore: {}",
+        ignored.len(),
+        ignored[..ignored.len().min(IGNORED_SHOWN)].join(", ")
+    );
+    if ignored.len() > IGNORED_SHOWN {
+        line.push_str(&format!(" and {} more", ignored.len() - IGNORED_SHOWN));
+    }
+    Some(line)
+}
+
+/// Said when the entry manifest matched an ignore pattern.
+pub fn entry_ignored_line(entry_relative_path: &str) -> String {
+    format!(
+        "telo-runner: {entry_relative_path} is ignored by .gitignore/.teloignore, but it is the entry manifest, so it is sent anyway"
+    )
 }
 
 /// Refuses a request the runner would answer with 413, naming what to remove.
@@ -303,7 +450,7 @@ mod tests {
         write(dir.path(), "node_modules/pkg/index.js", b"x");
         write(dir.path(), ".telo/cache", b"x");
         write(dir.path(), "lib/node_modules/deep.js", b"x");
-        let bundle = collect(&resolve_entry(dir.path()).unwrap()).unwrap();
+        let bundle = collect(&resolve_entry(dir.path()).unwrap()).unwrap().bundle;
         assert_eq!(paths(&bundle), ["lib/util/mod.yaml", "telo.yaml"]);
         assert_eq!(bundle.entry_relative_path, "telo.yaml");
     }
@@ -327,8 +474,102 @@ mod tests {
         )
         .unwrap();
         std::os::unix::fs::symlink(dir.path(), dir.path().join("loop")).unwrap();
-        let bundle = collect(&resolve_entry(dir.path()).unwrap()).unwrap();
+        let bundle = collect(&resolve_entry(dir.path()).unwrap()).unwrap().bundle;
         assert_eq!(paths(&bundle), ["alias.yaml", "shared.yaml", "telo.yaml"]);
+    }
+
+    fn collect_dir(dir: &Path) -> Collected {
+        collect(&resolve_entry(dir).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn gitignore_and_teloignore_leave_files_out_with_nesting_and_negation() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "telo.yaml", b"kind: x\n");
+        write(
+            dir.path(),
+            ".gitignore",
+            b"dist/\n*.log\n!keep.log\n/secrets.env\n",
+        );
+        write(dir.path(), ".teloignore", b"notes.md\n!dist-readme.log\n");
+        write(dir.path(), "dist/bundle.js", b"x");
+        write(dir.path(), "app.log", b"x");
+        write(dir.path(), "keep.log", b"x");
+        write(dir.path(), "secrets.env", b"x");
+        write(dir.path(), "notes.md", b"x");
+        write(dir.path(), "lib/secrets.env", b"anchored at the root only");
+        write(dir.path(), "lib/.gitignore", b"generated/\n!app.log\n");
+        write(dir.path(), "lib/app.log", b"re-included one level down");
+        write(dir.path(), "lib/generated/out.yaml", b"x");
+        write(dir.path(), "lib/mod.yaml", b"a: 1\n");
+        let collected = collect_dir(dir.path());
+        assert_eq!(
+            paths(&collected.bundle),
+            [
+                ".gitignore",
+                ".teloignore",
+                "keep.log",
+                "lib/.gitignore",
+                "lib/app.log",
+                "lib/mod.yaml",
+                "lib/secrets.env",
+                "telo.yaml"
+            ]
+        );
+        assert_eq!(
+            collected.ignored,
+            [
+                "app.log",
+                "dist/",
+                "lib/generated/",
+                "notes.md",
+                "secrets.env"
+            ]
+        );
+        assert!(!collected.entry_ignored);
+    }
+
+    #[test]
+    fn teloignore_can_re_include_what_gitignore_leaves_out() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "telo.yaml", b"kind: x\n");
+        write(dir.path(), ".gitignore", b"*.json\n");
+        write(dir.path(), ".teloignore", b"!config.json\n");
+        write(dir.path(), "config.json", b"{}");
+        write(dir.path(), "cache.json", b"{}");
+        let collected = collect_dir(dir.path());
+        assert!(paths(&collected.bundle).contains(&"config.json"));
+        assert_eq!(collected.ignored, ["cache.json"]);
+    }
+
+    #[test]
+    fn an_ignored_entry_manifest_is_sent_anyway_and_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "telo.yaml", b"kind: x\n");
+        write(dir.path(), ".teloignore", b"*.yaml\n");
+        write(dir.path(), "other.yaml", b"a: 1\n");
+        let collected = collect_dir(dir.path());
+        assert_eq!(paths(&collected.bundle), [".teloignore", "telo.yaml"]);
+        assert_eq!(collected.ignored, ["other.yaml"]);
+        assert!(collected.entry_ignored);
+        assert_eq!(
+            entry_ignored_line("telo.yaml"),
+            "telo-runner: telo.yaml is ignored by .gitignore/.teloignore, but it is the entry manifest, so it is sent anyway"
+        );
+    }
+
+    #[test]
+    fn the_left_out_line_names_the_first_few() {
+        assert_eq!(left_out_line(&[]), None);
+        assert_eq!(
+            left_out_line(&["dist/".into()]).unwrap(),
+            "telo-runner: left out 1 path ignored by .gitignore/.teloignore: dist/"
+        );
+        let many: Vec<String> = (1..=7).map(|i| format!("f{i}")).collect();
+        assert_eq!(
+            left_out_line(&many).unwrap(),
+            "telo-runner: left out 7 paths ignored by .gitignore/.teloignore: f1, f2, f3, f4, f5 and 2 more"
+        );
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub enum Command {
     /// code (1 when the session failed, 130 when it was stopped).
     Run {
         /// The application's directory (its telo.yaml is the entry) or a
-        /// manifest file (its directory is the bundle root).
+        /// manifest file (its directory is the bundle root). What the root's
+        /// .gitignore and .teloignore files ignore is left out.
         target: PathBuf,
         #[command(flatten)]
         runner: RunnerArg,
@@ -90,6 +91,20 @@ pub enum Command {
         /// (fake-telo, which plays an example's `fakeTelo:` script).
         #[arg(long, value_name = "PATH")]
         telo: Option<PathBuf>,
+    },
+    /// Print a session's output so far, as the application wrote it.
+    ///
+    /// Read-only: sends no input and never stops the session. With
+    /// `--follow`, keeps printing until the session ends and exits with its
+    /// exit code (1 when it failed, 130 when it was stopped).
+    Logs {
+        /// The session id (from `telo-runner sessions`).
+        id: String,
+        /// Keep printing live output until the session ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[command(flatten)]
+        runner: RunnerArg,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },

@@ -1,6 +1,6 @@
 //! The `telo-runner` binary's wiring: configuration, backend selection, the
 //! HTTP server and its graceful shutdown, and the terminal client (`run`,
-//! `sessions`, `stop`, `dev`). No contract logic lives here.
+//! `attach`, `logs`, `sessions`, `stop`, `dev`). No contract logic lives here.
 
 pub mod bundle;
 pub mod cli;

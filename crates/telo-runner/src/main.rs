@@ -55,6 +55,11 @@ fn main() -> ExitCode {
             port,
             telo,
         } => dev(&env, kubernetes, port, telo),
+        Command::Logs { id, follow, runner } => client(client::logs::logs(
+            RunnerApi::new(&runner.url, runner.token),
+            id,
+            follow,
+        )),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

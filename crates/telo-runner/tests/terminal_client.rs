@@ -1,6 +1,8 @@
-//! The terminal client (`telo-runner run | sessions | stop`), driven as a user
-//! would: the real binary in a pseudo-terminal, against an in-process runner
-//! on the local backend with fake-telo as the kernel.
+//! The terminal client (`telo-runner run | attach | logs | sessions | stop`),
+//! driven as a user would: the real binary in a pseudo-terminal or on pipes,
+//! against an in-process runner (the local backend, or the Kubernetes one on
+//! kube-sim where a restart must leave sessions running) with fake-telo as
+//! the kernel.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,7 +13,7 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Runner;
+use common::{Backend, Runner};
 use portable_pty::{ChildKiller, CommandBuilder, PtySize, native_pty_system};
 use serde_json::{Value, json};
 
@@ -125,6 +127,123 @@ impl Drop for Terminal {
     fn drop(&mut self) {
         let _ = self.killer.kill();
     }
+}
+
+/// Which pipe a chunk of a [`Piped`] client's output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// The client as a plain process: no terminal, stdin closed, stdout and
+/// stderr read as they come; killed if the test ends first.
+struct Piped {
+    child: std::process::Child,
+    stdout: String,
+    stderr: String,
+    chunks: mpsc::Receiver<(Pipe, Vec<u8>)>,
+}
+
+impl Piped {
+    fn spawn(args: &[&str]) -> Piped {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("TELO_RUNNER_URL")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the client");
+        let (sender, chunks) = mpsc::channel();
+        fn pump(
+            mut from: impl Read + Send + 'static,
+            pipe: Pipe,
+            to: mpsc::Sender<(Pipe, Vec<u8>)>,
+        ) {
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = from.read(&mut buffer) {
+                    if n == 0 || to.send((pipe, buffer[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        pump(child.stdout.take().unwrap(), Pipe::Stdout, sender.clone());
+        pump(child.stderr.take().unwrap(), Pipe::Stderr, sender);
+        Piped {
+            child,
+            stdout: String::new(),
+            stderr: String::new(),
+            chunks,
+        }
+    }
+
+    fn take(&mut self, (pipe, chunk): (Pipe, Vec<u8>)) {
+        let text = String::from_utf8_lossy(&chunk);
+        match pipe {
+            Pipe::Stdout => self.stdout.push_str(&text),
+            Pipe::Stderr => self.stderr.push_str(&text),
+        }
+    }
+
+    /// Reads until `done` holds for (stdout, stderr) so far.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&str, &str) -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !done(&self.stdout, &self.stderr) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.take(chunk),
+                Err(_) => panic!(
+                    "timed out waiting for {what}; stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                ),
+            }
+        }
+    }
+
+    fn wait_stdout(&mut self, needle: &str) {
+        self.wait_until(needle, |stdout, _| stdout.contains(needle));
+    }
+
+    /// Everything the client printed, once both pipes closed, and its exit code.
+    fn exit_code(&mut self) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.take(chunk),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "the client did not exit; stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                ),
+            }
+        }
+        let status = self.child.wait().unwrap();
+        status
+            .code()
+            .expect("the client exited, not killed by a signal")
+    }
+
+    /// Whether stderr has exactly this line.
+    fn said(&self, line: &str) -> bool {
+        self.stderr.lines().any(|said| said == line)
+    }
+}
+
+impl Drop for Piped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the client writes into a pipe for the session's output: the
+/// terminal's line ends as the application's.
+fn plain(output: &str) -> String {
+    output.replace("\r\n", "\n")
 }
 
 fn pty_size((cols, rows): (u16, u16)) -> PtySize {
@@ -504,5 +623,239 @@ async fn a_runner_that_requires_a_token_is_driven_with_one() {
     });
     terminal.type_bytes(b"exit\r");
     assert_eq!(terminal.exit_code(), 0, "{}", terminal.output);
+    runner.stop().await;
+}
+
+/// `logs` of a finished session prints its output, as the application wrote
+/// it, and exits 0 whatever the session's own exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_replays_a_finished_sessions_output() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["first line", "second line"], "exitCode": 3 }))
+        .await;
+    assert_eq!(runner.wait_terminal(&id).await["kind"], "exited");
+    let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
+    assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
+    assert_eq!(logs.stdout, plain(&runner.full_output(&id).await));
+    assert!(
+        logs.stdout.contains("first line\nsecond line\n"),
+        "{:?}",
+        logs.stdout
+    );
+    assert_eq!(logs.stderr, "");
+    runner.stop().await;
+}
+
+/// Without `--follow`, a running session's output so far; the session is
+/// left running and gets no input from the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_of_a_running_session_prints_its_output_so_far_and_leaves_it_running() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["printed so far"], "echo": true }))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut socket, "printed so far").await;
+    let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
+    assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
+    assert_eq!(logs.stdout, "printed so far\n");
+    assert_eq!(session_kind(&runner, &id).await, "running");
+    runner.stop().await;
+}
+
+/// `logs -f` prints what came before it started, then each live line once
+/// and in order, and leaves with the application's exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_follow_prints_live_output_once_in_order_and_returns_the_exit_code() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["before the client"], "echo": true, "exitCode": 6 }))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut socket, "before the client").await;
+    let mut logs = Piped::spawn(&["logs", &id, "-f", "--runner", &runner.base]);
+    logs.wait_stdout("before the client\n");
+    for line in ["live-one", "live-two", "live-three"] {
+        test_support::ws::send_stdin(&mut socket, format!("{line}\n").as_bytes()).await;
+        logs.wait_stdout(&format!("{line}\n{line}\n"));
+    }
+    test_support::ws::send_stdin(&mut socket, b"exit\n").await;
+    assert_eq!(logs.exit_code(), 6, "{}", logs.stderr);
+    // Exactly the session's output: nothing repeated, nothing missing.
+    assert_eq!(logs.stdout, plain(&runner.full_output(&id).await));
+    let first = logs.stdout.find("live-one").unwrap();
+    let second = logs.stdout.find("live-two").unwrap();
+    let third = logs.stdout.find("live-three").unwrap();
+    assert!(first < second && second < third, "{:?}", logs.stdout);
+    assert_eq!(logs.stderr, "");
+    runner.stop().await;
+}
+
+/// Ctrl-C ends `logs -f`, not the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_ends_logs_follow_and_leaves_the_session_running() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["still running"], "echo": true }))
+        .await;
+    let mut logs = Piped::spawn(&["logs", "-f", &id, "--runner", &runner.base]);
+    logs.wait_stdout("still running\n");
+    let pid = nix::unistd::Pid::from_raw(logs.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(logs.exit_code(), 130, "{}", logs.stderr);
+    assert_eq!(session_kind(&runner, &id).await, "running");
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_of_an_unknown_session_names_it_and_where_to_look() {
+    let runner = Runner::start().await;
+    for args in [
+        &["logs", "nosuchsession"][..],
+        &["logs", "-f", "nosuchsession"],
+    ] {
+        let mut logs = Piped::spawn(&[args, &["--runner", &runner.base]].concat());
+        assert_eq!(logs.exit_code(), 1);
+        assert_eq!(
+            logs.stderr,
+            format!(
+                "telo-runner: the runner at {} has no session 'nosuchsession'; `telo-runner sessions` lists the ones it has\n",
+                runner.base
+            )
+        );
+        assert_eq!(logs.stdout, "");
+    }
+    runner.stop().await;
+}
+
+fn stopped_elsewhere_line(id: &str) -> String {
+    format!(
+        "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
+    )
+}
+
+/// A session stopped by another client's `telo-runner stop` or a DELETE:
+/// the attached client says so, and still exits 130.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_stopped_elsewhere_is_said_so() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true }));
+    let mut run = Piped::spawn(&[
+        "run",
+        app.path().to_str().unwrap(),
+        "--runner",
+        &runner.base,
+    ]);
+    run.wait_stdout("ready");
+    let id = run
+        .stderr
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("telo-runner: session ")?
+                .strip_suffix(" starting")
+        })
+        .unwrap()
+        .to_owned();
+    let stopped = Command::new(BIN)
+        .args(["stop", &id, "--runner", &runner.base])
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+    assert_eq!(run.exit_code(), 130, "{}", run.stderr);
+    assert!(run.said(&stopped_elsewhere_line(&id)), "{}", run.stderr);
+
+    let id = runner
+        .create(json!({ "stdout": ["attached"], "echo": true }))
+        .await;
+    let mut attach = Piped::spawn(&["attach", &id, "--runner", &runner.base]);
+    attach.wait_stdout("attached");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(attach.exit_code(), 130, "{}", attach.stderr);
+    assert!(
+        attach.said(&stopped_elsewhere_line(&id)),
+        "{}",
+        attach.stderr
+    );
+    runner.stop().await;
+}
+
+/// The user's own double Ctrl-C is not a stop from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_twice_is_not_reported_as_a_stop_from_elsewhere() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ready"], "echo": true }));
+    let mut terminal = run_in_terminal(&runner, app.path(), (80, 24));
+    let id = terminal.session_id();
+    terminal.wait_for("ready");
+    terminal.type_bytes(b"\x03\x03");
+    assert_eq!(terminal.exit_code(), 130, "{}", terminal.output);
+    assert!(
+        terminal
+            .output
+            .contains(&format!("telo-runner: session {id} stopped"))
+    );
+    assert!(
+        !terminal.output.contains("stopped elsewhere"),
+        "{}",
+        terminal.output
+    );
+    runner.stop().await;
+}
+
+/// A runner restart (a graceful one, whose successor adopts live sessions)
+/// closes the terminal socket with 1001: the attached client says the
+/// runner went away and how to reattach, as does `logs -f`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runner_that_goes_away_is_said_so_with_how_to_reattach() {
+    let runner = Runner::start_on(Backend::Kubernetes, &[]).await;
+    let id = runner
+        .create(json!({ "stdout": ["before the restart"], "echo": true }))
+        .await;
+    let mut attach = Piped::spawn(&["attach", &id, "--runner", &runner.base]);
+    let mut logs = Piped::spawn(&["logs", "--follow", &id, "--runner", &runner.base]);
+    attach.wait_stdout("before the restart");
+    logs.wait_stdout("before the restart");
+    runner.stop().await;
+    let gone = format!(
+        "telo-runner: the runner went away (restarting or shutting down) while session {id} was still running; reattach with `telo-runner attach {id}`"
+    );
+    assert_eq!(attach.exit_code(), 1, "{}", attach.stderr);
+    assert!(attach.said(&gone), "{}", attach.stderr);
+    assert_eq!(logs.exit_code(), 1, "{}", logs.stderr);
+    assert!(logs.said(&gone), "{}", logs.stderr);
+}
+
+/// `run` leaves out what `.gitignore` and `.teloignore` ignore, and says
+/// what: an ignored big file does not count against the request limit and
+/// an ignored binary file is not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_leaves_out_ignored_files_and_says_so() {
+    let runner = Runner::start().await;
+    let app = app_dir(json!({ "stdout": ["ran without them"] }));
+    std::fs::write(app.path().join(".gitignore"), "dist/\nsecrets.env\n").unwrap();
+    std::fs::write(app.path().join(".teloignore"), "logo.png\n").unwrap();
+    std::fs::create_dir(app.path().join("dist")).unwrap();
+    std::fs::write(app.path().join("dist/big.txt"), "a".repeat(1_200_000)).unwrap();
+    std::fs::write(app.path().join("secrets.env"), "TOKEN=x\n").unwrap();
+    std::fs::write(app.path().join("logo.png"), [0x89, 0x50, 0xff, 0xfe]).unwrap();
+    let output = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--runner",
+            &runner.base,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ran without them"));
+    assert!(
+        stderr.lines().any(|line| line
+            == "telo-runner: left out 3 paths ignored by .gitignore/.teloignore: dist/, logo.png, secrets.env"),
+        "{stderr}"
+    );
     runner.stop().await;
 }

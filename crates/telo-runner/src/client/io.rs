@@ -14,6 +14,15 @@ pub type IoSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub const GAP_NOTICE: &[u8] =
     b"\r\n\x1b[2m[stream reconnected \xe2\x80\x94 earlier output truncated]\x1b[0m\r\n";
 
+/// The runner closes with this when it goes away (a restart) while the
+/// session lives on.
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// The session ended and its output is drained.
+pub const CLOSE_NORMAL: u16 = 1000;
+pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
+/// The session ended and the runner holds no output of it to replay.
+pub const CLOSE_NOTHING_TO_REPLAY: u16 = 4410;
+
 /// Close codes after which reconnecting cannot help: the editor's list, plus
 /// 4401 (a missing or wrong token stays wrong).
 pub fn is_final_close(code: u16) -> bool {

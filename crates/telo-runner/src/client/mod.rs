@@ -1,9 +1,12 @@
-//! The terminal client: `run`, `sessions` and `stop` against a `/v1` runner.
+//! The terminal client: `run`, `attach`, `logs`, `sessions` and `stop` against a
+//! `/v1` runner.
 
 pub mod api;
 pub mod ctrl_c;
 pub mod events;
 pub mod io;
+pub mod logs;
+pub mod output;
 pub mod run;
 pub mod sessions;
 pub mod status;

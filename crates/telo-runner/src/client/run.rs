@@ -15,7 +15,10 @@ use tokio_util::sync::CancellationToken;
 use super::api::{ApiError, RunnerApi, Terms, default_config};
 use super::ctrl_c::DoubleCtrlC;
 use super::events::{self, Lifecycle, is_terminal};
-use super::io::{self, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame};
+use super::io::{
+    self, CLOSE_GOING_AWAY, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame,
+};
+use super::output::Output;
 use super::status::{event_line, exit_code_of, running_lines};
 use super::terminal::{self, RawMode, notice};
 use crate::bundle;
@@ -71,7 +74,14 @@ pub async fn attach_to(api: RunnerApi, id: String) -> u8 {
 
 async fn start_and_attach(options: RunOptions) -> Result<u8, String> {
     let entry = bundle::resolve_entry(&options.target).map_err(|e| e.to_string())?;
-    let app = bundle::collect(&entry).map_err(|e| e.to_string())?;
+    let collected = bundle::collect(&entry).map_err(|e| e.to_string())?;
+    if let Some(line) = bundle::left_out_line(&collected.ignored) {
+        notice(&line);
+    }
+    if collected.entry_ignored {
+        notice(&bundle::entry_ignored_line(&entry.entry_relative_path));
+    }
+    let app = collected.bundle;
     let api = RunnerApi::new(&options.runner, options.token.clone());
     let capabilities = api.capabilities().await.map_err(|e| e.to_string())?;
     let env: serde_json::Map<String, Value> = options
@@ -162,6 +172,32 @@ enum Leave {
     Ended(Value),
     /// The user (Ctrl-C twice, a signal) asked to stop it.
     Stop,
+    /// The runner closed the socket with 1001: it is going away (a restart)
+    /// while the session lives on, to be served by its successor.
+    RunnerGone,
+}
+
+/// What to say about a session that ended without this client stopping it:
+/// a failure's reason, or that a stop came from elsewhere (this client's own
+/// stop is announced by [`stop_session`]); nothing for an exit, whose code
+/// speaks for itself.
+pub fn ended_line(id: &str, status: &Value) -> Option<String> {
+    if let Some(message) = status.get("message").and_then(Value::as_str) {
+        return Some(format!("telo-runner: session failed: {message}"));
+    }
+    (status.get("kind").and_then(Value::as_str) == Some("stopped")).then(|| {
+        format!(
+            "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
+        )
+    })
+}
+
+/// A runner that goes away with the session still live is restarting: its
+/// successor serves the session, which this client does not wait for.
+pub fn runner_gone_line(id: &str) -> String {
+    format!(
+        "telo-runner: the runner went away (restarting or shutting down) while session {id} was still running; reattach with `telo-runner attach {id}`"
+    )
 }
 
 async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
@@ -228,7 +264,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     let mut reconnect_at = Some(Instant::now());
     let mut backoff = RECONNECT_FIRST;
     let mut drain_deadline = ended.as_ref().map(|_| Instant::now() + OUTPUT_DRAIN);
-    let mut plain = (!std::io::stdout().is_terminal()).then(PlainLineEnds::default);
+    let mut output = Output::stdout();
 
     let leave = loop {
         if socket_done && let Some(status) = &ended {
@@ -239,10 +275,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                 Some(Ok(Message::Binary(bytes))) => {
                     if let Some((seq, payload)) = new_output(&bytes, last_seq) {
                         last_seq = seq;
-                        match plain.as_mut() {
-                            Some(plain) => write_stdout(&plain.convert(payload)),
-                            None => write_stdout(payload),
-                        }
+                        output.write(payload);
                     }
                 }
                 Some(Ok(Message::Text(text))) => {
@@ -250,12 +283,15 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                         .ok()
                         .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("gap"))
                     {
-                        write_stdout(GAP_NOTICE);
+                        output.write(GAP_NOTICE);
                     }
                 }
                 Some(Ok(Message::Close(frame))) => {
                     let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
                     socket = None;
+                    if code == CLOSE_GOING_AWAY {
+                        break Leave::RunnerGone;
+                    }
                     if is_final_close(code) {
                         socket_done = true;
                     } else {
@@ -336,18 +372,20 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     if let Some(open) = socket.as_mut() {
         let _ = open.close(None).await;
     }
-    if let Some(plain) = plain.as_mut() {
-        write_stdout(plain.finish());
-    }
+    output.finish();
     drop(raw);
     match leave {
         Leave::Ended(status) => {
-            if let Some(message) = status.get("message").and_then(Value::as_str) {
-                notice(&format!("telo-runner: session failed: {message}"));
+            if let Some(line) = ended_line(&id, &status) {
+                notice(&line);
             }
             Ok(exit_code_of(&status))
         }
         Leave::Stop => stop_session(&api, &id, &mut lifecycle).await,
+        Leave::RunnerGone => {
+            notice(&runner_gone_line(&id));
+            Ok(EXIT_CLIENT_ERROR)
+        }
     }
 }
 
@@ -380,56 +418,6 @@ async fn stop_session(
     Ok(exit_code_of(&status))
 }
 
-fn write_stdout(bytes: &[u8]) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(bytes);
-    let _ = stdout.flush();
-}
-
-/// The session's terminal output as written to our stdout. On a terminal it
-/// is passed through; into a pipe or a file the terminal's line ends
-/// (`\r\n`, added by the session's PTY) become the `\n` the application
-/// wrote, so what is saved or piped on is the application's own text.
-#[derive(Debug, Default)]
-struct PlainLineEnds {
-    /// A `\r` that ended the last chunk, held until the next byte shows
-    /// whether it starts a line end.
-    held_cr: bool,
-}
-
-impl PlainLineEnds {
-    fn convert(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(chunk.len() + 1);
-        let mut bytes = chunk.iter().copied().peekable();
-        if std::mem::take(&mut self.held_cr) && bytes.peek() != Some(&b'\n') {
-            out.push(b'\r');
-        }
-        while let Some(byte) = bytes.next() {
-            if byte == b'\r' {
-                match bytes.peek() {
-                    Some(b'\n') => continue,
-                    None => {
-                        self.held_cr = true;
-                        continue;
-                    }
-                    Some(_) => {}
-                }
-            }
-            out.push(byte);
-        }
-        out
-    }
-
-    /// What is still held when the output ends.
-    fn finish(&mut self) -> &'static [u8] {
-        if std::mem::take(&mut self.held_cr) {
-            b"\r"
-        } else {
-            b""
-        }
-    }
-}
-
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
@@ -456,20 +444,4 @@ fn spawn_stdin_reader() -> mpsc::Receiver<Vec<u8>> {
         }
     });
     receiver
-}
-
-#[cfg(test)]
-mod line_end_tests {
-    use super::PlainLineEnds;
-
-    #[test]
-    fn terminal_line_ends_become_newlines_across_chunks() {
-        let mut plain = PlainLineEnds::default();
-        let mut out = plain.convert(b"one\r\ntwo\r");
-        out.extend(plain.convert(b"\nthree\rbar\r"));
-        out.extend(plain.convert(b"x"));
-        out.extend(plain.convert(b"\r"));
-        out.extend_from_slice(plain.finish());
-        assert_eq!(out, b"one\ntwo\nthree\rbar\rx\r");
-    }
 }
