@@ -230,3 +230,51 @@ fn the_readme_walkthrough_works_as_written(#[case] name: &str) {
         }
     }
 }
+
+/// The packages `cargo build -p telo-runner` builds, each with its features.
+fn resolved(selection: &[&str]) -> std::collections::BTreeMap<String, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "--offline", "-e", "normal,build"])
+        .args(["--prefix", "none", "-f", "{p} [{f}]"])
+        .args(selection)
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (package, features) = line.trim_end_matches(" (*)").rsplit_once(" [")?;
+            Some((
+                package.to_owned(),
+                features.trim_end_matches(']').to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// The quick start builds the workspace and then runs `telo-runner`; `cargo
+/// run -p telo-runner` after it must not build again, so every package
+/// telo-runner uses gets the same features in both builds (Cargo unifies
+/// features over what a build selects). A member that turns on a feature
+/// telo-runner's tree lacks fails this; give it to telo-runner's tree too, or
+/// keep it to the member's dev-dependencies.
+#[test]
+fn a_package_build_and_a_workspace_build_resolve_the_same_features() {
+    let package = resolved(&["-p", "telo-runner"]);
+    let workspace = resolved(&["--workspace"]);
+    let differing: Vec<String> = package
+        .iter()
+        .filter_map(|(name, features)| {
+            let unified = workspace.get(name)?;
+            (unified != features).then(|| format!("{name}: [{features}] vs [{unified}]"))
+        })
+        .collect();
+    assert!(differing.is_empty(), "{differing:#?}");
+}
