@@ -859,3 +859,32 @@ async fn run_leaves_out_ignored_files_and_says_so() {
     );
     runner.stop().await;
 }
+
+/// `logs -f` in a terminal: the output as the application wrote it, once,
+/// then the session's exit code; typing in that terminal goes nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_follow_in_a_terminal_shows_the_output_once_and_returns_the_exit_code() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({ "stdout": ["written before logs"], "echo": true, "exitCode": 4 }))
+        .await;
+    let mut io = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut io, "written before logs").await;
+    let mut terminal = Terminal::spawn(&["logs", "-f", &id, "--runner", &runner.base], (80, 24));
+    terminal.wait_for("written before logs");
+    // Read-only: what is typed here never reaches the session.
+    terminal.type_bytes(b"typed-into-logs\r");
+    test_support::ws::send_stdin(&mut io, b"typed-into-the-session\r").await;
+    terminal.wait_for("typed-into-the-session");
+    test_support::ws::send_stdin(&mut io, b"exit\r").await;
+    assert_eq!(terminal.exit_code(), 4, "{}", terminal.output);
+    assert_eq!(
+        terminal.output.matches("written before logs").count(),
+        1,
+        "{}",
+        terminal.output
+    );
+    let replay = runner.full_output(&id).await;
+    assert!(!replay.contains("typed-into-logs"), "{replay}");
+    runner.stop().await;
+}
