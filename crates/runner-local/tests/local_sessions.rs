@@ -13,9 +13,8 @@ use runner_core::types::{
 };
 use runner_core::{Backend, ProbeConfig, RegistryLimits};
 use serde_json::json;
-use support::{
-    Events, Harness, Output, app_spec, bundle_spec, free_port, limits, output_now, with_ports,
-};
+use support::{Events, Harness, Output, app_spec, bundle_spec, limits, output_now, with_ports};
+use test_support::free_port;
 
 fn probe_config() -> ProbeConfig {
     ProbeConfig {

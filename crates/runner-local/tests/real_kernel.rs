@@ -19,7 +19,8 @@ use runner_core::types::{
 use runner_core::{Backend, ProbeConfig};
 use runner_local::kernel_check::NODE_REMEDIATION;
 use serde_json::Value;
-use support::{Events, Harness, Output, bundle_spec, free_port, limits, output_now, with_ports};
+use support::{Events, Harness, Output, bundle_spec, limits, output_now, with_ports};
+use test_support::free_port;
 
 /// The workload `PATH`: the system's, whose `node` is whatever the machine
 /// has (the fixture's wrapper brings its own Node.js 24).

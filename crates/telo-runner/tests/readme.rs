@@ -13,6 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rstest::rstest;
+use test_support::free_port;
 
 const BEGIN: &str =
     "<!-- env:begin (generated from the configuration tables; see tests/readme.rs) -->";
@@ -98,14 +99,6 @@ fn forward_lines(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<Str
         }
     });
     seen
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Runs a README walkthrough as written, from a directory laid out like the

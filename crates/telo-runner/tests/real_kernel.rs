@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::{Value, json};
+use test_support::free_port;
 use test_support::real_kernel::{example_bundle, telo_path};
 use test_support::ws;
 
@@ -61,14 +62,6 @@ async fn run_to_end(runner: &Runner, body: Value) -> (Value, String) {
         .json()["status"]
         .clone();
     (status, runner.full_output(&id).await)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[rstest]

@@ -12,6 +12,7 @@ use kube_sim::KubeSim;
 use serde_json::json;
 use telo_runner::server::RunningService;
 use test_support::fake_telo::fake_telo_path;
+use test_support::free_port;
 use test_support::sse::SseStream;
 use test_support::ws::{self, IoFrame};
 
@@ -24,11 +25,6 @@ impl Drop for ChildGuard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// A runner process against `sim`, on its own port.

@@ -19,3 +19,13 @@ pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
 }
+
+/// A loopback TCP port nobody listens on right now (for a process that must
+/// be told its port before it starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -273,15 +273,6 @@ pub fn output_now(session: &Session) -> String {
         .collect()
 }
 
-/// A loopback TCP port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Host pids of the processes with `marker` as one of their arguments — as
 /// the runner's PID namespace sees them, whatever sandbox they run in.
 pub fn pids_with_marker(marker: &str) -> Vec<i32> {
