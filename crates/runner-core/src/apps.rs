@@ -10,7 +10,8 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::app_env;
-use crate::config::{ConfigError, Env, js_own_key_order, js_trim};
+use crate::env::{ConfigError, Env};
+use crate::js::{js_own_key_order, js_trim};
 use crate::types::{PullPolicy, RunnerAppDescriptor};
 
 /// One validated catalog entry with the reference's defaults applied

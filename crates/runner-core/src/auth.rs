@@ -8,7 +8,7 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::{ConfigError, Env, env_string};
+use crate::env::{ConfigError, Env, env_string};
 
 pub const AUTH_TOKENS_FILE_VAR: &str = "RUNNER_AUTH_TOKENS_FILE";
 
@@ -88,7 +88,7 @@ pub fn load_auth_tokens(env: &Env) -> Result<Option<AuthTokens>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::env_from_pairs;
+    use crate::env::env_from_pairs;
 
     #[test]
     fn comments_blank_lines_and_surrounding_whitespace_are_not_tokens() {

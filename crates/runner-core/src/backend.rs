@@ -75,36 +75,67 @@ impl StartSpec {
     }
 }
 
+/// Where a start failed. It is the first word of the failure on the wire
+/// (`"<stage>: <message>"`) and the `stage` label of the start-failure metric,
+/// so its spellings are part of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StartStage {
+    /// Receiving or staging the application's bundle.
+    Bundle,
+    /// Making what the session runs in: its directory, its pod.
+    Create,
+    /// Starting the workload in it.
+    Start,
+    /// Taking a session over from a previous runner.
+    Resume,
+    /// Stopped while it came up: the session ends `stopped`, not `failed`.
+    Cancelled,
+}
+
+impl StartStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartStage::Bundle => "bundle",
+            StartStage::Create => "create",
+            StartStage::Start => "start",
+            StartStage::Resume => "resume",
+            StartStage::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for StartStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A start failure. On the wire only `"<stage>: <message>"` appears; the source
 /// goes to the log.
 #[derive(Debug, thiserror::Error)]
 #[error("{stage}: {message}")]
 pub struct StartError {
-    pub stage: String,
+    pub stage: StartStage,
     pub message: String,
     #[source]
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
 impl StartError {
-    /// The stage of a start abandoned because the session was stopped while
-    /// it came up; the session ends `stopped`, not `failed`.
-    pub const CANCELLED: &'static str = "cancelled";
-
     pub fn cancelled() -> Self {
         Self::new(
-            Self::CANCELLED,
+            StartStage::Cancelled,
             "the session was stopped while it was starting",
         )
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.stage == Self::CANCELLED
+        self.stage == StartStage::Cancelled
     }
 
-    pub fn new(stage: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(stage: StartStage, message: impl Into<String>) -> Self {
         Self {
-            stage: stage.into(),
+            stage,
             message: message.into(),
             source: None,
         }
@@ -190,7 +221,7 @@ pub trait Backend: Send + Sync + 'static {
         _sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         Err(StartError::new(
-            "resume",
+            StartStage::Resume,
             format!(
                 "this backend cannot resume session '{}'",
                 session.session_id

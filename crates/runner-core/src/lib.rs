@@ -6,19 +6,21 @@ pub mod app_env;
 pub mod apps;
 pub mod auth;
 pub mod backend;
-pub mod base_images;
 pub mod bundle_path;
 pub mod capabilities;
 pub mod config;
 pub mod debug_relay;
+pub mod env;
 pub mod http;
 pub mod http_client;
 pub mod ids;
+pub mod js;
 pub mod metrics;
 pub mod reachability;
 pub mod registry;
 pub mod replay;
 pub mod start_gate;
+pub mod sync;
 pub mod terms;
 pub mod time;
 pub mod types;
@@ -26,6 +28,6 @@ pub mod validate;
 
 pub use backend::{
     AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness,
-    RecoveredSession, StartError, StartSpec, StopError,
+    RecoveredSession, StartError, StartSpec, StartStage, StopError,
 };
 pub use registry::{RegistryLimits, SessionRegistry, SessionSink};

@@ -122,7 +122,7 @@ impl Metrics {
         let start_failures = Family::<StageLabel, Counter>::default();
         registry.register(
             "session_start_failures",
-            "Session starts that failed, by the stage that failed",
+            "Session starts that failed, by the stage that failed (bundle, create, start, resume)",
             start_failures.clone(),
         );
         let (start, factor, length) = START_LATENCY_BUCKETS;
@@ -191,10 +191,10 @@ impl Metrics {
         self.session_starts.get_or_create(&KindLabel { kind }).inc();
     }
 
-    pub fn start_failed(&self, stage: &str) {
+    pub fn start_failed(&self, stage: crate::backend::StartStage) {
         self.start_failures
             .get_or_create(&StageLabel {
-                stage: stage.to_owned(),
+                stage: stage.as_str().to_owned(),
             })
             .inc();
     }
@@ -272,7 +272,7 @@ mod tests {
     fn the_exposition_names_every_metric_and_state() {
         let metrics = Metrics::new();
         metrics.session_started(false);
-        metrics.start_failed("pull");
+        metrics.start_failed(crate::backend::StartStage::Create);
         metrics.output_buffered(5);
         metrics.apiserver_request("create", "pods");
         metrics.watch_restarts("pods").inc();
@@ -284,7 +284,7 @@ mod tests {
             r#"telo_runner_sessions{state="running"} 1"#,
             r#"telo_runner_sessions{state="stopped"} 0"#,
             r#"telo_runner_session_starts_total{kind="run"} 1"#,
-            r#"telo_runner_session_start_failures_total{stage="pull"} 1"#,
+            r#"telo_runner_session_start_failures_total{stage="create"} 1"#,
             r#"telo_runner_output_bytes_total{destination="replay_buffer"} 5"#,
             r#"telo_runner_subscribers{transport="sse"} 1"#,
             r#"telo_runner_subscribers{transport="websocket"} 0"#,

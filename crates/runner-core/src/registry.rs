@@ -11,9 +11,10 @@
 //! learns it missed evicted entries through a `gap`, exactly like a client that
 //! reconnects late.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -142,14 +143,6 @@ struct SessionState {
 
 /// Input held for a session that is still starting, at most.
 pub const EARLY_STDIN_BYTES: usize = 64 * 1024;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind, never
-    // a broken invariant worth taking the whole runner down for.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 impl SessionRegistry {
     pub fn new(backend: Arc<dyn Backend>, limits: RegistryLimits) -> Self {
@@ -377,7 +370,7 @@ impl SessionRegistry {
                     }
                     Err(err) => {
                         error!(stage = %err.stage, error = ?err, "session start failed");
-                        metrics.start_failed(&err.stage);
+                        metrics.start_failed(err.stage);
                         sink.status(RunStatus::failed(err.to_string()));
                     }
                 }

@@ -3,7 +3,8 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{ConfigError, Env, env_string, js_trim};
+use crate::env::{ConfigError, Env, env_string};
+use crate::js::js_trim;
 use crate::types::RunnerTerms;
 
 pub const DEFAULT_TERMS_TITLE: &str = "Usage agreement";

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Number, Value};
 
 use crate::app_env::refused_client_variable;
-use crate::config::{js_number, js_own_key_order};
+use crate::js::{js_number, js_own_key_order};
 use crate::types::{PortMapping, PullPolicy, RunBundle, SessionConfig};
 
 /// A rejected body; `message` is the complete Fastify-style text.

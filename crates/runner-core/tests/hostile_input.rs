@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use runner_core::apps::{AppCatalog, AppEntry};
 use runner_core::backend::{
-    Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec,
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StartStage,
 };
 use runner_core::bundle_path::{InvalidBundlePath, normalize_bundle_path};
 use runner_core::config::{
@@ -470,7 +470,10 @@ impl Backend for RecordingBackend {
         _sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         self.started.lock().unwrap().push(spec);
-        Err(StartError::new("test", "nothing is started here"))
+        Err(StartError::new(
+            StartStage::Start,
+            "nothing is started here",
+        ))
     }
 }
 

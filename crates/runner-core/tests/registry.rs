@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use runner_core::backend::{
-    Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StopError,
+    Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StartStage,
+    StopError,
 };
 use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, SessionConfig};
@@ -172,7 +173,7 @@ async fn a_start_failure_is_a_terminal_failed_status_with_its_stage() {
     gates
         .remove(0)
         .send(Err(StartError::new(
-            "create",
+            StartStage::Create,
             "could not create the session pod",
         )))
         .unwrap();

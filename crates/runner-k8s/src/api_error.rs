@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 
 use kube::core::Status;
 use regex::Regex;
-use runner_core::StartError;
+use runner_core::{StartError, StartStage};
 
 /// Said when no apiserver answer carries an HTTP status: a refused
 /// connection, a DNS or TLS failure, a timeout, a body that was not a
@@ -67,7 +67,7 @@ pub fn watcher_reason(err: &kube::runtime::watcher::Error) -> String {
 
 /// A start failure whose message is `<action>: <api_reason>` and whose source
 /// is the raw error, for the log.
-pub fn api_failure(err: kube::Error, stage: &str, action: &str) -> StartError {
+pub fn api_failure(err: kube::Error, stage: StartStage, action: &str) -> StartError {
     let message = format!("{action}: {}", api_reason(&err));
     StartError::new(stage, message).with_source(err)
 }
@@ -398,10 +398,10 @@ mod tests {
     fn api_failure_keeps_the_raw_error_as_its_source_for_the_log() {
         let failure = api_failure(
             forbidden(RBAC_DENIAL_TEXT),
-            "create",
+            StartStage::Create,
             "could not create the session pod",
         );
-        assert_eq!(failure.stage, "create");
+        assert_eq!(failure.stage, StartStage::Create);
         assert_eq!(
             failure.message,
             "could not create the session pod: the runner is not permitted to do this \
@@ -444,7 +444,7 @@ mod tests {
             let err = api_error(code, &reason, &message);
             let outputs = [
                 api_reason(&err),
-                api_failure(err, "create", "could not create the session pod").to_string(),
+                api_failure(err, StartStage::Create, "could not create the session pod").to_string(),
             ];
             for output in outputs {
                 prop_assert!(!output.contains(&marker), "{output}");

@@ -3,17 +3,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::base_images::BaseImageCatalog;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use runner_core::base_images::BaseImageCatalog;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness, RecoveredSession,
-    SessionSink, StartError, StartSpec,
+    SessionSink, StartError, StartSpec, StartStage,
 };
 use serde_json::json;
 use tokio::task::JoinHandle;
@@ -29,6 +29,7 @@ use crate::pod_spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, SessionKind, SessionRecord, build_app_pod,
     build_session_pod, session_record_from_pod,
 };
+use crate::pod_status;
 use crate::pod_watcher::PodWatcher;
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
@@ -170,7 +171,7 @@ impl KubeBackend {
                     .ctx
                     .bundles
                     .stage(&spec.session_id, &spec.bundle)
-                    .map_err(|err| StartError::new("bundle", err.to_string()))?;
+                    .map_err(|err| StartError::new(StartStage::Bundle, err.to_string()))?;
                 Ok(build_session_pod(
                     &self.settings,
                     &RunPodInput {
@@ -289,7 +290,7 @@ impl Backend for KubeBackend {
             self.ctx.bundles.drop_bundle(&spec.session_id);
             return Err(api_failure(
                 err,
-                "create",
+                StartStage::Create,
                 "could not create the session pod",
             ));
         }
@@ -306,8 +307,7 @@ impl Backend for KubeBackend {
         let mut recovered = Vec::new();
         for pod in self.ctx.pod_watcher.pods() {
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-            let finished = matches!(phase.as_deref(), Some("Succeeded" | "Failed"));
+            let finished = pod_status::is_finished(&pod);
             let record = session_record_from_pod(&pod);
             // A session that finished while no runner was up is adopted as
             // finished (its exit code and log), unless it finished longer
@@ -374,7 +374,9 @@ impl Backend for KubeBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&session.session_id)
-            .ok_or_else(|| StartError::new("resume", "the session's pod record was lost"))?;
+            .ok_or_else(|| {
+                StartError::new(StartStage::Resume, "the session's pod record was lost")
+            })?;
         let watching = watch_session(&self.ctx, &record.session_id);
         let shape = SessionShape {
             session_id: record.session_id.clone(),

@@ -5,8 +5,9 @@
 //! Events carry no labels of ours, so they are matched to sessions by the name
 //! of the pod they are about.
 
+use runner_core::sync::lock;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Event as KubeEvent;
@@ -70,12 +71,6 @@ struct Subscriber {
 
 pub struct EventWatcher {
     shared: Mutex<Shared>,
-}
-
-fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl EventWatcher {

@@ -5,6 +5,7 @@
 pub mod api_error;
 pub mod attach;
 pub mod backend;
+pub mod base_images;
 pub mod bundle_store;
 pub mod client;
 pub mod config;

@@ -49,7 +49,7 @@ pub fn provision_message(pod: &Pod) -> Option<String> {
 /// the runner does not know have no place (they are news).
 pub fn provision_line(pod: &Pod) -> Option<Line> {
     let status = pod.status.as_ref()?;
-    if status.phase.as_deref() != Some("Pending") {
+    if PodPhase::of(pod) != Some(PodPhase::Pending) {
         return None;
     }
     let waiting = container_statuses(status).find_map(|(label, container)| {
@@ -86,7 +86,7 @@ pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
     if user_stopped {
         return RunStatus::Stopped;
     }
-    if phase(pod) == Some("Succeeded") {
+    if PodPhase::of(pod) == Some(PodPhase::Succeeded) {
         let code = container_exit_code(pod).unwrap_or(0);
         return RunStatus::Exited {
             code: i64::from(code),
@@ -185,7 +185,7 @@ pub fn pod_failure_message(pod: Option<&Pod>) -> String {
 /// is reported rather than waited on.
 pub fn start_blocker(pod: &Pod) -> Option<String> {
     let status = pod.status.as_ref()?;
-    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+    if is_finished(pod) {
         return None;
     }
     let blocked_container = container_statuses(status).find_map(|(label, container)| {
@@ -264,8 +264,39 @@ fn truncate_detail(text: &str) -> String {
     }
 }
 
-fn phase(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.phase.as_deref()
+/// A pod's `status.phase`, typed. A phase this runner does not know (a
+/// newer apiserver's) is `None`, as an absent one is: neither says the pod
+/// ran or ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl PodPhase {
+    pub fn of(pod: &Pod) -> Option<Self> {
+        match pod.status.as_ref()?.phase.as_deref()? {
+            "Pending" => Some(Self::Pending),
+            "Running" => Some(Self::Running),
+            "Succeeded" => Some(Self::Succeeded),
+            "Failed" => Some(Self::Failed),
+            "Unknown" => Some(Self::Unknown),
+            _ => None,
+        }
+    }
+
+    /// Every container ended and none will restart.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+/// Whether `pod` is in a finished phase.
+pub fn is_finished(pod: &Pod) -> bool {
+    PodPhase::of(pod).is_some_and(PodPhase::is_finished)
 }
 
 /// Blank messages and reasons are treated as absent, so a failure never ends
@@ -287,6 +318,23 @@ mod tests {
             "status": status,
         }))
         .unwrap()
+    }
+
+    #[rstest]
+    #[case::pending("Pending", Some(PodPhase::Pending), false)]
+    #[case::running("Running", Some(PodPhase::Running), false)]
+    #[case::succeeded("Succeeded", Some(PodPhase::Succeeded), true)]
+    #[case::failed("Failed", Some(PodPhase::Failed), true)]
+    #[case::unknown("Unknown", Some(PodPhase::Unknown), false)]
+    #[case::newer("Hibernating", None, false)]
+    fn phases_are_read_as_the_apiserver_spells_them(
+        #[case] phase: &str,
+        #[case] expected: Option<PodPhase>,
+        #[case] finished: bool,
+    ) {
+        let pod = pod(json!({ "phase": phase }));
+        assert_eq!(PodPhase::of(&pod), expected);
+        assert_eq!(is_finished(&pod), finished);
     }
 
     fn init_terminated(exit_code: i32, reason: &str, message: Option<&str>) -> Value {

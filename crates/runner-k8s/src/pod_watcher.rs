@@ -7,8 +7,9 @@
 //! gap (expired resourceVersion, dropped connection) doubles as the reconcile:
 //! a pod missing from the fresh list is reported gone.
 
+use runner_core::sync::lock;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -50,12 +51,6 @@ pub struct PodWatcher {
     shared: Mutex<Shared>,
     synced: watch::Sender<bool>,
     restarts: Counter,
-}
-
-fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn session_id_of(pod: &Pod) -> Option<String> {

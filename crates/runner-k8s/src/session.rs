@@ -11,7 +11,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 use runner_core::reachability::watch_reachability;
 use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
-use runner_core::{BackendSession, SessionSink, StartError, StopError};
+use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -20,7 +20,8 @@ use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::{INSPECT_PORT, pod_name};
 use crate::pod_status::{
-    container_exit_code, pod_failure_message, provision_line, start_blocker, terminal_status,
+    PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line, start_blocker,
+    terminal_status,
 };
 use crate::pod_watcher::{PodState, PodWatcher};
 use crate::progress::{Line, ProgressOrder, Stage, event_line};
@@ -235,16 +236,18 @@ async fn wait_until_running(
                 if let Some(blocker) = start_blocker(&pod) {
                     return Err(start_failed(blocker));
                 }
-                match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                    Some("Running") => return Ok(Arrival::Running(pod)),
-                    Some("Succeeded") => return Ok(Arrival::Finished(pod)),
+                match PodPhase::of(&pod) {
+                    Some(PodPhase::Running) => return Ok(Arrival::Running(pod)),
+                    Some(PodPhase::Succeeded) => return Ok(Arrival::Finished(pod)),
                     // Its container ran and ended (seen only now: a quick
                     // workload, or one that finished while no runner was up):
                     // that is the workload's outcome, not a failed start.
-                    Some("Failed") if container_exit_code(&pod).is_some() => {
+                    Some(PodPhase::Failed) if container_exit_code(&pod).is_some() => {
                         return Ok(Arrival::Finished(pod));
                     }
-                    Some("Failed") => return Err(start_failed(pod_failure_message(Some(&pod)))),
+                    Some(PodPhase::Failed) => {
+                        return Err(start_failed(pod_failure_message(Some(&pod))));
+                    }
                     _ => {
                         if let Some(line) = provision_line(&pod)
                             && last_status_message.as_deref() != Some(line.message.as_str())
@@ -282,7 +285,7 @@ async fn wait_until_running(
 }
 
 fn start_failed(message: String) -> StartError {
-    StartError::new("start", format!("pod failed to start: {message}"))
+    StartError::new(StartStage::Start, format!("pod failed to start: {message}"))
 }
 
 fn start_watchers(
@@ -346,10 +349,9 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
         let state = watching.pods.borrow_and_update().clone();
         match state {
             PodState::Present(pod) => {
-                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 let terminating = pod.metadata.deletion_timestamp.is_some();
                 let ours = session.deleted.load(Ordering::Acquire);
-                if matches!(phase, Some("Succeeded" | "Failed")) || (terminating && !ours) {
+                if is_finished(&pod) || (terminating && !ours) {
                     break Some(pod);
                 }
                 if terminating && stop_bound.is_none() {

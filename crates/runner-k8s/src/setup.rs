@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use runner_core::base_images::{BaseImageCatalog, CatalogOptions, TagFilter};
+use crate::base_images::{BaseImageCatalog, CatalogOptions, TagFilter};
 use runner_core::config::{ConfigError, Env};
 use runner_core::metrics::Metrics;
 use tracing::warn;

@@ -15,6 +15,7 @@ use runner_core::reachability::watch_reachability;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
+    StartStage,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -158,7 +159,7 @@ impl LocalBackend {
             Some(app) => {
                 let Some(command) = app.command.as_deref().filter(|c| !c.is_empty()) else {
                     return Err(StartError::new(
-                        "start",
+                        StartStage::Start,
                         format!(
                             "app '{}' has no 'command' configured for the local backend",
                             app.name
@@ -168,7 +169,7 @@ impl LocalBackend {
                 let program =
                     resolve_executable(&command[0], &self.config.path).ok_or_else(|| {
                         StartError::new(
-                            "start",
+                            StartStage::Start,
                             format!(
                                 "command '{}' of app '{}' was not found on this runner's host",
                                 command[0], app.name
@@ -183,7 +184,7 @@ impl LocalBackend {
                         // The session's own failure says what to do, as the
                         // probe does: a user may never look at the probe.
                         StartError::new(
-                            "start",
+                            StartStage::Start,
                             format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
                         )
                     })?;
@@ -213,9 +214,11 @@ impl LocalBackend {
         .await;
         match staged {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(err)) => Err(StartError::new("create", error_chain(&err)).with_source(err)),
+            Ok(Err(err)) => {
+                Err(StartError::new(StartStage::Create, error_chain(&err)).with_source(err))
+            }
             Err(join) => Err(StartError::new(
-                "create",
+                StartStage::Create,
                 format!("writing the bundle was interrupted: {join}"),
             )),
         }
@@ -241,7 +244,7 @@ impl LocalBackend {
             .spawn_plan(plan, &read_only, read_write, true)
             .map_err(|err| {
                 StartError::new(
-                    "start",
+                    StartStage::Start,
                     format!("could not hand the sandbox its arguments: {err}"),
                 )
                 .with_source(err)
@@ -307,12 +310,12 @@ impl Backend for LocalBackend {
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
-            .map_err(|err| StartError::new("start", err.to_string()))?;
+            .map_err(|err| StartError::new(StartStage::Start, err.to_string()))?;
         // An app runs its own command; only the Telo CLI gets `--inspect`.
         let inspect_port = if spec.inspect && !spec.self_contained() {
             Some(free_loopback_port().map_err(|err| {
                 StartError::new(
-                    "start",
+                    StartStage::Start,
                     format!("could not reserve a port for --inspect: {err}"),
                 )
                 .with_source(err)
@@ -325,7 +328,7 @@ impl Backend for LocalBackend {
         // say why it cannot be sandboxed instead.
         let sandbox = match self.sandbox.health().await {
             SandboxHealth::Unusable(problem) => {
-                return Err(StartError::new("start", problem.sentence()));
+                return Err(StartError::new(StartStage::Start, problem.sentence()));
             }
             SandboxHealth::Off => None,
             SandboxHealth::Usable(sandbox) => Some(sandbox),
@@ -336,7 +339,7 @@ impl Backend for LocalBackend {
         if spec.app.is_none()
             && let KernelHealth::Unusable(problem) = self.kernel.health().await
         {
-            return Err(StartError::new("start", problem.sentence()));
+            return Err(StartError::new(StartStage::Start, problem.sentence()));
         }
         // Moved, not copied: a big bundle is megabytes.
         let bundle = (!spec.self_contained()).then(|| RunBundle {
@@ -404,7 +407,7 @@ impl Backend for LocalBackend {
                     None => Some(self.config.telo.clone()),
                 };
                 let message = format!("could not start '{}': {err}", program.unwrap_or_default());
-                StartError::new("start", message).with_source(err)
+                StartError::new(StartStage::Start, message).with_source(err)
             });
         let process = match launched {
             Ok(process) => process,
@@ -501,8 +504,11 @@ fn wire_session(
     let id = &spec.session_id;
     let group = Arc::new(ProcessGroup::new(pid, members));
     let thread_error = |err: std::io::Error| {
-        StartError::new("start", format!("could not start a session thread: {err}"))
-            .with_source(err)
+        StartError::new(
+            StartStage::Start,
+            format!("could not start a session thread: {err}"),
+        )
+        .with_source(err)
     };
 
     let (exited_tx, exited) = oneshot::channel();

@@ -9,10 +9,11 @@
 //! [`diagnose`] and the output helpers are pure; [`run_check`] and
 //! [`node_version`] do the process work.
 
+use runner_core::sync::lock;
 use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::launch::SpawnPlan;
@@ -228,12 +229,6 @@ impl Tail {
             self.bytes.drain(..excess);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Kills the check's processes when the check is abandoned (the backend

@@ -94,7 +94,11 @@ async fn no_runner_environment_variable_reaches_a_workload(#[case] backend: Back
     let created: Value = client
         .post(format!("{base}/v1/sessions"))
         .bearer_auth(TOKEN)
-        .json(&start_body(json!({"printEnv": PRINTED, "exitCode": 0})))
+        // Kept running until the pod was read: a finished session's pod is
+        // deleted soon after, and reading it then would race the runner.
+        .json(&start_body(
+            json!({"printEnv": PRINTED, "echo": true, "exitCode": 0}),
+        ))
         .send()
         .await
         .unwrap()
@@ -110,7 +114,14 @@ async fn no_runner_environment_variable_reaches_a_workload(#[case] backend: Back
         None,
     )
     .await;
-    let frames = test_support::ws::read_until_close(&mut socket).await;
+    let last = format!("\n{}=", PRINTED[PRINTED.len() - 1]);
+    let mut frames = test_support::ws::read_until_output(&mut socket, &last).await;
+    let stored = match &sim {
+        Some(sim) => Some(stored_pod(sim, &id).await),
+        None => None,
+    };
+    test_support::ws::send_stdin(&mut socket, b"exit\r").await;
+    frames.extend(test_support::ws::read_until_close(&mut socket).await);
     let output = String::from_utf8_lossy(&test_support::ws::output_of(&frames)).into_owned();
     for name in PRINTED {
         assert!(
@@ -119,10 +130,9 @@ async fn no_runner_environment_variable_reaches_a_workload(#[case] backend: Back
         );
     }
     assert!(!output.contains(SECRET), "{output}");
-    if let Some(sim) = &sim {
+    if let (Some(sim), Some(pod)) = (&sim, stored) {
         // Nor is any of it written into the pod, where `kubectl get pod`
         // would show it.
-        let pod: Pod = sim.get(NS, &format!("telo-run-{id}")).unwrap();
         let stored = serde_json::to_string(&pod).unwrap();
         assert!(!stored.contains(SECRET));
         assert!(!stored.contains(TOKEN));

@@ -8,9 +8,10 @@
 //! apiserver load of route health therefore does not grow with the number of
 //! sessions.
 
+use runner_core::sync::lock;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use kube::Api;
@@ -43,12 +44,6 @@ pub struct RouteWatcher {
     shared: Mutex<Shared>,
     /// Set once the first full list has been applied.
     synced: AtomicBool,
-}
-
-fn lock(mutex: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn key_of(object: &DynamicObject) -> Option<(String, String)> {

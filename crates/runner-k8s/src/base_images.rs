@@ -12,9 +12,10 @@
 //! Tag filtering and reference parsing are plain functions over strings; the
 //! catalog adds the Hub calls and the cached list.
 
+use runner_core::sync::lock;
 use std::collections::HashSet;
 use std::error::Error as _;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
@@ -609,12 +610,4 @@ fn offered_refs(default_ref: &str, repository: &str, tags: &[String]) -> Vec<Str
     candidates
         .filter(|candidate| seen.insert(candidate.clone()))
         .collect()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only a finished list is ever stored, so a panic elsewhere while the
-    // lock was held cannot have left a half-written one behind.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
