@@ -12,7 +12,6 @@
 //! Tag filtering and reference parsing are plain functions over strings; the
 //! catalog adds the Hub calls and the cached list.
 
-use runner_core::sync::lock;
 use std::collections::HashSet;
 use std::error::Error as _;
 use std::sync::{Arc, Mutex};
@@ -26,6 +25,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
+
+use runner_core::sync::lock;
 
 /// Where the tag API lives unless a test points the catalog elsewhere.
 pub const DOCKER_HUB_URL: &str = "https://hub.docker.com";

@@ -5,7 +5,6 @@
 //! Events carry no labels of ours, so they are matched to sessions by the name
 //! of the pod they are about.
 
-use runner_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -20,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::pod_spec::pod_name;
 use crate::watch_loop::follow;
+
+use runner_core::sync::lock;
 
 /// How many unread events a session may have queued; more are dropped (they
 /// are progress hints, never state).

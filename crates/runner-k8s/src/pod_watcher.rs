@@ -7,7 +7,6 @@
 //! gap (expired resourceVersion, dropped connection) doubles as the reconcile:
 //! a pod missing from the fresh list is reported gone.
 
-use runner_core::sync::lock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +16,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use runner_core::metrics::Counter;
+use runner_core::sync::lock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

@@ -9,7 +9,6 @@
 //! [`diagnose`] and the output helpers are pure; [`run_check`] and
 //! [`node_version`] do the process work.
 
-use runner_core::sync::lock;
 use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
@@ -20,6 +19,8 @@ use crate::launch::SpawnPlan;
 use crate::process_group::ProcessGroup;
 use crate::session::OUTPUT_DRAIN_TIMEOUT;
 use crate::spawner;
+
+use runner_core::sync::lock;
 
 /// The smallest application the kernel accepts: loading it exercises the
 /// CLI, the kernel and the JavaScript runtime, and nothing else.

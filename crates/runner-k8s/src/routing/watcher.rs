@@ -8,7 +8,6 @@
 //! apiserver load of route health therefore does not grow with the number of
 //! sessions.
 
-use runner_core::sync::lock;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,7 @@ use kube::core::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use runner_core::metrics::Counter;
+use runner_core::sync::lock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
