@@ -11,6 +11,7 @@ pub mod capabilities;
 pub mod config;
 pub mod debug_relay;
 pub mod env;
+pub mod errors;
 pub mod http;
 pub mod http_client;
 pub mod ids;

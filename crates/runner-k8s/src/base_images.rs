@@ -13,7 +13,6 @@
 //! catalog adds the Hub calls and the cached list.
 
 use std::collections::HashSet;
-use std::error::Error as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,14 +101,7 @@ pub enum CatalogError {
 /// reqwest's own message ("error sending request for url …") hides the cause
 /// an operator needs (refused, DNS, TLS); the log line should carry it.
 fn describe_transport_error(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
+    runner_core::errors::error_chain(error)
 }
 
 /// Narrows a repository's tags to the offered menu. The flags cover the usual

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
+use runner_core::errors::error_chain;
 use runner_core::reachability::watch_reachability;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
 use runner_core::{
@@ -61,18 +62,6 @@ pub struct LocalBackend {
     sandbox: Arc<SandboxMonitor>,
     kernel_cache: KernelCache,
     _work_root: WorkRootLock,
-}
-
-/// Joins an error with its sources, so a start failure says *why*.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 impl LocalBackend {
