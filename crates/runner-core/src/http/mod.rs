@@ -175,30 +175,27 @@ pub fn router(state: AppState, extra: Router) -> Router {
 /// Path parameters longer than this never match a route.
 pub const MAX_PARAM_LENGTH: usize = 100;
 
-fn check_param(method: &str, uri: &axum::http::Uri, value: &str) -> Result<(), ApiError> {
-    if value.len() > MAX_PARAM_LENGTH {
-        return Err(ApiError::RouteNotFound {
-            method: method.to_owned(),
-            uri: uri.to_string(),
-        });
-    }
-    Ok(())
-}
-
 /// A path parameter such as a session id or an app name. axum refuses a
 /// `%`-escape that does not decode to UTF-8 (`/v1/sessions/%ff`) with a
 /// plain-text 400; this answers with the JSON envelope every other runner
-/// error has, so a client can always read the message.
+/// error has, so a client can always read the message. One longer than
+/// [`MAX_PARAM_LENGTH`] matches no route (404), as in the reference.
 pub(crate) struct PathParam(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        Path::<String>::from_request_parts(parts, state)
+        let Path(value) = Path::<String>::from_request_parts(parts, state)
             .await
-            .map(|Path(value)| Self(value))
-            .map_err(|rejection| ApiError::bad_request("invalid_url", rejection.body_text()))
+            .map_err(|rejection| ApiError::bad_request("invalid_url", rejection.body_text()))?;
+        if value.len() > MAX_PARAM_LENGTH {
+            return Err(ApiError::RouteNotFound {
+                method: parts.method.to_string(),
+                uri: parts.uri.to_string(),
+            });
+        }
+        Ok(Self(value))
     }
 }
 

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -12,7 +12,7 @@ use super::body::{off_the_runtime_when, read_json_body};
 /// Bundles with more files than this are checked on the blocking pool.
 const LARGE_BUNDLE_FILES: usize = 256;
 use super::error::ApiError;
-use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions, check_param};
+use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
 use crate::bundle_path::normalize_bundle_path;
 use crate::metrics::METRICS_CONTENT_TYPE;
@@ -159,12 +159,9 @@ pub async fn create_session(
 pub async fn create_app_session(
     State(state): State<AppState>,
     PathParam(name): PathParam,
-    method: Method,
-    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    check_param(method.as_str(), &uri, &name)?;
     let body = read_json_body(&headers, body, &state.options).await?;
     let request = validate_app_session(body).map_err(validation_error)?;
     // The catalog is public already, so an unknown name is answered before
@@ -227,10 +224,7 @@ pub async fn list_sessions(State(state): State<AppState>) -> Json<Value> {
 pub async fn get_session(
     State(state): State<AppState>,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
 ) -> Result<Response, ApiError> {
-    check_param(method.as_str(), &uri, &id)?;
     let session = state
         .registry
         .get(&id)
@@ -241,10 +235,7 @@ pub async fn get_session(
 pub async fn delete_session(
     State(state): State<AppState>,
     PathParam(id): PathParam,
-    method: Method,
-    uri: Uri,
 ) -> Result<Response, ApiError> {
-    check_param(method.as_str(), &uri, &id)?;
     state.registry.stop(&id).await.map_err(|err| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::stream;
 use tokio::time::{Instant, Interval, interval_at};
 
 use super::error::ApiError;
-use super::{AppState, PathParam, check_param, query_value, stream_allows_origin};
+use super::{AppState, PathParam, query_value, stream_allows_origin};
 use crate::metrics::{SubscriberGuard, Transport};
 use crate::registry::{Batch, Cursor, EventFrame};
 
@@ -22,11 +22,9 @@ const HEARTBEAT_FRAME: &[u8] = b": heartbeat\n\n";
 pub async fn events(
     State(state): State<AppState>,
     PathParam(id): PathParam,
-    method: Method,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check_param(method.as_str(), &uri, &id)?;
     let session = state
         .registry
         .get(&id)
