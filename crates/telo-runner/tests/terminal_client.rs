@@ -281,6 +281,21 @@ async fn session_kind(runner: &Runner, id: &str) -> String {
         .to_owned()
 }
 
+/// A running echo session that printed `line` (exiting with `exit_code` on
+/// `exit`), and a terminal socket that has seen the line.
+async fn echo_session_that_printed(
+    runner: &Runner,
+    line: &str,
+    exit_code: i64,
+) -> (String, test_support::ws::Socket) {
+    let id = runner
+        .create(json!({ "stdout": [line], "echo": true, "exitCode": exit_code }))
+        .await;
+    let mut socket = runner.io(&id, "").await;
+    test_support::ws::read_until_output(&mut socket, line).await;
+    (id, socket)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn output_shows_live_and_the_exit_code_is_returned() {
     let runner = Runner::start().await;
@@ -436,11 +451,7 @@ async fn an_absent_runner_is_explained_and_a_url_may_leave_out_the_scheme() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn attach_joins_a_running_session_with_its_output_once() {
     let runner = Runner::start().await;
-    let id = runner
-        .create(json!({ "stdout": ["printed before the attach"], "echo": true, "exitCode": 9 }))
-        .await;
-    let mut early = runner.io(&id, "").await;
-    test_support::ws::read_until_output(&mut early, "printed before the attach").await;
+    let (id, _early) = echo_session_that_printed(&runner, "printed before the attach", 9).await;
     let mut terminal = Terminal::spawn(&["attach", &id, "--runner", &runner.base], (80, 24));
     terminal.wait_for("printed before the attach");
     terminal.type_bytes(b"typed-after-attach\r");
@@ -652,11 +663,7 @@ async fn logs_replays_a_finished_sessions_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_of_a_running_session_prints_its_output_so_far_and_leaves_it_running() {
     let runner = Runner::start().await;
-    let id = runner
-        .create(json!({ "stdout": ["printed so far"], "echo": true }))
-        .await;
-    let mut socket = runner.io(&id, "").await;
-    test_support::ws::read_until_output(&mut socket, "printed so far").await;
+    let (id, _socket) = echo_session_that_printed(&runner, "printed so far", 0).await;
     let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
     assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
     assert_eq!(logs.stdout, "printed so far\n");
@@ -669,11 +676,7 @@ async fn logs_of_a_running_session_prints_its_output_so_far_and_leaves_it_runnin
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_follow_prints_live_output_once_in_order_and_returns_the_exit_code() {
     let runner = Runner::start().await;
-    let id = runner
-        .create(json!({ "stdout": ["before the client"], "echo": true, "exitCode": 6 }))
-        .await;
-    let mut socket = runner.io(&id, "").await;
-    test_support::ws::read_until_output(&mut socket, "before the client").await;
+    let (id, mut socket) = echo_session_that_printed(&runner, "before the client", 6).await;
     let mut logs = Piped::spawn(&["logs", &id, "-f", "--runner", &runner.base]);
     logs.wait_stdout("before the client\n");
     for line in ["live-one", "live-two", "live-three"] {
@@ -865,11 +868,7 @@ async fn run_leaves_out_ignored_files_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn logs_follow_in_a_terminal_shows_the_output_once_and_returns_the_exit_code() {
     let runner = Runner::start().await;
-    let id = runner
-        .create(json!({ "stdout": ["written before logs"], "echo": true, "exitCode": 4 }))
-        .await;
-    let mut io = runner.io(&id, "").await;
-    test_support::ws::read_until_output(&mut io, "written before logs").await;
+    let (id, mut io) = echo_session_that_printed(&runner, "written before logs", 4).await;
     let mut terminal = Terminal::spawn(&["logs", "-f", &id, "--runner", &runner.base], (80, 24));
     terminal.wait_for("written before logs");
     // Read-only: what is typed here never reaches the session.
