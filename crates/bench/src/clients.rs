@@ -4,9 +4,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, Stream, StreamExt};
+use runner_api::io::{ServerMessage, parse_server_message, split_output_frame};
+use runner_api::sse::SseParser;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -105,9 +107,13 @@ impl SseEvent {
 
 type ByteStream = std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
+/// Larger than any frame a runner sends.
+const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
 pub struct Sse {
     body: ByteStream,
-    buffer: BytesMut,
+    parser: SseParser,
+    ready: std::collections::VecDeque<SseEvent>,
 }
 
 impl Sse {
@@ -127,35 +133,30 @@ impl Sse {
         }
         Ok(Sse {
             body: Box::pin(resp.bytes_stream()),
-            buffer: BytesMut::new(),
+            parser: SseParser::new(MAX_FRAME_BYTES),
+            ready: std::collections::VecDeque::new(),
         })
     }
 
     /// The next event (comments skipped); `None` when the stream ended.
     pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
         loop {
-            if let Some(end) = find(&self.buffer, b"\n\n") {
-                let frame = self.buffer.split_to(end + 2);
-                let text = std::str::from_utf8(&frame)?;
-                let mut event = None;
-                let mut data = String::new();
-                for line in text.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        event = Some(v.trim().to_string());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if let Some(event) = event {
-                    let data = serde_json::from_str(&data).unwrap_or(Value::Null);
-                    return Ok(Some(SseEvent { event, data }));
-                }
-                continue;
+            if let Some(event) = self.ready.pop_front() {
+                return Ok(Some(event));
             }
-            match tokio::time::timeout(STEP, self.body.next()).await {
+            let chunk = match tokio::time::timeout(STEP, self.body.next()).await {
                 Err(_) => bail!("no SSE frame within {STEP:?}"),
                 Ok(None) => return Ok(None),
-                Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk?),
+                Ok(Some(chunk)) => chunk?,
+            };
+            for frame in self.parser.push(&chunk) {
+                if let Some(event) = frame.event {
+                    let data = frame
+                        .data
+                        .and_then(|data| serde_json::from_str(&data).ok())
+                        .unwrap_or(Value::Null);
+                    self.ready.push_back(SseEvent { event, data });
+                }
             }
         }
     }
@@ -184,10 +185,6 @@ impl Sse {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// What a WebSocket reader receives.
@@ -212,7 +209,11 @@ impl Io {
         let (tx, rx) = socket.split();
         let mut io = Io { tx, rx };
         match tokio::time::timeout(STEP, io.rx.next()).await {
-            Ok(Some(Ok(Message::Text(text)))) if text.contains("\"seq\"") => Ok(io),
+            Ok(Some(Ok(Message::Text(text))))
+                if matches!(parse_server_message(&text), ServerMessage::Seq(_)) =>
+            {
+                Ok(io)
+            }
             other => bail!("expected the seq frame first, got {other:?}"),
         }
     }
@@ -233,15 +234,17 @@ impl Io {
                 None | Some(Ok(Message::Close(_))) => return Ok(IoFrame::Closed),
                 Some(Err(err)) => return Err(err.into()),
                 Some(Ok(Message::Binary(data))) => {
-                    if data.len() < 4 {
+                    let Some((_, payload)) = split_output_frame(&data) else {
                         bail!("binary frame shorter than its seq prefix");
-                    }
+                    };
+                    // The payload without copying it out of the frame.
+                    let header = data.len() - payload.len();
                     return Ok(IoFrame::Output {
-                        bytes: data.slice(4..),
+                        bytes: data.slice(header..),
                     });
                 }
                 Some(Ok(Message::Text(text))) => {
-                    if text.contains("\"gap\"") {
+                    if parse_server_message(&text) == ServerMessage::Gap {
                         return Ok(IoFrame::Gap);
                     }
                 }

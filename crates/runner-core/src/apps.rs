@@ -7,12 +7,12 @@
 
 use std::fmt;
 
+use runner_api::app_env;
+use runner_api::js::{js_own_key_order, js_trim};
+use runner_api::types::{PullPolicy, RunnerAppDescriptor};
 use serde_json::{Map, Value};
 
-use crate::app_env;
 use crate::env::{ConfigError, Env};
-use crate::js::{js_own_key_order, js_trim};
-use crate::types::{PullPolicy, RunnerAppDescriptor};
 
 /// One validated catalog entry with the reference's defaults applied
 /// (`env` empty, `pullPolicy` `missing`). Values are kept exactly as written.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use runner_api::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, SessionConfig};
 use serde_json::Value;
 
 use crate::registry::SessionSink;
-use crate::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, SessionConfig};
 
 /// What `/v1/capabilities` says about the backend; the core adds terms and apps.
 #[derive(Debug, Clone)]
@@ -69,7 +69,7 @@ impl StartSpec {
     pub fn tcp_ports(&self) -> Vec<u16> {
         self.ports
             .iter()
-            .filter(|p| p.protocol == crate::types::PortProtocol::Tcp)
+            .filter(|p| p.protocol == runner_api::types::PortProtocol::Tcp)
             .map(|p| p.port)
             .collect()
     }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::types::PullPolicy;
+use runner_api::types::PullPolicy;
 
 const DEFAULT_PULL_POLICY_DESCRIPTION: &str = "`missing` pulls on first use; `always` forces a pull every run; `never` fails if the image isn't present.";
 

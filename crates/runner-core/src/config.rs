@@ -1,22 +1,22 @@
 //! Core runner configuration read from the environment (contract §8.1): the
 //! top-level loader, which also reads the app catalog, the auth tokens and the
-//! terms. The parsers it shares with them live in [`crate::env`], the
-//! JavaScript semantics they follow in [`crate::js`]; both are re-exported
-//! here for the backends' loaders.
+//! terms. The parsers it shares with them live in [`crate::env`] (re-exported
+//! here for the backends' loaders); the JavaScript semantics they follow are
+//! [`runner_api::js`].
 
+use runner_api::js::js_trim;
+use runner_api::types::RunnerTerms;
 use std::time::Duration;
 
 use crate::apps::{AppCatalog, load_apps};
 use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::terms::load_terms;
-use crate::types::RunnerTerms;
 
 pub use crate::env::{
     ConfigError, Env, env_from_pairs, env_string, parse_bool, parse_non_negative_int, parse_port,
     parse_positive_int,
 };
 use crate::env::{parse_positive_usize, parse_whole_number};
-pub use crate::js::{is_js_whitespace, js_number, js_own_key_order, js_trim};
 
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_MAX_SESSIONS: u64 = 32;

@@ -1,13 +1,13 @@
 //! Reading settings from the environment: the map the loaders read, the
 //! error they refuse a value with, and the parsers every loader shares
 //! (integers, booleans, ports, trimmed strings). Values are read with the
-//! reference runner's JavaScript semantics ([`crate::js`]), so an environment
+//! reference runner's JavaScript semantics ([`runner_api::js`]), so an environment
 //! that works there means the same here, and one it refuses is refused with
 //! the same sentence.
 
 use std::collections::HashMap;
 
-use crate::js::{js_number, js_trim};
+use runner_api::js::{js_number, js_trim};
 
 /// The process environment as seen by the config loaders. A plain map so tests
 /// never touch the real environment.

@@ -1,12 +1,12 @@
-//! The backend-neutral core of telo-runner: the `/v1` contract types, the
-//! session registry with its replay buffers, the HTTP/SSE/WebSocket router and
-//! the helpers backends share (reachability, debug relay, bundle paths).
+//! The backend-neutral core of telo-runner: the session registry with its
+//! replay buffers, the HTTP/SSE/WebSocket router, the backend seam, metrics
+//! and the helpers backends share (reachability, debug relay). The contract's
+//! data (wire types, validation, frame codecs) is the `runner-api` crate,
+//! re-exported here under its module names for the backends.
 
-pub mod app_env;
 pub mod apps;
 pub mod auth;
 pub mod backend;
-pub mod bundle_path;
 pub mod capabilities;
 pub mod config;
 pub mod debug_relay;
@@ -15,7 +15,6 @@ pub mod errors;
 pub mod http;
 pub mod http_client;
 pub mod ids;
-pub mod js;
 pub mod metrics;
 pub mod reachability;
 pub mod registry;
@@ -24,8 +23,8 @@ pub mod start_gate;
 pub mod sync;
 pub mod terms;
 pub mod time;
-pub mod types;
-pub mod validate;
+
+pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
     AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness,

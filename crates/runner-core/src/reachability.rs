@@ -5,12 +5,12 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use runner_api::types::ReachabilityState;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::SessionSink;
-use crate::types::ReachabilityState;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
 pub const UNREACHABLE_AFTER: Duration = Duration::from_millis(30_000);

@@ -31,7 +31,7 @@ use crate::sync::lock;
 use crate::time::iso_now;
 mod sink;
 
-use crate::types::{RunEvent, RunStatus, SessionCreated, SessionSnapshot};
+use runner_api::types::{RunEvent, RunStatus, SessionCreated, SessionSnapshot};
 pub use sink::SessionSink;
 
 /// Output chunks larger than this are split so that the byte cap of the

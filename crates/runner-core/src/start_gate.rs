@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use crate::types::{ReachabilityState, RunEvent, RunStatus};
+use runner_api::types::{ReachabilityState, RunEvent, RunStatus};
 
 /// How long a workload that neither prints nor answers on a port, and whose
 /// debug stream says nothing, stays `starting` after its process started.

@@ -1,11 +1,11 @@
 //! Usage terms (contract §8.2): an opt-in agreement every session-creating
 //! request must acknowledge by version.
 
+use runner_api::js::js_trim;
+use runner_api::types::RunnerTerms;
 use sha2::{Digest, Sha256};
 
 use crate::env::{ConfigError, Env, env_string};
-use crate::js::js_trim;
-use crate::types::RunnerTerms;
 
 pub const DEFAULT_TERMS_TITLE: &str = "Usage agreement";
 

@@ -19,14 +19,15 @@ use axum::http::{Request, StatusCode, header};
 use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use runner_api::js::js_number;
 use runner_core::apps::{AppCatalog, AppEntry};
 use runner_core::backend::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StartStage,
 };
 use runner_core::bundle_path::{InvalidBundlePath, normalize_bundle_path};
 use runner_core::config::{
-    CORE_ENV_VARS, ConfigError, Env, js_number, load_core_config, parse_bool, parse_cors_origins,
-    parse_port, parse_positive_int,
+    CORE_ENV_VARS, ConfigError, Env, load_core_config, parse_bool, parse_cors_origins, parse_port,
+    parse_positive_int,
 };
 use runner_core::http::{AppState, ServerOptions, router};
 use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};

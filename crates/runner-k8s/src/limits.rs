@@ -5,7 +5,7 @@
 //! limits are the ceilings; the clamp exists so that plumbing requests through
 //! later cannot bypass them.
 
-use runner_core::config::js_number;
+use runner_api::js::js_number;
 
 use crate::config::LimitCeilings;
 

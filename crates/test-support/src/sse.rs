@@ -1,20 +1,29 @@
-//! A minimal SSE reader that keeps everything a test may assert on: ids, event
-//! names, data, comments and the end of the stream.
+//! An SSE reader that keeps everything a test may assert on: ids, event
+//! names, data, comments and the end of the stream. Frames are parsed by the
+//! contract's own parser; a line the contract never sends fails the test.
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use runner_api::sse::SseParser;
 use serde_json::Value;
 
 use crate::WAIT;
 
+/// No frame a test reads comes near this; a runner that sent one is broken.
+const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+
+/// A parsed frame (its fields through `Deref`), with the readings tests use.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SseFrame {
-    pub id: Option<u64>,
-    pub event: Option<String>,
-    pub data: Option<String>,
-    pub comments: Vec<String>,
+pub struct SseFrame(runner_api::sse::SseFrame);
+
+impl std::ops::Deref for SseFrame {
+    type Target = runner_api::sse::SseFrame;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl SseFrame {
@@ -35,7 +44,9 @@ pub struct SseStream {
     pub status: reqwest::StatusCode,
     pub headers: reqwest::header::HeaderMap,
     body: std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    buffer: BytesMut,
+    parser: SseParser,
+    /// Frames parsed and not yet read.
+    ready: std::collections::VecDeque<SseFrame>,
     ended: bool,
 }
 
@@ -54,7 +65,8 @@ impl SseStream {
             status: response.status(),
             headers: response.headers().clone(),
             body: Box::pin(response.bytes_stream()),
-            buffer: BytesMut::new(),
+            parser: SseParser::new(MAX_FRAME_BYTES),
+            ready: std::collections::VecDeque::new(),
             ended: false,
         }
     }
@@ -75,7 +87,7 @@ impl SseStream {
     pub async fn next_event(&mut self) -> Option<SseFrame> {
         loop {
             let frame = self.next_frame().await?;
-            if frame.event.is_some() || frame.data.is_some() {
+            if frame.is_event() {
                 return Some(frame);
             }
         }
@@ -105,41 +117,25 @@ impl SseStream {
 
     async fn read_frame(&mut self) -> Option<SseFrame> {
         loop {
-            if let Some(frame) = self.take_frame() {
+            if let Some(frame) = self.ready.pop_front() {
                 return Some(frame);
             }
             if self.ended {
                 return None;
             }
             match self.body.next().await {
-                Some(Ok(bytes)) => self.buffer.extend_from_slice(&bytes),
+                Some(Ok(bytes)) => {
+                    for frame in self.parser.push(&bytes) {
+                        assert!(
+                            frame.unexpected.is_empty(),
+                            "unexpected SSE lines {:?}",
+                            frame.unexpected
+                        );
+                        self.ready.push_back(SseFrame(frame));
+                    }
+                }
                 Some(Err(_)) | None => self.ended = true,
             }
         }
-    }
-
-    fn take_frame(&mut self) -> Option<SseFrame> {
-        let end = self.buffer.windows(2).position(|w| w == b"\n\n")?;
-        let raw = self.buffer.split_to(end + 2);
-        let text = String::from_utf8(raw[..end].to_vec()).expect("SSE is UTF-8");
-        let mut frame = SseFrame::default();
-        let mut data: Vec<String> = Vec::new();
-        for line in text.split('\n') {
-            if let Some(comment) = line.strip_prefix(':') {
-                frame.comments.push(comment.trim_start().to_owned());
-            } else if let Some(id) = line.strip_prefix("id: ") {
-                frame.id = Some(id.parse().expect("numeric id"));
-            } else if let Some(event) = line.strip_prefix("event: ") {
-                frame.event = Some(event.to_owned());
-            } else if let Some(d) = line.strip_prefix("data: ") {
-                data.push(d.to_owned());
-            } else {
-                panic!("unexpected SSE line {line:?}");
-            }
-        }
-        if !data.is_empty() {
-            frame.data = Some(data.join("\n"));
-        }
-        Some(frame)
     }
 }

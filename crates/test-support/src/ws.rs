@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
+use runner_api::io::split_output_frame;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -43,11 +44,11 @@ pub async fn next_frame_within(socket: &mut Socket, timeout: Duration) -> Option
             .expect("timed out waiting for a ws frame");
         match message {
             Some(Ok(Message::Binary(bytes))) => {
-                assert!(bytes.len() >= 4, "binary frame shorter than its seq prefix");
-                let seq = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                let (seq, payload) =
+                    split_output_frame(&bytes).expect("binary frame shorter than its seq prefix");
                 return Some(IoFrame::Output {
                     seq,
-                    bytes: bytes[4..].to_vec(),
+                    bytes: payload.to_vec(),
                 });
             }
             Some(Ok(Message::Text(text))) => {

@@ -18,7 +18,7 @@ use super::error::ApiError;
 use crate::auth::AuthTokens;
 
 /// Close code of a WebSocket refused for a missing or wrong token.
-pub const CLOSE_UNAUTHORIZED: u16 = 4401;
+pub use runner_api::io::CLOSE_UNAUTHORIZED;
 /// Query parameter carrying the token where headers cannot be set.
 pub const ACCESS_TOKEN_PARAM: &str = "access_token";
 /// Routes anyone may call even with auth on: discovery, so a client can learn

@@ -1,5 +1,5 @@
 //! Reading a JSON request body: size limit, content type, parse. Validation of
-//! the parsed value is `crate::validate`'s job.
+//! the parsed value is `runner_api::validate`'s job.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::types::RunnerTerms;
+use runner_api::types::{ErrorBody, RunnerTerms};
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -52,10 +52,22 @@ impl IntoResponse for ApiError {
                 status,
                 code,
                 message,
-            } => (status, Json(json!({ "error": code, "message": message }))).into_response(),
+            } => (
+                status,
+                Json(ErrorBody {
+                    error: code.to_owned(),
+                    message: Some(message),
+                    terms: None,
+                }),
+            )
+                .into_response(),
             Self::TermsRequired(terms) => (
                 StatusCode::PRECONDITION_REQUIRED,
-                Json(json!({ "error": "terms_required", "terms": terms })),
+                Json(ErrorBody {
+                    error: "terms_required".to_owned(),
+                    message: None,
+                    terms: Some(terms),
+                }),
             )
                 .into_response(),
             Self::RouteNotFound { method, uri } => (

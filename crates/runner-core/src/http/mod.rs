@@ -18,12 +18,12 @@ use axum::routing::{MethodRouter, get, post};
 
 pub use cors::{allow_origin, stream_allows_origin};
 pub use error::ApiError;
+use runner_api::types::RunnerTerms;
 
 use crate::apps::AppCatalog;
 use crate::auth::AuthTokens;
 use crate::config::CorsOrigins;
 use crate::registry::SessionRegistry;
-use crate::types::RunnerTerms;
 
 /// Header carrying the version of the terms the user accepted.
 pub const ACCEPTED_TERMS_HEADER: &str = "x-telo-accepted-terms";

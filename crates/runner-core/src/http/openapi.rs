@@ -3,17 +3,17 @@
 //! ([`super::ROUTES`]), so a route cannot ship undocumented without the
 //! OpenAPI test noticing.
 //!
-//! The request schemas state what `crate::validate` accepts. The runner is
+//! The request schemas state what `runner_api::validate` accepts. The runner is
 //! more lenient than JSON Schema in one way, kept for compatibility with the
 //! reference (contract §0): scalars are coerced the way AJV's
 //! `coerceTypes: "array"` does (`"8080"` is a port, a number is an env value).
 
 use axum::Json;
+use runner_api::validate::request_schemas;
 use serde_json::{Value, json};
 
 use super::auth::{ACCESS_TOKEN_PARAM, requires_token};
 use super::{ACCEPTED_TERMS_HEADER, MAX_PARAM_LENGTH, ROUTES};
-use crate::types::PullPolicy;
 
 pub async fn openapi_json() -> Json<Value> {
     Json(document())
@@ -242,9 +242,10 @@ pub fn document() -> Value {
     })
 }
 
+/// The response schemas, written here, and the request schemas, generated
+/// from the definitions the validator checks bodies against.
 fn schemas() -> Value {
-    let non_empty = json!({"type": "string", "minLength": 1});
-    json!({
+    let mut schemas = json!({
         "Error": {
             "type": "object", "required": ["error", "message"],
             "properties": {"error": {"type": "string", "description": "Machine-readable code."}, "message": {"type": "string"}}
@@ -278,55 +279,6 @@ fn schemas() -> Value {
         "RunnerAppDescriptor": {
             "type": "object", "required": ["name"],
             "properties": {"name": {"type": "string"}, "title": {"type": "string"}, "description": {"type": "string"}}
-        },
-        "PullPolicy": {"type": "string", "enum": PullPolicy::ALL},
-        "PortProtocol": {"type": "string", "enum": ["tcp", "udp"]},
-        "PortMapping": {
-            "type": "object", "required": ["port", "protocol"],
-            "properties": {"port": {"type": "integer", "minimum": 1, "maximum": 65535}, "protocol": schema_ref("PortProtocol")}
-        },
-        "Env": {
-            "type": "object",
-            "maxProperties": crate::validate::MAX_ENV_ENTRIES,
-            "propertyNames": {"minLength": 1, "pattern": "^[^=\\x00]*$"},
-            "additionalProperties": {"type": "string", "pattern": "^[^\\x00]*$"}
-        },
-        "BundleFile": {
-            "type": "object", "required": ["relativePath", "contents"],
-            "properties": {"relativePath": non_empty, "contents": {"type": "string", "description": "UTF-8 text, inline."}}
-        },
-        "RunBundle": {
-            "type": "object", "required": ["entryRelativePath", "files"],
-            "properties": {"entryRelativePath": non_empty, "files": {"type": "array", "items": schema_ref("BundleFile")}}
-        },
-        "SessionConfig": {
-            "type": "object", "required": ["image", "pullPolicy"],
-            "properties": {"image": non_empty, "pullPolicy": schema_ref("PullPolicy"), "registryUrl": non_empty}
-        },
-        "StartSessionRequest": {
-            "type": "object", "required": ["bundle", "env", "config"],
-            "properties": {
-                "bundle": schema_ref("RunBundle"),
-                "env": schema_ref("Env"),
-                "ports": {"type": "array", "items": schema_ref("PortMapping"), "maxItems": crate::validate::MAX_PORTS},
-                "config": schema_ref("SessionConfig"),
-                "inspect": {"type": "boolean"}
-            }
-        },
-        "AppSessionRequest": {
-            "type": "object",
-            "properties": {
-                "env": schema_ref("Env"),
-                "ports": {"type": "array", "items": schema_ref("PortMapping"), "maxItems": crate::validate::MAX_PORTS},
-                "inspect": {"type": "boolean"}
-            }
-        },
-        "ProbeRequest": {
-            "type": "object", "required": ["config"],
-            "properties": {"config": {
-                "type": "object", "required": ["image", "pullPolicy"],
-                "properties": {"image": non_empty, "pullPolicy": schema_ref("PullPolicy")}
-            }}
         },
         "SessionCreated": {
             "type": "object", "required": ["sessionId", "streamUrl", "createdAt"],
@@ -363,7 +315,11 @@ fn schemas() -> Value {
             {"type": "object", "required": ["status", "issues"], "properties": {"status": {"const": "needs-setup"}, "issues": {"type": "array", "items": {"type": "object", "required": ["path", "message"], "properties": {"path": {"type": "string"}, "message": {"type": "string"}}}}}},
             {"type": "object", "required": ["status", "message"], "properties": {"status": {"const": "unavailable"}, "message": {"type": "string"}, "remediation": {"type": "string"}}}
         ]}
-    })
+    });
+    if let Some(map) = schemas.as_object_mut() {
+        map.extend(request_schemas());
+    }
+    schemas
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use runner_api::bundle_path::normalize_bundle_path;
+use runner_api::types::{ConfigSurface, RunBundle, RunnerCapabilities, SessionConfig};
+use runner_api::validate::{validate_app_session, validate_probe, validate_start_session};
 use serde_json::{Value, json};
 
 use super::body::{off_the_runtime_when, read_json_body};
@@ -14,11 +17,8 @@ const LARGE_BUNDLE_FILES: usize = 256;
 use super::error::ApiError;
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
-use crate::bundle_path::normalize_bundle_path;
 use crate::metrics::METRICS_CONTENT_TYPE;
 use crate::registry::AdmissionError;
-use crate::types::{RunBundle, SessionConfig};
-use crate::validate::{validate_app_session, validate_probe, validate_start_session};
 
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "ok": true, "version": state.options.version }))
@@ -60,26 +60,25 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     }
 }
 
-pub async fn capabilities(State(state): State<AppState>) -> Json<Value> {
+pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilities> {
     let backend = state.registry.backend().capabilities();
-    let mut doc = json!({
-        "displayName": backend.display_name,
-        "description": backend.description,
-        "config": { "schema": backend.config_schema },
-        "features": backend.features,
-    });
-    if state.options.auth_tokens.is_some()
-        && let Some(features) = doc["features"].as_object_mut()
-    {
+    let mut features = match backend.features {
+        Value::Object(features) => features,
+        _ => serde_json::Map::new(),
+    };
+    if state.options.auth_tokens.is_some() {
         features.insert("auth".into(), json!({ "type": "bearer" }));
     }
-    if let Some(terms) = &state.options.terms {
-        doc["terms"] = json!(terms);
-    }
-    if !state.options.apps.is_empty() {
-        doc["apps"] = json!(state.options.apps.descriptors());
-    }
-    Json(doc)
+    Json(RunnerCapabilities {
+        display_name: backend.display_name,
+        description: backend.description,
+        config: Some(ConfigSurface {
+            schema: backend.config_schema,
+        }),
+        features,
+        terms: state.options.terms.clone(),
+        apps: state.options.apps.descriptors(),
+    })
 }
 
 pub async fn probe(
@@ -273,7 +272,7 @@ fn with_registry_url(mut env: Vec<(String, String)>, url: Option<String>) -> Vec
     env
 }
 
-fn validation_error(err: crate::validate::ValidationError) -> ApiError {
+fn validation_error(err: runner_api::validate::ValidationError) -> ApiError {
     ApiError::bad_request("invalid_request", err.message)
 }
 

@@ -13,9 +13,12 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgr
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use serde_json::Value;
+use runner_api::io::{
+    CLOSE_FORBIDDEN_ORIGIN, CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY,
+    CLOSE_SESSION_NOT_FOUND, GAP_MESSAGE, output_frame, parse_resize, seq_message,
+};
 use tokio::time::{Instant, sleep_until};
 
 use super::{AppState, query_value, stream_allows_origin};
@@ -28,15 +31,8 @@ use crate::registry::{Batch, Session};
 /// whole, over more reads.
 const CLIENT_READ_BUFFER_BYTES: usize = 8 * 1024;
 
-pub const CLOSE_NORMAL: u16 = 1000;
-/// The service is going away while the session lives on (RFC 6455 §7.4.1).
-pub const CLOSE_GOING_AWAY: u16 = 1001;
-pub const CLOSE_FORBIDDEN_ORIGIN: u16 = 4403;
-pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
-pub const CLOSE_NOTHING_TO_REPLAY: u16 = 4410;
 /// Resizes within this window collapse into the last one.
 pub const RESIZE_THROTTLE: Duration = Duration::from_millis(50);
-pub const MAX_TERMINAL_DIMENSION: u16 = 10_000;
 /// How long the terminal close waits for output still queued to a client.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(2_000);
 /// A client whose socket accepts nothing for this long is dropped: its
@@ -67,7 +63,7 @@ pub async fn io(
         .map(str::to_owned);
     let last_seq = query_value(&parts.uri, "lastSeq")
         .as_deref()
-        .and_then(super::sse::parse_resume_id)
+        .and_then(runner_api::sse::parse_resume_id)
         .unwrap_or(0);
     upgrade
         .read_buffer_size(CLIENT_READ_BUFFER_BYTES)
@@ -120,7 +116,7 @@ async fn serve(
     }
 
     let (mut tx, mut rx) = socket.split();
-    let seq_frame = format!(r#"{{"type":"seq","seq":{last_seq}}}"#);
+    let seq_frame = seq_message(last_seq);
     let greeting = async {
         tx.send(Message::Text(seq_frame.into())).await?;
         send_batch(&mut tx, first, metrics).await
@@ -232,10 +228,8 @@ where
     S: SinkExt<Message, Error = axum::Error> + Unpin,
 {
     if batch.gap {
-        tx.feed(Message::Text(Utf8Bytes::from_static(
-            r#"{"type":"gap","reason":"buffer_evicted"}"#,
-        )))
-        .await?;
+        tx.feed(Message::Text(Utf8Bytes::from_static(GAP_MESSAGE)))
+            .await?;
     }
     let mut bytes = 0;
     for (seq, chunk) in batch.entries {
@@ -245,126 +239,4 @@ where
     tx.flush().await?;
     metrics.output_sent_to_websocket(bytes);
     Ok(())
-}
-
-/// `[seq: u32 big-endian][bytes]`.
-pub fn output_frame(seq: u64, chunk: &[u8]) -> Bytes {
-    let mut frame = BytesMut::with_capacity(4 + chunk.len());
-    // The wire field is 32 bits; 2^32 chunks is far beyond any session.
-    frame.put_u32(seq as u32);
-    frame.put_slice(chunk);
-    frame.freeze()
-}
-
-/// A `{"type":"resize","cols":C,"rows":R}` frame: values coerced like
-/// JavaScript's `Number()`, floored, at least 1, clamped to 10,000. Anything
-/// else is ignored.
-pub fn parse_resize(text: &str) -> Option<(u16, u16)> {
-    let value: Value = serde_json::from_str(text).ok()?;
-    if value.get("type")?.as_str()? != "resize" {
-        return None;
-    }
-    let dimension = |key: &str| -> Option<u16> {
-        let n = js_number_of(value.get(key))?.floor();
-        if !n.is_finite() || n < 1.0 {
-            return None;
-        }
-        Some(n.min(f64::from(MAX_TERMINAL_DIMENSION)) as u16)
-    };
-    Some((dimension("cols")?, dimension("rows")?))
-}
-
-fn js_number_of(value: Option<&Value>) -> Option<f64> {
-    match value {
-        None => None,
-        Some(Value::Null) => Some(0.0),
-        Some(Value::Bool(b)) => Some(if *b { 1.0 } else { 0.0 }),
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => crate::config::js_number(s),
-        Some(Value::Array(_) | Value::Object(_)) => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn resize_frames_are_coerced_floored_and_clamped() {
-        assert_eq!(
-            parse_resize(r#"{"type":"resize","cols":80,"rows":24}"#),
-            Some((80, 24))
-        );
-        assert_eq!(
-            parse_resize(r#"{"type":"resize","cols":"80","rows":24.9}"#),
-            Some((80, 24))
-        );
-        assert_eq!(
-            parse_resize(r#"{"type":"resize","cols":99999,"rows":1}"#),
-            Some((10_000, 1))
-        );
-        assert_eq!(
-            parse_resize(r#"{"type":"resize","cols":0,"rows":24}"#),
-            None
-        );
-        assert_eq!(
-            parse_resize(r#"{"type":"resize","cols":"x","rows":24}"#),
-            None
-        );
-        assert_eq!(parse_resize(r#"{"type":"resize","cols":80}"#), None);
-        assert_eq!(
-            parse_resize(r#"{"type":"other","cols":80,"rows":24}"#),
-            None
-        );
-        assert_eq!(parse_resize("not json"), None);
-    }
-
-    fn dimension() -> BoxedStrategy<Value> {
-        prop_oneof![
-            any::<f64>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            any::<u64>().prop_map(Value::from),
-            (-5i32..20_005).prop_map(Value::from),
-            any::<bool>().prop_map(Value::from),
-            Just(Value::Null),
-            "[ 0-9a-fx.eE+-]{0,12}|Infinity|-Infinity|NaN|\\PC{0,8}".prop_map(Value::from),
-            Just(serde_json::json!([80])),
-            Just(serde_json::json!({})),
-        ]
-        .boxed()
-    }
-
-    fn control_frame() -> BoxedStrategy<String> {
-        let resize = (
-            dimension(),
-            dimension(),
-            prop::sample::select(&["resize", "stdin", "Resize"][..]),
-        )
-            .prop_map(|(cols, rows, kind)| {
-                serde_json::json!({"type": kind, "cols": cols, "rows": rows}).to_string()
-            });
-        prop_oneof![any::<String>(), resize].boxed()
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(
-            std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2048)
-        ))]
-
-        /// Control frames of any shape: never a panic, and an accepted resize
-        /// is always a usable terminal size.
-        #[test]
-        fn control_frames_never_panic_and_sizes_stay_in_range(frame in control_frame()) {
-            if let Some((cols, rows)) = parse_resize(&frame) {
-                prop_assert!((1..=MAX_TERMINAL_DIMENSION).contains(&cols));
-                prop_assert!((1..=MAX_TERMINAL_DIMENSION).contains(&rows));
-            }
-        }
-    }
-
-    #[test]
-    fn output_frames_carry_a_big_endian_sequence_prefix() {
-        assert_eq!(&output_frame(258, b"hi")[..], &[0, 0, 1, 2, b'h', b'i']);
-    }
 }

@@ -5,11 +5,11 @@
 
 use std::sync::Weak;
 
+use runner_api::types::{ReachabilityState, RouteState, RunPhase, is_event_frame};
 use serde_json::Value;
 
 use super::*;
 use crate::start_gate::{KERNEL_STARTED, SILENT_START_FALLBACK};
-use crate::types::{ReachabilityState, RouteState, RunPhase, is_event_frame};
 
 /// What a backend reports a session's life through.
 #[derive(Clone)]

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde::Deserialize;
+use runner_api::types::{
+    ErrorBody, RunnerCapabilities, RunnerTerms, SessionCreated, SessionList, SessionSnapshot,
+};
 use serde_json::Value;
 
 /// Matches the editor's `start` timeout: the runner answers 201 before
@@ -37,7 +39,7 @@ pub enum ApiError {
     )]
     Unauthorized { path: String },
     #[error("the runner requires accepting its usage terms")]
-    TermsRequired { terms: Option<Terms> },
+    TermsRequired { terms: Option<RunnerTerms> },
     #[error(
         "the runner refused the bundle as too large (HTTP 413): {message}. Its limit is lower than --max-body-bytes; remove large files or lower the flag to see which"
     )]
@@ -66,48 +68,6 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Terms {
-    pub version: String,
-    pub title: String,
-    pub body: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Capabilities {
-    #[serde(default)]
-    pub config: Option<ConfigSurface>,
-    #[serde(default)]
-    pub terms: Option<Terms>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ConfigSurface {
-    #[serde(default)]
-    pub schema: Value,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Created {
-    pub session_id: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionSummary {
-    pub session_id: String,
-    pub status: Value,
-    pub created_at: String,
-    #[serde(default)]
-    pub exited_at: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct SessionList {
-    sessions: Vec<SessionSummary>,
 }
 
 /// The runner at `base` (no trailing slash).
@@ -205,17 +165,14 @@ impl RunnerApi {
         if status.is_success() {
             return Ok((status, body));
         }
-        let message = body
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        let error = serde_json::from_value::<ErrorBody>(body.clone()).ok();
+        let message = error
+            .as_ref()
+            .and_then(|error| error.message.clone())
             .unwrap_or_else(|| body.as_str().unwrap_or_default().to_owned());
         match status {
             StatusCode::PRECONDITION_REQUIRED => Err(ApiError::TermsRequired {
-                terms: body
-                    .get("terms")
-                    .cloned()
-                    .and_then(|terms| serde_json::from_value(terms).ok()),
+                terms: error.and_then(|error| error.terms),
             }),
             StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::TooLarge { message }),
             StatusCode::UNAUTHORIZED => Err(ApiError::Unauthorized {
@@ -236,7 +193,7 @@ impl RunnerApi {
         })
     }
 
-    pub async fn capabilities(&self) -> Result<Capabilities, ApiError> {
+    pub async fn capabilities(&self) -> Result<RunnerCapabilities, ApiError> {
         let path = "/v1/capabilities";
         let response = self
             .request(reqwest::Method::GET, path)
@@ -252,7 +209,7 @@ impl RunnerApi {
         &self,
         body: Vec<u8>,
         accepted_terms: Option<&str>,
-    ) -> Result<Created, ApiError> {
+    ) -> Result<SessionCreated, ApiError> {
         let path = "/v1/sessions";
         let mut request = self
             .request(reqwest::Method::POST, path)
@@ -266,7 +223,7 @@ impl RunnerApi {
         Self::parse(path, body)
     }
 
-    pub async fn session(&self, id: &str) -> Result<SessionSummary, ApiError> {
+    pub async fn session(&self, id: &str) -> Result<SessionSnapshot, ApiError> {
         let path = format!("/v1/sessions/{id}");
         let response = self
             .request(reqwest::Method::GET, &path)
@@ -277,7 +234,7 @@ impl RunnerApi {
         Self::parse(&path, body)
     }
 
-    pub async fn sessions(&self) -> Result<Vec<SessionSummary>, ApiError> {
+    pub async fn sessions(&self) -> Result<Vec<SessionSnapshot>, ApiError> {
         let path = "/v1/sessions";
         let response = self
             .request(reqwest::Method::GET, path)
@@ -313,7 +270,7 @@ impl RunnerApi {
 
 /// The `SessionConfig` the runner proposes: the schema's defaults for the
 /// required fields, as the editor fills its form.
-pub fn default_config(capabilities: &Capabilities) -> Value {
+pub fn default_config(capabilities: &RunnerCapabilities) -> Value {
     let properties = capabilities
         .config
         .as_ref()
@@ -340,7 +297,7 @@ mod tests {
 
     #[test]
     fn config_takes_the_schema_defaults() {
-        let capabilities: Capabilities = serde_json::from_value(json!({
+        let capabilities: RunnerCapabilities = serde_json::from_value(json!({
             "config": {"schema": {"properties": {
                 "image": {"default": "example/kernel:1"},
                 "pullPolicy": {"default": "never"},

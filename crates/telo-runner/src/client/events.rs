@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::Value;
+use runner_api::sse::SseParser;
+use runner_api::types::{RunEvent, RunStatus};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -16,86 +17,24 @@ const RECONNECT_DELAY: Duration = Duration::from_millis(250);
 /// A runner that cannot be reached for this many attempts in a row is gone.
 const MAX_RECONNECT_ATTEMPTS: u32 = 40;
 
-/// One `event:`/`data:` block.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseFrame {
-    pub id: Option<u64>,
-    pub event: Option<String>,
-    pub data: String,
-}
+/// The largest event frame read. The runner's frames are small; a kernel
+/// debug frame it relays is at most 1 MiB of JSON, wrapped.
+const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
-/// Splits an SSE byte stream into frames, whatever the chunking.
-#[derive(Debug, Default)]
-pub struct SseParser {
-    buffer: Vec<u8>,
-}
-
-impl SseParser {
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseFrame> {
-        self.buffer.extend_from_slice(bytes);
-        let mut frames = Vec::new();
-        while let Some(end) = find_blank_line(&self.buffer) {
-            let block: Vec<u8> = self.buffer.drain(..end.0 + end.1).collect();
-            if let Some(frame) = parse_block(&String::from_utf8_lossy(&block[..end.0])) {
-                frames.push(frame);
-            }
-        }
-        frames
+/// The status of an event that ends the session.
+pub fn terminal_status(event: &RunEvent) -> Option<&RunStatus> {
+    match event {
+        RunEvent::Status { status } if status.is_terminal() => Some(status),
+        _ => None,
     }
-}
-
-/// Position of the first blank line and its length (`\n\n` or `\r\n\r\n`).
-fn find_blank_line(buffer: &[u8]) -> Option<(usize, usize)> {
-    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|p| (p, 2));
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|p| (p, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
-fn parse_block(block: &str) -> Option<SseFrame> {
-    let mut frame = SseFrame {
-        id: None,
-        event: None,
-        data: String::new(),
-    };
-    let mut has_data = false;
-    for line in block.lines() {
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "id" => frame.id = value.parse().ok(),
-            "event" => frame.event = Some(value.to_owned()),
-            "data" => {
-                if has_data {
-                    frame.data.push('\n');
-                }
-                frame.data.push_str(value);
-                has_data = true;
-            }
-            _ => {} // comments (heartbeats) and unknown fields
-        }
-    }
-    has_data.then_some(frame)
-}
-
-/// Whether a `RunStatus` ends the session.
-pub fn is_terminal(status: &Value) -> bool {
-    matches!(
-        status.get("kind").and_then(Value::as_str),
-        Some("exited" | "failed" | "stopped")
-    )
 }
 
 /// What the follower reports.
 #[derive(Debug, Clone)]
 pub enum Lifecycle {
-    /// A RunEvent (the `data` JSON, with its `type`).
-    Event(Value),
+    /// A RunEvent this client knows (others, from a newer runner, are
+    /// skipped).
+    Event(RunEvent),
     /// The stream cannot be followed any more (runner gone, session evicted).
     Lost(String),
 }
@@ -140,7 +79,7 @@ pub async fn follow(
             if !response.status().is_success() {
                 return Ok(false);
             }
-            let mut parser = SseParser::default();
+            let mut parser = SseParser::new(MAX_FRAME_BYTES);
             let mut body = response.bytes_stream();
             while let Some(chunk) = body.next().await {
                 let Ok(chunk) = chunk else { break };
@@ -148,14 +87,15 @@ pub async fn follow(
                     if let Some(seen) = frame.id {
                         last_event_id = seen;
                     }
-                    let Ok(event) = serde_json::from_str::<Value>(&frame.data) else {
+                    // The `gap` marker is no RunEvent: lifecycle events lost
+                    // to eviction are not fatal here.
+                    let Some(event) = frame
+                        .data
+                        .and_then(|data| serde_json::from_str::<RunEvent>(&data).ok())
+                    else {
                         continue;
                     };
-                    if event.get("type").is_none() {
-                        continue; // the `gap` marker: lifecycle events lost are not fatal here
-                    }
-                    let terminal = event.get("type").and_then(Value::as_str) == Some("status")
-                        && event.get("status").is_some_and(is_terminal);
+                    let terminal = terminal_status(&event).is_some();
                     if events.send(Lifecycle::Event(event)).await.is_err() {
                         return Ok(true);
                     }
@@ -202,34 +142,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_split_across_chunks_are_reassembled() {
-        let mut parser = SseParser::default();
-        assert!(parser.push(b"id: 1\nevent: status\nda").is_empty());
-        let frames = parser.push(b"ta: {\"a\":1}\n\n: heartbeat\n\nevent: gap\ndata: {}\n\n");
-        assert_eq!(
-            frames,
-            [
-                SseFrame {
-                    id: Some(1),
-                    event: Some("status".into()),
-                    data: "{\"a\":1}".into()
-                },
-                SseFrame {
-                    id: None,
-                    event: Some("gap".into()),
-                    data: "{}".into()
-                },
-            ]
-        );
-    }
-
-    #[test]
     fn terminal_statuses_are_exited_failed_and_stopped() {
-        for kind in ["exited", "failed", "stopped"] {
-            assert!(is_terminal(&serde_json::json!({ "kind": kind })));
+        let event = |status: serde_json::Value| -> RunEvent {
+            serde_json::from_value(serde_json::json!({"type": "status", "status": status})).unwrap()
+        };
+        for status in [
+            serde_json::json!({"kind": "exited", "code": 0}),
+            serde_json::json!({"kind": "failed", "message": "x"}),
+            serde_json::json!({"kind": "stopped"}),
+        ] {
+            assert!(terminal_status(&event(status)).is_some());
         }
         for kind in ["starting", "running"] {
-            assert!(!is_terminal(&serde_json::json!({ "kind": kind })));
+            assert!(terminal_status(&event(serde_json::json!({ "kind": kind }))).is_none());
         }
     }
 }

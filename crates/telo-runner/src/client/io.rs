@@ -2,6 +2,7 @@
 //! sequence number, stdin goes back as binary frames, resizes as JSON text.
 
 use futures_util::{SinkExt, StreamExt};
+use runner_api::io::{resize_message, split_output_frame};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -14,33 +15,16 @@ pub type IoSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub const GAP_NOTICE: &[u8] =
     b"\r\n\x1b[2m[stream reconnected \xe2\x80\x94 earlier output truncated]\x1b[0m\r\n";
 
-/// The runner closes with this when it goes away (a restart) while the
-/// session lives on.
-pub const CLOSE_GOING_AWAY: u16 = 1001;
-/// The session ended and its output is drained.
-pub const CLOSE_NORMAL: u16 = 1000;
-pub const CLOSE_SESSION_NOT_FOUND: u16 = 4404;
-/// The session ended and the runner holds no output of it to replay.
-pub const CLOSE_NOTHING_TO_REPLAY: u16 = 4410;
-
-/// Close codes after which reconnecting cannot help: the editor's list, plus
-/// 4401 (a missing or wrong token stays wrong).
-pub fn is_final_close(code: u16) -> bool {
-    matches!(code, 1000 | 1001 | 1005 | 4401 | 4403 | 4404 | 4410)
-}
+pub use runner_api::io::{CLOSE_GOING_AWAY, is_final_close};
 
 /// The payload of an output frame that is new after `last_seq`, with its seq;
 /// `None` for runt frames and for chunks already shown before a reconnect.
 pub fn new_output(frame: &[u8], last_seq: u32) -> Option<(u32, &[u8])> {
-    let header: [u8; 4] = frame.get(..4)?.try_into().ok()?;
-    let seq = u32::from_be_bytes(header);
-    (seq > last_seq).then(|| (seq, &frame[4..]))
+    split_output_frame(frame).filter(|(seq, _)| *seq > last_seq)
 }
 
 pub fn resize_frame(cols: u16, rows: u16) -> Message {
-    Message::text(format!(
-        r#"{{"type":"resize","cols":{cols},"rows":{rows}}}"#
-    ))
+    Message::text(resize_message(cols, rows))
 }
 
 pub async fn connect(
@@ -87,14 +71,5 @@ mod tests {
         assert_eq!(new_output(&frame, 0), Some((258, &b"hi"[..])));
         assert_eq!(new_output(&frame, 258), None);
         assert_eq!(new_output(&[0, 1], 0), None);
-    }
-
-    #[test]
-    fn only_abnormal_closes_are_retried() {
-        for code in [1000, 4401, 4403, 4404, 4410] {
-            assert!(is_final_close(code));
-        }
-        assert!(!is_final_close(1006));
-        assert!(!is_final_close(1011));
     }
 }

@@ -17,15 +17,16 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use runner_api::io::{
+    CLOSE_GOING_AWAY, CLOSE_NO_STATUS, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY,
+    CLOSE_SESSION_NOT_FOUND, CLOSE_UNAUTHORIZED, ServerMessage, is_final_close,
+    parse_server_message,
+};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use super::api::{ApiError, RunnerApi};
-use super::io::{
-    self, CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY, CLOSE_SESSION_NOT_FOUND,
-    GAP_NOTICE, IoSocket, is_final_close, new_output,
-};
+use super::io::{self, GAP_NOTICE, IoSocket, new_output};
 use super::output::Output;
 use super::run::{EXIT_CLIENT_ERROR, ended_line, runner_gone_line};
 use super::status::exit_code_of;
@@ -118,7 +119,7 @@ fn closed(code: u16, id: &str, base: &str) -> Closed {
         CLOSE_NORMAL | CLOSE_NOTHING_TO_REPLAY => Closed::SessionEnded,
         CLOSE_GOING_AWAY => Closed::RunnerGone,
         CLOSE_SESSION_NOT_FOUND => Closed::Fatal(unknown_session(base, id)),
-        4401 => Closed::Fatal(
+        CLOSE_UNAUTHORIZED => Closed::Fatal(
             "the runner refused the output stream without a valid token; pass --token or set TELO_RUNNER_TOKEN".to_owned(),
         ),
         code if is_final_close(code) => Closed::Fatal(format!(
@@ -205,7 +206,7 @@ async fn read_socket(
                 }
             }
             Some(Ok(Message::Text(text))) => {
-                if is_gap(&text) {
+                if parse_server_message(&text) == ServerMessage::Gap {
                     output.write(GAP_NOTICE);
                 }
             }
@@ -213,18 +214,14 @@ async fn read_socket(
                 return SocketEnd::ReplayDone;
             }
             Some(Ok(Message::Close(frame))) => {
-                return SocketEnd::Closed(frame.map(|f| u16::from(f.code)).unwrap_or(1005));
+                return SocketEnd::Closed(
+                    frame.map(|f| u16::from(f.code)).unwrap_or(CLOSE_NO_STATUS),
+                );
             }
             Some(Ok(_)) => {}
             Some(Err(_)) | None => return SocketEnd::Dropped,
         }
     }
-}
-
-fn is_gap(text: &str) -> bool {
-    serde_json::from_str::<Value>(text)
-        .ok()
-        .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("gap"))
 }
 
 /// The exit code of a session whose output ended: its status as the runner
@@ -236,11 +233,6 @@ async fn session_exit_code(api: &RunnerApi, id: &str) -> u8 {
             notice(&known_error_line(api, id, &err));
             return EXIT_CLIENT_ERROR;
         }
-    };
-    let status = if status.is_null() {
-        json!({ "kind": "failed", "message": "the runner reported no status" })
-    } else {
-        status
     };
     if let Some(line) = ended_line(id, &status) {
         notice(&line);

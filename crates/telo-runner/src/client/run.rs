@@ -5,6 +5,8 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use runner_api::io::{CLOSE_NO_STATUS, ServerMessage, parse_server_message};
+use runner_api::types::{RunEvent, RunStatus, RunnerTerms};
 use serde_json::{Value, json};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -12,9 +14,9 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
-use super::api::{ApiError, RunnerApi, Terms, default_config};
+use super::api::{ApiError, RunnerApi, default_config};
 use super::ctrl_c::DoubleCtrlC;
-use super::events::{self, Lifecycle, is_terminal};
+use super::events::{self, Lifecycle, terminal_status};
 use super::io::{
     self, CLOSE_GOING_AWAY, GAP_NOTICE, IoSocket, is_final_close, new_output, resize_frame,
 };
@@ -126,7 +128,10 @@ async fn start_and_attach(options: RunOptions) -> Result<u8, String> {
 
 /// The terms version to send: given on the command line, or accepted now at
 /// the prompt. Nothing is accepted on the user's behalf.
-fn accept_terms(terms: Option<&Terms>, given: Option<&str>) -> Result<Option<String>, String> {
+fn accept_terms(
+    terms: Option<&RunnerTerms>,
+    given: Option<&str>,
+) -> Result<Option<String>, String> {
     let Some(terms) = terms else {
         return Ok(given.map(str::to_owned));
     };
@@ -159,7 +164,7 @@ fn accept_terms(terms: Option<&Terms>, given: Option<&str>) -> Result<Option<Str
     }
 }
 
-fn show_terms(terms: &Terms) {
+fn show_terms(terms: &RunnerTerms) {
     notice(&format!(
         "{} (version {})\n\n{}\n",
         terms.title, terms.version, terms.body
@@ -169,7 +174,7 @@ fn show_terms(terms: &Terms) {
 /// Why the attach loop ends.
 enum Leave {
     /// The session ended with this status.
-    Ended(Value),
+    Ended(RunStatus),
     /// The user (Ctrl-C twice, a signal) asked to stop it.
     Stop,
     /// The runner closed the socket with 1001: it is going away (a restart)
@@ -181,15 +186,14 @@ enum Leave {
 /// a failure's reason, or that a stop came from elsewhere (this client's own
 /// stop is announced by [`stop_session`]); nothing for an exit, whose code
 /// speaks for itself.
-pub fn ended_line(id: &str, status: &Value) -> Option<String> {
-    if let Some(message) = status.get("message").and_then(Value::as_str) {
-        return Some(format!("telo-runner: session failed: {message}"));
-    }
-    (status.get("kind").and_then(Value::as_str) == Some("stopped")).then(|| {
-        format!(
+pub fn ended_line(id: &str, status: &RunStatus) -> Option<String> {
+    match status {
+        RunStatus::Failed { message } => Some(format!("telo-runner: session failed: {message}")),
+        RunStatus::Stopped => Some(format!(
             "telo-runner: session {id} was stopped elsewhere (another client or the runner's operator stopped it)"
-        )
-    })
+        )),
+        _ => None,
+    }
 }
 
 /// A runner that goes away with the session still live is restarting: its
@@ -217,17 +221,17 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     let mut window = signal(SignalKind::window_change()).map_err(signal_error)?;
 
     // Starting: progress on stderr until the workload runs (or never does).
-    let mut ended: Option<Value> = None;
+    let mut ended: Option<RunStatus> = None;
     loop {
         tokio::select! {
             report = lifecycle.recv() => match report {
                 Some(Lifecycle::Event(event)) => {
-                    if let Some(status) = event.get("status") {
-                        if is_terminal(status) {
+                    if let RunEvent::Status { status } = &event {
+                        if status.is_terminal() {
                             ended = Some(status.clone());
                             break;
                         }
-                        if status.get("kind").and_then(Value::as_str) == Some("running") {
+                        if matches!(status, RunStatus::Running { .. }) {
                             for line in running_lines(status, &api.host()) {
                                 notice(&line);
                             }
@@ -245,9 +249,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
             _ = hangup.recv() => return stop_session(&api, &id, &mut lifecycle).await,
         }
     }
-    if let Some(status) = &ended
-        && let Some(message) = status.get("message").and_then(Value::as_str)
-    {
+    if let Some(status @ RunStatus::Failed { message }) = &ended {
         // A start failure has no output to replay; say why and leave.
         notice(&format!("telo-runner: session failed: {message}"));
         return Ok(exit_code_of(status));
@@ -279,15 +281,12 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
                     }
                 }
                 Some(Ok(Message::Text(text))) => {
-                    if serde_json::from_str::<Value>(&text)
-                        .ok()
-                        .is_some_and(|v| v.get("type").and_then(Value::as_str) == Some("gap"))
-                    {
+                    if parse_server_message(&text) == ServerMessage::Gap {
                         output.write(GAP_NOTICE);
                     }
                 }
                 Some(Ok(Message::Close(frame))) => {
-                    let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
+                    let code = frame.map(|f| u16::from(f.code)).unwrap_or(CLOSE_NO_STATUS);
                     socket = None;
                     if code == CLOSE_GOING_AWAY {
                         break Leave::RunnerGone;
@@ -337,11 +336,11 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
             },
             report = lifecycle.recv(), if ended.is_none() => match report {
                 Some(Lifecycle::Event(event)) => {
-                    if let Some(status) = event.get("status") {
-                        if is_terminal(status) {
+                    if let RunEvent::Status { status } = &event {
+                        if status.is_terminal() {
                             ended = Some(status.clone());
                             drain_deadline = Some(Instant::now() + OUTPUT_DRAIN);
-                        } else if status.get("kind").and_then(Value::as_str) == Some("running") {
+                        } else if matches!(status, RunStatus::Running { .. }) {
                             for line in running_lines(status, &api.host()) {
                                 notice(&line);
                             }
@@ -400,7 +399,7 @@ async fn stop_session(
     let status = tokio::time::timeout(STOP_WAIT, async {
         while let Some(report) = lifecycle.recv().await {
             if let Lifecycle::Event(event) = report
-                && let Some(status) = event.get("status").filter(|s| is_terminal(s))
+                && let Some(status) = terminal_status(&event)
             {
                 return Some(status.clone());
             }
@@ -410,7 +409,7 @@ async fn stop_session(
     .await
     .ok()
     .flatten();
-    let status = status.unwrap_or_else(|| json!({ "kind": "stopped" }));
+    let status = status.unwrap_or(RunStatus::Stopped);
     notice(&format!(
         "telo-runner: session {id} {}",
         super::status::status_text(&status)

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::api::RunnerApi;
-use super::events::{self, Lifecycle, is_terminal};
+use super::events::{self, Lifecycle, terminal_status};
 use super::status::{session_table, status_text};
 
 pub async fn list(api: &RunnerApi) -> Result<String, String> {
@@ -23,7 +23,7 @@ pub async fn list_json(api: &RunnerApi) -> Result<String, String> {
 /// Stops `id` and waits for its terminal status; returns that status as text.
 pub async fn stop(api: &RunnerApi, id: &str, timeout: Duration) -> Result<String, String> {
     let summary = api.session(id).await.map_err(|e| e.to_string())?;
-    if is_terminal(&summary.status) {
+    if summary.status.is_terminal() {
         return Ok(format!(
             "session {id} already ended: {}",
             status_text(&summary.status)
@@ -44,7 +44,7 @@ pub async fn stop(api: &RunnerApi, id: &str, timeout: Duration) -> Result<String
         while let Some(report) = receiver.recv().await {
             match report {
                 Lifecycle::Event(event) => {
-                    if let Some(status) = event.get("status").filter(|s| is_terminal(s)) {
+                    if let Some(status) = terminal_status(&event) {
                         return Ok(status.clone());
                     }
                 }

@@ -170,6 +170,68 @@ fn array_index(key: &str) -> Option<u32> {
     key.parse::<u32>().ok().filter(|index| *index != u32::MAX)
 }
 
+/// JavaScript's `Number.prototype.toString()` for a finite number: the
+/// shortest round-tripping digits, in plain notation for decimal exponents in
+/// `-7..21` and as `d.ddde±x` outside it (`1e+21`, `1e-7`).
+pub fn js_number_to_string(number: f64) -> String {
+    if number.is_nan() {
+        return "NaN".to_owned();
+    }
+    if number == 0.0 {
+        return "0".to_owned();
+    }
+    if number.is_infinite() {
+        return if number > 0.0 {
+            "Infinity"
+        } else {
+            "-Infinity"
+        }
+        .to_owned();
+    }
+    let sign = if number < 0.0 { "-" } else { "" };
+    // `{:e}` gives the shortest round-trip digits as `d[.ddd]e<exp>`.
+    let scientific = format!("{:e}", number.abs());
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let exponent: i64 = exponent.parse().unwrap_or(0);
+    let k = i64::try_from(digits.len()).unwrap_or(i64::MAX);
+    // JavaScript's `n`: the decimal point sits after the first `n` digits.
+    let n = exponent + 1;
+    let body = if k <= n && n <= 21 {
+        let zeros = usize::try_from(n - k).unwrap_or(0);
+        format!("{digits}{}", "0".repeat(zeros))
+    } else if 0 < n && n <= 21 {
+        let split = usize::try_from(n).unwrap_or(0);
+        format!("{}.{}", &digits[..split], &digits[split..])
+    } else if -6 < n && n <= 0 {
+        let zeros = usize::try_from(-n).unwrap_or(0);
+        format!("0.{}{digits}", "0".repeat(zeros))
+    } else {
+        let exponent_sign = if n - 1 < 0 { '-' } else { '+' };
+        let magnitude = (n - 1).abs();
+        match digits.split_at_checked(1) {
+            Some((first, rest)) if !rest.is_empty() => {
+                format!("{first}.{rest}e{exponent_sign}{magnitude}")
+            }
+            _ => format!("{digits}e{exponent_sign}{magnitude}"),
+        }
+    };
+    format!("{sign}{body}")
+}
+
+/// JavaScript's `Number(value)` for a JSON value: `null` is 0, booleans are
+/// 0 and 1, strings go through [`js_number`]; arrays and objects (whose
+/// conversion depends on their contents) count as no number.
+pub fn js_number_of_value(value: &Value) -> Option<f64> {
+    match value {
+        Value::Null => Some(0.0),
+        Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => js_number(s),
+        Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

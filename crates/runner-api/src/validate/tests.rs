@@ -1,4 +1,5 @@
 use super::*;
+use crate::js::js_number_to_string;
 use crate::types::{BundleFile, PortProtocol};
 use rstest::rstest;
 use serde_json::json;
@@ -469,4 +470,37 @@ fn probe_coerces_like_the_other_routes() {
 #[case(f64::NAN, "NaN")]
 fn numbers_print_like_javascript(#[case] number: f64, #[case] expected: &str) {
     assert_eq!(js_number_to_string(number), expected);
+}
+
+#[test]
+fn the_published_schemas_come_from_the_checked_definitions() {
+    let schemas = request_schemas();
+    for name in [
+        "StartSessionRequest",
+        "AppSessionRequest",
+        "ProbeRequest",
+        "RunBundle",
+        "BundleFile",
+        "Env",
+        "PortMapping",
+        "PortProtocol",
+        "PullPolicy",
+        "SessionConfig",
+    ] {
+        assert!(schemas.contains_key(name), "{name} is not published");
+    }
+    assert_eq!(
+        schemas["StartSessionRequest"]["required"],
+        json!(["bundle", "env", "config"])
+    );
+    assert_eq!(schemas["Env"]["maxProperties"], json!(MAX_ENV_ENTRIES));
+    assert_eq!(
+        schemas["StartSessionRequest"]["properties"]["ports"]["maxItems"],
+        json!(MAX_PORTS)
+    );
+    assert_eq!(schemas["PullPolicy"]["enum"], json!(PullPolicy::ALL));
+    assert_eq!(
+        schemas["ProbeRequest"]["properties"]["config"]["required"],
+        json!(["image", "pullPolicy"])
+    );
 }

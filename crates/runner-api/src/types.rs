@@ -125,12 +125,32 @@ pub enum RunPhase {
     Boot,
 }
 
+impl RunPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Build => "build",
+            Self::Provision => "provision",
+            Self::Boot => "boot",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReachabilityState {
     Checking,
     Reachable,
     Unreachable,
+}
+
+impl ReachabilityState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Checking => "checking",
+            Self::Reachable => "reachable",
+            Self::Unreachable => "unreachable",
+        }
+    }
 }
 
 /// Whether a session host's route is served by the cluster's routing layer.
@@ -284,6 +304,49 @@ pub struct SessionSnapshot {
     pub created_at: String,
     #[serde(default, rename = "exitedAt", skip_serializing_if = "Option::is_none")]
     pub exited_at: Option<String>,
+}
+
+/// `GET /v1/capabilities`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerCapabilities {
+    #[serde(default)]
+    pub display_name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The editable session config; a runner that takes none may omit it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigSurface>,
+    /// `io`, `ports`, `auth`, …: what this runner offers, by backend.
+    #[serde(default)]
+    pub features: serde_json::Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terms: Option<RunnerTerms>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<RunnerAppDescriptor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigSurface {
+    /// The JSON Schema of the editable `SessionConfig`.
+    pub schema: Value,
+}
+
+/// `GET /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionList {
+    pub sessions: Vec<SessionSnapshot>,
+}
+
+/// A runner-authored error body (`{error, message}`); the terms gate's 428
+/// carries `terms` instead of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terms: Option<RunnerTerms>,
 }
 
 /// A kernel debug frame is an event frame unless its `kind` says `log` or
