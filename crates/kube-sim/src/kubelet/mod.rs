@@ -13,6 +13,7 @@ mod launch;
 pub mod paths;
 pub mod process;
 mod pull;
+mod spec;
 pub mod status;
 pub mod streams;
 mod volumes;
@@ -24,8 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +41,7 @@ use crate::meta;
 use images::{ImageBehaviour, ImageTable};
 use paths::Mounts;
 use process::{ProcessRegistry, SpawnSpec};
+use spec::PodView;
 use status::{ContainerModel, ContainerState, Phase, PodModel};
 use streams::{ContainerStreams, StreamKind};
 
@@ -85,6 +89,12 @@ struct PodWorker {
     slots: Mutex<HashMap<String, ContainerSlot>>,
     /// Failed pulls per container, for the back-off.
     pull_failures: Mutex<HashMap<String, u32>>,
+    /// The main containers' loops. They belong to the pod, not to the
+    /// future that starts them: that future is dropped as soon as the pod
+    /// ends (deleted, past its deadline), while the loops must live on to
+    /// record their containers' exits. The pod's task aborts what is left
+    /// and joins them once its containers have been stopped.
+    containers: Mutex<JoinSet<()>>,
 }
 
 impl PodWorker {
@@ -94,6 +104,17 @@ impl PodWorker {
 
     fn is_terminating(&self) -> bool {
         self.terminating.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Aborts the container loops still waiting on something (a back-off,
+    /// an image that will never pull) and waits for all of them. Loops whose
+    /// container has just exited finish their bookkeeping first: they have
+    /// nothing left to wait on, so the abort cannot cut them short.
+    async fn join_containers(&self) {
+        let mut loops =
+            std::mem::take(&mut *self.containers.lock().unwrap_or_else(|p| p.into_inner()));
+        loops.abort_all();
+        while loops.join_next().await.is_some() {}
     }
 }
 
@@ -108,6 +129,9 @@ pub struct Kubelet {
     pull_delay: Duration,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
+    /// Every pod's task, so that stopping the kubelet waits for each pod to
+    /// have killed its processes and cleaned up its sandbox.
+    pods: Mutex<JoinSet<()>>,
     pulled: Mutex<HashSet<String>>,
     http: reqwest::Client,
     shutdown: CancellationToken,
@@ -141,6 +165,7 @@ impl Kubelet {
             pull_delay: config.pull_delay,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
+            pods: Mutex::new(JoinSet::new()),
             pulled: Mutex::new(HashSet::new()),
             http: reqwest::Client::new(),
             shutdown,
@@ -205,6 +230,8 @@ impl Kubelet {
             }
         }
         self.kill_all();
+        let mut pods = std::mem::take(&mut *self.pods.lock().unwrap_or_else(|p| p.into_inner()));
+        while pods.join_next().await.is_some() {}
     }
 
     /// Lists every pod and reconciles workers with it.
@@ -270,25 +297,64 @@ impl Kubelet {
                     // Already handled by an earlier worker (or another sim).
                     return;
                 }
-                let worker = Arc::new(PodWorker {
-                    uid: uid.clone(),
-                    ns: meta::namespace(pod).to_string(),
-                    name: meta::name(pod).to_string(),
-                    stop: CancellationToken::new(),
-                    kill: CancellationToken::new(),
-                    terminating: std::sync::atomic::AtomicBool::new(false),
-                    model: Mutex::new(None),
-                    slots: Mutex::new(HashMap::new()),
-                    pull_failures: Mutex::new(HashMap::new()),
-                });
-                self.workers().insert(uid.clone(), worker.clone());
-                let kubelet = self.clone();
-                let pod = pod.clone();
-                tokio::spawn(async move {
-                    kubelet.clone().run_pod(worker.clone(), pod).await;
-                    kubelet.workers().remove(&worker.uid);
-                });
+                self.start_worker(pod, &uid);
             }
+        }
+    }
+
+    /// Reads the pod's spec and starts the task that runs it; a pod whose
+    /// spec cannot be read is failed with the reason instead.
+    fn start_worker(self: &Arc<Self>, pod: &Value, uid: &str) {
+        let view = match PodView::from_stored(pod) {
+            Ok(view) => view,
+            Err(msg) => return self.fail_unreadable(pod, &msg),
+        };
+        let worker = Arc::new(PodWorker {
+            uid: uid.to_string(),
+            ns: meta::namespace(pod).to_string(),
+            name: meta::name(pod).to_string(),
+            stop: CancellationToken::new(),
+            kill: CancellationToken::new(),
+            terminating: std::sync::atomic::AtomicBool::new(false),
+            model: Mutex::new(None),
+            slots: Mutex::new(HashMap::new()),
+            pull_failures: Mutex::new(HashMap::new()),
+            containers: Mutex::new(JoinSet::new()),
+        });
+        self.workers().insert(uid.to_string(), worker.clone());
+        let kubelet = self.clone();
+        let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        // Reap the pods that have already finished.
+        while pods.try_join_next().is_some() {}
+        pods.spawn(async move {
+            kubelet.clone().run_pod(worker.clone(), view).await;
+            kubelet.workers().remove(&worker.uid);
+        });
+    }
+
+    /// A pod the kubelet cannot read never starts: it is Failed with why,
+    /// as a kubelet refusing a pod at admission reports it.
+    fn fail_unreadable(&self, pod: &Value, msg: &str) {
+        let updated =
+            self.registry
+                .mutate(kinds::pods(), meta::namespace(pod), meta::name(pod), |p| {
+                    if meta::path_str(p, "status.phase") == Some("Failed") {
+                        return false;
+                    }
+                    *meta::path_mut(p, "status.phase") = json!("Failed");
+                    *meta::path_mut(p, "status.reason") = json!(spec::UNREADABLE_REASON);
+                    *meta::path_mut(p, "status.message") = json!(msg);
+                    true
+                });
+        if let Some(u) = updated {
+            self.recorder.record(
+                &u.value,
+                None,
+                EventType::Warning,
+                spec::UNREADABLE_REASON,
+                msg,
+                "kubelet",
+            );
         }
     }
 
@@ -416,7 +482,7 @@ impl Kubelet {
         }
     }
 
-    async fn run_pod(self: Arc<Self>, w: Arc<PodWorker>, pod: Value) {
+    async fn run_pod(self: Arc<Self>, w: Arc<PodWorker>, pod: PodView) {
         let Some(ip) = ips::allocate() else {
             self.event(
                 &w,
@@ -432,10 +498,14 @@ impl Kubelet {
         match outcome {
             Ended::Killed | Ended::Shutdown => {
                 self.stop_containers(&w, Duration::ZERO).await;
+                w.join_containers().await;
             }
             Ended::Deleting => {
-                let grace = meta::current_grace(&self.current_pod(&w).unwrap_or(pod.clone()));
+                let grace = self
+                    .current_pod(&w)
+                    .map_or_else(|| pod.termination_grace(), |p| meta::current_grace(&p));
                 self.stop_containers(&w, process::grace(grace)).await;
+                w.join_containers().await;
                 self.with_model(&w, |m| {
                     if !matches!(m.phase, Phase::Succeeded | Phase::Failed) {
                         m.phase = status::terminal_phase(&m.main);
@@ -469,14 +539,14 @@ impl Kubelet {
                     "DeadlineExceeded",
                     "Pod was active on the node longer than the specified deadline",
                 );
-                let grace = meta::path(&pod, "spec.terminationGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(30);
+                let grace = pod.spec.termination_grace_period_seconds.unwrap_or(30);
                 self.stop_containers(&w, process::grace(grace)).await;
+                w.join_containers().await;
                 self.publish(&w);
                 self.wait_for_deletion(&w).await;
             }
             Ended::Completed => {
+                w.join_containers().await;
                 self.wait_for_deletion(&w).await;
             }
         }
@@ -561,56 +631,15 @@ impl Kubelet {
     async fn pod_lifecycle(
         self: Arc<Self>,
         w: &Arc<PodWorker>,
-        pod: &Value,
+        pod: &PodView,
         ip: Ipv4Addr,
         sandbox: &Path,
     ) -> Ended {
-        let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
-        let list = |g: &str| {
-            spec.get(g)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let inits = list("initContainers");
-        let mains = list("containers");
-        let restart_policy = spec
-            .get("restartPolicy")
-            .and_then(Value::as_str)
-            .unwrap_or("Always")
-            .to_string();
-        let main_wait = if inits.is_empty() {
-            "ContainerCreating"
-        } else {
-            "PodInitializing"
-        };
-        let model = PodModel {
-            phase: Phase::Pending,
-            reason: None,
-            message: None,
-            pod_ip: ip.to_string(),
-            host_ip: "127.0.0.1".into(),
-            start_time: meta::now_timestamp(),
-            sandbox_ready: true,
-            init: inits
-                .iter()
-                .map(|c| {
-                    ContainerModel::new(cname(c), &images::normalize(cimage(c)), "PodInitializing")
-                })
-                .collect(),
-            main: mains
-                .iter()
-                .map(|c| ContainerModel::new(cname(c), &images::normalize(cimage(c)), main_wait))
-                .collect(),
-            qos_class: meta::path_str(pod, "status.qosClass")
-                .unwrap_or("BestEffort")
-                .to_string(),
-        };
-        *w.model.lock().unwrap_or_else(|p| p.into_inner()) = Some(model);
+        *w.model.lock().unwrap_or_else(|p| p.into_inner()) = Some(initial_model(pod, ip));
         self.publish(w);
-        let deadline = spec
-            .get("activeDeadlineSeconds")
-            .and_then(Value::as_i64)
+        let deadline = pod
+            .spec
+            .active_deadline_seconds
             .map(|s| Instant::now() + Duration::from_secs(s.max(0) as u64));
         let sleep_deadline = async {
             match deadline {
@@ -622,10 +651,10 @@ impl Kubelet {
             pod: pod.clone(),
             ip,
             sandbox: sandbox.to_path_buf(),
-            restart_policy,
+            restart_policy: pod.restart_policy().to_string(),
         };
         tokio::select! {
-            _ = self.clone().run_containers(w.clone(), ctx, inits, mains) => Ended::Completed,
+            _ = self.clone().run_containers(w.clone(), ctx) => Ended::Completed,
             _ = sleep_deadline => Ended::DeadlineExceeded,
             _ = w.stop.cancelled() => Ended::Deleting,
             _ = w.kill.cancelled() => Ended::Killed,
@@ -633,19 +662,13 @@ impl Kubelet {
         }
     }
 
-    async fn run_containers(
-        self: Arc<Self>,
-        w: Arc<PodWorker>,
-        ctx: PodCtx,
-        inits: Vec<Value>,
-        mains: Vec<Value>,
-    ) {
+    async fn run_containers(self: Arc<Self>, w: Arc<PodWorker>, ctx: PodCtx) {
         if let Err(msg) = self.prepare_volumes(&w, &ctx).await {
             self.event(&w, None, EventType::Warning, "FailedMount", &msg);
             std::future::pending::<()>().await;
         }
         let ctx = Arc::new(ctx);
-        for (idx, c) in inits.iter().enumerate() {
+        for (idx, c) in ctx.pod.init_containers().iter().enumerate() {
             loop {
                 let code = self
                     .clone()
@@ -664,34 +687,51 @@ impl Kubelet {
                 self.crash_backoff(&w, true, idx, &ctx).await;
             }
         }
-        let mut tasks = Vec::new();
-        for (idx, c) in mains.iter().enumerate() {
-            let kubelet = self.clone();
-            let w = w.clone();
-            let ctx = ctx.clone();
-            let c = c.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let code = kubelet
-                        .clone()
-                        .run_container(w.clone(), ctx.clone(), c.clone(), false, idx)
-                        .await;
-                    let restart = match ctx.restart_policy.as_str() {
-                        "Always" => true,
-                        "OnFailure" => code != 0,
-                        _ => false,
-                    };
-                    if !restart || w.is_terminating() {
-                        kubelet.finish_if_all_done(&w, &ctx);
-                        return;
-                    }
-                    kubelet.crash_backoff(&w, false, idx, &ctx).await;
+        // Each loop holds a sender; the channel closes when the last one
+        // has finished, which is when this pod's containers are done.
+        let (done, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
+        for idx in 0..ctx.pod.containers().len() {
+            self.clone()
+                .spawn_main_loop(w.clone(), ctx.clone(), idx, done.clone());
+        }
+        drop(done);
+        let _ = all_done.recv().await;
+    }
+
+    /// Starts main container `idx`'s loop: run it, and restart it as the
+    /// pod's restart policy says until the pod terminates. The loop is
+    /// owned by the worker (see [`PodWorker::containers`]).
+    fn spawn_main_loop(
+        self: Arc<Self>,
+        w: Arc<PodWorker>,
+        ctx: Arc<PodCtx>,
+        idx: usize,
+        done: tokio::sync::mpsc::Sender<()>,
+    ) {
+        let Some(c) = ctx.pod.containers().get(idx).cloned() else {
+            return;
+        };
+        let owner = w.clone();
+        let mut loops = owner.containers.lock().unwrap_or_else(|p| p.into_inner());
+        loops.spawn(async move {
+            let _done = done;
+            loop {
+                let code = self
+                    .clone()
+                    .run_container(w.clone(), ctx.clone(), c.clone(), false, idx)
+                    .await;
+                let restart = match ctx.restart_policy.as_str() {
+                    "Always" => true,
+                    "OnFailure" => code != 0,
+                    _ => false,
+                };
+                if !restart || w.is_terminating() {
+                    self.finish_if_all_done(&w, &ctx);
+                    return;
                 }
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
+                self.crash_backoff(&w, false, idx, &ctx).await;
+            }
+        });
     }
 
     fn finish_if_all_done(&self, w: &PodWorker, ctx: &PodCtx) {
@@ -745,12 +785,49 @@ impl Kubelet {
     }
 }
 
-fn cname(c: &Value) -> &str {
-    c.get("name").and_then(Value::as_str).unwrap_or("")
+/// The pod's status before any of its containers ran: every container
+/// waiting for its turn.
+fn initial_model(pod: &PodView, ip: Ipv4Addr) -> PodModel {
+    let main_wait = if pod.init_containers().is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let waiting = |c: &Container, reason: &str| {
+        ContainerModel::new(cname(c), &images::normalize(cimage(c)), reason)
+    };
+    PodModel {
+        phase: Phase::Pending,
+        reason: None,
+        message: None,
+        pod_ip: ip.to_string(),
+        host_ip: "127.0.0.1".into(),
+        start_time: meta::now_timestamp(),
+        sandbox_ready: true,
+        init: pod
+            .init_containers()
+            .iter()
+            .map(|c| waiting(c, "PodInitializing"))
+            .collect(),
+        main: pod
+            .containers()
+            .iter()
+            .map(|c| waiting(c, main_wait))
+            .collect(),
+        qos_class: pod
+            .status
+            .qos_class
+            .clone()
+            .unwrap_or_else(|| "BestEffort".to_string()),
+    }
 }
 
-fn cimage(c: &Value) -> &str {
-    c.get("image").and_then(Value::as_str).unwrap_or("")
+fn cname(c: &Container) -> &str {
+    &c.name
+}
+
+fn cimage(c: &Container) -> &str {
+    c.image.as_deref().unwrap_or("")
 }
 
 fn field_path(init: bool, name: &str) -> String {
@@ -762,7 +839,7 @@ fn field_path(init: bool, name: &str) -> String {
 }
 
 struct PodCtx {
-    pod: Value,
+    pod: PodView,
     ip: Ipv4Addr,
     sandbox: PathBuf,
     restart_policy: String,
