@@ -55,7 +55,7 @@ impl Kubelet {
                 Ok(l) => break (l, streams),
                 Err(LaunchError::Config(msg)) => {
                     self.report_config_error(&t, &msg);
-                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    w.back_off(Duration::from_secs(2)).await;
                 }
             }
         };
@@ -89,7 +89,7 @@ impl Kubelet {
     /// Pulls the container's image, reporting failures and backing off as a
     /// kubelet does, until it is there. `None`: the pod began terminating.
     /// An image that can never be pulled (an invalid name, `Never` with no
-    /// image) leaves the container waiting until the pod goes away.
+    /// image) leaves the container waiting until the pod terminates.
     async fn pull_until_present(&self, t: &Target<'_>, c: &Container) -> Option<ImageBehaviour> {
         let image = cimage(c);
         loop {
@@ -109,7 +109,7 @@ impl Kubelet {
                         "InspectFailed",
                         &msg,
                     );
-                    std::future::pending::<()>().await;
+                    t.w.terminating.cancelled().await;
                 }
                 Err(PullFailure::NeverPull(msg)) => {
                     self.report_pull_failure(
@@ -122,7 +122,7 @@ impl Kubelet {
                         "ErrImageNeverPull",
                         &msg,
                     );
-                    std::future::pending::<()>().await;
+                    t.w.terminating.cancelled().await;
                 }
                 Err(PullFailure::Failed(msg)) => self.pull_backoff(t, image, &msg).await,
             }
@@ -171,7 +171,7 @@ impl Kubelet {
         let delay = BACKOFF_INITIAL
             .saturating_mul(1u32 << attempts.min(5))
             .min(BACKOFF_MAX);
-        tokio::time::sleep(delay).await;
+        t.w.back_off(delay).await;
     }
 
     /// A container whose environment or mounts cannot be built yet.

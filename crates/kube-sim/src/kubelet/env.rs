@@ -240,7 +240,8 @@ pub(super) fn field_ref(pod: &PodView, path: &str, ip: Ipv4Addr) -> String {
             {
                 return text(pod.metadata.labels.as_ref().and_then(|l| l.get(label)));
             }
-            // Any other path reads the pod as stored, as before it was typed.
+            // Other paths (`metadata.generateName`, `status.qosClass`, …)
+            // are read by walking the picked-up pod as JSON.
             meta::path_str(&pod.to_value(), path)
                 .unwrap_or("")
                 .to_string()

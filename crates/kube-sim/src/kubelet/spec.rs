@@ -66,8 +66,8 @@ impl PodView {
     }
 
     /// The pod as JSON again, for the `fieldRef` paths the kubelet has no
-    /// named field for: walking the same object keeps those answering as
-    /// the stored pod does.
+    /// named field for, so that any string field of the pod can still be
+    /// read by its dotted path.
     pub fn to_value(&self) -> Value {
         let pod = Pod {
             metadata: self.metadata.clone(),
