@@ -196,6 +196,9 @@ impl Kubelet {
         }
     }
 
+    /// Volumes, then each init container to success (or the pod's failure
+    /// under `Never`), then every main container at once; returns when all
+    /// main container loops have ended.
     async fn run_containers(self: Arc<Self>, w: Arc<PodWorker>, ctx: PodCtx) {
         if let Err(msg) = self.prepare_volumes(&w, &ctx).await {
             self.event(&w, None, EventType::Warning, "FailedMount", &msg);
