@@ -471,6 +471,33 @@ impl KubeSim {
         }
     }
 
+    /// [`KubeSim::wait_for`] on the stored JSON, for objects that need not
+    /// read as their Kubernetes type.
+    pub async fn wait_for_value(
+        &self,
+        plural: &str,
+        ns: &str,
+        name: &str,
+        cond: impl Fn(&Value) -> bool,
+        timeout: Duration,
+    ) -> Result<Value, WaitError> {
+        let res = kinds::id(plural);
+        let what = format!("{plural} {ns}/{name}");
+        let mut changes = self.ctx.store.subscribe(res);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(obj) = self.ctx.store.get(res, ns, name)
+                && cond(&obj.value)
+            {
+                return Ok(obj.value.clone());
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return Err(WaitError::Timeout(timeout, what)) },
+                _ = tokio::time::sleep_until(deadline) => return Err(WaitError::Timeout(timeout, what)),
+            }
+        }
+    }
+
     /// Waits until the object is gone.
     pub async fn wait_for_deletion(
         &self,

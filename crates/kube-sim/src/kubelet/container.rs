@@ -3,129 +3,66 @@
 
 use super::*;
 
+/// Which container of which pod a step is for, and the names its events
+/// and status carry.
+pub(super) struct Target<'a> {
+    pub w: &'a PodWorker,
+    pub init: bool,
+    pub idx: usize,
+    pub name: &'a str,
+    /// The event `fieldPath`: `spec.containers{name}`.
+    pub fp: &'a str,
+}
+
+/// How a launched container ended.
+enum Outcome {
+    Exited(i32),
+    /// The runtime could not start it; its status already says why.
+    StartFailed,
+}
+
 impl Kubelet {
     pub(super) async fn run_container(
         self: Arc<Self>,
         w: Arc<PodWorker>,
         ctx: Arc<PodCtx>,
-        c: Value,
+        c: Container,
         init: bool,
         idx: usize,
     ) -> i32 {
-        let name = cname(&c).to_string();
-        let image = cimage(&c).to_string();
-        let fp = field_path(init, &name);
-        // Pull.
-        let behaviour = loop {
+        let fp = field_path(init, &c.name);
+        let t = Target {
+            w: &w,
+            init,
+            idx,
+            name: &c.name,
+            fp: &fp,
+        };
+        // The kubelet retries a container whose config is not there yet
+        // (a missing Secret, say) from the pull on, as it would a new one.
+        let (launch, streams) = loop {
+            let Some(behaviour) = self.pull_until_present(&t, &c).await else {
+                return 137;
+            };
             if w.is_terminating() {
                 return 137;
             }
-            match self.pull(&w, &c, init, idx).await {
-                Ok(b) => break b,
-                Err(PullFailure::Invalid(msg)) => {
-                    self.report_pull_failure(
-                        &w,
-                        init,
-                        idx,
-                        &fp,
-                        "InvalidImageName",
-                        &msg,
-                        "InspectFailed",
-                        &msg,
-                    );
-                    std::future::pending::<()>().await;
+            let streams = Arc::new(ContainerStreams::new(
+                c.tty.unwrap_or(false),
+                c.stdin.unwrap_or(false),
+            ));
+            match self.launch_plan(&w, &ctx, &c, &behaviour).await {
+                Ok(l) => break (l, streams),
+                Err(LaunchError::Config(msg)) => {
+                    self.report_config_error(&t, &msg);
+                    w.back_off(Duration::from_secs(2)).await;
                 }
-                Err(PullFailure::NeverPull(msg)) => {
-                    self.report_pull_failure(
-                        &w,
-                        init,
-                        idx,
-                        &fp,
-                        "ErrImageNeverPull",
-                        &msg,
-                        "ErrImageNeverPull",
-                        &msg,
-                    );
-                    std::future::pending::<()>().await;
-                }
-                Err(PullFailure::Failed(msg)) => {
-                    let attempts = self.pull_failures(&w, &name);
-                    let pull_error = format!("Failed to pull image {image:?}: {msg}");
-                    self.report_pull_failure(
-                        &w,
-                        init,
-                        idx,
-                        &fp,
-                        "ErrImagePull",
-                        &msg,
-                        "Failed",
-                        &pull_error,
-                    );
-                    tokio::time::sleep(PULL_ERROR_SETTLE).await;
-                    self.container_model(&w, init, idx, |m| {
-                        m.state = ContainerState::Waiting {
-                            reason: "ImagePullBackOff".into(),
-                            message: Some(format!(
-                                "Back-off pulling image {image:?}: ErrImagePull: {msg}"
-                            )),
-                        };
-                    });
-                    self.publish(&w);
-                    self.event(
-                        &w,
-                        Some(fp.clone()),
-                        EventType::Normal,
-                        "BackOff",
-                        &format!("Back-off pulling image {image:?}"),
-                    );
-                    self.event(
-                        &w,
-                        Some(fp.clone()),
-                        EventType::Warning,
-                        "Failed",
-                        "Error: ImagePullBackOff",
-                    );
-                    let delay = BACKOFF_INITIAL
-                        .saturating_mul(1u32 << attempts.min(5))
-                        .min(BACKOFF_MAX);
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        };
-        if w.is_terminating() {
-            return 137;
-        }
-        // Create.
-        let streams = Arc::new(ContainerStreams::new(
-            c.get("tty").and_then(Value::as_bool).unwrap_or(false),
-            c.get("stdin").and_then(Value::as_bool).unwrap_or(false),
-        ));
-        let launch = match self.launch_plan(&w, &ctx, &c, &behaviour).await {
-            Ok(l) => l,
-            Err(LaunchError::Config(msg)) => {
-                self.container_model(&w, init, idx, |m| {
-                    m.state = ContainerState::Waiting {
-                        reason: "CreateContainerConfigError".into(),
-                        message: Some(msg.clone()),
-                    };
-                });
-                self.publish(&w);
-                self.event(
-                    &w,
-                    Some(fp.clone()),
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {msg}"),
-                );
-                // The kubelet retries; the config may appear later.
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                return Box::pin(self.run_container(w, ctx, c, init, idx)).await;
             }
         };
         let container_id = format!("containerd://{}", meta::random_hex(32));
         {
             let mut slots = w.slots();
-            let slot = slots.entry(name.clone()).or_default();
+            let slot = slots.entry(c.name.clone()).or_default();
             slot.previous = slot.current.take();
             slot.current = Some(streams.clone());
         }
@@ -134,60 +71,165 @@ impl Kubelet {
             Some(fp.clone()),
             EventType::Normal,
             "Created",
-            &format!("Created container: {name}"),
+            &format!("Created container: {}", c.name),
         );
         let started_at = meta::now_timestamp();
-        let exit_code = match launch {
-            Launch::Process(spec) => {
-                match process::spawn(&spec, streams.clone(), self.processes.clone()) {
-                    Ok(running) => {
-                        w.slots().entry(name.clone()).or_default().pgid = Some(running.pgid);
-                        self.mark_started(&w, init, idx, &container_id, &started_at, &fp, &name);
-                        let code = running.exit.await.unwrap_or(137);
-                        // Let the output readers drain the pipes before closing.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        w.slots().entry(name.clone()).or_default().pgid = None;
-                        code
-                    }
-                    Err(e) => {
-                        let msg = format!(
-                            "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {e}: unknown"
-                        );
-                        self.event(
-                            &w,
-                            Some(fp.clone()),
-                            EventType::Warning,
-                            "Failed",
-                            &format!("Error: {msg}"),
-                        );
-                        self.container_model(&w, init, idx, |m| {
-                            m.container_id = Some(container_id.clone());
-                            m.state = ContainerState::Terminated {
-                                exit_code: 128,
-                                reason: "StartError".into(),
-                                message: Some(msg.clone()),
-                                started_at: "1970-01-01T00:00:00Z".into(),
-                                finished_at: meta::now_timestamp(),
-                                container_id: container_id.clone(),
-                            };
-                        });
-                        streams.close();
-                        self.publish(&w);
-                        return 128;
-                    }
+        let exit_code = match self
+            .execute(&t, launch, &streams, &container_id, &started_at)
+            .await
+        {
+            Outcome::Exited(code) => code,
+            Outcome::StartFailed => return 128,
+        };
+        streams.close();
+        self.record_exit(&t, &ctx, exit_code, &started_at, &container_id);
+        exit_code
+    }
+
+    /// Pulls the container's image, reporting failures and backing off as a
+    /// kubelet does, until it is there. `None`: the pod began terminating.
+    /// An image that can never be pulled (an invalid name, `Never` with no
+    /// image) leaves the container waiting until the pod terminates.
+    async fn pull_until_present(&self, t: &Target<'_>, c: &Container) -> Option<ImageBehaviour> {
+        let image = cimage(c);
+        loop {
+            if t.w.is_terminating() {
+                return None;
+            }
+            match self.pull(t.w, c, t.init, t.idx).await {
+                Ok(b) => return Some(b),
+                Err(PullFailure::Invalid(msg)) => {
+                    self.report_pull_failure(
+                        t.w,
+                        t.init,
+                        t.idx,
+                        t.fp,
+                        "InvalidImageName",
+                        &msg,
+                        "InspectFailed",
+                        &msg,
+                    );
+                    t.w.terminating.cancelled().await;
                 }
+                Err(PullFailure::NeverPull(msg)) => {
+                    self.report_pull_failure(
+                        t.w,
+                        t.init,
+                        t.idx,
+                        t.fp,
+                        "ErrImageNeverPull",
+                        &msg,
+                        "ErrImageNeverPull",
+                        &msg,
+                    );
+                    t.w.terminating.cancelled().await;
+                }
+                Err(PullFailure::Failed(msg)) => self.pull_backoff(t, image, &msg).await,
+            }
+        }
+    }
+
+    /// After a failed pull: `ErrImagePull`, then `ImagePullBackOff` and the
+    /// back-off delay before the next try.
+    async fn pull_backoff(&self, t: &Target<'_>, image: &str, msg: &str) {
+        let attempts = self.pull_failures(t.w, t.name);
+        let pull_error = format!("Failed to pull image {image:?}: {msg}");
+        self.report_pull_failure(
+            t.w,
+            t.init,
+            t.idx,
+            t.fp,
+            "ErrImagePull",
+            msg,
+            "Failed",
+            &pull_error,
+        );
+        tokio::time::sleep(PULL_ERROR_SETTLE).await;
+        self.container_model(t.w, t.init, t.idx, |m| {
+            m.state = ContainerState::Waiting {
+                reason: "ImagePullBackOff".into(),
+                message: Some(format!(
+                    "Back-off pulling image {image:?}: ErrImagePull: {msg}"
+                )),
+            };
+        });
+        self.publish(t.w);
+        self.event(
+            t.w,
+            Some(t.fp.to_string()),
+            EventType::Normal,
+            "BackOff",
+            &format!("Back-off pulling image {image:?}"),
+        );
+        self.event(
+            t.w,
+            Some(t.fp.to_string()),
+            EventType::Warning,
+            "Failed",
+            "Error: ImagePullBackOff",
+        );
+        let delay = BACKOFF_INITIAL
+            .saturating_mul(1u32 << attempts.min(5))
+            .min(BACKOFF_MAX);
+        t.w.back_off(delay).await;
+    }
+
+    /// A container whose environment or mounts cannot be built yet.
+    fn report_config_error(&self, t: &Target<'_>, msg: &str) {
+        self.container_model(t.w, t.init, t.idx, |m| {
+            m.state = ContainerState::Waiting {
+                reason: "CreateContainerConfigError".into(),
+                message: Some(msg.to_string()),
+            };
+        });
+        self.publish(t.w);
+        self.event(
+            t.w,
+            Some(t.fp.to_string()),
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {msg}"),
+        );
+    }
+
+    /// Starts the launch plan and waits for it to end.
+    async fn execute(
+        &self,
+        t: &Target<'_>,
+        launch: Launch,
+        streams: &Arc<ContainerStreams>,
+        container_id: &str,
+        started_at: &str,
+    ) -> Outcome {
+        let w = t.w;
+        let name = t.name;
+        match launch {
+            Launch::Process(spec) => {
+                let running = match process::spawn(&spec, streams.clone(), self.processes.clone()) {
+                    Ok(running) => running,
+                    Err(e) => {
+                        self.report_start_error(t, &e.to_string(), streams, container_id);
+                        return Outcome::StartFailed;
+                    }
+                };
+                w.slots().entry(name.to_string()).or_default().pgid = Some(running.pgid);
+                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
+                let code = running.exit.await.unwrap_or(137);
+                // Let the output readers drain the pipes before closing.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                w.slots().entry(name.to_string()).or_default().pgid = None;
+                Outcome::Exited(code)
             }
             Launch::BundleFetch(plan, mounts) => {
                 let stop = CancellationToken::new();
-                w.slots().entry(name.clone()).or_default().stop = Some(stop.clone());
-                self.mark_started(&w, init, idx, &container_id, &started_at, &fp, &name);
-                let http = self.http.clone();
+                w.slots().entry(name.to_string()).or_default().stop = Some(stop.clone());
+                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
                 let out = tokio::select! {
-                    out = bundle_fetch::run(&plan, &mounts, &http) => Some(out),
+                    out = bundle_fetch::run(&plan, &mounts, &self.http) => Some(out),
                     _ = stop.cancelled() => None,
                 };
-                w.slots().entry(name.clone()).or_default().stop = None;
-                match out {
+                w.slots().entry(name.to_string()).or_default().stop = None;
+                Outcome::Exited(match out {
                     Some(out) => {
                         for line in out.stderr {
                             streams.push(StreamKind::Stderr, Bytes::from(format!("{line}\n")));
@@ -195,32 +237,77 @@ impl Kubelet {
                         out.exit_code
                     }
                     None => 143,
-                }
+                })
             }
             Launch::Virtual => {
                 let stop = CancellationToken::new();
-                w.slots().entry(name.clone()).or_default().stop = Some(stop.clone());
-                self.mark_started(&w, init, idx, &container_id, &started_at, &fp, &name);
+                w.slots().entry(name.to_string()).or_default().stop = Some(stop.clone());
+                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
                 stop.cancelled().await;
-                w.slots().entry(name.clone()).or_default().stop = None;
-                143
+                w.slots().entry(name.to_string()).or_default().stop = None;
+                Outcome::Exited(143)
             }
-        };
+        }
+    }
+
+    /// The runtime refused to start the process: the container is
+    /// terminated with `StartError`, as containerd reports a bad binary.
+    fn report_start_error(
+        &self,
+        t: &Target<'_>,
+        error: &str,
+        streams: &ContainerStreams,
+        container_id: &str,
+    ) {
+        let msg = format!(
+            "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {error}: unknown"
+        );
+        self.event(
+            t.w,
+            Some(t.fp.to_string()),
+            EventType::Warning,
+            "Failed",
+            &format!("Error: {msg}"),
+        );
+        self.container_model(t.w, t.init, t.idx, |m| {
+            m.container_id = Some(container_id.to_string());
+            m.state = ContainerState::Terminated {
+                exit_code: 128,
+                reason: "StartError".into(),
+                message: Some(msg.clone()),
+                started_at: "1970-01-01T00:00:00Z".into(),
+                finished_at: meta::now_timestamp(),
+                container_id: container_id.to_string(),
+            };
+        });
         streams.close();
-        self.container_model(&w, init, idx, |m| {
+        self.publish(t.w);
+    }
+
+    /// A container that ran and exited: its terminated state, and the pod's
+    /// phase when that was its last main container and nothing restarts.
+    fn record_exit(
+        &self,
+        t: &Target<'_>,
+        ctx: &PodCtx,
+        exit_code: i32,
+        started_at: &str,
+        container_id: &str,
+    ) {
+        self.container_model(t.w, t.init, t.idx, |m| {
             m.ready = false;
             m.state = ContainerState::Terminated {
                 exit_code,
                 reason: status::terminated_reason(exit_code).into(),
                 message: None,
-                started_at: started_at.clone(),
+                started_at: started_at.to_string(),
                 finished_at: meta::now_timestamp(),
-                container_id: container_id.clone(),
+                container_id: container_id.to_string(),
             };
         });
-        if !init {
+        if !t.init {
             // Phase stays Running while any main container still runs.
-            self.with_model(&w, |m| {
+            self.with_model(t.w, |m| {
                 if m.reason.is_none()
                     && m.main.iter().all(|c| c.state.is_terminated())
                     && ctx.restart_policy == "Never"
@@ -229,8 +316,7 @@ impl Kubelet {
                 }
             });
         }
-        self.publish(&w);
-        exit_code
+        self.publish(t.w);
     }
 
     #[allow(clippy::too_many_arguments)]

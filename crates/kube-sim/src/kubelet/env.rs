@@ -2,120 +2,187 @@
 //! `$(VAR)` expansion, `valueFrom` field, ConfigMap and Secret references,
 //! and `envFrom`.
 
+use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar};
+
 use super::*;
+
+/// The two kinds of object a container's environment and volumes may read
+/// from, with the spellings a kubelet's messages use for each.
+#[derive(Clone, Copy)]
+pub(super) enum Source {
+    ConfigMap,
+    Secret,
+}
+
+impl Source {
+    pub fn plural(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "configmaps",
+            Source::Secret => "secrets",
+        }
+    }
+
+    /// As in "configmap \"x\" not found".
+    pub fn lower(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "configmap",
+            Source::Secret => "secret",
+        }
+    }
+
+    /// As in "couldn't find key k in ConfigMap ns/x".
+    fn title(self) -> &'static str {
+        match self {
+            Source::ConfigMap => "ConfigMap",
+            Source::Secret => "Secret",
+        }
+    }
+
+    /// Secret values are stored base64-encoded.
+    pub fn encoded(self) -> bool {
+        matches!(self, Source::Secret)
+    }
+}
+
+/// An environment being built: a later definition of a name replaces the
+/// earlier one, and `$(NAME)` sees what was defined before it.
+#[derive(Default)]
+struct Env(Vec<(String, String)>);
+
+impl Env {
+    fn set(&mut self, k: &str, v: String) {
+        self.0.retain(|(ek, _)| ek != k);
+        self.0.push((k.to_string(), v));
+    }
+}
 
 impl Kubelet {
     pub(super) fn resolve_env(
         &self,
         w: &PodWorker,
         ctx: &PodCtx,
-        c: &Value,
+        c: &Container,
         mounts: &Mounts,
         container_dir: &Path,
     ) -> Result<Vec<(String, String)>, LaunchError> {
-        let mut env: Vec<(String, String)> = Vec::new();
-        let set = |k: &str, v: String, env: &mut Vec<(String, String)>| {
-            env.retain(|(ek, _)| ek != k);
-            env.push((k.to_string(), v));
-        };
+        let mut env = Env::default();
         let host_path =
             std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-        set(
-            "PATH",
-            format!("{}:{host_path}", self.shim_dir.display()),
-            &mut env,
-        );
-        set("HOSTNAME", w.name.clone(), &mut env);
-        set(
-            "HOME",
-            container_dir.to_string_lossy().into_owned(),
-            &mut env,
-        );
-        if c.get("tty").and_then(Value::as_bool) == Some(true) {
-            set("TERM", "xterm".into(), &mut env);
+        env.set("PATH", format!("{}:{host_path}", self.shim_dir.display()));
+        env.set("HOSTNAME", w.name.clone());
+        env.set("HOME", container_dir.to_string_lossy().into_owned());
+        if c.tty == Some(true) {
+            env.set("TERM", "xterm".into());
         }
-        for from in c
-            .get("envFrom")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let prefix = from.get("prefix").and_then(Value::as_str).unwrap_or("");
-            for (source, plural, kind) in [
-                ("configMapRef", "configmaps", "configmap"),
-                ("secretRef", "secrets", "secret"),
-            ] {
-                let Some(r) = from.get(source) else { continue };
-                let n = r.get("name").and_then(Value::as_str).unwrap_or("");
-                let optional = r.get("optional").and_then(Value::as_bool).unwrap_or(false);
-                match self.store.get(kinds::id(plural), &w.ns, n) {
-                    Some(obj) => {
-                        for (k, v) in data_of(&obj.value, plural == "secrets") {
-                            set(&format!("{prefix}{k}"), v, &mut env);
-                        }
-                    }
-                    None if optional => {}
-                    None => return Err(LaunchError::Config(format!("{kind} {n:?} not found"))),
-                }
-            }
+        for from in c.env_from.iter().flatten() {
+            self.add_env_from(w, from, &mut env)?;
         }
-        for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
-            let k = e.get("name").and_then(Value::as_str).unwrap_or("");
-            let value = if let Some(v) = e.get("value").and_then(Value::as_str) {
-                Some(expand_refs(v, &env))
-            } else if let Some(fr) = e
-                .pointer("/valueFrom/fieldRef/fieldPath")
-                .and_then(Value::as_str)
-            {
-                Some(field_ref(&ctx.pod, fr, ctx.ip))
-            } else {
-                let mut resolved = None;
-                for (source, plural, kind) in [
-                    ("configMapKeyRef", "configmaps", "ConfigMap"),
-                    ("secretKeyRef", "secrets", "Secret"),
-                ] {
-                    let Some(r) = e.pointer(&format!("/valueFrom/{source}")) else {
-                        continue;
-                    };
-                    let n = r.get("name").and_then(Value::as_str).unwrap_or("");
-                    let key = r.get("key").and_then(Value::as_str).unwrap_or("");
-                    let optional = r.get("optional").and_then(Value::as_bool).unwrap_or(false);
-                    match self.store.get(kinds::id(plural), &w.ns, n) {
-                        Some(obj) => match data_of(&obj.value, plural == "secrets")
-                            .into_iter()
-                            .find(|(dk, _)| dk == key)
-                        {
-                            Some((_, v)) => resolved = Some(v),
-                            None if optional => {}
-                            None => {
-                                return Err(LaunchError::Config(format!(
-                                    "couldn't find key {key} in {kind} {}/{n}",
-                                    w.ns
-                                )));
-                            }
-                        },
-                        None if optional => {}
-                        None => {
-                            return Err(LaunchError::Config(format!(
-                                "{} {n:?} not found",
-                                kind.to_lowercase()
-                            )));
-                        }
-                    }
-                }
-                resolved
-            };
-            if let Some(v) = value {
+        for e in c.env.iter().flatten() {
+            if let Some(v) = self.env_value(w, ctx, e, &env)? {
                 let mapped = mounts
                     .map_path(&v)
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or(v);
-                set(k, mapped, &mut env);
+                env.set(&e.name, mapped);
             }
         }
         // Processes bind to the pod IP (fake-telo's `HOST` rule).
-        set("HOST", ctx.ip.to_string(), &mut env);
-        Ok(env)
+        env.set("HOST", ctx.ip.to_string());
+        Ok(env.0)
+    }
+
+    /// One `envFrom` entry: every key of the ConfigMap and/or Secret, with
+    /// the entry's prefix.
+    fn add_env_from(
+        &self,
+        w: &PodWorker,
+        from: &EnvFromSource,
+        env: &mut Env,
+    ) -> Result<(), LaunchError> {
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        let refs = [
+            from.config_map_ref
+                .as_ref()
+                .map(|r| (Source::ConfigMap, &r.name, r.optional)),
+            from.secret_ref
+                .as_ref()
+                .map(|r| (Source::Secret, &r.name, r.optional)),
+        ];
+        for (source, name, optional) in refs.into_iter().flatten() {
+            match self.store.get(kinds::id(source.plural()), &w.ns, name) {
+                Some(obj) => {
+                    for (k, v) in data_of(&obj.value, source.encoded()) {
+                        env.set(&format!("{prefix}{k}"), v);
+                    }
+                }
+                None if optional.unwrap_or(false) => {}
+                None => {
+                    return Err(LaunchError::Config(format!(
+                        "{} {name:?} not found",
+                        source.lower()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One `env` entry's value: a literal with `$(VAR)` expanded, a pod
+    /// field, or a ConfigMap or Secret key. `None`: nothing to set (an
+    /// optional reference that is missing, or a source the kubelet here
+    /// does not provide).
+    fn env_value(
+        &self,
+        w: &PodWorker,
+        ctx: &PodCtx,
+        e: &EnvVar,
+        env: &Env,
+    ) -> Result<Option<String>, LaunchError> {
+        if let Some(v) = &e.value {
+            return Ok(Some(expand_refs(v, &env.0)));
+        }
+        let Some(from) = &e.value_from else {
+            return Ok(None);
+        };
+        if let Some(fr) = &from.field_ref {
+            return Ok(Some(field_ref(&ctx.pod, &fr.field_path, ctx.ip)));
+        }
+        let refs = [
+            from.config_map_key_ref
+                .as_ref()
+                .map(|r| (Source::ConfigMap, &r.name, &r.key, r.optional)),
+            from.secret_key_ref
+                .as_ref()
+                .map(|r| (Source::Secret, &r.name, &r.key, r.optional)),
+        ];
+        let mut resolved = None;
+        for (source, name, key, optional) in refs.into_iter().flatten() {
+            let optional = optional.unwrap_or(false);
+            match self.store.get(kinds::id(source.plural()), &w.ns, name) {
+                Some(obj) => match data_of(&obj.value, source.encoded())
+                    .into_iter()
+                    .find(|(dk, _)| dk == key)
+                {
+                    Some((_, v)) => resolved = Some(v),
+                    None if optional => {}
+                    None => {
+                        return Err(LaunchError::Config(format!(
+                            "couldn't find key {key} in {} {}/{name}",
+                            source.title(),
+                            w.ns
+                        )));
+                    }
+                },
+                None if optional => {}
+                None => {
+                    return Err(LaunchError::Config(format!(
+                        "{} {name:?} not found",
+                        source.lower()
+                    )));
+                }
+            }
+        }
+        Ok(resolved)
     }
 }
 
@@ -154,23 +221,30 @@ pub(super) fn expand_refs(value: &str, env: &[(String, String)]) -> String {
     out
 }
 
-pub(super) fn field_ref(pod: &Value, path: &str, ip: Ipv4Addr) -> String {
+/// A `fieldRef`'s value. The node-level fields come from this kubelet;
+/// the pod's own from the spec it was picked up with.
+pub(super) fn field_ref(pod: &PodView, path: &str, ip: Ipv4Addr) -> String {
+    let text = |v: Option<&String>| v.cloned().unwrap_or_default();
     match path {
         "status.podIP" | "status.podIPs" => ip.to_string(),
         "status.hostIP" | "status.hostIPs" => "127.0.0.1".into(),
         "spec.nodeName" => NODE_NAME.into(),
+        "metadata.name" => text(pod.metadata.name.as_ref()),
+        "metadata.namespace" => text(pod.metadata.namespace.as_ref()),
+        "metadata.uid" => text(pod.metadata.uid.as_ref()),
+        "spec.serviceAccountName" => text(pod.spec.service_account_name.as_ref()),
         _ => {
             if let Some(label) = path
                 .strip_prefix("metadata.labels['")
                 .and_then(|r| r.strip_suffix("']"))
             {
-                return meta::labels(pod)
-                    .and_then(|l| l.get(label))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
+                return text(pod.metadata.labels.as_ref().and_then(|l| l.get(label)));
             }
-            meta::path_str(pod, path).unwrap_or("").to_string()
+            // Other paths (`metadata.generateName`, `status.qosClass`, …)
+            // are read by walking the picked-up pod as JSON.
+            meta::path_str(&pod.to_value(), path)
+                .unwrap_or("")
+                .to_string()
         }
     }
 }

@@ -8,60 +8,25 @@ impl Kubelet {
         &self,
         w: &PodWorker,
         ctx: &PodCtx,
-        c: &Value,
+        c: &Container,
         behaviour: &ImageBehaviour,
     ) -> Result<Launch, LaunchError> {
-        let name = cname(c);
-        let container_dir = ctx.sandbox.join("containers").join(name);
+        let container_dir = ctx.sandbox.join("containers").join(&c.name);
         let _ = tokio::fs::create_dir_all(&container_dir).await;
-        let mut mount_list = Vec::new();
-        for m in c
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let vol = m.get("name").and_then(Value::as_str).unwrap_or("");
-            let mount_path = m.get("mountPath").and_then(Value::as_str).unwrap_or("");
-            let mut host = ctx.sandbox.join("volumes").join(vol);
-            if let Some(sub) = m
-                .get("subPath")
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-            {
-                host = host.join(sub.trim_start_matches('/'));
-            }
-            let _ = tokio::fs::create_dir_all(&host).await;
-            mount_list.push((mount_path.to_string(), host));
-        }
-        let mounts = Mounts::new(mount_list);
+        let mounts = container_mounts(ctx, c).await;
         let env = self.resolve_env(w, ctx, c, &mounts, &container_dir)?;
-        let cwd = match c.get("workingDir").and_then(Value::as_str) {
-            Some(wd) => match mounts.map_path(wd) {
-                Some(p) => p,
-                None => {
-                    let p = container_dir
-                        .join("rootfs")
-                        .join(wd.trim_start_matches('/'));
-                    let _ = tokio::fs::create_dir_all(&p).await;
-                    p
-                }
-            },
-            None => container_dir.clone(),
-        };
-        let mut argv: Vec<String> = Vec::new();
-        for part in ["command", "args"] {
-            for a in c.get(part).and_then(Value::as_array).into_iter().flatten() {
-                argv.push(a.as_str().unwrap_or("").to_string());
-            }
-        }
-        let has_command = c
-            .get("command")
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty());
-        let tty = c.get("tty").and_then(Value::as_bool).unwrap_or(false);
-        let stdin = c.get("stdin").and_then(Value::as_bool).unwrap_or(false);
-        let stdin_once = c.get("stdinOnce").and_then(Value::as_bool).unwrap_or(false);
+        let cwd = working_dir(c, &mounts, &container_dir).await;
+        let argv: Vec<String> = c
+            .command
+            .iter()
+            .chain(c.args.iter())
+            .flatten()
+            .cloned()
+            .collect();
+        let has_command = c.command.as_ref().is_some_and(|a| !a.is_empty());
+        let tty = c.tty.unwrap_or(false);
+        let stdin = c.stdin.unwrap_or(false);
+        let stdin_once = c.stdin_once.unwrap_or(false);
         let spawn = |program: PathBuf, args: Vec<String>| {
             Launch::Process(SpawnSpec {
                 program,
@@ -121,4 +86,36 @@ impl Kubelet {
             _ => generic(&argv),
         })
     }
+}
+
+/// The container's `volumeMounts` as host directories in the pod's sandbox
+/// (a `subPath` is a directory inside the volume), created if missing.
+async fn container_mounts(ctx: &PodCtx, c: &Container) -> Mounts {
+    let mut mount_list = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let mut host = ctx.sandbox.join("volumes").join(&m.name);
+        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            host = host.join(sub.trim_start_matches('/'));
+        }
+        let _ = tokio::fs::create_dir_all(&host).await;
+        mount_list.push((m.mount_path.clone(), host));
+    }
+    Mounts::new(mount_list)
+}
+
+/// The process's working directory: `workingDir` inside a mount when it
+/// names one, else under the container's own root, else the container's
+/// directory.
+async fn working_dir(c: &Container, mounts: &Mounts, container_dir: &Path) -> PathBuf {
+    let Some(wd) = c.working_dir.as_deref() else {
+        return container_dir.to_path_buf();
+    };
+    if let Some(p) = mounts.map_path(wd) {
+        return p;
+    }
+    let p = container_dir
+        .join("rootfs")
+        .join(wd.trim_start_matches('/'));
+    let _ = tokio::fs::create_dir_all(&p).await;
+    p
 }

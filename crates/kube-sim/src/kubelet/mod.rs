@@ -10,9 +10,11 @@ mod env;
 pub mod images;
 pub mod ips;
 mod launch;
+mod lifecycle;
 pub mod paths;
 pub mod process;
 mod pull;
+mod spec;
 pub mod status;
 pub mod streams;
 mod volumes;
@@ -24,8 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +42,7 @@ use crate::meta;
 use images::{ImageBehaviour, ImageTable};
 use paths::Mounts;
 use process::{ProcessRegistry, SpawnSpec};
+use spec::PodView;
 use status::{ContainerModel, ContainerState, Phase, PodModel};
 use streams::{ContainerStreams, StreamKind};
 
@@ -79,12 +84,20 @@ struct PodWorker {
     stop: CancellationToken,
     /// The pod is gone from the store: kill now, write nothing.
     kill: CancellationToken,
-    /// No restarts or new containers once termination began.
-    terminating: std::sync::atomic::AtomicBool,
+    /// Cancelled once termination began: no restarts or new containers
+    /// then, and container loops waiting out a back-off or an image that
+    /// will never come wake up on it and end.
+    terminating: CancellationToken,
     model: Mutex<Option<PodModel>>,
     slots: Mutex<HashMap<String, ContainerSlot>>,
     /// Failed pulls per container, for the back-off.
     pull_failures: Mutex<HashMap<String, u32>>,
+    /// The main containers' loops. They belong to the pod, not to the
+    /// future that starts them: that future is dropped as soon as the pod
+    /// ends (deleted, past its deadline), while the loops must live on to
+    /// record their containers' exits. The pod's task aborts what is left
+    /// and joins them once its containers have been stopped.
+    containers: Mutex<JoinSet<()>>,
 }
 
 impl PodWorker {
@@ -93,7 +106,26 @@ impl PodWorker {
     }
 
     fn is_terminating(&self) -> bool {
-        self.terminating.load(std::sync::atomic::Ordering::SeqCst)
+        self.terminating.is_cancelled()
+    }
+
+    /// Sleeps for `delay`, or less if the pod begins terminating: a
+    /// back-off before a restart or a retry has no point then.
+    async fn back_off(&self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.terminating.cancelled() => {}
+        }
+    }
+
+    /// Waits for the main container loops to end. Once the pod is
+    /// terminating they end by themselves after recording their
+    /// containers' exits, so waiting here lets the pod's final status carry
+    /// them and leaves no loop outliving its pod.
+    async fn join_containers(&self) {
+        let mut loops =
+            std::mem::take(&mut *self.containers.lock().unwrap_or_else(|p| p.into_inner()));
+        while loops.join_next().await.is_some() {}
     }
 }
 
@@ -108,6 +140,9 @@ pub struct Kubelet {
     pull_delay: Duration,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
+    /// Every pod's task, so that stopping the kubelet waits for each pod to
+    /// have killed its processes and cleaned up its sandbox.
+    pods: Mutex<JoinSet<()>>,
     pulled: Mutex<HashSet<String>>,
     http: reqwest::Client,
     shutdown: CancellationToken,
@@ -141,6 +176,7 @@ impl Kubelet {
             pull_delay: config.pull_delay,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
+            pods: Mutex::new(JoinSet::new()),
             pulled: Mutex::new(HashSet::new()),
             http: reqwest::Client::new(),
             shutdown,
@@ -205,6 +241,8 @@ impl Kubelet {
             }
         }
         self.kill_all();
+        let mut pods = std::mem::take(&mut *self.pods.lock().unwrap_or_else(|p| p.into_inner()));
+        while pods.join_next().await.is_some() {}
     }
 
     /// Lists every pod and reconciles workers with it.
@@ -270,25 +308,64 @@ impl Kubelet {
                     // Already handled by an earlier worker (or another sim).
                     return;
                 }
-                let worker = Arc::new(PodWorker {
-                    uid: uid.clone(),
-                    ns: meta::namespace(pod).to_string(),
-                    name: meta::name(pod).to_string(),
-                    stop: CancellationToken::new(),
-                    kill: CancellationToken::new(),
-                    terminating: std::sync::atomic::AtomicBool::new(false),
-                    model: Mutex::new(None),
-                    slots: Mutex::new(HashMap::new()),
-                    pull_failures: Mutex::new(HashMap::new()),
-                });
-                self.workers().insert(uid.clone(), worker.clone());
-                let kubelet = self.clone();
-                let pod = pod.clone();
-                tokio::spawn(async move {
-                    kubelet.clone().run_pod(worker.clone(), pod).await;
-                    kubelet.workers().remove(&worker.uid);
-                });
+                self.start_worker(pod, &uid);
             }
+        }
+    }
+
+    /// Reads the pod's spec and starts the task that runs it; a pod whose
+    /// spec cannot be read is failed with the reason instead.
+    fn start_worker(self: &Arc<Self>, pod: &Value, uid: &str) {
+        let view = match PodView::from_stored(pod) {
+            Ok(view) => view,
+            Err(msg) => return self.fail_unreadable(pod, &msg),
+        };
+        let worker = Arc::new(PodWorker {
+            uid: uid.to_string(),
+            ns: meta::namespace(pod).to_string(),
+            name: meta::name(pod).to_string(),
+            stop: CancellationToken::new(),
+            kill: CancellationToken::new(),
+            terminating: CancellationToken::new(),
+            model: Mutex::new(None),
+            slots: Mutex::new(HashMap::new()),
+            pull_failures: Mutex::new(HashMap::new()),
+            containers: Mutex::new(JoinSet::new()),
+        });
+        self.workers().insert(uid.to_string(), worker.clone());
+        let kubelet = self.clone();
+        let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        // Reap the pods that have already finished.
+        while pods.try_join_next().is_some() {}
+        pods.spawn(async move {
+            kubelet.clone().run_pod(worker.clone(), view).await;
+            kubelet.workers().remove(&worker.uid);
+        });
+    }
+
+    /// A pod the kubelet cannot read never starts: it is Failed with why,
+    /// as a kubelet refusing a pod at admission reports it.
+    fn fail_unreadable(&self, pod: &Value, msg: &str) {
+        let updated =
+            self.registry
+                .mutate(kinds::pods(), meta::namespace(pod), meta::name(pod), |p| {
+                    if meta::path_str(p, "status.phase") == Some("Failed") {
+                        return false;
+                    }
+                    *meta::path_mut(p, "status.phase") = json!("Failed");
+                    *meta::path_mut(p, "status.reason") = json!(spec::UNREADABLE_REASON);
+                    *meta::path_mut(p, "status.message") = json!(msg);
+                    true
+                });
+        if let Some(u) = updated {
+            self.recorder.record(
+                &u.value,
+                None,
+                EventType::Warning,
+                spec::UNREADABLE_REASON,
+                msg,
+                "kubelet",
+            );
         }
     }
 
@@ -415,342 +492,14 @@ impl Kubelet {
                 .record(&pod, field_path.as_deref(), ty, reason, message, "kubelet");
         }
     }
-
-    async fn run_pod(self: Arc<Self>, w: Arc<PodWorker>, pod: Value) {
-        let Some(ip) = ips::allocate() else {
-            self.event(
-                &w,
-                None,
-                EventType::Warning,
-                "FailedCreatePodSandBox",
-                "no free pod IP in 127.0.0.0/8",
-            );
-            return;
-        };
-        let sandbox = self.root.join("pods").join(&w.uid);
-        let outcome = self.clone().pod_lifecycle(&w, &pod, ip, &sandbox).await;
-        match outcome {
-            Ended::Killed | Ended::Shutdown => {
-                self.stop_containers(&w, Duration::ZERO).await;
-            }
-            Ended::Deleting => {
-                let grace = meta::current_grace(&self.current_pod(&w).unwrap_or(pod.clone()));
-                self.stop_containers(&w, process::grace(grace)).await;
-                self.with_model(&w, |m| {
-                    if !matches!(m.phase, Phase::Succeeded | Phase::Failed) {
-                        m.phase = status::terminal_phase(&m.main);
-                    }
-                    for c in m.main.iter_mut().chain(m.init.iter_mut()) {
-                        c.ready = false;
-                    }
-                });
-                self.publish(&w);
-                self.registry
-                    .remove_now(kinds::pods(), &w.ns, &w.name, &w.uid);
-            }
-            Ended::DeadlineExceeded => {
-                // The pod is Failed for this reason before its containers
-                // are stopped, so their exits cannot report another outcome.
-                self.with_model(&w, |m| {
-                    m.phase = Phase::Failed;
-                    m.reason = Some("DeadlineExceeded".into());
-                    m.message = Some(
-                        "Pod was active on the node longer than the specified deadline".into(),
-                    );
-                    for c in m.main.iter_mut().chain(m.init.iter_mut()) {
-                        c.ready = false;
-                    }
-                });
-                self.publish(&w);
-                self.event(
-                    &w,
-                    None,
-                    EventType::Warning,
-                    "DeadlineExceeded",
-                    "Pod was active on the node longer than the specified deadline",
-                );
-                let grace = meta::path(&pod, "spec.terminationGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(30);
-                self.stop_containers(&w, process::grace(grace)).await;
-                self.publish(&w);
-                self.wait_for_deletion(&w).await;
-            }
-            Ended::Completed => {
-                self.wait_for_deletion(&w).await;
-            }
-        }
-        ips::release(ip);
-        let _ = tokio::fs::remove_dir_all(&sandbox).await;
-    }
-
-    /// A finished pod stays (with its logs) until it is deleted.
-    async fn wait_for_deletion(&self, w: &PodWorker) {
-        tokio::select! {
-            _ = w.stop.cancelled() => {
-                self.registry.remove_now(kinds::pods(), &w.ns, &w.name, &w.uid);
-            }
-            _ = w.kill.cancelled() => {}
-            _ = self.shutdown.cancelled() => {}
-        }
-    }
-
-    /// SIGTERM every container, SIGKILL after `grace`, wait for exits.
-    async fn stop_containers(&self, w: &PodWorker, grace: Duration) {
-        w.terminating
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let (groups, stops): (Vec<i32>, Vec<CancellationToken>) = {
-            let slots = w.slots();
-            (
-                slots.values().filter_map(|s| s.pgid).collect(),
-                slots.values().filter_map(|s| s.stop.clone()).collect(),
-            )
-        };
-        for s in &stops {
-            s.cancel();
-        }
-        if groups.is_empty() {
-            return;
-        }
-        let first = if grace.is_zero() {
-            Signal::SIGKILL
-        } else {
-            Signal::SIGTERM
-        };
-        for g in &groups {
-            if !grace.is_zero() {
-                let names: Vec<String> = w
-                    .slots()
-                    .iter()
-                    .filter(|(_, s)| s.pgid == Some(*g))
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                for n in names {
-                    self.event(
-                        w,
-                        Some(format!("spec.containers{{{n}}}")),
-                        EventType::Normal,
-                        "Killing",
-                        &format!("Stopping container {n}"),
-                    );
-                }
-            }
-            process::signal(*g, first);
-        }
-        let deadline = Instant::now() + grace;
-        loop {
-            let alive: Vec<i32> = w.slots().values().filter_map(|s| s.pgid).collect();
-            if alive.is_empty() {
-                return;
-            }
-            if Instant::now() >= deadline {
-                for g in alive {
-                    process::signal(g, Signal::SIGKILL);
-                }
-                // Give the exit watchers a moment to record the kill.
-                let settle = Instant::now() + Duration::from_secs(2);
-                while Instant::now() < settle && w.slots().values().any(|s| s.pgid.is_some()) {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn pod_lifecycle(
-        self: Arc<Self>,
-        w: &Arc<PodWorker>,
-        pod: &Value,
-        ip: Ipv4Addr,
-        sandbox: &Path,
-    ) -> Ended {
-        let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
-        let list = |g: &str| {
-            spec.get(g)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let inits = list("initContainers");
-        let mains = list("containers");
-        let restart_policy = spec
-            .get("restartPolicy")
-            .and_then(Value::as_str)
-            .unwrap_or("Always")
-            .to_string();
-        let main_wait = if inits.is_empty() {
-            "ContainerCreating"
-        } else {
-            "PodInitializing"
-        };
-        let model = PodModel {
-            phase: Phase::Pending,
-            reason: None,
-            message: None,
-            pod_ip: ip.to_string(),
-            host_ip: "127.0.0.1".into(),
-            start_time: meta::now_timestamp(),
-            sandbox_ready: true,
-            init: inits
-                .iter()
-                .map(|c| {
-                    ContainerModel::new(cname(c), &images::normalize(cimage(c)), "PodInitializing")
-                })
-                .collect(),
-            main: mains
-                .iter()
-                .map(|c| ContainerModel::new(cname(c), &images::normalize(cimage(c)), main_wait))
-                .collect(),
-            qos_class: meta::path_str(pod, "status.qosClass")
-                .unwrap_or("BestEffort")
-                .to_string(),
-        };
-        *w.model.lock().unwrap_or_else(|p| p.into_inner()) = Some(model);
-        self.publish(w);
-        let deadline = spec
-            .get("activeDeadlineSeconds")
-            .and_then(Value::as_i64)
-            .map(|s| Instant::now() + Duration::from_secs(s.max(0) as u64));
-        let sleep_deadline = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let ctx = PodCtx {
-            pod: pod.clone(),
-            ip,
-            sandbox: sandbox.to_path_buf(),
-            restart_policy,
-        };
-        tokio::select! {
-            _ = self.clone().run_containers(w.clone(), ctx, inits, mains) => Ended::Completed,
-            _ = sleep_deadline => Ended::DeadlineExceeded,
-            _ = w.stop.cancelled() => Ended::Deleting,
-            _ = w.kill.cancelled() => Ended::Killed,
-            _ = self.shutdown.cancelled() => Ended::Shutdown,
-        }
-    }
-
-    async fn run_containers(
-        self: Arc<Self>,
-        w: Arc<PodWorker>,
-        ctx: PodCtx,
-        inits: Vec<Value>,
-        mains: Vec<Value>,
-    ) {
-        if let Err(msg) = self.prepare_volumes(&w, &ctx).await {
-            self.event(&w, None, EventType::Warning, "FailedMount", &msg);
-            std::future::pending::<()>().await;
-        }
-        let ctx = Arc::new(ctx);
-        for (idx, c) in inits.iter().enumerate() {
-            loop {
-                let code = self
-                    .clone()
-                    .run_container(w.clone(), ctx.clone(), c.clone(), true, idx)
-                    .await;
-                if code == 0 {
-                    break;
-                }
-                if ctx.restart_policy == "Never" {
-                    self.with_model(&w, |m| {
-                        m.phase = Phase::Failed;
-                    });
-                    self.publish(&w);
-                    return;
-                }
-                self.crash_backoff(&w, true, idx, &ctx).await;
-            }
-        }
-        let mut tasks = Vec::new();
-        for (idx, c) in mains.iter().enumerate() {
-            let kubelet = self.clone();
-            let w = w.clone();
-            let ctx = ctx.clone();
-            let c = c.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let code = kubelet
-                        .clone()
-                        .run_container(w.clone(), ctx.clone(), c.clone(), false, idx)
-                        .await;
-                    let restart = match ctx.restart_policy.as_str() {
-                        "Always" => true,
-                        "OnFailure" => code != 0,
-                        _ => false,
-                    };
-                    if !restart || w.is_terminating() {
-                        kubelet.finish_if_all_done(&w, &ctx);
-                        return;
-                    }
-                    kubelet.crash_backoff(&w, false, idx, &ctx).await;
-                }
-            }));
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
-    }
-
-    fn finish_if_all_done(&self, w: &PodWorker, ctx: &PodCtx) {
-        let _ = ctx;
-        let done = self.with_model(w, |m| {
-            if m.reason.is_none() && m.main.iter().all(|c| c.state.is_terminated()) {
-                m.phase = status::terminal_phase(&m.main);
-                true
-            } else {
-                false
-            }
-        });
-        if done == Some(true) {
-            self.publish(w);
-        }
-    }
-
-    async fn crash_backoff(&self, w: &PodWorker, init: bool, idx: usize, ctx: &PodCtx) {
-        let restarts = self
-            .container_model(w, init, idx, |c| c.restart_count)
-            .unwrap_or(0);
-        let delay = BACKOFF_INITIAL
-            .saturating_mul(1u32 << restarts.min(5))
-            .min(BACKOFF_MAX);
-        let name = self
-            .container_model(w, init, idx, |c| c.name.clone())
-            .unwrap_or_default();
-        let pod_ref = format!("{}_{}({})", w.name, w.ns, w.uid);
-        self.container_model(w, init, idx, |c| {
-            c.last_state = Some(c.state.clone());
-            c.state = ContainerState::Waiting {
-                reason: "CrashLoopBackOff".into(),
-                message: Some(format!(
-                    "back-off {}s restarting failed container={name} pod={pod_ref}",
-                    delay.as_secs()
-                )),
-            };
-            c.ready = false;
-            c.restart_count += 1;
-        });
-        let _ = ctx;
-        self.publish(w);
-        self.event(
-            w,
-            Some(field_path(init, &name)),
-            EventType::Warning,
-            "BackOff",
-            &format!("Back-off restarting failed container {name} in pod {pod_ref}"),
-        );
-        tokio::time::sleep(delay).await;
-    }
 }
 
-fn cname(c: &Value) -> &str {
-    c.get("name").and_then(Value::as_str).unwrap_or("")
+fn cname(c: &Container) -> &str {
+    &c.name
 }
 
-fn cimage(c: &Value) -> &str {
-    c.get("image").and_then(Value::as_str).unwrap_or("")
+fn cimage(c: &Container) -> &str {
+    c.image.as_deref().unwrap_or("")
 }
 
 fn field_path(init: bool, name: &str) -> String {
@@ -762,18 +511,10 @@ fn field_path(init: bool, name: &str) -> String {
 }
 
 struct PodCtx {
-    pod: Value,
+    pod: PodView,
     ip: Ipv4Addr,
     sandbox: PathBuf,
     restart_policy: String,
-}
-
-enum Ended {
-    Completed,
-    DeadlineExceeded,
-    Deleting,
-    Killed,
-    Shutdown,
 }
 
 enum PullFailure {

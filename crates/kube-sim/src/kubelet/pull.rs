@@ -52,7 +52,7 @@ impl Kubelet {
     pub(super) async fn pull(
         &self,
         w: &PodWorker,
-        c: &Value,
+        c: &Container,
         init: bool,
         idx: usize,
     ) -> Result<ImageBehaviour, PullFailure> {
@@ -62,10 +62,7 @@ impl Kubelet {
         if let Some(msg) = images::invalid_reference(&image) {
             return Err(PullFailure::Invalid(msg));
         }
-        let policy = c
-            .get("imagePullPolicy")
-            .and_then(Value::as_str)
-            .unwrap_or("IfNotPresent");
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
         let behaviour = self.images.lookup(&image).cloned();
         let present = self
             .pulled

@@ -209,6 +209,41 @@ pub fn render(model: &PodModel, previous: &Value) -> Value {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let conditions = conditions(model, &prev_conditions);
+    let mut s = Map::new();
+    s.insert("phase".into(), json!(model.phase.as_str()));
+    s.insert("conditions".into(), Value::Array(conditions));
+    if let Some(r) = &model.reason {
+        s.insert("reason".into(), json!(r));
+    }
+    if let Some(m) = &model.message {
+        s.insert("message".into(), json!(m));
+    }
+    s.insert("hostIP".into(), json!(model.host_ip));
+    s.insert("hostIPs".into(), json!([{"ip": model.host_ip}]));
+    if !model.pod_ip.is_empty() {
+        s.insert("podIP".into(), json!(model.pod_ip));
+        s.insert("podIPs".into(), json!([{"ip": model.pod_ip}]));
+    }
+    s.insert("startTime".into(), json!(model.start_time));
+    if !model.init.is_empty() {
+        s.insert(
+            "initContainerStatuses".into(),
+            Value::Array(model.init.iter().map(ContainerModel::to_json).collect()),
+        );
+    }
+    s.insert(
+        "containerStatuses".into(),
+        Value::Array(model.main.iter().map(ContainerModel::to_json).collect()),
+    );
+    s.insert("qosClass".into(), json!(model.qos_class));
+    Value::Object(s)
+}
+
+/// The pod's conditions for `model`: sandbox, init, readiness and
+/// scheduling, each keeping its transition time from `prev_conditions`
+/// while its status is unchanged.
+fn conditions(model: &PodModel, prev_conditions: &[Value]) -> Vec<Value> {
     let scheduled = prev_conditions
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
@@ -243,10 +278,10 @@ pub fn render(model: &PodModel, previous: &Value) -> Value {
         )
     };
     let init_cond = if initialized {
-        condition(&prev_conditions, "Initialized", true, None, None)
+        condition(prev_conditions, "Initialized", true, None, None)
     } else {
         condition(
-            &prev_conditions,
+            prev_conditions,
             "Initialized",
             false,
             Some("ContainersNotInitialized"),
@@ -256,9 +291,9 @@ pub fn render(model: &PodModel, previous: &Value) -> Value {
             )),
         )
     };
-    let conditions = vec![
+    vec![
         condition(
-            &prev_conditions,
+            prev_conditions,
             "PodReadyToStartContainers",
             model.sandbox_ready && !terminal,
             None,
@@ -266,49 +301,21 @@ pub fn render(model: &PodModel, previous: &Value) -> Value {
         ),
         init_cond,
         condition(
-            &prev_conditions,
+            prev_conditions,
             "Ready",
             ready,
             ready_reason,
             ready_msg.clone(),
         ),
         condition(
-            &prev_conditions,
+            prev_conditions,
             "ContainersReady",
             ready,
             ready_reason,
             ready_msg,
         ),
         scheduled,
-    ];
-    let mut s = Map::new();
-    s.insert("phase".into(), json!(model.phase.as_str()));
-    s.insert("conditions".into(), Value::Array(conditions));
-    if let Some(r) = &model.reason {
-        s.insert("reason".into(), json!(r));
-    }
-    if let Some(m) = &model.message {
-        s.insert("message".into(), json!(m));
-    }
-    s.insert("hostIP".into(), json!(model.host_ip));
-    s.insert("hostIPs".into(), json!([{"ip": model.host_ip}]));
-    if !model.pod_ip.is_empty() {
-        s.insert("podIP".into(), json!(model.pod_ip));
-        s.insert("podIPs".into(), json!([{"ip": model.pod_ip}]));
-    }
-    s.insert("startTime".into(), json!(model.start_time));
-    if !model.init.is_empty() {
-        s.insert(
-            "initContainerStatuses".into(),
-            Value::Array(model.init.iter().map(ContainerModel::to_json).collect()),
-        );
-    }
-    s.insert(
-        "containerStatuses".into(),
-        Value::Array(model.main.iter().map(ContainerModel::to_json).collect()),
-    );
-    s.insert("qosClass".into(), json!(model.qos_class));
-    Value::Object(s)
+    ]
 }
 
 /// The phase a set of finished main containers gives a pod with

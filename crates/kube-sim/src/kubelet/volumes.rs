@@ -1,57 +1,72 @@
 //! A pod's volumes: `emptyDir`, ConfigMap and Secret volumes written as
 //! files before its containers start.
 
+use super::env::Source;
 use super::*;
+use crate::apiserver::store::ObjRef;
 
 impl Kubelet {
     pub(super) async fn prepare_volumes(&self, w: &PodWorker, ctx: &PodCtx) -> Result<(), String> {
-        let volumes = meta::path(&ctx.pod, "spec.volumes")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for v in volumes {
-            let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+        for v in ctx.pod.spec.volumes.iter().flatten() {
+            let name = v.name.as_str();
             let dir = ctx.sandbox.join("volumes").join(name);
             tokio::fs::create_dir_all(&dir)
                 .await
                 .map_err(|e| format!("MountVolume.SetUp failed for volume {name:?} : {e}"))?;
-            for (source, plural, key) in [
-                ("configMap", "configmaps", "name"),
-                ("secret", "secrets", "secretName"),
-            ] {
-                let Some(src) = v.get(source) else { continue };
-                let obj_name = src.get(key).and_then(Value::as_str).unwrap_or("");
-                let optional = src
-                    .get("optional")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                let obj = loop {
-                    match self.store.get(kinds::id(plural), &w.ns, obj_name) {
-                        Some(o) => break Some(o),
-                        None if optional => break None,
-                        None => {
-                            let kind = if source == "configMap" {
-                                "configmap"
-                            } else {
-                                "secret"
-                            };
-                            self.event(
-                                w,
-                                None,
-                                EventType::Warning,
-                                "FailedMount",
-                                &format!("MountVolume.SetUp failed for volume {name:?} : {kind} {obj_name:?} not found"),
-                            );
-                            tokio::time::sleep(Duration::from_secs(2)).await;
-                        }
-                    }
-                };
+            let sources = [
+                v.config_map
+                    .as_ref()
+                    .map(|s| (Source::ConfigMap, s.name.as_str(), s.optional)),
+                v.secret.as_ref().map(|s| {
+                    (
+                        Source::Secret,
+                        s.secret_name.as_deref().unwrap_or(""),
+                        s.optional,
+                    )
+                }),
+            ];
+            for (source, obj_name, optional) in sources.into_iter().flatten() {
+                let obj = self
+                    .wait_for_source(w, name, source, obj_name, optional.unwrap_or(false))
+                    .await;
                 if let Some(obj) = obj {
-                    write_volume_files(&obj.value, source == "secret", &dir).await;
+                    write_volume_files(&obj.value, source.encoded(), &dir).await;
                 }
             }
         }
         Ok(())
+    }
+
+    /// The ConfigMap or Secret a volume shows, once it exists; the kubelet
+    /// keeps retrying the mount (with a `FailedMount` event each time) until
+    /// it does. `None`: an optional source that is not there.
+    async fn wait_for_source(
+        &self,
+        w: &PodWorker,
+        volume: &str,
+        source: Source,
+        obj_name: &str,
+        optional: bool,
+    ) -> Option<ObjRef> {
+        loop {
+            match self.store.get(kinds::id(source.plural()), &w.ns, obj_name) {
+                Some(o) => return Some(o),
+                None if optional => return None,
+                None => {
+                    self.event(
+                        w,
+                        None,
+                        EventType::Warning,
+                        "FailedMount",
+                        &format!(
+                            "MountVolume.SetUp failed for volume {volume:?} : {} {obj_name:?} not found",
+                            source.lower()
+                        ),
+                    );
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
     }
 }
 
