@@ -3,24 +3,22 @@
 //! its pod ("Pulling image …", "FailedScheduling: …").
 //!
 //! Events carry no labels of ours, so they are matched to sessions by the name
-//! of the pod they are about.
+//! of the pod they are about. They are hints, not state: the shared
+//! [`WatchCache`] keeps them, and each session gets the ones it has not been
+//! told yet through a bounded queue, however often a re-list repeats them.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::Arc;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Event as KubeEvent;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::pod_spec::pod_name;
-use crate::watch_loop::follow;
-
-use runner_core::sync::lock;
+use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
 
 /// How many unread events a session may have queued; more are dropped (they
 /// are progress hints, never state).
@@ -58,20 +56,54 @@ pub struct PodEvent {
     pub container: Option<ContainerKind>,
 }
 
-#[derive(Default)]
-struct Shared {
-    /// Pod name → the session listening for its events.
-    subscribers: HashMap<String, Subscriber>,
-}
-
-struct Subscriber {
+/// One session listening for the Events about its pod.
+pub struct EventSubscriber {
     tx: mpsc::Sender<PodEvent>,
     /// Event uid and count already delivered, so a re-list does not repeat them.
     delivered: HashSet<(String, i32)>,
 }
 
-pub struct EventWatcher {
-    shared: Mutex<Shared>,
+/// The shared Event watch, keyed by the name of the pod an Event is about.
+pub type EventWatcher = WatchCache<KubeEvent, EventSubscriber>;
+
+fn pod_of(event: &KubeEvent) -> Option<String> {
+    event.involved_object.name.clone()
+}
+
+/// The uid and count of an Event: a repeated Event keeps its uid and counts up.
+fn occurrence(event: &KubeEvent) -> (String, i32) {
+    (
+        event.metadata.uid.clone().unwrap_or_default(),
+        event.count.unwrap_or(1),
+    )
+}
+
+const EVENTS: Kind<KubeEvent> = Kind {
+    what: "events",
+    watch: "the event watch",
+    listing: "pod events",
+    key: pod_of,
+    slim: |event| event.metadata.managed_fields = None,
+};
+
+impl Subscriber<KubeEvent> for EventSubscriber {
+    fn update(&mut self, events: &KeyObjects<KubeEvent>) {
+        for event in events.values() {
+            if !self.delivered.insert(occurrence(event)) {
+                continue;
+            }
+            let _ = self.tx.try_send(PodEvent {
+                kind: event.type_.clone().unwrap_or_default(),
+                reason: event.reason.clone().unwrap_or_default(),
+                message: event.message.clone().unwrap_or_default(),
+                container: event
+                    .involved_object
+                    .field_path
+                    .as_deref()
+                    .and_then(ContainerKind::of_field_path),
+            });
+        }
+    }
 }
 
 impl EventWatcher {
@@ -81,78 +113,88 @@ impl EventWatcher {
         restarts: runner_core::metrics::Counter,
         stop: CancellationToken,
     ) -> (Arc<Self>, JoinHandle<()>) {
-        let watcher = Arc::new(Self {
-            shared: Mutex::new(Shared::default()),
-        });
         let api: Api<KubeEvent> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().fields("involvedObject.kind=Pod");
-        let task = {
-            let watcher = watcher.clone();
-            tokio::spawn(async move {
-                let start = || {
-                    watcher::watcher(api.clone(), config.clone())
-                        .default_backoff()
-                        .boxed()
-                };
-                follow(
-                    "events",
-                    start,
-                    restarts,
-                    stop,
-                    |event| {
-                        if let Event::Apply(event) | Event::InitApply(event) = event {
-                            watcher.deliver(&event);
-                        }
-                    },
-                    |_| {},
-                )
-                .await;
-            })
-        };
-        (watcher, task)
+        Self::start(api, config, EVENTS, restarts, stop)
     }
 
-    fn deliver(&self, event: &KubeEvent) {
-        let Some(pod) = event.involved_object.name.as_deref() else {
-            return;
-        };
-        let mut shared = lock(&self.shared);
-        let Some(subscriber) = shared.subscribers.get_mut(pod) else {
-            return;
-        };
-        let key = (
-            event.metadata.uid.clone().unwrap_or_default(),
-            event.count.unwrap_or(1),
-        );
-        if !subscriber.delivered.insert(key) {
-            return;
-        }
-        let _ = subscriber.tx.try_send(PodEvent {
-            kind: event.type_.clone().unwrap_or_default(),
-            reason: event.reason.clone().unwrap_or_default(),
-            message: event.message.clone().unwrap_or_default(),
-            container: event
-                .involved_object
-                .field_path
-                .as_deref()
-                .and_then(ContainerKind::of_field_path),
-        });
-    }
-
-    /// Events about the session's pod from now on.
+    /// Events about the session's pod from now on: those already known count
+    /// as told.
     pub fn subscribe(&self, session_id: &str) -> mpsc::Receiver<PodEvent> {
         let (tx, rx) = mpsc::channel(PER_SESSION_QUEUE);
-        lock(&self.shared).subscribers.insert(
-            pod_name(session_id),
-            Subscriber {
+        self.with_subscriber(&pod_name(session_id), |events, slot| {
+            slot.insert_entry(EventSubscriber {
                 tx,
-                delivered: HashSet::new(),
-            },
-        );
+                delivered: events.values().map(|event| occurrence(event)).collect(),
+            });
+        });
         rx
     }
 
     pub fn unsubscribe(&self, session_id: &str) {
-        lock(&self.shared).subscribers.remove(&pod_name(session_id));
+        self.drop_subscriber(&pod_name(session_id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::core::ObjectMeta;
+    use kube::runtime::watcher::Event;
+
+    fn event(name: &str, count: i32) -> KubeEvent {
+        KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("sessions".into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                name: Some(pod_name("abc")),
+                field_path: Some("spec.containers{session}".into()),
+                ..ObjectReference::default()
+            },
+            reason: Some(name.into()),
+            count: Some(count),
+            ..KubeEvent::default()
+        }
+    }
+
+    fn relist(events: &EventWatcher, listed: &[KubeEvent]) {
+        events.apply(Event::Init);
+        for event in listed {
+            events.apply(Event::InitApply(event.clone()));
+        }
+        events.apply(Event::InitDone);
+    }
+
+    fn reasons(rx: &mut mpsc::Receiver<PodEvent>) -> Vec<String> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|event| event.reason)
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_repeats_no_event_and_a_repeated_event_is_told_again() {
+        let events = EventWatcher::new(EVENTS, (), runner_core::metrics::Counter::default());
+        relist(&events, &[event("Old", 1)]);
+        let mut rx = events.subscribe("abc");
+        assert!(reasons(&mut rx).is_empty(), "only events from now on");
+
+        events.apply(Event::Apply(event("Pulling", 1)));
+        relist(&events, &[event("Old", 1), event("Pulling", 1)]);
+        assert_eq!(reasons(&mut rx), ["Pulling"]);
+
+        relist(
+            &events,
+            &[event("Old", 1), event("Pulling", 2), event("Started", 1)],
+        );
+        assert_eq!(reasons(&mut rx), ["Pulling", "Started"]);
+
+        events.unsubscribe("abc");
+        events.apply(Event::Apply(event("Killing", 1)));
+        assert!(rx.try_recv().is_err());
     }
 }

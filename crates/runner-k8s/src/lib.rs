@@ -20,6 +20,7 @@ pub mod session;
 pub mod setup;
 pub mod splice;
 pub mod terminal;
+pub mod watch_cache;
 pub mod watch_loop;
 
 pub use backend::KubeBackend;

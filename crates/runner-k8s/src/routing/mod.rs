@@ -135,8 +135,13 @@ impl SessionRouter {
         };
         let namespace = config.session_namespace.clone();
         let api = Api::namespaced_with(client.clone(), &namespace, &resource);
-        let (watcher, task) =
-            RouteWatcher::spawn(api, &config.managed_by, watch_restarts, stop.clone());
+        let (watcher, task) = RouteWatcher::spawn(
+            api,
+            resource,
+            &config.managed_by,
+            watch_restarts,
+            stop.clone(),
+        );
         let router = Arc::new(Self {
             client,
             namespace,
