@@ -1,12 +1,11 @@
 //! `KubeBackend`: the runner-core `Backend` on a Kubernetes cluster.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::base_images::BaseImageCatalog;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
@@ -18,25 +17,21 @@ use runner_core::{
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
 
-use crate::api_error::{api_failure, is_not_found, is_transient};
+use crate::adoption::Adoption;
+use crate::api_error::api_failure;
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
 use crate::event_watcher::EventWatcher;
 use crate::limits::clamp_limits;
 use crate::pod_spec::{
-    AppPodInput, PodSettings, Resources, RunPodInput, SessionKind, SessionRecord, build_app_pod,
-    build_session_pod, session_record_from_pod,
+    AppPodInput, PodSettings, Resources, RunPodInput, build_app_pod, build_session_pod,
 };
-use crate::pod_status;
 use crate::pod_watcher::PodWatcher;
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
-use crate::session::{SessionContext, SessionShape, bring_up, delete_pod, watch_session};
-
-/// How many times a session was taken over by a restarted runner.
-pub const GENERATION_ANNOTATION: &str = "telo.run/generation";
+use crate::session::{SessionContext, SessionShape, bring_up, watch_session};
+use crate::session_record::SessionKind;
 
 pub struct KubeBackend {
     config: Arc<K8sConfig>,
@@ -45,7 +40,7 @@ pub struct KubeBackend {
     settings: PodSettings,
     catalog: Option<Arc<BaseImageCatalog>>,
     /// Sessions found at boot, kept until `resume` takes them.
-    recovered: Mutex<HashMap<String, SessionRecord>>,
+    adoption: Adoption,
     stop: CancellationToken,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -119,13 +114,14 @@ impl KubeBackend {
             termination_grace_seconds: i64::try_from(config.core.stop_grace.as_secs())
                 .unwrap_or(i64::MAX),
         };
+        let adoption = Adoption::new(config.orphan_policy, config.core.exit_ttl);
         Self {
             config: Arc::new(config),
             client,
             ctx,
             settings,
             catalog,
-            recovered: Mutex::new(HashMap::new()),
+            adoption,
             stop,
             tasks: Mutex::new(tasks),
         }
@@ -303,65 +299,9 @@ impl Backend for KubeBackend {
     }
 
     async fn recover(&self) -> Vec<RecoveredSession> {
-        self.ctx.pod_watcher.wait_synced().await;
-        let mut recovered = Vec::new();
-        for pod in self.ctx.pod_watcher.pods() {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let finished = pod_status::is_finished(&pod);
-            let record = session_record_from_pod(&pod);
-            // A session that finished while no runner was up is adopted as
-            // finished (its exit code and log), unless it finished longer
-            // ago than a finished session is kept.
-            let expired = finished && finished_longer_ago_than(&pod, self.config.core.exit_ttl);
-            let adoptable = self.config.orphan_policy == OrphanPolicy::Adopt && !expired;
-            match record {
-                Ok(record) if adoptable => {
-                    let generation = pod
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(GENERATION_ANNOTATION))
-                        .and_then(|g| g.parse::<u32>().ok())
-                        .unwrap_or(0)
-                        .saturating_add(1);
-                    // Recorded on the pod so a later restart continues past
-                    // this generation's ids.
-                    match record_adoption(&self.ctx.pods, &name, generation).await {
-                        Ok(()) => {}
-                        Err(err) if is_not_found(&err) => continue,
-                        // A live session is never deleted for bookkeeping:
-                        // it is adopted, and only a later restart may hand
-                        // out ids that overlap this generation's.
-                        Err(err) => {
-                            warn!(pod = %name, error = %err, "could not record the adoption on the pod; adopting it anyway");
-                        }
-                    }
-                    recovered.push(RecoveredSession {
-                        session_id: record.session_id.clone(),
-                        created_at: record.created_at.clone(),
-                        generation,
-                    });
-                    self.recovered
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(record.session_id.clone(), record);
-                }
-                other => {
-                    let why = match &other {
-                        Err(err) => err.to_string(),
-                        Ok(_) if expired => {
-                            "finished longer ago than RUNNER_EXIT_TTL_MS".to_owned()
-                        }
-                        Ok(_) => "orphan policy is reap".to_owned(),
-                    };
-                    info!(pod = %name, reason = %why, "deleting a session pod left by a previous runner");
-                    if let Err(err) = delete_pod(&self.ctx.pods, &name).await {
-                        warn!(pod = %name, error = %err, "could not delete a leftover session pod");
-                    }
-                }
-            }
-        }
-        recovered
+        self.adoption
+            .recover(&self.ctx.pod_watcher, &self.ctx.pods)
+            .await
     }
 
     async fn resume(
@@ -369,14 +309,9 @@ impl Backend for KubeBackend {
         session: RecoveredSession,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
-        let record = self
-            .recovered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&session.session_id)
-            .ok_or_else(|| {
-                StartError::new(StartStage::Resume, "the session's pod record was lost")
-            })?;
+        let record = self.adoption.take(&session.session_id).ok_or_else(|| {
+            StartError::new(StartStage::Resume, "the session's pod record was lost")
+        })?;
         let watching = watch_session(&self.ctx, &record.session_id);
         let shape = SessionShape {
             session_id: record.session_id.clone(),
@@ -394,48 +329,5 @@ impl Backend for KubeBackend {
     /// restart (every `helm upgrade`) keeps every session.
     fn leaves_sessions_on_shutdown(&self) -> bool {
         self.config.orphan_policy == OrphanPolicy::Adopt
-    }
-}
-
-/// Whether the pod's session container finished more than `ttl` ago; a pod
-/// without a finish time counts as finished long ago.
-fn finished_longer_ago_than(pod: &Pod, ttl: std::time::Duration) -> bool {
-    let finished_at = pod
-        .status
-        .as_ref()
-        .and_then(|status| status.container_statuses.as_ref())
-        .and_then(|statuses| statuses.first())
-        .and_then(|status| status.state.as_ref())
-        .and_then(|state| state.terminated.as_ref())
-        .and_then(|terminated| terminated.finished_at.as_ref());
-    let Some(finished_at) = finished_at else {
-        return true;
-    };
-    let age = k8s_openapi::jiff::Timestamp::now().duration_since(finished_at.0);
-    age.as_secs_f64() > ttl.as_secs_f64()
-}
-
-/// Attempts at recording an adoption when the apiserver fails transiently.
-const ADOPTION_PATCH_ATTEMPTS: u32 = 5;
-
-/// Records the adoption's generation on the pod, so a later restart
-/// continues past this generation's ids; transient failures are retried.
-async fn record_adoption(pods: &Api<Pod>, name: &str, generation: u32) -> Result<(), kube::Error> {
-    let patch =
-        json!({"metadata": {"annotations": {GENERATION_ANNOTATION: generation.to_string()}}});
-    let mut attempt = 1;
-    loop {
-        match pods
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(err) if attempt < ADOPTION_PATCH_ATTEMPTS && is_transient(&err) => {
-                debug!(pod = name, error = %err, attempt, "recording the adoption failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(100) * attempt).await;
-                attempt += 1;
-            }
-            Err(err) => return Err(err),
-        }
     }
 }

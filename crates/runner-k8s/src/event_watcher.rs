@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::pod_spec::pod_name;
+use crate::session_record::pod_name;
 use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
 
 /// How many unread events a session may have queued; more are dropped (they

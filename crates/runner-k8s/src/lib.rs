@@ -2,6 +2,7 @@
 //! namespace, watched through one shared watch, attached over the `attach`
 //! subresource, and adopted again after a runner restart.
 
+pub mod adoption;
 pub mod api_error;
 pub mod attach;
 pub mod backend;
@@ -17,6 +18,7 @@ pub mod pod_watcher;
 pub mod progress;
 pub mod routing;
 pub mod session;
+pub mod session_record;
 pub mod setup;
 pub mod splice;
 pub mod terminal;

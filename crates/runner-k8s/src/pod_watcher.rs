@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::pod_spec::{SESSION_ID_LABEL, managed_by_selector};
+use crate::session_record::{SESSION_ID_LABEL, managed_by_selector};
 use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
 
 /// What a session knows about its pod.

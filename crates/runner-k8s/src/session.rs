@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use crate::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
 use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
-use crate::pod_spec::{INSPECT_PORT, pod_name};
+use crate::pod_spec::INSPECT_PORT;
 use crate::pod_status::{
     PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line, start_blocker,
     terminal_status,
@@ -27,6 +27,7 @@ use crate::pod_watcher::{PodState, PodWatcher};
 use crate::progress::{Line, ProgressOrder, Stage, event_line};
 use crate::routing::SessionRouter;
 use crate::routing::endpoints::endpoints_for;
+use crate::session_record::pod_name;
 use crate::terminal::{self, Terminal};
 
 /// How long, after the pod finished, its last output may take to arrive

@@ -40,6 +40,9 @@ use crate::splice::{Delivered, MAX_WINDOW_BYTES, Splice};
 
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
 /// is dropped rather than letting a client grow the runner's memory.
+/// Live output chunks queued for the splice at most (each at most one
+/// attach frame).
+const LIVE_QUEUE_CHUNKS: usize = 256;
 const STDIN_QUEUE: usize = 256;
 /// How much of the log is read at most to rebuild the history. The replay
 /// buffer keeps far less; this only bounds a pathological log.
@@ -270,8 +273,11 @@ async fn relay_one_attach(
 ) -> bool {
     let opened = Instant::now();
     let mut tasks = AbortOnDrop::default();
-    // Live output is held until its place in the log is known.
-    let (live_tx, mut live) = mpsc::unbounded_channel::<Bytes>();
+    // Live output is held until its place in the log is known. The queue is
+    // bounded: while the first log read runs, a workload writing faster than
+    // it is relayed is held back by the attach stream's flow control instead
+    // of growing the runner's memory.
+    let (live_tx, mut live) = mpsc::channel::<Bytes>(LIVE_QUEUE_CHUNKS);
     let (mut tx, mut rx) = attached.split();
     let (resize_tx, mut resize_rx) = futures_channel::mpsc::channel::<TerminalSize>(8);
     {
@@ -295,7 +301,7 @@ async fn relay_one_attach(
             tokio::select! {
                 message = rx.next() => match attach::incoming(message) {
                     Incoming::Output(bytes) => {
-                        if live_tx.send(bytes).is_err() {
+                        if live_tx.send(bytes).await.is_err() {
                             break false;
                         }
                     }

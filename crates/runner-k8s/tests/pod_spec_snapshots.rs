@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, SecurityContex
 use proptest::prelude::*;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 use runner_k8s::pod_spec::{
-    AppPodInput, PodSettings, Resources, RunPodInput, SessionKind, SessionRecord, build_app_pod,
-    build_session_pod, pod_name, session_record_from_pod,
+    AppPodInput, PodSettings, Resources, RunPodInput, build_app_pod, build_session_pod,
 };
+use runner_k8s::session_record::{SessionKind, SessionRecord, pod_name, session_record_from_pod};
 
 const SESSION: &str = "abc234defghi";
 const CREATED_AT: &str = "2026-01-01T00:00:00.123Z";

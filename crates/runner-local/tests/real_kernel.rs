@@ -21,6 +21,7 @@ use runner_local::kernel_check::NODE_REMEDIATION;
 use serde_json::Value;
 use support::{Events, Harness, Output, bundle_spec, limits, output_now, with_ports};
 use test_support::free_port;
+use test_support::real_kernel::KERNEL_WAIT;
 
 /// The workload `PATH`: the system's, whose `node` is whatever the machine
 /// has (the fixture's wrapper brings its own Node.js 24).
@@ -127,7 +128,7 @@ async fn the_real_cli_on_node_20_is_unavailable_and_says_to_install_node_24() {
     );
     let session = harness.start(example_spec("hello-world"));
     assert_eq!(
-        Events::of(&session).terminal().await,
+        Events::of(&session).within(KERNEL_WAIT).terminal().await,
         RunStatus::failed(format!("start: {message} {NODE_REMEDIATION}"))
     );
 }
@@ -148,7 +149,7 @@ async fn a_second_hello_world_session_builds_no_controller_from_source() {
     for _ in 0..2 {
         let session = harness.start(example_spec("hello-world"));
         assert_eq!(
-            Events::of(&session).terminal().await,
+            Events::of(&session).within(KERNEL_WAIT).terminal().await,
             RunStatus::Exited { code: 0 }
         );
         let output = output_now(&session);
@@ -174,7 +175,7 @@ async fn stopping_a_real_server_lets_it_log_stopped_listening_before_stopped() {
     );
     spec.env = vec![("PORT".to_owned(), port.to_string())];
     let session = harness.start(spec);
-    let mut events = Events::of(&session);
+    let mut events = Events::of(&session).within(KERNEL_WAIT);
     events
         .until("the server to be reachable", |e| {
             *e == RunEvent::Reachability {
@@ -183,7 +184,10 @@ async fn stopping_a_real_server_lets_it_log_stopped_listening_before_stopped() {
             }
         })
         .await;
-    Output::of(&session).until("Listening").await;
+    Output::of(&session)
+        .within(KERNEL_WAIT)
+        .until("Listening")
+        .await;
     harness.registry.stop(session.id()).await.unwrap();
     assert_eq!(events.terminal().await, RunStatus::Stopped);
     let output = output_now(&session);

@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::{Backend, Runner};
 use k8s_openapi::api::core::v1::Pod;
@@ -18,12 +17,8 @@ use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::free_port;
-use test_support::real_kernel::{example_bundle, telo_path};
+use test_support::real_kernel::{KERNEL_WAIT, example_bundle, telo_path};
 use test_support::ws;
-
-/// A cold start of the real kernel on a loaded 2-core machine takes a few
-/// seconds; this is only how long a test waits before it fails.
-const KERNEL_WAIT: Duration = Duration::from_secs(90);
 
 async fn real_runner(backend: Backend, vars: &[(&str, &str)]) -> Runner {
     let kernel = telo_path();

@@ -6,8 +6,14 @@
 //! `~/.cache/telo-real` (where `.ci/run` installs it).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::{Value, json};
+
+/// How long a real-kernel test waits for the kernel before it fails. A cold
+/// start takes a few seconds on a quiet 2-core machine and many times that
+/// while builds share it; this bounds a hang, it measures nothing.
+pub const KERNEL_WAIT: Duration = Duration::from_secs(90);
 
 /// The installed fixture: `bin/telo` (the wrapper, on Node.js 24),
 /// `telo-cli/`, `modules/`.

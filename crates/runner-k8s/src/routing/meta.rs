@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::pod_spec::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
 /// The session a routing object belongs to.
 #[derive(Debug, Clone, PartialEq)]

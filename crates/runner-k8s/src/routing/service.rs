@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use runner_core::types::{PortMapping, PortProtocol};
 
 use super::meta::SessionObjects;
-use crate::pod_spec::{SESSION_ID_LABEL, pod_name};
+use crate::session_record::{SESSION_ID_LABEL, pod_name};
 
 /// `telo-run-<sessionId>`. A Service name must be a DNS-1035 label — it has to
 /// start with a letter — and session ids may start with a digit, so the id is
@@ -147,7 +147,10 @@ mod tests {
         let service = build_session_service(&objects("abc"), &[port(8080, PortProtocol::Tcp)]);
         let labels = service.metadata.labels.unwrap();
         assert_eq!(labels[SESSION_ID_LABEL], "abc");
-        assert_eq!(labels[crate::pod_spec::MANAGED_BY_LABEL], "telo-k8s-runner");
+        assert_eq!(
+            labels[crate::session_record::MANAGED_BY_LABEL],
+            "telo-k8s-runner"
+        );
     }
 
     #[test]

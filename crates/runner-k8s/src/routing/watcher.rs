@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::pod_spec::{SESSION_ID_LABEL, managed_by_selector};
+use crate::session_record::{SESSION_ID_LABEL, managed_by_selector};
 use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
 
 /// A session's routing objects by name, as last listed or watched.

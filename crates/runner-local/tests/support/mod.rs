@@ -161,6 +161,8 @@ pub struct Events {
     pending: std::collections::VecDeque<RunEvent>,
     /// Every event looked at so far.
     pub seen: Vec<RunEvent>,
+    /// How long any one wait may take.
+    wait: std::time::Duration,
 }
 
 impl Events {
@@ -169,7 +171,14 @@ impl Events {
             cursor: session.subscribe_events(0),
             pending: std::collections::VecDeque::new(),
             seen: Vec::new(),
+            wait: WAIT,
         }
+    }
+
+    /// Waits up to `wait` instead (the real kernel starts slower).
+    pub fn within(mut self, wait: std::time::Duration) -> Self {
+        self.wait = wait;
+        self
     }
 
     /// Reads until `wanted` matches an event, which is returned.
@@ -178,8 +187,9 @@ impl Events {
             cursor,
             pending,
             seen,
+            wait,
         } = self;
-        let found = tokio::time::timeout(WAIT, async {
+        let found = tokio::time::timeout(*wait, async {
             loop {
                 while let Some(event) = pending.pop_front() {
                     seen.push(event.clone());
@@ -230,6 +240,8 @@ impl Events {
 pub struct Output {
     cursor: Cursor<bytes::Bytes>,
     pub text: String,
+    /// How long any one wait may take.
+    wait: std::time::Duration,
 }
 
 impl Output {
@@ -237,14 +249,21 @@ impl Output {
         Self {
             cursor: session.subscribe_output(0),
             text: String::new(),
+            wait: WAIT,
         }
+    }
+
+    /// Waits up to `wait` instead (the real kernel starts slower).
+    pub fn within(mut self, wait: std::time::Duration) -> Self {
+        self.wait = wait;
+        self
     }
 
     /// Reads until the output holds `needle` `times` times in all.
     pub async fn until_count(&mut self, needle: &str, times: usize) {
         let cursor = &mut self.cursor;
         let text = &mut self.text;
-        let found = tokio::time::timeout(WAIT, async {
+        let found = tokio::time::timeout(self.wait, async {
             while text.matches(needle).count() < times {
                 let batch = cursor.next().await;
                 for (_, chunk) in batch.entries {
