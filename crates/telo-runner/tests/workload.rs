@@ -4,7 +4,7 @@
 //!
 //! Already covered elsewhere: output written while no client is connected is
 //! resumed without loss or repeat
-//! (`contract.rs::reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte`).
+//! (`contract_io.rs::reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte`).
 #![allow(clippy::unwrap_used)]
 
 mod common;

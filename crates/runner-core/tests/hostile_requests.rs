@@ -1,14 +1,15 @@
-//! Hostile input against everything the runner parses from a client or an
-//! operator: request bodies through the real router, bundle paths, resume
-//! ids, config values. Properties, not examples: nothing panics, nothing
-//! hangs, every refusal is a 4xx with a message, and nothing the runner
-//! accepts breaks an invariant the backends rely on.
+//! Hostile input against everything the runner parses from a client,
+//! through the real router: request bodies, resume ids, session ids in paths.
+//! Properties, not examples: nothing panics, nothing hangs, every refusal is
+//! a 4xx with a message, and nothing the runner accepts breaks an invariant
+//! the backends rely on.
 //!
 //! Case counts are kept small for CI; `PROPTEST_CASES=200000 cargo test
-//! --release -p runner-core --test hostile_input` is the long run.
+//! --release -p runner-core --test hostile_requests` is the long run.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Component, Path, PathBuf};
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,235 +19,27 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use bytes::Bytes;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
-use runner_api::js::js_number;
 use runner_core::apps::{AppCatalog, AppEntry};
 use runner_core::backend::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StartStage,
 };
-use runner_core::bundle_path::{InvalidBundlePath, normalize_bundle_path};
-use runner_core::config::{
-    CORE_ENV_VARS, ConfigError, Env, load_core_config, parse_bool, parse_cors_origins, parse_port,
-    parse_positive_int,
-};
+use runner_core::bundle_path::normalize_bundle_path;
 use runner_core::http::{AppState, ServerOptions, router};
 use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};
 use runner_core::types::{AvailabilityReport, PullPolicy};
 use runner_core::validate::{MAX_ENV_ENTRIES, MAX_PORTS};
 use serde_json::{Map, Value, json};
+use support::{
+    KEYS, check_accepted_path, config, hostile_path, json_value, leaf, nasty_number, nasty_string,
+};
 use tower::ServiceExt;
-
-// ---------------------------------------------------------------------------
-// Configuration
-
-/// `cases` unless `PROPTEST_CASES` asks for more (or fewer).
-fn config(cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|raw| raw.parse().ok())
-        .unwrap_or(cases);
-    ProptestConfig {
-        cases,
-        max_shrink_iters: 2048,
-        // Integration tests have no `src/` beside them to mirror; the kept
-        // corpus lives in the crate's `proptest-regressions/` all the same.
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/hostile_input.txt",
-        ))),
-        ..ProptestConfig::default()
-    }
-}
 
 /// Longest any single request may take before it counts as a hang.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 // ---------------------------------------------------------------------------
-// Generators
-
-/// Strings chosen to hit coercions, traversal checks and encodings.
-const NASTY_STRINGS: &[&str] = &[
-    "",
-    " ",
-    "\0",
-    "a\0b",
-    "\u{FEFF}",
-    "\u{FEFF}5",
-    "\u{85}5",
-    "0",
-    "-0",
-    "+1",
-    "-1",
-    "1.5",
-    "1e3",
-    "1E+3",
-    "8.08e3",
-    "1e400",
-    "-1e400",
-    "1e-400",
-    "0x1F90",
-    "0x",
-    "0o17",
-    "0b101",
-    "0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF",
-    "Infinity",
-    "-Infinity",
-    "NaN",
-    "inf",
-    "nan",
-    "65535",
-    "65536",
-    "18446744073709551615",
-    "18446744073709551616",
-    "99999999999999999999999",
-    "9223372036854775808",
-    "-9223372036854775809",
-    "true",
-    "false",
-    "TRUE",
-    "null",
-    "..",
-    ".",
-    "../x",
-    "./../x",
-    "/",
-    "//",
-    "/etc/passwd",
-    "a/../../x",
-    "..\\x",
-    "a\\..\\..\\b",
-    "%2e%2e/x",
-    "%2e%2e%2fx",
-    "..%2f",
-    "..%00",
-    "\u{FF0E}\u{FF0E}/x",
-    "\u{FF0F}etc",
-    "\u{2024}\u{2024}/x",
-    "\u{FE52}\u{FE52}/x",
-    "\u{202E}lmay.exe",
-    "e\u{301}",
-    "\u{E9}",
-    ".\u{301}.",
-    "..\u{200B}",
-    "\u{1F600}",
-    "A=B",
-    "=",
-    "TELO_REGISTRY_URL",
-    "PATH",
-    "LD_PRELOAD",
-    "tcp",
-    "udp",
-    "TCP",
-    "always",
-    "never",
-    "missing",
-    "resize",
-    "telo.yaml",
-];
-
-fn nasty_string() -> BoxedStrategy<String> {
-    prop_oneof![
-        3 => prop::sample::select(NASTY_STRINGS).prop_map(str::to_owned),
-        2 => any::<String>(),
-        2 => "[a./\\\\%0-9\0\u{FF0E}\u{202E}\u{301}=_-]{0,16}",
-        1 => (prop::sample::select(NASTY_STRINGS), prop::sample::select(NASTY_STRINGS))
-            .prop_map(|(a, b)| format!("{a}{b}")),
-        1 => (0usize..5000, prop::sample::select(&["a", "../", "./", "\u{E9}", "/"][..]))
-            .prop_map(|(n, unit)| unit.repeat(n)),
-    ]
-    .boxed()
-}
-
-/// Numbers as JSON can carry them, with the edges of every range we check.
-fn nasty_number() -> BoxedStrategy<Value> {
-    prop_oneof![
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        prop::sample::select(
-            &[
-                0.0,
-                -0.0,
-                0.5,
-                1.0,
-                1.5,
-                65535.0,
-                65535.5,
-                65536.0,
-                -1.0,
-                1e21,
-                1e300,
-                f64::MAX,
-                f64::MIN,
-                f64::MIN_POSITIVE,
-                5e-324,
-                9_223_372_036_854_775_808.0,
-                -9_223_372_036_854_775_808.0,
-                18_446_744_073_709_551_616.0,
-            ][..]
-        )
-        .prop_map(Value::from),
-        (-70_000i64..70_000).prop_map(Value::from),
-    ]
-    .boxed()
-}
-
-const KEYS: &[&str] = &[
-    "bundle",
-    "entryRelativePath",
-    "files",
-    "relativePath",
-    "contents",
-    "env",
-    "ports",
-    "port",
-    "protocol",
-    "config",
-    "image",
-    "pullPolicy",
-    "registryUrl",
-    "inspect",
-    "type",
-    "cols",
-    "rows",
-    "0",
-    "1",
-    "4294967294",
-    "4294967295",
-    "__proto__",
-    "",
-];
-
-fn nasty_key() -> BoxedStrategy<String> {
-    prop_oneof![
-        3 => prop::sample::select(KEYS).prop_map(str::to_owned),
-        1 => nasty_string(),
-    ]
-    .boxed()
-}
-
-fn leaf() -> BoxedStrategy<Value> {
-    prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        nasty_number(),
-        nasty_string().prop_map(Value::String),
-    ]
-    .boxed()
-}
-
-/// Any JSON value, with keys biased towards the ones the schemas name.
-fn json_value() -> BoxedStrategy<Value> {
-    leaf()
-        .prop_recursive(5, 96, 8, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                prop::collection::vec((nasty_key(), inner), 0..8)
-                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
-            ]
-        })
-        .boxed()
-}
+// Request body generators
 
 /// `value` half the time, something hostile otherwise (including a wrapping
 /// one-element array, which the validator coerces).
@@ -380,64 +173,6 @@ fn start_body() -> BoxedStrategy<Value> {
                 None => {}
             }
             Value::Object(body)
-        })
-        .boxed()
-}
-
-/// Path components meant to escape, confuse or overflow.
-const PATH_PARTS: &[&str] = &[
-    "",
-    ".",
-    "..",
-    "...",
-    "a",
-    "telo.yaml",
-    "\\",
-    "..\\",
-    "\\..",
-    "%2e%2e",
-    "%2f",
-    "%00",
-    "\u{FF0E}\u{FF0E}",
-    "\u{FF0F}",
-    "\u{2215}",
-    "\u{2024}\u{2024}",
-    "\u{FE52}\u{FE52}",
-    "\u{202E}",
-    "\u{200B}",
-    ".\u{301}",
-    "e\u{301}",
-    "\u{E9}",
-    "\u{1F600}",
-    "C:",
-    "\\\\?\\C:",
-    "~",
-    "$HOME",
-    "\0",
-    " ",
-    "\n",
-];
-
-fn hostile_path() -> BoxedStrategy<String> {
-    let part = prop_oneof![
-        6 => prop::sample::select(PATH_PARTS).prop_map(str::to_owned),
-        1 => "[a-z.]{250,260}",
-        1 => any::<String>(),
-    ];
-    let separator = prop::sample::select(&["/", "//", "/./", "\\", ""][..]);
-    (
-        prop::option::of(prop::sample::select(&["/", "//", "./", "../"][..])),
-        prop::collection::vec((part, separator), 0..12),
-        prop::option::of(Just("/")),
-    )
-        .prop_map(|(lead, parts, trail)| {
-            let mut path = lead.unwrap_or_default().to_owned();
-            for (part, separator) in parts {
-                path.push_str(&part);
-                path.push_str(separator);
-            }
-            path.push_str(trail.unwrap_or_default());
-            path
         })
         .boxed()
 }
@@ -646,65 +381,6 @@ async fn create_session(
 }
 
 // ---------------------------------------------------------------------------
-// Bundle path invariants
-
-/// An accepted path, joined to a bundle root, names a file strictly inside it.
-fn check_accepted_path(path: &str) -> Result<(), TestCaseError> {
-    prop_assert!(!path.contains('\0'), "NUL in {path:?}");
-    prop_assert!(!path.is_empty());
-    prop_assert!(!path.starts_with('/') && !path.ends_with('/'), "{path:?}");
-    prop_assert!(path.len() <= 4096, "{} bytes", path.len());
-    let root = Path::new("/srv/bundle-root");
-    let joined = root.join(path);
-    let mut inside = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::ParentDir => {
-                return Err(TestCaseError::fail(format!("'..' in {path:?}")));
-            }
-            Component::CurDir => return Err(TestCaseError::fail(format!("'.' in {path:?}"))),
-            other => inside.push(other),
-        }
-    }
-    prop_assert!(
-        inside.starts_with(root) && inside != root,
-        "{path:?} escapes"
-    );
-    for segment in path.split('/') {
-        prop_assert!(!segment.is_empty() && segment != "." && segment != "..");
-        prop_assert!(segment.len() <= 255, "a {}-byte component", segment.len());
-    }
-    Ok(())
-}
-
-fn check_bundle_path(raw: &str) -> Result<(), TestCaseError> {
-    match normalize_bundle_path(raw) {
-        Ok(path) => {
-            check_accepted_path(&path)?;
-            // Normalizing is idempotent, so a backend normalizing again gets
-            // the same file.
-            prop_assert_eq!(normalize_bundle_path(&path), Ok(path.clone()));
-        }
-        Err(InvalidBundlePath(quoted)) => prop_assert_eq!(quoted, raw),
-    }
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(config(2048))]
-
-    #[test]
-    fn accepted_bundle_paths_stay_inside_the_root(raw in hostile_path()) {
-        check_bundle_path(&raw)?;
-    }
-
-    #[test]
-    fn arbitrary_strings_as_bundle_paths_stay_inside_the_root(raw in nasty_string()) {
-        check_bundle_path(&raw)?;
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Request bodies through the router
 
 proptest! {
@@ -899,85 +575,6 @@ fn deeply_nested_json_is_a_400_not_a_stack_overflow() {
             );
         }
     });
-}
-
-// ---------------------------------------------------------------------------
-// Configuration values
-
-/// Every documented variable, with the file-path ones pointed at paths that
-/// do not exist (reading a device such as `/dev/zero` is the operator's own
-/// doing, not hostile input).
-fn core_env() -> BoxedStrategy<Env> {
-    let names: Vec<&'static str> = CORE_ENV_VARS.iter().map(|var| var.name).collect();
-    prop::collection::vec(
-        (
-            prop::sample::select(names),
-            prop_oneof![nasty_string(), json_value().prop_map(|v| v.to_string())],
-        ),
-        0..8,
-    )
-    .prop_map(|pairs| {
-        pairs
-            .into_iter()
-            .map(|(name, value)| {
-                let value = if name.ends_with("_FILE") {
-                    format!("/nonexistent/hostile-input/{}", value.len())
-                } else {
-                    value
-                };
-                (name.to_owned(), value)
-            })
-            .collect()
-    })
-    .boxed()
-}
-
-fn check_config_error(err: &ConfigError) -> Result<(), TestCaseError> {
-    let message = &err.0;
-    let names: Vec<&str> = CORE_ENV_VARS.iter().map(|var| var.name).collect();
-    prop_assert!(
-        names.iter().any(|name| message.contains(name)),
-        "a config error that names no variable: {message}"
-    );
-    Ok(())
-}
-
-proptest! {
-    #![proptest_config(config(1024))]
-
-    #[test]
-    fn core_config_refuses_with_a_message_naming_the_variable(env in core_env()) {
-        match load_core_config(&env, 8061) {
-            Ok(config) => {
-                prop_assert!(config.port >= 1);
-                prop_assert!(config.max_sessions >= 1);
-                prop_assert!(config.max_body_bytes >= 1);
-                prop_assert!(!config.exit_ttl.is_zero());
-                prop_assert!(!config.sse_heartbeat.is_zero());
-            }
-            Err(err) => check_config_error(&err)?,
-        }
-    }
-
-    #[test]
-    fn number_and_flag_parsers_never_panic(raw in nasty_string()) {
-        let _ = js_number(&raw);
-        match parse_positive_int(Some(&raw), 7, "FIELD") {
-            Ok(n) => prop_assert!(n >= 1),
-            Err(err) => prop_assert_eq!(err.0, format!("FIELD must be a positive integer, got '{raw}'.")),
-        }
-        match parse_port(Some(&raw), 8061) {
-            Ok(port) => prop_assert!(port >= 1),
-            Err(err) => prop_assert_eq!(err.0, format!("PORT must be an integer in 1..65535, got '{raw}'.")),
-        }
-        match parse_bool(Some(&raw), false, "FLAG") {
-            Ok(_) => {}
-            Err(err) => prop_assert_eq!(err.0, format!("FLAG must be a boolean (true/false), got '{raw}'.")),
-        }
-        if let runner_core::config::CorsOrigins::List(origins) = parse_cors_origins(Some(&raw)) {
-            prop_assert!(origins.iter().all(|origin| !origin.is_empty()));
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
