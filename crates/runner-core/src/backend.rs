@@ -239,6 +239,11 @@ pub trait Backend: Send + Sync + 'static {
     fn leaves_sessions_on_shutdown(&self) -> bool {
         false
     }
+
+    /// The runner is going away and its sessions are stopped or handed
+    /// over: stop every background task the backend owns and wait for them
+    /// ([`crate::tasks::OwnedTasks`]).
+    async fn shutdown(&self) {}
 }
 
 /// A started workload.

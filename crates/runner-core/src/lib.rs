@@ -21,6 +21,7 @@ pub mod registry;
 pub mod replay;
 pub mod start_gate;
 pub mod sync;
+pub mod tasks;
 pub mod terms;
 pub mod time;
 

@@ -396,10 +396,12 @@ impl SessionRegistry {
     }
 
     /// Stop every live session (each reports `stopped`), wait up to `grace` for
-    /// them to end, then cancel whatever is left and every retention timer.
+    /// them to end, then cancel whatever is left and every retention timer,
+    /// and let the backend stop its own tasks.
     pub async fn shutdown(&self, grace: Duration) {
         if self.inner.backend.leaves_sessions_on_shutdown() {
             self.hand_over(grace).await;
+            self.inner.backend.shutdown().await;
             return;
         }
         let sessions = self.sessions();
@@ -442,6 +444,7 @@ impl SessionRegistry {
         {
             warn!("background session tasks did not finish after shutdown");
         }
+        self.inner.backend.shutdown().await;
     }
 
     /// Shutdown of a runner whose successor adopts its workloads: live

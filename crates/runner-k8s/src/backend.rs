@@ -1,6 +1,6 @@
 //! `KubeBackend`: the runner-core `Backend` on a Kubernetes cluster.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::base_images::BaseImageCatalog;
 use async_trait::async_trait;
@@ -9,14 +9,13 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
+use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness, RecoveredSession,
     SessionSink, StartError, StartSpec, StartStage,
 };
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::adoption::Adoption;
 use crate::api_error::api_failure;
@@ -41,8 +40,9 @@ pub struct KubeBackend {
     catalog: Option<Arc<BaseImageCatalog>>,
     /// Sessions found at boot, kept until `resume` takes them.
     adoption: Adoption,
-    stop: CancellationToken,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The shared watches, the catalog refresher and every session's
+    /// background work.
+    tasks: OwnedTasks,
 }
 
 impl KubeBackend {
@@ -56,7 +56,8 @@ impl KubeBackend {
         routing: ResolvedRouting,
         metrics: &Metrics,
     ) -> Self {
-        let stop = CancellationToken::new();
+        let tasks = OwnedTasks::new();
+        let stop = tasks.stopping();
         let namespace = config.session_namespace.clone();
         let (pod_watcher, pod_task) = PodWatcher::spawn(
             client.clone(),
@@ -75,18 +76,15 @@ impl KubeBackend {
             .no_proxy()
             .build()
             .unwrap_or_else(|_| runner_core::http_client::client());
-        let mut tasks = vec![pod_task, event_task];
+        tasks.adopt(pod_task);
+        tasks.adopt(event_task);
         let router = SessionRouter::spawn(
             client.clone(),
             &config,
             routing,
             metrics.watch_restarts("routes"),
-            stop.clone(),
-        )
-        .map(|(router, task)| {
-            tasks.push(task);
-            router
-        });
+            &tasks,
+        );
         let ctx = Arc::new(SessionContext {
             pods: Api::namespaced(client.clone(), &namespace),
             pod_watcher,
@@ -96,9 +94,10 @@ impl KubeBackend {
             start_deadline: config.start_deadline,
             stop_grace: config.core.stop_grace,
             router,
+            tasks: tasks.clone(),
         });
         if let Some(catalog) = &catalog {
-            tasks.push(
+            tasks.adopt(
                 catalog
                     .clone()
                     .spawn_refresher(config.base_image_catalog.refresh_interval, stop.clone()),
@@ -122,8 +121,7 @@ impl KubeBackend {
             settings,
             catalog,
             adoption,
-            stop,
-            tasks: Mutex::new(tasks),
+            tasks,
         }
     }
 
@@ -186,24 +184,11 @@ impl KubeBackend {
             }
         }
     }
-
-    /// Stop the shared watches (runner shutdown).
-    pub fn shutdown(&self) {
-        self.stop.cancel();
-        for task in self
-            .tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            task.abort();
-        }
-    }
 }
 
 impl Drop for KubeBackend {
     fn drop(&mut self) {
-        self.shutdown();
+        self.tasks.stop();
     }
 }
 
@@ -330,4 +315,12 @@ impl Backend for KubeBackend {
     fn leaves_sessions_on_shutdown(&self) -> bool {
         self.config.orphan_policy == OrphanPolicy::Adopt
     }
+
+    async fn shutdown(&self) {
+        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
+    }
 }
+
+/// How long shutdown waits for the backend's tasks once they are told to
+/// stop; they end at once unless a request hangs.
+const TASKS_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);

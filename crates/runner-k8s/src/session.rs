@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
 use runner_core::reachability::watch_reachability;
+use runner_core::tasks::OwnedTasks;
 use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
 use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
@@ -66,6 +67,8 @@ pub struct SessionContext {
     pub stop_grace: Duration,
     /// `None` on a logs-only runner.
     pub router: Option<Arc<SessionRouter>>,
+    /// The backend's task owner, where every session's background work runs.
+    pub tasks: OwnedTasks,
 }
 
 /// The declared shape of a session, as needed once its pod runs.
@@ -189,7 +192,7 @@ pub async fn bring_up(
             if let Some(routes) = routes {
                 routes.follow(sink.clone());
             }
-            tokio::spawn(supervise(session.clone(), shape, watching));
+            ctx.tasks.spawn(supervise(session.clone(), shape, watching));
         }
     }
     Ok(session)
@@ -305,7 +308,7 @@ fn start_watchers(
     match pod_ip {
         Some(ip) => {
             if !tcp_ports.is_empty() {
-                tokio::spawn(watch_reachability(
+                ctx.tasks.spawn(watch_reachability(
                     ip,
                     tcp_ports,
                     sink.clone(),
@@ -318,12 +321,13 @@ fn start_watchers(
                     "http://{}/events",
                     std::net::SocketAddr::new(ip, INSPECT_PORT)
                 );
-                tokio::spawn(runner_core::debug_relay::relay_debug_stream(
-                    ctx.http.clone(),
-                    url,
-                    move |frame| sink.debug(frame),
-                    ended,
-                ));
+                ctx.tasks
+                    .spawn(runner_core::debug_relay::relay_debug_stream(
+                        ctx.http.clone(),
+                        url,
+                        move |frame| sink.debug(frame),
+                        ended,
+                    ));
             }
         }
         None => {
@@ -485,7 +489,7 @@ impl KubeSession {
         let deleted = self.deleted.clone();
         let sink = self.sink.clone();
         let ended = sink.ended();
-        tokio::spawn(async move {
+        self.ctx.tasks.spawn(async move {
             let mut delay = OUTAGE_RETRY_FIRST;
             loop {
                 tokio::select! {

@@ -13,6 +13,7 @@ use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
 use runner_core::reachability::watch_reachability;
+use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
@@ -61,6 +62,8 @@ pub struct LocalBackend {
     kernel: KernelMonitor,
     sandbox: Arc<SandboxMonitor>,
     kernel_cache: KernelCache,
+    /// Every session's supervisor, reachability probe and debug relay.
+    tasks: OwnedTasks,
     _work_root: WorkRootLock,
 }
 
@@ -95,6 +98,7 @@ impl LocalBackend {
             http,
             kernel,
             sandbox,
+            tasks: OwnedTasks::new(),
             _work_root: work_root,
         })
     }
@@ -436,11 +440,12 @@ impl Backend for LocalBackend {
             inspect_url: None,
         });
         // Only now: the terminal status must never overtake `running`.
-        tokio::spawn(supervise(supervision).instrument(Span::current()));
+        self.tasks
+            .spawn(supervise(supervision).instrument(Span::current()));
 
         let tcp_ports = spec.tcp_ports();
         if !tcp_ports.is_empty() {
-            tokio::spawn(
+            self.tasks.spawn(
                 watch_reachability(
                     IpAddr::V4(Ipv4Addr::LOCALHOST),
                     tcp_ports,
@@ -452,7 +457,7 @@ impl Backend for LocalBackend {
         }
         if let Some(port) = inspect_port {
             let frames = sink.clone();
-            tokio::spawn(
+            self.tasks.spawn(
                 relay_debug_stream(
                     self.http.clone(),
                     format!("http://127.0.0.1:{port}/events"),
@@ -470,7 +475,16 @@ impl Backend for LocalBackend {
             work.discard();
         }
     }
+
+    async fn shutdown(&self) {
+        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
+        self.kernel.shutdown(TASKS_SHUTDOWN_BOUND).await;
+    }
 }
+
+/// How long shutdown waits for the backend's tasks once they are told to
+/// stop (the sessions have ended by then; a kernel check may still run).
+const TASKS_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 
 /// Starts the threads of a freshly spawned process and prepares its
 /// supervisor. On failure the process group is killed.

@@ -105,6 +105,18 @@ impl KernelMonitor {
         }
     }
 
+    /// Ends a running check and waits for its task, at most `bound`.
+    pub async fn shutdown(&self, bound: std::time::Duration) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        if tokio::time::timeout(bound, self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the kernel check was still running after shutdown");
+        }
+    }
+
     /// Starts the boot check in the background, so the first probe or start
     /// finds the verdict ready (or waits for this check rather than starting
     /// another). Without a Tokio runtime nothing starts, and the first

@@ -10,7 +10,6 @@
 
 mod common;
 
-
 use common::{Backend, Runner};
 use k8s_openapi::api::core::v1::Pod;
 use reqwest::StatusCode;

@@ -28,9 +28,8 @@ use kube::api::DeleteParams;
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Api, Client};
 use runner_core::SessionSink;
+use runner_core::tasks::OwnedTasks;
 use runner_core::types::{PortMapping, RouteState};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use crate::api_error::{api_reason, is_not_found};
@@ -96,19 +95,20 @@ pub struct SessionRouter {
     layer: RoutingLayer,
     ready_timeout: Duration,
     watcher: Arc<RouteWatcher>,
-    stop: CancellationToken,
+    /// The backend's task owner: each session's route following runs there.
+    tasks: OwnedTasks,
 }
 
 impl SessionRouter {
     /// The router of a routed runner, with its shared route watch running
-    /// until `stop`; `None` for a logs-only runner.
+    /// until `tasks` shut down; `None` for a logs-only runner.
     pub fn spawn(
         client: Client,
         config: &K8sConfig,
         resolved: ResolvedRouting,
         watch_restarts: runner_core::metrics::Counter,
-        stop: CancellationToken,
-    ) -> Option<(Arc<Self>, JoinHandle<()>)> {
+        tasks: &OwnedTasks,
+    ) -> Option<Arc<Self>> {
         let base_domain = config.routing.base_domain.clone()?;
         let (layer, resource) = match resolved {
             ResolvedRouting::None { .. } => return None,
@@ -140,8 +140,9 @@ impl SessionRouter {
             resource,
             &config.managed_by,
             watch_restarts,
-            stop.clone(),
+            tasks.stopping(),
         );
+        tasks.adopt(task);
         let router = Arc::new(Self {
             client,
             namespace,
@@ -150,9 +151,9 @@ impl SessionRouter {
             layer,
             ready_timeout: config.routing.route_ready_timeout,
             watcher,
-            stop,
+            tasks: tasks.clone(),
         });
-        Some((router, task))
+        Some(router)
     }
 
     /// Why the route watch cannot be relied on now (`/readyz`), if it cannot.
@@ -352,15 +353,13 @@ impl SessionRoutes {
             return;
         }
         let health = self.router.health(routes);
-        let router_stop = self.router.stop.clone();
         let subscription = self.subscription;
-        tokio::spawn(async move {
+        self.router.tasks.spawn(async move {
             let objects = subscription.objects.clone();
             let read_error = || subscription.read_error();
-            tokio::select! {
-                () = health.run(objects, read_error, &mut report, sink.ended()) => {}
-                () = router_stop.cancelled() => {}
-            }
+            health
+                .run(objects, read_error, &mut report, sink.ended())
+                .await;
         });
     }
 }
