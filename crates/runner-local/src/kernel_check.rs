@@ -34,6 +34,11 @@ pub const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 pub const CHECK_OUTPUT_BYTES: usize = 16 * 1024;
 /// Longest error line quoted in a probe answer.
 pub const QUOTED_LINE_CHARS: usize = 300;
+/// How long a failed check's verdict stands while the kernel is unchanged.
+/// Long enough that a broken kernel costs one check a minute, not one per
+/// probe or start.
+pub const RECHECK_FAILED_AFTER: Duration = Duration::from_secs(60);
+
 const NODE_VERSION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a check run ended.

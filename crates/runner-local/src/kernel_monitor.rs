@@ -8,7 +8,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -18,8 +17,9 @@ use tracing::{info, warn};
 
 use crate::kernel_cache::KernelCache;
 use crate::kernel_check::{
-    CheckEnd, KernelProblem, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST, SELF_CHECK_TIMEOUT,
-    TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version, run_check,
+    CheckEnd, KernelProblem, RECHECK_FAILED_AFTER, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST,
+    SELF_CHECK_TIMEOUT, TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version,
+    run_check,
 };
 use crate::kernel_fingerprint::KernelFingerprint;
 use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
@@ -29,10 +29,6 @@ use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 /// check interrupted by a crash leaves nothing behind the next one does not
 /// remove) that can never be a session id.
 pub const KERNEL_CHECK_DIR_NAME: &str = ".kernel-check";
-/// How long a failed check's verdict stands while the kernel is unchanged.
-/// Long enough that a broken kernel costs one check a minute, not one per
-/// probe or start.
-pub const RECHECK_FAILED_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelHealth {
@@ -319,6 +315,7 @@ impl std::fmt::Debug for KernelMonitor {
 mod tests {
     use super::*;
     use crate::kernel_fingerprint::FileStamp;
+    use std::time::Duration;
 
     fn fingerprint(inode: u64) -> KernelFingerprint {
         KernelFingerprint {

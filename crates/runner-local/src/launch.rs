@@ -4,9 +4,9 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::args_file::ArgsFile;
 use crate::kernel_cache::KernelCache;
 use crate::process_group::Members;
-use crate::sandbox::ArgsFile;
 
 /// Terminal type workloads see: the client renders an xterm-compatible
 /// terminal with 256 colours.

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod args_file;
 pub mod backend;
 pub mod config;
 pub mod executable;

@@ -15,8 +15,8 @@ use runner_core::SessionSink;
 use tokio::sync::oneshot;
 use tracing::debug;
 
+use crate::args_file::ArgsFile;
 use crate::launch::SpawnPlan;
-use crate::sandbox::ArgsFile;
 
 /// The terminal size a session starts with, until a client resizes it.
 pub const INITIAL_SIZE: PtySize = PtySize {

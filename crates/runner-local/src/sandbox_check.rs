@@ -23,9 +23,8 @@ use tracing::{info, warn};
 
 use crate::config::{BubblewrapConfig, SandboxConfig};
 use crate::executable::resolve_executable;
-use crate::kernel_check::{CheckEnd, CheckRun, last_error_line, run_check};
+use crate::kernel_check::{CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check};
 use crate::kernel_fingerprint::FileStamp;
-use crate::kernel_monitor::RECHECK_FAILED_AFTER;
 use crate::launch::LaunchPlan;
 use crate::sandbox::{HostLayout, Sandbox, SandboxPrograms};
 

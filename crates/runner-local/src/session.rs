@@ -16,9 +16,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::args_file::ArgsFile;
 use crate::process_group::ProcessGroup;
 use crate::pty::InputQueue;
-use crate::sandbox::ArgsFile;
 
 /// How long, after the process exited, its last output may take to arrive
 /// before the terminal status is reported anyway. Output normally drains in
