@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> Env {
-        crate::config::env_from_pairs(pairs)
+        crate::env::env_from_pairs(pairs)
     }
 
     #[test]
