@@ -11,6 +11,18 @@ use serde_json::Value;
 use crate::session::SessionSink;
 pub use crate::workload::{BackendSession, StartError, StartStage, StopError};
 
+/// Why a backend refuses a bundle session's config; its text is the
+/// `invalid_config` message the client gets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSessionConfig {
+    /// The image is not one the runner offers (its base-image allowlist).
+    #[error(
+        "base image '{image}' is not offered by this runner. Allowed images: {}",
+        offered.join(", ")
+    )]
+    ImageNotOffered { image: String, offered: Vec<String> },
+}
+
 /// What `/v1/capabilities` says about the backend; the core adds terms and apps.
 #[derive(Debug, Clone)]
 pub struct BackendCapabilities {
@@ -114,7 +126,7 @@ pub trait Backend: Send + Sync + 'static {
     async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;
 
     /// Server-side check of a bundle session's config (`400 invalid_config`).
-    fn validate_config(&self, _config: &SessionConfig) -> Result<(), String> {
+    fn validate_config(&self, _config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
         Ok(())
     }
 

@@ -29,8 +29,8 @@ pub mod workload;
 pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
-    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness,
-    RecoveredSession, StartError, StartSpec, StartStage, StopError,
+    AppLaunch, Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig,
+    Readiness, RecoveredSession, StartError, StartSpec, StartStage, StopError,
 };
 pub use registry::{RegistryLimits, SessionRegistry};
 pub use session::SessionSink;

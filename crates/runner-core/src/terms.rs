@@ -43,7 +43,7 @@ fn terms_body(env: &Env) -> Result<Option<String>, ConfigError> {
         return Ok(env.get("RUNNER_TERMS_BODY").cloned());
     };
     let bytes = std::fs::read(&file).map_err(|err| {
-        ConfigError(format!(
+        ConfigError::Other(format!(
             "RUNNER_TERMS_FILE could not be read at '{file}': {err}"
         ))
     })?;
@@ -198,8 +198,11 @@ mod tests {
             "RUNNER_TERMS_FILE could not be read at '{}': ",
             missing.display()
         );
-        assert!(err.0.starts_with(&expected_prefix), "{err}");
-        assert!(err.0.contains("No such file or directory"), "{err}");
+        assert!(err.to_string().starts_with(&expected_prefix), "{err}");
+        assert!(
+            err.to_string().contains("No such file or directory"),
+            "{err}"
+        );
     }
 
     #[test]
