@@ -155,10 +155,13 @@ pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
     if raw.is_empty() {
         return Ok(AppCatalog::default());
     }
-    let parsed: Value = serde_json::from_str(raw)
-        .map_err(|err| ConfigError(format!("RUNNER_APPS is not valid JSON: {err}")))?;
+    let parsed: Value = serde_json::from_str(raw).map_err(|err| ConfigError::Malformed {
+        var: "RUNNER_APPS".to_owned(),
+        expected: "valid JSON".to_owned(),
+        reason: err.to_string(),
+    })?;
     let Value::Object(catalog) = parsed else {
-        return Err(ConfigError(
+        return Err(ConfigError::Other(
             "RUNNER_APPS must be a JSON object mapping app name \u{2192} app config.".to_owned(),
         ));
     };
@@ -172,7 +175,10 @@ pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
 }
 
 fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
-    let fail = |detail: &str| ConfigError(format!("RUNNER_APPS entry '{name}' {detail}"));
+    let fail = |problem: &str| ConfigError::InvalidApp {
+        name: name.to_owned(),
+        problem: problem.to_owned(),
+    };
     if js_trim(name).is_empty() {
         return Err(fail("has an empty name."));
     }
@@ -467,8 +473,8 @@ mod tests {
         #[case] message: &str,
     ) {
         assert_eq!(
-            load_apps(&apps_env(raw)),
-            Err(ConfigError(message.to_owned()))
+            load_apps(&apps_env(raw)).map_err(|err| err.to_string()),
+            Err(message.to_owned())
         );
     }
 
@@ -476,7 +482,7 @@ mod tests {
     fn invalid_json_carries_the_parser_message() {
         let err = load_apps(&apps_env("{not json")).unwrap_err();
         assert!(
-            err.0
+            err.to_string()
                 .starts_with("RUNNER_APPS is not valid JSON: key must be a string"),
             "{err}"
         );
@@ -588,6 +594,6 @@ mod tests {
         "RUNNER_APPS entry 'a' accepts 'NODE_OPTIONS' from clients in 'acceptEnv', but that variable changes how the program loads or runs \u{2014} remove it."
     )]
     fn a_bad_accept_env_is_a_configuration_error(#[case] raw: &str, #[case] message: &str) {
-        assert_eq!(load_apps(&apps_env(raw)).unwrap_err().0, message);
+        assert_eq!(load_apps(&apps_env(raw)).unwrap_err().to_string(), message);
     }
 }

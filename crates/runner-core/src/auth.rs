@@ -71,14 +71,15 @@ pub fn load_auth_tokens(env: &Env) -> Result<Option<AuthTokens>, ConfigError> {
     let Some(path) = env_string(env, AUTH_TOKENS_FILE_VAR) else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(&path).map_err(|err| {
-        ConfigError(format!(
-            "{AUTH_TOKENS_FILE_VAR} '{path}' could not be read: {err}."
-        ))
+    let text = std::fs::read_to_string(&path).map_err(|err| ConfigError::UnreadableFile {
+        var: AUTH_TOKENS_FILE_VAR.to_owned(),
+        path: path.clone(),
+        // This variable's refusal has always closed with a full stop.
+        reason: format!("{err}."),
     })?;
     let tokens = AuthTokens::parse(&text);
     if tokens.is_empty() {
-        return Err(ConfigError(format!(
+        return Err(ConfigError::Other(format!(
             "{AUTH_TOKENS_FILE_VAR} '{path}' holds no token (one per line; blank lines and # comments are ignored)."
         )));
     }
@@ -117,10 +118,11 @@ mod tests {
         std::fs::write(&path, "# none yet\n\n").expect("write");
         let path = path.to_string_lossy().into_owned();
         assert_eq!(
-            load_auth_tokens(&env_from_pairs(&[(AUTH_TOKENS_FILE_VAR, &path)])),
-            Err(ConfigError(format!(
+            load_auth_tokens(&env_from_pairs(&[(AUTH_TOKENS_FILE_VAR, &path)]))
+                .map_err(|err| err.to_string()),
+            Err(format!(
                 "RUNNER_AUTH_TOKENS_FILE '{path}' holds no token (one per line; blank lines and # comments are ignored)."
-            )))
+            ))
         );
     }
 

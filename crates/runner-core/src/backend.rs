@@ -5,11 +5,23 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use runner_api::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, SessionConfig};
 use serde_json::Value;
 
-use crate::registry::SessionSink;
+use crate::session::SessionSink;
+pub use crate::workload::{BackendSession, StartError, StartStage, StopError};
+
+/// Why a backend refuses a bundle session's config; its text is the
+/// `invalid_config` message the client gets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSessionConfig {
+    /// The image is not one the runner offers (its base-image allowlist).
+    #[error(
+        "base image '{image}' is not offered by this runner. Allowed images: {}",
+        offered.join(", ")
+    )]
+    ImageNotOffered { image: String, offered: Vec<String> },
+}
 
 /// What `/v1/capabilities` says about the backend; the core adds terms and apps.
 #[derive(Debug, Clone)]
@@ -75,78 +87,6 @@ impl StartSpec {
     }
 }
 
-/// Where a start failed. It is the first word of the failure on the wire
-/// (`"<stage>: <message>"`) and the `stage` label of the start-failure metric,
-/// so its spellings are part of the contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StartStage {
-    /// Receiving or staging the application's bundle.
-    Bundle,
-    /// Making what the session runs in: its directory, its pod.
-    Create,
-    /// Starting the workload in it.
-    Start,
-    /// Taking a session over from a previous runner.
-    Resume,
-    /// Stopped while it came up: the session ends `stopped`, not `failed`.
-    Cancelled,
-}
-
-impl StartStage {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StartStage::Bundle => "bundle",
-            StartStage::Create => "create",
-            StartStage::Start => "start",
-            StartStage::Resume => "resume",
-            StartStage::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl std::fmt::Display for StartStage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A start failure. On the wire only `"<stage>: <message>"` appears; the source
-/// goes to the log.
-#[derive(Debug, thiserror::Error)]
-#[error("{stage}: {message}")]
-pub struct StartError {
-    pub stage: StartStage,
-    pub message: String,
-    #[source]
-    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl StartError {
-    pub fn cancelled() -> Self {
-        Self::new(
-            StartStage::Cancelled,
-            "the session was stopped while it was starting",
-        )
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.stage == StartStage::Cancelled
-    }
-
-    pub fn new(stage: StartStage, message: impl Into<String>) -> Self {
-        Self {
-            stage,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
-        self
-    }
-}
-
 /// A session that outlived the runner process that started it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredSession {
@@ -157,13 +97,6 @@ pub struct RecoveredSession {
     /// every earlier one, so a client resuming from before the restart is told
     /// it missed something instead of silently skipping output.
     pub generation: u32,
-}
-
-/// A failed stop; its message becomes `500 stop_failed`.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct StopError {
-    pub message: String,
 }
 
 /// What keeps a backend from taking traffic (`/readyz`).
@@ -193,7 +126,7 @@ pub trait Backend: Send + Sync + 'static {
     async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;
 
     /// Server-side check of a bundle session's config (`400 invalid_config`).
-    fn validate_config(&self, _config: &SessionConfig) -> Result<(), String> {
+    fn validate_config(&self, _config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
         Ok(())
     }
 
@@ -244,23 +177,4 @@ pub trait Backend: Send + Sync + 'static {
     /// over: stop every background task the backend owns and wait for them
     /// ([`crate::tasks::OwnedTasks`]).
     async fn shutdown(&self) {}
-}
-
-/// A started workload.
-#[async_trait]
-pub trait BackendSession: Send + Sync + 'static {
-    /// Write to the workload's stdin; a no-op once it ended. Must not block
-    /// (queue or drop): it is called with the session's state locked.
-    fn write_stdin(&self, bytes: Bytes);
-
-    /// Resize the workload's terminal; a no-op once it ended. Must not block.
-    fn resize(&self, cols: u16, rows: u16);
-
-    /// Force-stop; idempotent. The terminal status arrives through the sink.
-    async fn stop(&self) -> Result<(), StopError>;
-
-    /// The runner exits and a successor adopts the workload: stop observing
-    /// it, and never stop or delete it. Called before the session's `ended`
-    /// fires.
-    fn detach(&self) {}
 }

@@ -13,8 +13,8 @@ use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::terms::load_terms;
 
 pub use crate::env::{
-    ConfigError, Env, env_from_pairs, env_string, parse_bool, parse_non_negative_int, parse_port,
-    parse_positive_int,
+    ConfigError, Env, IntegerRange, env_from_pairs, env_string, parse_bool, parse_non_negative_int,
+    parse_port, parse_positive_int,
 };
 use crate::env::{parse_positive_usize, parse_whole_number};
 
@@ -127,13 +127,14 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
         DEFAULT_MAX_HEADER_BYTES,
         MIN_MAX_HEADER_BYTES,
         "RUNNER_MAX_HEADER_BYTES",
-        "positive",
+        IntegerRange::Positive,
     )
     .map_err(|_| {
-        ConfigError(format!(
-            "RUNNER_MAX_HEADER_BYTES must be an integer of at least {MIN_MAX_HEADER_BYTES}, got '{}'.",
-            raw_header_bytes.unwrap_or_default()
-        ))
+        ConfigError::invalid_integer(
+            "RUNNER_MAX_HEADER_BYTES",
+            IntegerRange::AtLeast(MIN_MAX_HEADER_BYTES),
+            raw_header_bytes.unwrap_or_default(),
+        )
     })?;
     Ok(ConnectionLimits {
         max_connections,
@@ -441,8 +442,8 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                load_core_config(&vars(&[(name, raw)]), 8061),
-                Err(ConfigError(message.to_owned()))
+                load_core_config(&vars(&[(name, raw)]), 8061).map_err(|err| err.to_string()),
+                Err(message.to_owned())
             );
         }
     }
@@ -488,24 +489,18 @@ mod tests {
             ("RUNNER_EXIT_TTL_MS", "-1"),
         ]);
         assert_eq!(
-            load_core_config(&env, 8061),
-            Err(ConfigError(
-                "RUNNER_EXIT_TTL_MS must be a positive integer, got '-1'.".to_owned()
-            ))
+            load_core_config(&env, 8061).map_err(|err| err.to_string()),
+            Err("RUNNER_EXIT_TTL_MS must be a positive integer, got '-1'.".to_owned())
         );
         let env = vars(&[("RUNNER_APPS", "[]"), ("RUNNER_MAX_BODY_BYTES", "big")]);
         assert_eq!(
-            load_core_config(&env, 8061),
-            Err(ConfigError(
-                "RUNNER_MAX_BODY_BYTES must be a positive integer, got 'big'.".to_owned()
-            ))
+            load_core_config(&env, 8061).map_err(|err| err.to_string()),
+            Err("RUNNER_MAX_BODY_BYTES must be a positive integer, got 'big'.".to_owned())
         );
         let env = vars(&[("RUNNER_APPS", "[]")]);
         assert_eq!(
-            load_core_config(&env, 8061),
-            Err(ConfigError(
-                "RUNNER_APPS must be a JSON object mapping app name → app config.".to_owned()
-            ))
+            load_core_config(&env, 8061).map_err(|err| err.to_string()),
+            Err("RUNNER_APPS must be a JSON object mapping app name → app config.".to_owned())
         );
     }
 

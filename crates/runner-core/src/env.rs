@@ -13,11 +13,137 @@ use runner_api::js::{js_number, js_trim};
 /// never touch the real environment.
 pub type Env = HashMap<String, String>;
 
-/// A configuration value the runner refuses to start with. The text is the
-/// whole message shown to the operator.
+/// A configuration the runner refuses to start with. Its text is the whole
+/// message shown to the operator (and matched by tests and documentation), so
+/// each variant renders the sentence that shape of problem has always had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub enum ConfigError {
+    /// Not a whole number, or one outside what the variable allows.
+    #[error("{var} must be {wanted}, got '{value}'.")]
+    InvalidInteger {
+        var: String,
+        wanted: IntegerRange,
+        value: String,
+    },
+    /// Not one of the boolean spellings.
+    #[error("{var} must be a boolean (true/false), got '{value}'.")]
+    InvalidBoolean { var: String, value: String },
+    /// Not one of a fixed set of words.
+    #[error("{var} must be one of {} (got '{value}').", choices.join(" | "))]
+    NotOneOf {
+        var: String,
+        choices: Vec<String>,
+        value: String,
+    },
+    /// A value that breaks a rule of its variable; `rule` completes "must …"
+    /// (`be an absolute path`).
+    #[error("{var} must {rule}, got '{value}'.")]
+    Invalid {
+        var: String,
+        rule: String,
+        value: String,
+    },
+    /// A value that does not parse as what it should be; `expected` completes
+    /// "is not …" (`valid JSON`), `reason` is the parser's account.
+    #[error("{var} is not {expected}: {reason}")]
+    Malformed {
+        var: String,
+        expected: String,
+        reason: String,
+    },
+    /// One entry of the `RUNNER_APPS` catalog; `problem` is the rest of the
+    /// sentence after the entry's name.
+    #[error("RUNNER_APPS entry '{name}' {problem}")]
+    InvalidApp { name: String, problem: String },
+    /// A file a variable names that cannot be read; `reason` is the system's
+    /// account, ending the sentence as that variable's message always has.
+    #[error("{var} '{path}' could not be read: {reason}")]
+    UnreadableFile {
+        var: String,
+        path: String,
+        reason: String,
+    },
+    /// A variable that is set where other settings (or the cluster) make it
+    /// wrong; `reason` is the rest of the sentence after "is set but".
+    #[error("{var} is set but {reason}")]
+    Conflict { var: String, reason: String },
+    /// Something the runner builds from its configuration before serving;
+    /// `action` completes "could not …" (`build the HTTP client`).
+    #[error("could not {action}: {reason}")]
+    Setup { action: String, reason: String },
+    /// A message with a shape of its own.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a whole-number variable accepts, as its refusal puts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntegerRange {
+    /// Above zero.
+    Positive,
+    /// Zero or above.
+    NonNegative,
+    /// At least this much.
+    AtLeast(u64),
+    /// Within these bounds, both included.
+    Within(u64, u64),
+}
+
+impl std::fmt::Display for IntegerRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntegerRange::Positive => f.write_str("a positive integer"),
+            IntegerRange::NonNegative => f.write_str("a non-negative integer"),
+            IntegerRange::AtLeast(least) => write!(f, "an integer of at least {least}"),
+            IntegerRange::Within(least, most) => write!(f, "an integer in {least}..{most}"),
+        }
+    }
+}
+
+impl ConfigError {
+    /// `var` refused with `wanted`, quoting the value as the operator wrote it.
+    pub fn invalid_integer(var: &str, wanted: IntegerRange, value: &str) -> Self {
+        ConfigError::InvalidInteger {
+            var: var.to_owned(),
+            wanted,
+            value: value.to_owned(),
+        }
+    }
+
+    /// `var` is not one of `choices`.
+    pub fn not_one_of<S: AsRef<str>>(var: &str, choices: &[S], value: &str) -> Self {
+        ConfigError::NotOneOf {
+            var: var.to_owned(),
+            choices: choices.iter().map(|c| c.as_ref().to_owned()).collect(),
+            value: value.to_owned(),
+        }
+    }
+
+    /// `var` breaks `rule` (what follows "must").
+    pub fn invalid(var: &str, rule: &str, value: &str) -> Self {
+        ConfigError::Invalid {
+            var: var.to_owned(),
+            rule: rule.to_owned(),
+            value: value.to_owned(),
+        }
+    }
+
+    /// `var` is set where it cannot apply (`reason` follows "is set but").
+    pub fn conflict(var: &str, reason: impl Into<String>) -> Self {
+        ConfigError::Conflict {
+            var: var.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Building `action` (what follows "could not") failed.
+    pub fn setup(action: &str, reason: impl std::fmt::Display) -> Self {
+        ConfigError::Setup {
+            action: action.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+}
 
 /// `<field>` parsed like the reference's `parsePositiveInt`: unset or blank
 /// means the fallback; otherwise JavaScript's `Number(raw)` must be a whole
@@ -27,7 +153,7 @@ pub fn parse_positive_int(
     fallback: u64,
     field: &str,
 ) -> Result<u64, ConfigError> {
-    parse_whole_number(raw, fallback, 1, field, "positive")
+    parse_whole_number(raw, fallback, 1, field, IntegerRange::Positive)
 }
 
 /// Like [`parse_positive_int`], but zero is allowed.
@@ -36,7 +162,7 @@ pub fn parse_non_negative_int(
     fallback: u64,
     field: &str,
 ) -> Result<u64, ConfigError> {
-    parse_whole_number(raw, fallback, 0, field, "non-negative")
+    parse_whole_number(raw, fallback, 0, field, IntegerRange::NonNegative)
 }
 
 /// A whole number of at least `least`, read with JavaScript's `Number()`.
@@ -45,7 +171,7 @@ pub(crate) fn parse_whole_number(
     fallback: u64,
     least: u64,
     field: &str,
-    kind: &str,
+    wanted: IntegerRange,
 ) -> Result<u64, ConfigError> {
     let Some(raw) = raw.filter(|raw| !js_trim(raw).is_empty()) else {
         return Ok(fallback);
@@ -53,7 +179,7 @@ pub(crate) fn parse_whole_number(
     js_number(raw)
         .and_then(exact_u64)
         .filter(|n| *n >= least)
-        .ok_or_else(|| ConfigError(format!("{field} must be a {kind} integer, got '{raw}'.")))
+        .ok_or_else(|| ConfigError::invalid_integer(field, wanted, raw))
 }
 
 pub(crate) fn parse_positive_usize(
@@ -63,10 +189,7 @@ pub(crate) fn parse_positive_usize(
 ) -> Result<usize, ConfigError> {
     let value = parse_positive_int(raw, fallback, field)?;
     usize::try_from(value).map_err(|_| {
-        let shown = raw.unwrap_or_default();
-        ConfigError(format!(
-            "{field} must be a positive integer, got '{shown}'."
-        ))
+        ConfigError::invalid_integer(field, IntegerRange::Positive, raw.unwrap_or_default())
     })
 }
 
@@ -80,9 +203,10 @@ pub fn parse_bool(raw: Option<&str>, fallback: bool, field: &str) -> Result<bool
         "" => Ok(fallback),
         "true" | "1" | "yes" => Ok(true),
         "false" | "0" | "no" => Ok(false),
-        _ => Err(ConfigError(format!(
-            "{field} must be a boolean (true/false), got '{raw}'."
-        ))),
+        _ => Err(ConfigError::InvalidBoolean {
+            var: field.to_owned(),
+            value: raw.to_owned(),
+        }),
     }
 }
 
@@ -94,11 +218,7 @@ pub fn parse_port(raw: Option<&str>, fallback: u16) -> Result<u16, ConfigError> 
         .and_then(exact_u64)
         .and_then(|n| u16::try_from(n).ok())
         .filter(|port| *port > 0)
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "PORT must be an integer in 1..65535, got '{shown}'."
-            ))
-        })
+        .ok_or_else(|| ConfigError::invalid_integer("PORT", IntegerRange::Within(1, 65535), &shown))
 }
 
 /// The trimmed value of `key`, or `None` when it is unset or blank.
@@ -178,8 +298,8 @@ mod tests {
     )]
     fn positive_ints_reject_with_the_raw_value_quoted(#[case] raw: &str, #[case] message: &str) {
         assert_eq!(
-            parse_positive_int(Some(raw), 32, "RUNNER_MAX_SESSIONS"),
-            Err(ConfigError(message.to_owned()))
+            parse_positive_int(Some(raw), 32, "RUNNER_MAX_SESSIONS").map_err(|err| err.to_string()),
+            Err(message.to_owned())
         );
     }
 
@@ -208,8 +328,8 @@ mod tests {
     #[case("2", "FLAG must be a boolean (true/false), got '2'.")]
     fn booleans_reject_other_words(#[case] raw: &str, #[case] message: &str) {
         assert_eq!(
-            parse_bool(Some(raw), false, "FLAG"),
-            Err(ConfigError(message.to_owned()))
+            parse_bool(Some(raw), false, "FLAG").map_err(|err| err.to_string()),
+            Err(message.to_owned())
         );
     }
 
@@ -235,18 +355,16 @@ mod tests {
     #[case("http", "PORT must be an integer in 1..65535, got 'http'.")]
     fn ports_reject_empty_and_out_of_range(#[case] raw: &str, #[case] message: &str) {
         assert_eq!(
-            parse_port(Some(raw), 8061),
-            Err(ConfigError(message.to_owned()))
+            parse_port(Some(raw), 8061).map_err(|err| err.to_string()),
+            Err(message.to_owned())
         );
     }
 
     #[test]
     fn a_zero_port_fallback_is_reported_like_the_reference() {
         assert_eq!(
-            parse_port(None, 0),
-            Err(ConfigError(
-                "PORT must be an integer in 1..65535, got '0'.".to_owned()
-            ))
+            parse_port(None, 0).map_err(|err| err.to_string()),
+            Err("PORT must be an integer in 1..65535, got '0'.".to_owned())
         );
     }
 

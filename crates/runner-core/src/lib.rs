@@ -19,16 +19,19 @@ pub mod metrics;
 pub mod reachability;
 pub mod registry;
 pub mod replay;
+pub mod session;
 pub mod start_gate;
 pub mod sync;
 pub mod tasks;
 pub mod terms;
 pub mod time;
+pub mod workload;
 
 pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
-    AppLaunch, Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness,
-    RecoveredSession, StartError, StartSpec, StartStage, StopError,
+    AppLaunch, Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig,
+    Readiness, RecoveredSession, StartError, StartSpec, StartStage, StopError,
 };
-pub use registry::{RegistryLimits, SessionRegistry, SessionSink};
+pub use registry::{RegistryLimits, SessionRegistry};
+pub use session::SessionSink;

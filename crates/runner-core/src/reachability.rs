@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
-use crate::registry::SessionSink;
+use crate::session::SessionSink;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
 pub const UNREACHABLE_AFTER: Duration = Duration::from_millis(30_000);

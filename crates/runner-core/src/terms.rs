@@ -43,7 +43,7 @@ fn terms_body(env: &Env) -> Result<Option<String>, ConfigError> {
         return Ok(env.get("RUNNER_TERMS_BODY").cloned());
     };
     let bytes = std::fs::read(&file).map_err(|err| {
-        ConfigError(format!(
+        ConfigError::Other(format!(
             "RUNNER_TERMS_FILE could not be read at '{file}': {err}"
         ))
     })?;
@@ -64,7 +64,7 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> Env {
-        crate::config::env_from_pairs(pairs)
+        crate::env::env_from_pairs(pairs)
     }
 
     #[test]
@@ -198,8 +198,11 @@ mod tests {
             "RUNNER_TERMS_FILE could not be read at '{}': ",
             missing.display()
         );
-        assert!(err.0.starts_with(&expected_prefix), "{err}");
-        assert!(err.0.contains("No such file or directory"), "{err}");
+        assert!(err.to_string().starts_with(&expected_prefix), "{err}");
+        assert!(
+            err.to_string().contains("No such file or directory"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -80,7 +80,7 @@ fn core_env() -> BoxedStrategy<Env> {
 }
 
 fn check_config_error(err: &ConfigError) -> Result<(), TestCaseError> {
-    let message = &err.0;
+    let message = &err.to_string();
     let names: Vec<&str> = CORE_ENV_VARS.iter().map(|var| var.name).collect();
     prop_assert!(
         names.iter().any(|name| message.contains(name)),
@@ -111,15 +111,15 @@ proptest! {
         let _ = js_number(&raw);
         match parse_positive_int(Some(&raw), 7, "FIELD") {
             Ok(n) => prop_assert!(n >= 1),
-            Err(err) => prop_assert_eq!(err.0, format!("FIELD must be a positive integer, got '{raw}'.")),
+            Err(err) => prop_assert_eq!(err.to_string(), format!("FIELD must be a positive integer, got '{raw}'.")),
         }
         match parse_port(Some(&raw), 8061) {
             Ok(port) => prop_assert!(port >= 1),
-            Err(err) => prop_assert_eq!(err.0, format!("PORT must be an integer in 1..65535, got '{raw}'.")),
+            Err(err) => prop_assert_eq!(err.to_string(), format!("PORT must be an integer in 1..65535, got '{raw}'.")),
         }
         match parse_bool(Some(&raw), false, "FLAG") {
             Ok(_) => {}
-            Err(err) => prop_assert_eq!(err.0, format!("FLAG must be a boolean (true/false), got '{raw}'.")),
+            Err(err) => prop_assert_eq!(err.to_string(), format!("FLAG must be a boolean (true/false), got '{raw}'.")),
         }
         if let runner_core::config::CorsOrigins::List(origins) = parse_cors_origins(Some(&raw)) {
             prop_assert!(origins.iter().all(|origin| !origin.is_empty()));

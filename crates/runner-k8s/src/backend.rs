@@ -12,8 +12,8 @@ use runner_core::metrics::Metrics;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, ProbeConfig, Readiness, RecoveredSession,
-    SessionSink, StartError, StartSpec, StartStage,
+    Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig, Readiness,
+    RecoveredSession, SessionSink, StartError, StartSpec, StartStage,
 };
 use serde_json::json;
 
@@ -251,7 +251,7 @@ impl Backend for KubeBackend {
         }
     }
 
-    fn validate_config(&self, config: &SessionConfig) -> Result<(), String> {
+    fn validate_config(&self, config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
         match &self.catalog {
             Some(catalog) if !catalog.is_allowed(&config.image) => {
                 Err(catalog.allowlist_error(&config.image))

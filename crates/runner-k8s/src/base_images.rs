@@ -25,6 +25,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use runner_core::InvalidSessionConfig;
 use runner_core::sync::lock;
 
 /// Where the tag API lives unless a test points the catalog elsewhere.
@@ -369,11 +370,11 @@ impl BaseImageCatalog {
     }
 
     /// The `validateConfig` refusal for an image this catalog does not offer.
-    pub fn allowlist_error(&self, image: &str) -> String {
-        format!(
-            "base image '{image}' is not offered by this runner. Allowed images: {}",
-            self.offered_snapshot().join(", ")
-        )
+    pub fn allowlist_error(&self, image: &str) -> InvalidSessionConfig {
+        InvalidSessionConfig::ImageNotOffered {
+            image: image.to_owned(),
+            offered: self.offered_snapshot().to_vec(),
+        }
     }
 
     /// Fetches the tag list and replaces the offered list. On failure the

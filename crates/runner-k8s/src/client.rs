@@ -15,19 +15,23 @@ use tower::util::MapRequestLayer;
 pub async fn kube_client(env: &Env, metrics: Arc<Metrics>) -> Result<Client, ConfigError> {
     let config = if env_string(env, "KUBERNETES_SERVICE_HOST").is_some() {
         Config::incluster().map_err(|err| {
-            ConfigError(format!(
-                "could not read the in-cluster Kubernetes configuration: {err}"
-            ))
+            ConfigError::setup("read the in-cluster Kubernetes configuration", err)
         })?
     } else if let Some(path) = env_string(env, "KUBECONFIG") {
-        let kubeconfig = Kubeconfig::read_from(&path)
-            .map_err(|err| ConfigError(format!("KUBECONFIG '{path}' could not be read: {err}")))?;
+        let kubeconfig =
+            Kubeconfig::read_from(&path).map_err(|err| ConfigError::UnreadableFile {
+                var: "KUBECONFIG".to_owned(),
+                path: path.clone(),
+                reason: err.to_string(),
+            })?;
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
-            .map_err(|err| ConfigError(format!("KUBECONFIG '{path}' is not usable: {err}")))?
+            .map_err(|err| {
+                ConfigError::Other(format!("KUBECONFIG '{path}' is not usable: {err}"))
+            })?
     } else {
         Config::infer().await.map_err(|err| {
-            ConfigError(format!(
+            ConfigError::Other(format!(
                 "no Kubernetes configuration found (not in a cluster, no KUBECONFIG): {err}"
             ))
         })?
@@ -38,7 +42,7 @@ pub async fn kube_client(env: &Env, metrics: Arc<Metrics>) -> Result<Client, Con
         request
     });
     let builder = ClientBuilder::try_from(config)
-        .map_err(|err| ConfigError(format!("could not build the Kubernetes client: {err}")))?;
+        .map_err(|err| ConfigError::setup("build the Kubernetes client", err))?;
     Ok(builder.with_layer(&counting).build())
 }
 

@@ -12,8 +12,8 @@ use std::fmt;
 use std::time::Duration;
 
 use runner_core::config::{
-    ConfigError, CoreConfig, Env, EnvVarDoc, env_string, load_core_config, parse_bool,
-    parse_positive_int,
+    ConfigError, CoreConfig, Env, EnvVarDoc, IntegerRange, env_string, load_core_config,
+    parse_bool, parse_positive_int,
 };
 
 /// The port the Kubernetes runner listens on when `PORT` is unset; the core
@@ -277,7 +277,7 @@ fn load_self_url(env: &Env) -> Result<String, ConfigError> {
     env_string(env, "RUNNER_SELF_URL")
         .map(|url| url.trim_end_matches('/').to_owned())
         .filter(|url| !url.is_empty())
-        .ok_or_else(|| ConfigError(SELF_URL_REQUIRED.to_owned()))
+        .ok_or_else(|| ConfigError::Other(SELF_URL_REQUIRED.to_owned()))
 }
 
 /// `SESSION_*` routing variables. Mode and the gateway-mode requirements are
@@ -296,8 +296,9 @@ pub fn load_routing_config(
     // outright; under `auto` a named Gateway decides later, and the decision
     // repeats the check against the resolved layer.
     if mode == RoutingMode::Gateway && tls_secret_name.is_some() {
-        return Err(ConfigError(
-            "SESSION_INGRESS_TLS_SECRET is set but SESSION_ROUTING_MODE=gateway. Under Gateway API \
+        return Err(ConfigError::conflict(
+            "SESSION_INGRESS_TLS_SECRET",
+            "SESSION_ROUTING_MODE=gateway. Under Gateway API \
              the origin certificate belongs to the Gateway listener's own `tls.certificateRefs`, \
              not to the per-session route. Move the Secret reference to the Gateway and unset \
              this."
@@ -333,7 +334,7 @@ pub fn load_routing_config(
 /// The refusal of gateway mode without a Gateway to attach routes to; shared
 /// with the routing decision, which can meet a hand-built config.
 pub(crate) fn gateway_name_required(session_namespace: &str) -> ConfigError {
-    ConfigError(format!(
+    ConfigError::Other(format!(
         "SESSION_ROUTING_MODE=gateway requires SESSION_GATEWAY_NAME — the Gateway each session's \
          HTTPRoute attaches to. Set it (and SESSION_GATEWAY_NAMESPACE when the Gateway is not in \
          '{session_namespace}')."
@@ -348,10 +349,7 @@ fn load_routing_mode(env: &Env) -> Result<RoutingMode, ConfigError> {
     };
     RoutingMode::parse(&raw).ok_or_else(|| {
         let choices: Vec<&str> = RoutingMode::ALL.iter().map(|mode| mode.as_str()).collect();
-        ConfigError(format!(
-            "SESSION_ROUTING_MODE must be one of {} (got '{raw}').",
-            choices.join(" | ")
-        ))
+        ConfigError::not_one_of("SESSION_ROUTING_MODE", &choices, &raw)
     })
 }
 
@@ -395,10 +393,11 @@ fn load_base_image_catalog(env: &Env) -> Result<BaseImageCatalogConfig, ConfigEr
     )
     .and_then(|limit| {
         usize::try_from(limit).map_err(|_| {
-            ConfigError(format!(
-                "RUNNER_BASE_IMAGE_LIMIT must be a positive integer, got '{}'.",
-                limit_raw.unwrap_or_default()
-            ))
+            ConfigError::invalid_integer(
+                "RUNNER_BASE_IMAGE_LIMIT",
+                IntegerRange::Positive,
+                limit_raw.unwrap_or_default(),
+            )
         })
     })?;
     let refresh_interval = Duration::from_secs(parse_positive_int(
@@ -427,7 +426,11 @@ fn load_tag_regex(env: &Env, field: &str) -> Result<Option<String>, ConfigError>
     };
     regex::Regex::new(&source)
         .map(|_| Some(source))
-        .map_err(|err| ConfigError(format!("{field} is not a valid regular expression: {err}")))
+        .map_err(|err| ConfigError::Malformed {
+            var: field.to_owned(),
+            expected: "a valid regular expression".to_owned(),
+            reason: err.to_string(),
+        })
 }
 
 fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
@@ -442,7 +445,7 @@ fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
     if has_host {
         Ok(url.to_owned())
     } else {
-        Err(ConfigError(format!(
+        Err(ConfigError::Other(format!(
             "RUNNER_DOCKER_HUB_URL must be an http:// or https:// URL (got '{raw}')."
         )))
     }
@@ -454,10 +457,7 @@ fn load_orphan_policy(env: &Env) -> Result<OrphanPolicy, ConfigError> {
     };
     OrphanPolicy::parse(&raw).ok_or_else(|| {
         let choices: Vec<&str> = OrphanPolicy::ALL.iter().map(|p| p.as_str()).collect();
-        ConfigError(format!(
-            "RUNNER_ORPHAN_POLICY must be one of {} (got '{raw}').",
-            choices.join(" | ")
-        ))
+        ConfigError::not_one_of("RUNNER_ORPHAN_POLICY", &choices, &raw)
     })
 }
 

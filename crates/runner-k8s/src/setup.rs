@@ -56,13 +56,13 @@ async fn catalog(config: &K8sConfig) -> Result<Arc<BaseImageCatalog>, ConfigErro
     let compile = |source: &Option<String>| -> Result<Vec<regex::Regex>, ConfigError> {
         source
             .iter()
-            .map(|s| regex::Regex::new(s).map_err(|err| ConfigError(err.to_string())))
+            .map(|s| regex::Regex::new(s).map_err(|err| ConfigError::Other(err.to_string())))
             .collect()
     };
     let client = runner_core::http_client::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|err| ConfigError(format!("could not build the HTTP client: {err}")))?;
+        .map_err(|err| ConfigError::setup("build the HTTP client", err))?;
     let mut options = CatalogOptions::new(&settings.repository, &config.default_image, client);
     options.filter = TagFilter {
         pinned_only: settings.filter.pinned_only,
@@ -73,8 +73,9 @@ async fn catalog(config: &K8sConfig) -> Result<Arc<BaseImageCatalog>, ConfigErro
     };
     options.limit = settings.limit;
     options.hub_url = settings.hub_url.clone();
-    let catalog =
-        Arc::new(BaseImageCatalog::new(options).map_err(|err| ConfigError(err.to_string()))?);
+    let catalog = Arc::new(
+        BaseImageCatalog::new(options).map_err(|err| ConfigError::Other(err.to_string()))?,
+    );
     if let Err(err) = catalog.refresh().await {
         warn!(error = %err, "initial base-image catalog refresh failed; serving the default image only");
     }

@@ -760,7 +760,7 @@ async fn the_allowlist_error_lists_every_offered_image() {
     ]]);
     let catalog = hub.catalog();
     assert_eq!(
-        catalog.allowlist_error("evil/image:1"),
+        catalog.allowlist_error("evil/image:1").to_string(),
         "base image 'evil/image:1' is not offered by this runner. Allowed images: \
          telorun/node:latest-slim"
     );
@@ -772,7 +772,7 @@ async fn the_allowlist_error_lists_every_offered_image() {
         "exact match only"
     );
     assert_eq!(
-        catalog.allowlist_error("evil/image:1"),
+        catalog.allowlist_error("evil/image:1").to_string(),
         "base image 'evil/image:1' is not offered by this runner. Allowed images: \
          telorun/node:latest-slim, telorun/node:0.30.1, telorun/node:0.30.0"
     );

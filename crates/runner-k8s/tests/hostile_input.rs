@@ -621,8 +621,8 @@ proptest! {
             Err(err) => {
                 let names = documented_names();
                 prop_assert!(
-                    names.iter().any(|name| err.0.contains(name)),
-                    "a config error that names no variable: {}", err.0
+                    names.iter().any(|name| err.to_string().contains(name)),
+                    "a config error that names no variable: {}", err
                 );
             }
         }

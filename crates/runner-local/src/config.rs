@@ -105,9 +105,11 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             // a root that silently moved with the runner's working directory
             // could sweep the wrong place.
             if !dir.is_absolute() {
-                return Err(ConfigError(format!(
-                    "RUNNER_LOCAL_WORK_DIR must be an absolute path, got '{raw}'."
-                )));
+                return Err(ConfigError::invalid(
+                    "RUNNER_LOCAL_WORK_DIR",
+                    "be an absolute path",
+                    &raw,
+                ));
             }
             dir
         }
@@ -130,10 +132,11 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
                 .map(PathBuf::from)
                 .collect();
             if let Some(relative) = paths.iter().find(|path| !path.is_absolute()) {
-                return Err(ConfigError(format!(
-                    "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got '{}'.",
-                    relative.display()
-                )));
+                return Err(ConfigError::invalid(
+                    "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+                    "list absolute paths separated by ':'",
+                    &relative.display().to_string(),
+                ));
             }
             paths
         }
@@ -151,9 +154,11 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }),
         Some("none") => SandboxConfig::None,
         Some(other) => {
-            return Err(ConfigError(format!(
-                "RUNNER_LOCAL_SANDBOX must be one of bubblewrap | none (got '{other}')."
-            )));
+            return Err(ConfigError::not_one_of(
+                "RUNNER_LOCAL_SANDBOX",
+                &["bubblewrap", "none"],
+                other,
+            ));
         }
     };
     Ok(LocalConfig {
@@ -238,11 +243,11 @@ mod tests {
         );
         let env = vars(&[("RUNNER_LOCAL_SANDBOX_READ_ONLY", "/opt/node:modules")]);
         assert_eq!(
-            load_local_config(&env),
-            Err(ConfigError(
+            load_local_config(&env).map_err(|err| err.to_string()),
+            Err(
                 "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got 'modules'."
                     .into()
-            ))
+            )
         );
     }
 
@@ -256,10 +261,10 @@ mod tests {
         for raw in ["None", "off", "false", "bwrap", "0"] {
             let env = vars(&[("RUNNER_LOCAL_SANDBOX", raw)]);
             assert_eq!(
-                load_local_config(&env),
-                Err(ConfigError(format!(
+                load_local_config(&env).map_err(|err| err.to_string()),
+                Err(format!(
                     "RUNNER_LOCAL_SANDBOX must be one of bubblewrap | none (got '{raw}')."
-                )))
+                ))
             );
         }
     }
@@ -293,10 +298,10 @@ mod tests {
         for raw in ["0", "-5", "1.5", "an hour"] {
             let env = vars(&[("RUNNER_MAX_TTL_SECONDS", raw)]);
             assert_eq!(
-                load_local_config(&env),
-                Err(ConfigError(format!(
+                load_local_config(&env).map_err(|err| err.to_string()),
+                Err(format!(
                     "RUNNER_MAX_TTL_SECONDS must be a positive integer, got '{raw}'."
-                )))
+                ))
             );
         }
     }
@@ -305,10 +310,8 @@ mod tests {
     fn a_relative_work_dir_is_refused() {
         let env = vars(&[("RUNNER_LOCAL_WORK_DIR", "sessions")]);
         assert_eq!(
-            load_local_config(&env),
-            Err(ConfigError(
-                "RUNNER_LOCAL_WORK_DIR must be an absolute path, got 'sessions'.".into()
-            ))
+            load_local_config(&env).map_err(|err| err.to_string()),
+            Err("RUNNER_LOCAL_WORK_DIR must be an absolute path, got 'sessions'.".into())
         );
     }
 

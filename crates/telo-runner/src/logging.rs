@@ -19,7 +19,7 @@ const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 /// it is refused.
 pub fn parse_level(raw: &str) -> Result<EnvFilter, ConfigError> {
     let refuse = || {
-        ConfigError(format!(
+        ConfigError::Other(format!(
             "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got '{raw}')."
         ))
     };
@@ -53,9 +53,11 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
             .init(),
         "pretty" => builder.init(),
         other => {
-            return Err(ConfigError(format!(
-                "LOG_FORMAT must be one of json | pretty (got '{other}')."
-            )));
+            return Err(ConfigError::not_one_of(
+                "LOG_FORMAT",
+                &["json", "pretty"],
+                other,
+            ));
         }
     }
     Ok(())
@@ -78,7 +80,7 @@ mod tests {
         }
         for bad in ["loud", "info,chatty", "runner_k8s=loud", "=info="] {
             assert_eq!(
-                parse_level(bad).unwrap_err().0,
+                parse_level(bad).unwrap_err().to_string(),
                 format!(
                     "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got '{bad}')."
                 )

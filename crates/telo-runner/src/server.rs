@@ -35,9 +35,11 @@ pub fn backend_kind(env: &Env) -> Result<BackendKind, ConfigError> {
     match runner_core::config::env_string(env, "RUNNER_BACKEND").as_deref() {
         None | Some("local") => Ok(BackendKind::Local),
         Some("kubernetes") => Ok(BackendKind::Kubernetes),
-        Some(other) => Err(ConfigError(format!(
-            "RUNNER_BACKEND must be one of local | kubernetes (got '{other}')."
-        ))),
+        Some(other) => Err(ConfigError::not_one_of(
+            "RUNNER_BACKEND",
+            &["local", "kubernetes"],
+            other,
+        )),
     }
 }
 
@@ -63,7 +65,7 @@ impl Service {
                     let mut local_config = load_local_config(env)?;
                     local_config.stop_grace = core.stop_grace;
                     let local = LocalBackend::new(local_config)
-                        .map_err(|err| ConfigError(err.to_string()))?;
+                        .map_err(|err| ConfigError::Other(err.to_string()))?;
                     local.sweep_work_root();
                     (core, Arc::new(local), axum::Router::new())
                 }

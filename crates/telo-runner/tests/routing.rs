@@ -231,7 +231,7 @@ async fn the_routing_layer_is_resolved_from_configuration_then_from_the_cluster(
     let sim = start_cluster(cluster).await;
     let resolved = resolve_routing(&sim.client(), &config, NS)
         .await
-        .map_err(|ConfigError(message)| message);
+        .map_err(|err: ConfigError| err.to_string());
     assert_eq!(resolved, expected);
     sim.shutdown().await;
 }

@@ -126,7 +126,7 @@ pub async fn create_session(
         .registry
         .backend()
         .validate_config(&request.config)
-        .map_err(|message| ApiError::bad_request("invalid_config", message))?;
+        .map_err(|err| ApiError::bad_request("invalid_config", err.to_string()))?;
     let registry_url = request
         .config
         .registry_url

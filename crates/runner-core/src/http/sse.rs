@@ -15,7 +15,7 @@ use tokio::time::{Instant, Interval, interval_at};
 use super::error::ApiError;
 use super::{AppState, PathParam, query_value, stream_allows_origin};
 use crate::metrics::{SubscriberGuard, Transport};
-use crate::registry::{Batch, Cursor, EventFrame};
+use crate::session::{Batch, Cursor, EventFrame};
 
 pub async fn events(
     State(state): State<AppState>,

@@ -23,7 +23,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::{AppState, query_value, stream_allows_origin};
 use crate::metrics::{Metrics, Transport};
-use crate::registry::{Batch, Session};
+use crate::session::{Batch, Session};
 
 /// What a client sends is keystrokes, pastes and resizes; tungstenite's
 /// default 128 KiB read buffer, zero-filled before the first read, made every

@@ -18,7 +18,7 @@ fn load(pairs: &[(&str, &str)]) -> Result<K8sConfig, ConfigError> {
 fn error(pairs: &[(&str, &str)]) -> String {
     match load(pairs) {
         Ok(config) => panic!("expected a config error, loaded {config:?}"),
-        Err(ConfigError(message)) => message,
+        Err(err) => err.to_string(),
     }
 }
 
@@ -198,13 +198,13 @@ fn a_missing_self_url_is_refused_with_the_reference_sentence(#[case] raw: Option
         None => Env::new(),
     };
     assert_eq!(
-        load_k8s_config(&env),
-        Err(ConfigError(
+        load_k8s_config(&env).map_err(|err| err.to_string()),
+        Err(
             "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL \
              (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can \
              fetch the bundle."
                 .to_owned()
-        ))
+        )
     );
 }
 
@@ -225,9 +225,10 @@ fn the_self_url_is_checked_before_anything_else() {
         ("SESSION_ROUTING_MODE", "bogus"),
         ("RUNNER_MAX_TTL_SECONDS", "x"),
     ]);
-    let Err(ConfigError(message)) = load_k8s_config(&env) else {
+    let Err(err) = load_k8s_config(&env) else {
         panic!("expected an error");
     };
+    let message = err.to_string();
     assert!(message.starts_with("RUNNER_SELF_URL env var is required."));
 }
 

@@ -119,7 +119,7 @@ fn decide_layer(
         RoutingMode::Ingress => return Ok(ingress()),
         RoutingMode::Gateway => {
             let Some(api_version) = gateway_version else {
-                return Err(ConfigError(format!(
+                return Err(ConfigError::Other(format!(
                     "SESSION_ROUTING_MODE=gateway but the cluster does not serve \
                      '{GATEWAY_API_GROUP}'. Install the Gateway API CRDs, or set \
                      SESSION_ROUTING_MODE=ingress."
@@ -142,10 +142,13 @@ fn decide_layer(
     // auto: what is configured first.
     if let Some(parent) = &config.gateway {
         let Some(api_version) = gateway_version else {
-            return Err(ConfigError(format!(
-                "SESSION_GATEWAY_NAME is set but the cluster does not serve '{GATEWAY_API_GROUP}'. \
-                 Install the Gateway API CRDs, or unset SESSION_GATEWAY_NAME to route via Ingress."
-            )));
+            return Err(ConfigError::conflict(
+                "SESSION_GATEWAY_NAME",
+                format!(
+                    "the cluster does not serve '{GATEWAY_API_GROUP}'. Install the Gateway API \
+                     CRDs, or unset SESSION_GATEWAY_NAME to route via Ingress."
+                ),
+            ));
         };
         return Ok(ResolvedRouting::Gateway {
             api_version: api_version.to_owned(),
@@ -169,7 +172,7 @@ fn decide_layer(
     let gateway_usable = gateway_version.is_some();
     let ingress_usable = class_count > 0;
     if gateway_usable && ingress_usable {
-        return Err(ConfigError(format!(
+        return Err(ConfigError::Other(format!(
             "SESSION_ROUTING_MODE=auto cannot choose: this cluster serves '{GATEWAY_API_GROUP}' \
              AND has {class_count} IngressClass(es) with none marked default, and nothing says \
              which should carry session traffic. Set SESSION_ROUTING_MODE=ingress (with \
@@ -177,7 +180,7 @@ fn decide_layer(
         )));
     }
     if gateway_usable {
-        return Err(ConfigError(format!(
+        return Err(ConfigError::Other(format!(
             "SESSION_ROUTING_MODE=auto resolved to Gateway API, but SESSION_GATEWAY_NAME is unset \
              — a route has to name the Gateway it attaches to, and picking one of several would \
              fail as silently as publishing none. Set SESSION_GATEWAY_NAME (and \
@@ -190,17 +193,23 @@ fn decide_layer(
     // Say which it is: reporting a permission failure as "no IngressClass
     // exists" sends the operator to install a controller they already have.
     if let Err(list_failure) = classes {
-        return Err(ConfigError(format!(
-            "SESSION_ROUTING_BASE_DOMAIN is set but the routing layer could not be resolved: \
-             listing IngressClasses failed ({list_failure}) and '{GATEWAY_API_GROUP}' is not \
-             served. Grant `list` on `ingressclasses`, or set SESSION_ROUTING_MODE explicitly."
-        )));
+        return Err(ConfigError::conflict(
+            "SESSION_ROUTING_BASE_DOMAIN",
+            format!(
+                "the routing layer could not be resolved: listing IngressClasses failed \
+                 ({list_failure}) and '{GATEWAY_API_GROUP}' is not served. Grant `list` on \
+                 `ingressclasses`, or set SESSION_ROUTING_MODE explicitly."
+            ),
+        ));
     }
-    Err(ConfigError(format!(
-        "SESSION_ROUTING_BASE_DOMAIN is set but this cluster offers no usable routing layer: no \
-         IngressClass exists and '{GATEWAY_API_GROUP}' is not served. Install an Ingress \
-         controller or the Gateway API, or set SESSION_ROUTING_MODE=none to run logs-only."
-    )))
+    Err(ConfigError::conflict(
+        "SESSION_ROUTING_BASE_DOMAIN",
+        format!(
+            "this cluster offers no usable routing layer: no IngressClass exists and \
+             '{GATEWAY_API_GROUP}' is not served. Install an Ingress controller or the Gateway \
+             API, or set SESSION_ROUTING_MODE=none to run logs-only."
+        ),
+    ))
 }
 
 /// The origin certificate is checked against the RESOLVED layer as well as at
@@ -212,8 +221,9 @@ fn refuse_tls_under_gateway(
     resolved: &ResolvedRouting,
 ) -> Result<(), ConfigError> {
     if matches!(resolved, ResolvedRouting::Gateway { .. }) && config.tls_secret_name.is_some() {
-        return Err(ConfigError(
-            "SESSION_INGRESS_TLS_SECRET is set but session routing resolved to Gateway API. Under \
+        return Err(ConfigError::conflict(
+            "SESSION_INGRESS_TLS_SECRET",
+            "session routing resolved to Gateway API. Under \
              Gateway API the origin certificate belongs to the Gateway listener's own \
              `tls.certificateRefs`, not to the per-session route, so this Secret would be \
              silently ignored. Move the reference to the Gateway and unset this, or set \
@@ -302,7 +312,7 @@ mod tests {
     fn refused(config: &RoutingConfig, support: &RoutingSupport) -> String {
         match decide(config, support, NAMESPACE) {
             Ok(resolved) => panic!("expected a refusal, resolved {resolved:?}"),
-            Err(ConfigError(message)) => message,
+            Err(err) => err.to_string(),
         }
     }
 

@@ -2,11 +2,14 @@
 //! output, debug frames, reachability and routes, each recorded in the
 //! session's replay buffers (see the parent module) and, for the start, held
 //! by its start gate until the kernel has started.
-
-use std::sync::Weak;
+//!
+//! The sink only records. What a session's end or a finished run calls for
+//! (retention, stopping the workload, the gate's fallback timer) the registry
+//! does itself, watching the session, so the sink never reaches back into it.
 
 use runner_api::types::{ReachabilityState, RouteState, RunPhase, is_event_frame};
 use serde_json::Value;
+use tracing::info;
 
 use super::*;
 use crate::start_gate::{KERNEL_STARTED, SILENT_START_FALLBACK};
@@ -14,11 +17,15 @@ use crate::start_gate::{KERNEL_STARTED, SILENT_START_FALLBACK};
 /// What a backend reports a session's life through.
 #[derive(Clone)]
 pub struct SessionSink {
-    pub(super) session: Arc<Session>,
-    pub(super) registry: Weak<RegistryInner>,
+    session: Arc<Session>,
 }
 
 impl SessionSink {
+    /// A sink recording into `session`.
+    pub(crate) fn new(session: Arc<Session>) -> Self {
+        Self { session }
+    }
+
     pub fn session_id(&self) -> &str {
         &self.session.id
     }
@@ -44,9 +51,6 @@ impl SessionSink {
         info!(session_id = %self.session.id, status = kind, "session status");
         if terminal {
             self.session.ended.cancel();
-            if let Some(registry) = self.registry.upgrade() {
-                registry.schedule_removal(&self.session);
-            }
         }
     }
 
@@ -99,47 +103,23 @@ impl SessionSink {
         }
     }
 
+    /// Records the kernel's exit code; the registry, which watches for it,
+    /// stops the workload (or the launch does, once it has one).
     fn end_finished_run(&self, code: i64) {
-        {
-            let mut kernel_exit = lock(&self.session.kernel_exit);
-            if kernel_exit.is_some() {
-                return;
-            }
-            *kernel_exit = Some(code);
+        if self.session.record_kernel_exit(code) {
+            info!(session_id = %self.session.id, code, "the kernel reported its run finished; stopping the session");
         }
-        info!(session_id = %self.session.id, code, "the kernel reported its run finished; stopping the session");
-        // Without a handle yet, the launch stops it once it has one.
-        let (Some(handle), Some(registry)) = (self.session.handle(), self.registry.upgrade())
-        else {
-            return;
-        };
-        let id = self.session.id.clone();
-        registry.tasks.spawn(async move {
-            if let Err(err) = handle.stop().await {
-                warn!(session_id = %id, error = %err, "stopping a finished run failed");
-            }
-        });
     }
 
-    /// Opens the start gate after its fallback ([`StartGate::fallback`])
-    /// unless something opened it before.
+    /// Asks for the start gate to open after its fallback
+    /// ([`StartGate::fallback`]) unless something opens it before; the
+    /// registry runs the timer.
     fn arm_start_fallback(&self) {
-        let Some(registry) = self.registry.upgrade() else {
-            return;
-        };
-        let session = self.session.clone();
-        let after = lock(&session.gate)
+        let after = lock(&self.session.gate)
             .as_ref()
             .map_or(SILENT_START_FALLBACK, StartGate::fallback);
-        let ended = session.ended.clone();
-        registry.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(after) => {
-                    session.signal_gate(GateSignal::FallbackElapsed);
-                }
-                () = ended.cancelled() => {}
-            }
-        });
+        self.session
+            .arm_start_fallback(tokio::time::Instant::now() + after);
     }
 
     pub fn reachability(&self, port: u16, state: ReachabilityState) {

@@ -1,0 +1,488 @@
+//! One session's record: its status, its two replay buffers (lifecycle
+//! events and terminal output), its start gate and the input that waits for
+//! its workload. The backend writes into it through the [`SessionSink`]; the
+//! registry owns the sessions and watches each one end.
+//!
+//! Subscribers (SSE streams, WebSockets) never get their own queues. Each
+//! session keeps two replay buffers — lifecycle events and terminal output —
+//! and a `watch` channel per buffer that carries the newest id. A subscriber
+//! keeps a cursor and, when woken, copies what lies past it out of the buffer.
+//! So a connect is "snapshot and subscribe" in one step (nothing can fall
+//! between them), memory is bounded by the buffers whatever the number of
+//! subscribers, and a subscriber too slow to keep up is never waited for: it
+//! learns it missed evicted entries through a `gap`, exactly like a client that
+//! reconnects late.
+//!
+//! This module knows nothing of the registry or of the backend trait, only of
+//! the workload handle it passes input to, so the backend seam can hand the
+//! sink to a backend without the two depending on each other.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use runner_api::types::{RunEvent, RunStatus, SessionSnapshot};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+use crate::metrics::Metrics;
+use crate::replay::{Replay, ReplayBuffer};
+use crate::start_gate::{Admission, GateSignal, StartGate};
+use crate::sync::lock;
+use crate::time::iso_now;
+use crate::workload::BackendSession;
+
+mod sink;
+
+pub use sink::SessionSink;
+
+/// Output chunks larger than this are split so that the byte cap of the
+/// replay buffer really bounds memory (one huge chunk would otherwise be kept
+/// whole as the newest entry).
+pub const MAX_OUTPUT_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Event ids of a session's `n`-th generation (0 = started by this runner,
+/// n = taken over after the n-th restart) start at `n * EVENT_ID_GENERATION + 1`,
+/// past anything an earlier runner handed out.
+pub const EVENT_ID_GENERATION: u64 = 1 << 40;
+/// Output sequence numbers are 32 bits on the wire: 256 generations of up to
+/// 16.7 million chunks each.
+pub const OUTPUT_SEQ_GENERATION: u64 = 1 << 24;
+
+/// One serialized lifecycle event, as stored for replay.
+#[derive(Debug, Clone)]
+pub struct EventFrame {
+    /// SSE `event:` name.
+    pub name: &'static str,
+    /// The whole `RunEvent` as JSON.
+    pub data: Bytes,
+    /// A terminal status: the last event a stream delivers.
+    pub terminal: bool,
+}
+
+pub struct Session {
+    pub(crate) id: String,
+    pub(crate) created_at: String,
+    user_stopped: AtomicBool,
+    /// Fires on DELETE or shutdown, so a start still waiting on its workload
+    /// can give up at once.
+    stop_requested: CancellationToken,
+    pub(crate) state: Mutex<SessionState>,
+    events_seq: watch::Sender<u64>,
+    output_seq: watch::Sender<u64>,
+    /// Fires when the session reaches a terminal status or leaves the registry,
+    /// stopping whatever background work a backend tied to it.
+    pub(crate) ended: CancellationToken,
+    /// When this runner admitted it; `None` for an adopted session, whose
+    /// start-to-running time this runner never saw.
+    admitted_at: Option<tokio::time::Instant>,
+    metrics: Arc<Metrics>,
+    /// Holds `running` until the kernel says it started (new sessions only);
+    /// `None` once open.
+    gate: Mutex<Option<StartGate>>,
+    /// Cleared once the gate opened, so output does not take its lock.
+    gated: AtomicBool,
+    /// The exit code the kernel reported on its debug stream
+    /// (`Kernel.Stopped`) for a run it holds open (`--inspect`); the session
+    /// then ends `exited` with it rather than `stopped`.
+    kernel_exit: watch::Sender<Option<i64>>,
+    /// When a start gate holding `running` opens on its own (its fallback,
+    /// [`StartGate::fallback`]) if nothing opened it before. The sink sets it;
+    /// the registry waits for it, so the timer has an owner that joins it.
+    start_fallback: watch::Sender<Option<tokio::time::Instant>>,
+}
+
+/// The debug-stream event a kernel sends when its run is over.
+pub const KERNEL_STOPPED: &str = "Kernel.Stopped";
+
+pub(crate) struct SessionState {
+    pub(crate) status: RunStatus,
+    /// Left running for a successor runner at shutdown: nothing more is
+    /// recorded, so this process's streams end without a terminal status and
+    /// their clients resume on the successor.
+    pub(crate) handed_over: bool,
+    exited_at: Option<String>,
+    events: ReplayBuffer<EventFrame>,
+    output: ReplayBuffer<Bytes>,
+    pub(crate) handle: Option<Arc<dyn BackendSession>>,
+    /// Input that arrived while the workload was coming up, delivered once it
+    /// is up (the reference dropped it, losing the first keystrokes and the
+    /// editor's initial terminal size).
+    early_stdin: Vec<Bytes>,
+    early_stdin_bytes: usize,
+    early_resize: Option<(u16, u16)>,
+}
+
+/// Input held for a session that is still starting, at most.
+pub const EARLY_STDIN_BYTES: usize = 64 * 1024;
+
+impl Session {
+    pub(crate) fn new(
+        id: String,
+        created_at: String,
+        replay_buffer_bytes: usize,
+        generation: u32,
+        admitted_at: Option<tokio::time::Instant>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let first_event = u64::from(generation) * EVENT_ID_GENERATION + 1;
+        let first_output = u64::from(generation) * OUTPUT_SEQ_GENERATION + 1;
+        Self {
+            id,
+            created_at,
+            user_stopped: AtomicBool::new(false),
+            stop_requested: CancellationToken::new(),
+            state: Mutex::new(SessionState {
+                status: RunStatus::Starting,
+                exited_at: None,
+                events: ReplayBuffer::starting_at(replay_buffer_bytes, first_event),
+                output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),
+                handle: None,
+                early_stdin: Vec::new(),
+                early_stdin_bytes: 0,
+                early_resize: None,
+                handed_over: false,
+            }),
+            events_seq: watch::Sender::new(first_event - 1),
+            output_seq: watch::Sender::new(first_output - 1),
+            ended: CancellationToken::new(),
+            admitted_at,
+            metrics,
+            gate: Mutex::new(None),
+            gated: AtomicBool::new(false),
+            kernel_exit: watch::Sender::new(None),
+            start_fallback: watch::Sender::new(None),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn created_at(&self) -> &str {
+        &self.created_at
+    }
+
+    pub fn status(&self) -> RunStatus {
+        lock(&self.state).status.clone()
+    }
+
+    pub fn exited_at(&self) -> Option<String> {
+        lock(&self.state).exited_at.clone()
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        lock(&self.state).status.is_terminal()
+    }
+
+    pub fn is_user_stopped(&self) -> bool {
+        self.user_stopped.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn request_stop(&self) {
+        self.user_stopped.store(true, Ordering::SeqCst);
+        self.stop_requested.cancel();
+    }
+
+    pub fn snapshot(&self) -> SessionSnapshot {
+        let state = lock(&self.state);
+        SessionSnapshot {
+            session_id: self.id.clone(),
+            status: state.status.clone(),
+            created_at: self.created_at.clone(),
+            exited_at: state.exited_at.clone(),
+        }
+    }
+
+    /// The live backend session, once its start resolved.
+    pub fn handle(&self) -> Option<Arc<dyn BackendSession>> {
+        lock(&self.state).handle.clone()
+    }
+
+    /// Terminal input: to the workload, or held (bounded) until it is up.
+    pub fn write_stdin(&self, bytes: Bytes) {
+        let mut state = lock(&self.state);
+        if let Some(handle) = &state.handle {
+            handle.write_stdin(bytes);
+        } else if !state.status.is_terminal()
+            && state.early_stdin_bytes + bytes.len() <= EARLY_STDIN_BYTES
+        {
+            state.early_stdin_bytes += bytes.len();
+            state.early_stdin.push(bytes);
+        }
+    }
+
+    /// A terminal resize: applied now, or remembered (the last one wins) until
+    /// the workload is up.
+    pub fn resize(&self, cols: u16, rows: u16) {
+        let mut state = lock(&self.state);
+        if let Some(handle) = &state.handle {
+            handle.resize(cols, rows);
+        } else {
+            state.early_resize = Some((cols, rows));
+        }
+    }
+
+    /// The workload is up: deliver what waited for it, in order, then let
+    /// input flow directly. Done under the state lock (backends take input
+    /// without blocking) so nothing typed meanwhile can overtake it.
+    pub(crate) fn install_handle(&self, handle: Arc<dyn BackendSession>) {
+        let mut state = lock(&self.state);
+        if let Some((cols, rows)) = state.early_resize.take() {
+            handle.resize(cols, rows);
+        }
+        for bytes in std::mem::take(&mut state.early_stdin) {
+            handle.write_stdin(bytes);
+        }
+        state.early_stdin_bytes = 0;
+        state.handle = Some(handle);
+    }
+
+    /// A token that fires when the session ends or leaves the registry.
+    pub fn ended(&self) -> CancellationToken {
+        self.ended.clone()
+    }
+
+    pub(crate) fn close_gate(&self, inspect: bool) {
+        *lock(&self.gate) = Some(StartGate::new(inspect));
+        self.gated.store(true, Ordering::SeqCst);
+    }
+
+    /// Emit `event` through the start gate. Returns the id of the last event
+    /// emitted, `None` when it was held or nothing could be emitted.
+    fn publish(&self, event: RunEvent) -> Option<u64> {
+        if !self.gated.load(Ordering::SeqCst) {
+            return self.emit(event);
+        }
+        let mut gate = lock(&self.gate);
+        let Some(open_gate) = gate.as_mut() else {
+            drop(gate);
+            return self.emit(event);
+        };
+        let admission = open_gate.admit(event);
+        self.apply(&mut gate, admission)
+    }
+
+    pub(crate) fn signal_gate(&self, signal: GateSignal) {
+        if !self.gated.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut gate = lock(&self.gate);
+        if let Some(admission) = gate.as_mut().and_then(|g| g.signal(signal)) {
+            self.apply(&mut gate, admission);
+        }
+    }
+
+    /// Emits under the gate's lock, so nothing overtakes what it released.
+    fn apply(&self, gate: &mut Option<StartGate>, admission: Admission) -> Option<u64> {
+        match admission {
+            Admission::Pass(event) => self.emit(event),
+            Admission::Held => None,
+            Admission::Open(events) => {
+                *gate = None;
+                self.gated.store(false, Ordering::SeqCst);
+                events.into_iter().fold(None, |_, event| self.emit(event))
+            }
+        }
+    }
+
+    fn is_holding_running(&self) -> bool {
+        lock(&self.gate).as_ref().is_some_and(StartGate::is_holding)
+    }
+
+    /// The exit code the kernel reported for a run it holds open.
+    pub fn kernel_exit(&self) -> Option<i64> {
+        *self.kernel_exit.borrow()
+    }
+
+    /// Records the exit code of a run the kernel reported finished; `false`
+    /// when one was recorded before (only the first report counts).
+    fn record_kernel_exit(&self, code: i64) -> bool {
+        self.kernel_exit.send_if_modified(|exit| {
+            if exit.is_some() {
+                return false;
+            }
+            *exit = Some(code);
+            true
+        })
+    }
+
+    /// Changes once the kernel reported its run finished.
+    pub(crate) fn watch_kernel_exit(&self) -> watch::Receiver<Option<i64>> {
+        self.kernel_exit.subscribe()
+    }
+
+    /// Asks for the start gate to open by itself at `at`; the first request
+    /// stands.
+    fn arm_start_fallback(&self, at: tokio::time::Instant) {
+        self.start_fallback.send_if_modified(|armed| {
+            if armed.is_some() {
+                return false;
+            }
+            *armed = Some(at);
+            true
+        });
+    }
+
+    /// Changes once the start gate's fallback is armed.
+    pub(crate) fn watch_start_fallback(&self) -> watch::Receiver<Option<tokio::time::Instant>> {
+        self.start_fallback.subscribe()
+    }
+
+    /// Record an event; returns its id, or `None` when the session already
+    /// reached a terminal status (nothing follows the terminal status).
+    pub(crate) fn emit(&self, event: RunEvent) -> Option<u64> {
+        let terminal = matches!(&event, RunEvent::Status { status } if status.is_terminal());
+        let data = match serde_json::to_vec(&event) {
+            Ok(data) => Bytes::from(data),
+            Err(err) => {
+                error!(error = %err, "could not serialize a session event");
+                return None;
+            }
+        };
+        let frame = EventFrame {
+            name: event.name(),
+            data,
+            terminal,
+        };
+        let mut came_up = false;
+        let id = {
+            let mut state = lock(&self.state);
+            if state.status.is_terminal() || state.handed_over {
+                return None;
+            }
+            if let RunEvent::Status { status } = event {
+                came_up = matches!(state.status, RunStatus::Starting)
+                    && matches!(status, RunStatus::Running { .. });
+                state.status = status;
+                if terminal {
+                    state.exited_at = Some(iso_now());
+                }
+            }
+            let size = frame.data.len();
+            state.events.push(frame, size)
+        };
+        self.events_seq.send_replace(id);
+        if came_up && let Some(admitted_at) = self.admitted_at {
+            self.metrics.session_running_after(admitted_at.elapsed());
+        }
+        Some(id)
+    }
+
+    fn push_output(&self, chunk: Bytes) {
+        if chunk.is_empty() {
+            return;
+        }
+        let bytes = chunk.len();
+        let last = {
+            let mut state = lock(&self.state);
+            // Nothing follows the terminal status: output from a process that
+            // escaped its session (a daemon that left the process group) must
+            // not change a finished session's history.
+            if state.status.is_terminal() || state.handed_over {
+                return;
+            }
+            let mut last = 0;
+            if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
+                let size = chunk.len();
+                last = state.output.push(chunk, size);
+            } else {
+                for piece in chunk.chunks(MAX_OUTPUT_CHUNK_BYTES) {
+                    // Copied, so evicting one piece frees its memory.
+                    last = state
+                        .output
+                        .push(Bytes::copy_from_slice(piece), piece.len());
+                }
+            }
+            last
+        };
+        self.output_seq.send_replace(last);
+        self.metrics.output_buffered(bytes);
+    }
+
+    /// Lifecycle events after `after`, then live ones.
+    pub fn subscribe_events(self: &Arc<Self>, after: u64) -> Cursor<EventFrame> {
+        Cursor {
+            session: self.clone(),
+            rx: self.events_seq.subscribe(),
+            position: after,
+            read: Session::replay_events,
+        }
+    }
+
+    /// Output chunks after sequence number `after`, then live ones.
+    pub fn subscribe_output(self: &Arc<Self>, after: u64) -> Cursor<Bytes> {
+        Cursor {
+            session: self.clone(),
+            rx: self.output_seq.subscribe(),
+            position: after,
+            read: Session::replay_output,
+        }
+    }
+
+    /// A receiver that changes whenever a lifecycle event is recorded.
+    pub fn watch_events(&self) -> watch::Receiver<u64> {
+        self.events_seq.subscribe()
+    }
+
+    pub fn replay_events(&self, after: u64) -> Replay<EventFrame> {
+        lock(&self.state).events.replay(after)
+    }
+
+    pub fn replay_output(&self, after: u64) -> Replay<Bytes> {
+        lock(&self.state).output.replay(after)
+    }
+}
+
+/// A subscriber's position in one of a session's replay buffers.
+pub struct Cursor<T> {
+    session: Arc<Session>,
+    rx: watch::Receiver<u64>,
+    position: u64,
+    read: fn(&Session, u64) -> Replay<T>,
+}
+
+/// What a subscriber reads next.
+pub struct Batch<T> {
+    /// Entries it wanted were evicted before it read them.
+    pub gap: bool,
+    pub entries: Vec<(u64, T)>,
+}
+
+impl<T> Cursor<T> {
+    /// Everything available now past the cursor, without waiting (may be empty).
+    pub fn try_next(&mut self) -> Batch<T> {
+        // Mark the channel seen before reading, so a push racing with the read
+        // still wakes the next `changed()`.
+        self.rx.borrow_and_update();
+        let replay = (self.read)(&self.session, self.position);
+        if let Some((id, _)) = replay.entries.last() {
+            self.position = *id;
+        }
+        Batch {
+            gap: replay.has_gap,
+            entries: replay.entries,
+        }
+    }
+
+    /// Wait for entries past the cursor (or news that some were evicted).
+    pub async fn next(&mut self) -> Batch<T> {
+        loop {
+            let batch = self.try_next();
+            if batch.gap || !batch.entries.is_empty() {
+                return batch;
+            }
+            // The sender lives in the session this cursor holds, so the
+            // channel cannot close under it; an error would only mean there is
+            // nothing more to wait for.
+            if self.rx.changed().await.is_err() {
+                return batch;
+            }
+        }
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+}

@@ -1,0 +1,105 @@
+//! A workload as the core drives it (input, resize, stop, detach) and how
+//! starting or stopping one fails. Kept apart from the backend trait that
+//! starts workloads, so that a session's record and the metrics can name
+//! them without depending on the backend seam, which depends on both.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// Where a start failed. It is the first word of the failure on the wire
+/// (`"<stage>: <message>"`) and the `stage` label of the start-failure metric,
+/// so its spellings are part of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StartStage {
+    /// Receiving or staging the application's bundle.
+    Bundle,
+    /// Making what the session runs in: its directory, its pod.
+    Create,
+    /// Starting the workload in it.
+    Start,
+    /// Taking a session over from a previous runner.
+    Resume,
+    /// Stopped while it came up: the session ends `stopped`, not `failed`.
+    Cancelled,
+}
+
+impl StartStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartStage::Bundle => "bundle",
+            StartStage::Create => "create",
+            StartStage::Start => "start",
+            StartStage::Resume => "resume",
+            StartStage::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for StartStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A start failure. On the wire only `"<stage>: <message>"` appears; the source
+/// goes to the log.
+#[derive(Debug, thiserror::Error)]
+#[error("{stage}: {message}")]
+pub struct StartError {
+    pub stage: StartStage,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StartError {
+    pub fn cancelled() -> Self {
+        Self::new(
+            StartStage::Cancelled,
+            "the session was stopped while it was starting",
+        )
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.stage == StartStage::Cancelled
+    }
+
+    pub fn new(stage: StartStage, message: impl Into<String>) -> Self {
+        Self {
+            stage,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+}
+
+/// A failed stop; its message becomes `500 stop_failed`.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct StopError {
+    pub message: String,
+}
+
+/// A started workload.
+#[async_trait]
+pub trait BackendSession: Send + Sync + 'static {
+    /// Write to the workload's stdin; a no-op once it ended. Must not block
+    /// (queue or drop): it is called with the session's state locked.
+    fn write_stdin(&self, bytes: Bytes);
+
+    /// Resize the workload's terminal; a no-op once it ended. Must not block.
+    fn resize(&self, cols: u16, rows: u16);
+
+    /// Force-stop; idempotent. The terminal status arrives through the sink.
+    async fn stop(&self) -> Result<(), StopError>;
+
+    /// The runner exits and a successor adopts the workload: stop observing
+    /// it, and never stop or delete it. Called before the session's `ended`
+    /// fires.
+    fn detach(&self) {}
+}
