@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::apiserver::registry::Registry;
 use crate::kinds;
 use crate::meta;
+use crate::storage::registry::Registry;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -99,7 +99,7 @@ impl EventRecorder {
         if let Some(fp) = field_path {
             involved_ref["fieldPath"] = json!(fp);
         }
-        let host = crate::apiserver::defaults::NODE_NAME;
+        let host = crate::storage::defaults::NODE_NAME;
         let mut source = json!({"component": component});
         if component == "kubelet" {
             source["host"] = json!(host);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::apiserver::errors::ApiError;
+use crate::errors::ApiError;
 
 /// One "fail the next N requests" rule.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,7 +1,7 @@
 //! The resource catalog: every kind kube-sim serves, with what discovery,
 //! validation and the store need to know about it.
 
-use crate::apiserver::errors::GroupResource;
+use crate::errors::GroupResource;
 
 /// How `metadata.name` is validated for a kind (the apiserver's per-kind
 /// `ValidateNameFunc`).

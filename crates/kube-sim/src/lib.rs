@@ -7,6 +7,7 @@
 
 pub mod apiserver;
 pub mod controllers;
+pub mod errors;
 pub mod events;
 pub mod faults;
 pub mod kinds;
@@ -15,10 +16,11 @@ pub mod kubelet;
 pub mod meta;
 pub mod sim;
 pub mod stats;
+pub mod storage;
 pub mod timeline;
 
 pub use apiserver::authz::Denial;
-pub use apiserver::errors::ApiError;
+pub use errors::ApiError;
 pub use faults::{FaultCommand, Faults};
 pub use kubelet::images::{ImageBehaviour, ImageTable};
 pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};

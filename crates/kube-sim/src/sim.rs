@@ -15,18 +15,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::apiserver::authz::{Authorizer, Denial};
-use crate::apiserver::errors::ApiError;
-use crate::apiserver::registry::{self, Registry};
-use crate::apiserver::store::{DEFAULT_HISTORY_PER_KIND, Store};
 use crate::apiserver::watch::DEFAULT_BOOKMARK_INTERVAL;
 use crate::apiserver::{ApiContext, router};
 use crate::controllers::{self, Switch};
+use crate::errors::ApiError;
 use crate::events::EventRecorder;
 use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
 use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
 use crate::stats::{Stats, StatsCollector};
+use crate::storage::registry::{self, Registry};
+use crate::storage::store::{DEFAULT_HISTORY_PER_KIND, Store};
 
 /// Namespaces every simulator starts with: a new cluster's, nothing more, so
 /// an installer (Helm, the chart) finds what it would find on a real one.

@@ -21,9 +21,9 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 
 use super::ApiContext;
-use super::errors::ApiError;
 use super::logs::pick_container;
 use super::request::{Query, ResourcePath};
+use crate::errors::ApiError;
 use crate::kubelet::streams::{ContainerStreams, StdinMsg, StreamKind};
 
 pub const V5: &str = "v5.channel.k8s.io";

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::errors::{ApiError, GroupResource};
+use crate::errors::{ApiError, GroupResource};
 
 /// The identity named in denial messages unless a rule names another.
 pub const DEFAULT_USER: &str = "system:serviceaccount:telo-runner:telo-k8s-runner";

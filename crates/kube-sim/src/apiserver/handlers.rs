@@ -12,15 +12,15 @@ use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 
-use super::errors::ApiError;
-use super::patch::PatchKind;
-use super::registry::{Deleted, Target, returns_deleted_object};
 use super::request::{Query, ResourcePath, delete_options, list_kind};
-use super::selectors::{FieldSelector, LabelSelector};
-use super::store::ObjRef;
 use super::{ApiContext, bytes_response, json_response, protobuf, table, watch};
+use crate::errors::ApiError;
 use crate::kinds::ResourceInfo;
 use crate::meta;
+use crate::storage::patch::PatchKind;
+use crate::storage::registry::{Deleted, Target, returns_deleted_object};
+use crate::storage::selectors::{FieldSelector, LabelSelector};
+use crate::storage::store::ObjRef;
 
 /// Request bodies above this size get `413`, like the apiserver's 3 MiB cap.
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -528,7 +528,7 @@ fn patch(
             "meta.k8s.io",
             "PatchOptions",
             "",
-            &[super::errors::FieldError::required(
+            &[crate::errors::FieldError::required(
                 "fieldManager",
                 "is required for apply patch",
             )],

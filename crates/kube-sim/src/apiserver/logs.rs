@@ -11,9 +11,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::ApiContext;
-use super::errors::ApiError;
 use super::request::{Query, ResourcePath};
 use super::watch::tokio_stream_shim::ReceiverStream;
+use crate::errors::ApiError;
 use crate::kubelet::streams::{ContainerStreams, LogChunk};
 use crate::meta;
 

@@ -3,21 +3,13 @@
 
 pub mod attach;
 pub mod authz;
-pub mod defaults;
 pub mod discovery;
-pub mod errors;
 pub mod handlers;
 pub mod logs;
 pub mod openapi;
-pub mod patch;
 pub mod protobuf;
-pub mod quantity;
-pub mod registry;
 pub mod request;
-pub mod selectors;
-pub mod store;
 pub mod table;
-pub mod validation;
 pub mod watch;
 
 use std::sync::Arc;
@@ -32,13 +24,13 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::errors::ApiError;
 use crate::faults::{FaultCommand, Faults};
 use crate::kubelet::Kubelet;
 use crate::stats::StatsCollector;
+use crate::storage::registry::Registry;
+use crate::storage::store::Store;
 use authz::{Attributes, Authorizer, Denial};
-use errors::ApiError;
-use registry::Registry;
-use store::Store;
 
 /// Everything a request handler can reach.
 pub struct ApiContext {

@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-use super::errors::ApiError;
 use super::{ApiContext, json_response};
+use crate::errors::ApiError;
 use crate::kinds::RESOURCES;
 
 fn group_versions(gateway_api: bool) -> Vec<(String, &'static str, &'static str)> {

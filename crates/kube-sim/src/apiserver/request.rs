@@ -5,10 +5,10 @@ use std::collections::HashMap;
 
 use axum::http::{Method, Uri};
 
-use super::errors::ApiError;
 use super::protobuf;
-use super::registry::{DeleteOptions, Propagation};
+use crate::errors::ApiError;
 use crate::kinds::{self, RESOURCES, ResourceId};
+use crate::storage::registry::{DeleteOptions, Propagation};
 
 /// A resource path: `/api/v1/namespaces/<ns>/pods/<name>/<sub>` and friends.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,11 +13,11 @@ use tokio::sync::mpsc;
 use tokio_stream_shim::ReceiverStream;
 
 use super::ApiContext;
-use super::errors::ApiError;
-use super::selectors::{FieldSelector, LabelSelector};
-use super::store::{EventKind, ObjRef};
+use crate::errors::ApiError;
 use crate::kinds::ResourceId;
 use crate::meta;
+use crate::storage::selectors::{FieldSelector, LabelSelector};
+use crate::storage::store::{EventKind, ObjRef};
 
 /// How often a watch that asked for bookmarks gets one.
 pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(15);
@@ -115,7 +115,7 @@ pub fn start(ctx: Arc<ApiContext>, req: WatchRequest) -> Result<ReceiverStream, 
             "meta.k8s.io",
             "ListOptions",
             "",
-            &[super::errors::FieldError::forbidden(
+            &[crate::errors::FieldError::forbidden(
                 "allowWatchBookmarks",
                 "allowWatchBookmarks required when sendInitialEvents is true",
             )],
@@ -207,7 +207,7 @@ async fn run(
                             let mut v = prev;
                             meta::metadata_mut(&mut v)
                                 .insert("resourceVersion".into(), json!(ev.rv.to_string()));
-                            let obj = Arc::new(super::store::Obj {
+                            let obj = Arc::new(crate::storage::store::Obj {
                                 json: Bytes::from(v.to_string()),
                                 value: v,
                                 rv: ev.rv,

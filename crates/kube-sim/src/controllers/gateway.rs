@@ -10,11 +10,11 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Switch;
-use crate::apiserver::registry::Registry;
-use crate::apiserver::selectors::LabelSelector;
-use crate::apiserver::store::Store;
 use crate::kinds;
 use crate::meta;
+use crate::storage::registry::Registry;
+use crate::storage::selectors::LabelSelector;
+use crate::storage::store::Store;
 
 pub const CONTROLLER_NAME: &str = "kube-sim.dev/gateway-controller";
 const GROUP: &str = "gateway.networking.k8s.io";

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::apiserver::registry::{DeleteOptions, Propagation, Registry};
-use crate::apiserver::store::{EventKind, Store};
 use crate::kinds::{self, ResourceId};
 use crate::meta;
+use crate::storage::registry::{DeleteOptions, Propagation, Registry};
+use crate::storage::store::{EventKind, Store};
 
 type ObjKey = (ResourceId, String, String);
 

@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::Switch;
-use crate::apiserver::registry::Registry;
 use crate::kinds;
 use crate::meta;
+use crate::storage::registry::Registry;
 
 pub const CONTROLLER_NAME: &str = "kube-sim.dev/ingress-controller";
 /// The address written into the load-balancer status.

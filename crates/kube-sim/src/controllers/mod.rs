@@ -1,11 +1,11 @@
 //! Simulated controllers: garbage collection, namespace deletion, quota
-//! accounting, and the Ingress and Gateway API controllers.
+//! accounting (its admission and usage live in `storage::quota`), and the
+//! Ingress and Gateway API controllers.
 
 pub mod gateway;
 pub mod gc;
 pub mod ingress;
 pub mod namespace;
-pub mod quota;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::apiserver::registry::{DeleteOptions, Registry};
 use crate::kinds;
 use crate::meta;
+use crate::storage::registry::{DeleteOptions, Registry};
 
 /// How often a terminating namespace is re-checked for leftover content.
 const RECHECK: Duration = Duration::from_millis(200);

@@ -33,12 +33,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::apiserver::defaults::NODE_NAME;
-use crate::apiserver::registry::Registry;
-use crate::apiserver::store::{EventKind, Store};
 use crate::events::{EventRecorder, EventType};
 use crate::kinds;
 use crate::meta;
+use crate::storage::defaults::NODE_NAME;
+use crate::storage::registry::Registry;
+use crate::storage::store::{EventKind, Store};
 use images::{ImageBehaviour, ImageTable};
 use paths::Mounts;
 use process::{ProcessRegistry, SpawnSpec};

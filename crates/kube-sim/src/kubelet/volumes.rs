@@ -3,7 +3,7 @@
 
 use super::env::Source;
 use super::*;
-use crate::apiserver::store::ObjRef;
+use crate::storage::store::ObjRef;
 
 impl Kubelet {
     pub(super) async fn prepare_volumes(&self, w: &PodWorker, ctx: &PodCtx) -> Result<(), String> {

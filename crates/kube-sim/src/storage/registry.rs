@@ -9,13 +9,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde_json::{Value, json};
 
 use super::defaults;
-use super::errors::{ApiError, FieldError};
 use super::patch::{self, PatchKind};
 use super::store::{ObjRef, Store, Txn};
 use super::validation;
-use crate::controllers::quota;
+use crate::errors::{ApiError, FieldError};
 use crate::kinds::{self, ResourceId, ResourceInfo};
 use crate::meta;
+use crate::storage::quota;
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

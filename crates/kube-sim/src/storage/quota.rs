@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::apiserver::errors::ApiError;
-use crate::apiserver::quantity::Quantity;
-use crate::apiserver::store::Txn;
+use crate::errors::ApiError;
 use crate::kinds::{self, ResourceInfo};
 use crate::meta;
+use crate::storage::quantity::Quantity;
+use crate::storage::store::Txn;
 
 /// Resources that, when quota'd, every container must declare.
 const COMPUTE: &[&str] = &[

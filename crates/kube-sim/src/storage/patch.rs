@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::errors::ApiError;
+use crate::errors::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::errors::{FieldError, FieldErrorKind};
+use crate::errors::{FieldError, FieldErrorKind};
 use crate::kinds::{NameRule, ResourceInfo};
 use crate::meta;
 
