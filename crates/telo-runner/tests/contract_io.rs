@@ -76,14 +76,7 @@ async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte(#[case] bac
         .await;
     let mut socket = runner.io(&id, "").await;
     let frames = ws::read_until_output(&mut socket, "first").await;
-    let last_seq = frames
-        .iter()
-        .filter_map(|f| match f {
-            IoFrame::Output { seq, .. } => Some(*seq),
-            _ => None,
-        })
-        .max()
-        .unwrap();
+    let last_seq = ws::last_seq(&frames).unwrap();
     drop(socket);
     let mut seen = ws::output_of(&frames);
 

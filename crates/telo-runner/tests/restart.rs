@@ -149,14 +149,7 @@ async fn a_killed_runner_is_replaced_without_losing_the_session_or_its_output() 
     let ws_base = base.replacen("http", "ws", 1);
     let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
     let frames = ws::read_until_output(&mut socket, "before the restart").await;
-    let old_seq = frames
-        .iter()
-        .filter_map(|f| match f {
-            IoFrame::Output { seq, .. } => Some(*seq),
-            _ => None,
-        })
-        .max()
-        .unwrap();
+    let old_seq = ws::last_seq(&frames).unwrap();
     ws::send_stdin(&mut socket, b"typed before\n").await;
     ws::read_until_output(&mut socket, "typed before").await;
 

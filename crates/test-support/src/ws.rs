@@ -126,6 +126,17 @@ pub fn output_of(frames: &[IoFrame]) -> Vec<u8> {
         .collect()
 }
 
+/// The highest output seq among `frames`, where a reconnect resumes.
+pub fn last_seq(frames: &[IoFrame]) -> Option<u32> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            IoFrame::Output { seq, .. } => Some(*seq),
+            _ => None,
+        })
+        .max()
+}
+
 pub async fn send_stdin(socket: &mut Socket, bytes: &[u8]) {
     socket
         .send(Message::Binary(Bytes::copy_from_slice(bytes)))
