@@ -120,9 +120,17 @@ async fn past_the_connection_limit_a_client_is_told_and_probes_answer_once_slots
     drop(held);
     // The slots come back as the server sees the connections close.
     let deadline = Instant::now() + WAIT;
+    // A raw connection per probe: until a slot is back the server answers
+    // the refusal as soon as it accepts, before the request is read, which
+    // an HTTP client library reports as an error rather than a status.
     loop {
-        let (status, _) = runner.get("/livez").await;
-        if status == StatusCode::OK {
+        let mut probe = TcpStream::connect(&addr).await.unwrap();
+        // The write fails when the refusal has already closed the socket.
+        let _ = probe
+            .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\nconnection: close\r\n\r\n")
+            .await;
+        let answer = read_to_close(&mut probe).await;
+        if !answer.is_empty() && parse_response(&answer).0 == 200 {
             break;
         }
         assert!(Instant::now() < deadline, "/livez never answered again");
