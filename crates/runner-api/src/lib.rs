@@ -8,6 +8,7 @@
 //!   (`Number()`, `trim`, own-key order);
 //! * [`bundle_path`] — the bundle path rules;
 //! * [`app_env`] — which client variables an app session takes;
+//! * [`watch`] — watch sessions: apps, the workspace surface;
 //! * [`sse`] and [`io`] — the event-stream and terminal frame codecs, with
 //!   the one SSE parser every reader uses.
 //!
@@ -21,3 +22,4 @@ pub mod js;
 pub mod sse;
 pub mod types;
 pub mod validate;
+pub mod watch;
