@@ -7,7 +7,7 @@ use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, Stream, StreamExt};
-use runner_api::io::{ServerMessage, parse_server_message, split_output_frame};
+use runner_api::io::{FrameFormat, ServerMessage, parse_server_message, split_output_frame};
 use runner_api::sse::SseParser;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -234,9 +234,11 @@ impl Io {
                 None | Some(Ok(Message::Close(_))) => return Ok(IoFrame::Closed),
                 Some(Err(err)) => return Err(err.into()),
                 Some(Ok(Message::Binary(data))) => {
-                    let Some((_, payload)) = split_output_frame(&data) else {
-                        bail!("binary frame shorter than its seq prefix");
+                    // The stacks the bench starts speak the default wire.
+                    let Some(frame) = split_output_frame(FrameFormat::Tagged, &data) else {
+                        bail!("binary frame shorter than its header");
                     };
+                    let payload = frame.payload;
                     // The payload without copying it out of the frame.
                     let header = data.len() - payload.len();
                     return Ok(IoFrame::Output {

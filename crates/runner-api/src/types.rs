@@ -7,6 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::watch::{AppSnapshot, RejectedPort, RunTrigger, SessionMode};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PullPolicy {
@@ -89,6 +91,9 @@ pub enum RunStatus {
         message: String,
     },
     Stopped,
+    /// A watch session whose workload is gone while the session (its files,
+    /// its id) waits to be resumed. Not terminal.
+    Suspended,
 }
 
 impl RunStatus {
@@ -113,6 +118,7 @@ impl RunStatus {
             Self::Exited { .. } => "exited",
             Self::Failed { .. } => "failed",
             Self::Stopped => "stopped",
+            Self::Suspended => "suspended",
         }
     }
 }
@@ -181,25 +187,73 @@ pub enum RunEvent {
         status: RunStatus,
     },
     Progress {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        app: Option<String>,
         phase: RunPhase,
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         done: Option<bool>,
     },
     Debug {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        app: Option<String>,
         frame: Value,
     },
     Reachability {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        app: Option<String>,
         port: u16,
         state: ReachabilityState,
     },
     /// The route of one published host (`<port>-<id>.<baseDomain>`).
     Route {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        app: Option<String>,
         host: String,
         port: u16,
         state: RouteState,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+    },
+    /// One generation of an app: started, completed or failed.
+    Run(RunRecord),
+    /// An app's routable ports changed.
+    Endpoints {
+        app: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        added: Option<Vec<RunnerEndpoint>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        removed: Option<Vec<RunnerEndpoint>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rejected: Option<Vec<RejectedPort>>,
+    },
+}
+
+/// A `run` event: which app, which generation, what happened to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub app: String,
+    pub generation: u64,
+    #[serde(flatten)]
+    pub phase: RunOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "lowercase")]
+pub enum RunOutcome {
+    Started {
+        trigger: RunTrigger,
+        /// The version the kernel says it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        telo: Option<String>,
+    },
+    Completed {
+        code: i64,
+        #[serde(default, rename = "durationMs", skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+    },
+    Failed {
+        reason: String,
     },
 }
 
@@ -214,6 +268,8 @@ impl RunEvent {
             Self::Debug { .. } => "debug",
             Self::Reachability { .. } => "reachability",
             Self::Route { .. } => "route",
+            Self::Run(_) => "run",
+            Self::Endpoints { .. } => "endpoints",
         }
     }
 }
@@ -300,6 +356,14 @@ pub struct SessionSnapshot {
     #[serde(rename = "sessionId")]
     pub session_id: String,
     pub status: RunStatus,
+    /// `run` or `watch` (runner-core 0.9+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SessionMode>,
+    /// The co-resident agent's catalog name, when it runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apps: Option<Vec<AppSnapshot>>,
     #[serde(rename = "createdAt")]
     pub created_at: String,
     #[serde(default, rename = "exitedAt", skip_serializing_if = "Option::is_none")]
@@ -382,11 +446,17 @@ mod tests {
             serde_json::to_value(RunStatus::Exited { code: 3 }).unwrap(),
             json!({"kind": "exited", "code": 3})
         );
+        assert_eq!(
+            serde_json::to_value(RunStatus::Suspended).unwrap(),
+            json!({"kind": "suspended"})
+        );
+        assert!(!RunStatus::Suspended.is_terminal());
     }
 
     #[test]
     fn events_carry_their_type_tag() {
         let event = RunEvent::Progress {
+            app: None,
             phase: RunPhase::Provision,
             message: "Scheduling".into(),
             done: None,
@@ -396,18 +466,49 @@ mod tests {
             r#"{"type":"progress","phase":"provision","message":"Scheduling"}"#
         );
         let event = RunEvent::Reachability {
+            app: Some("app".into()),
             port: 8080,
             state: ReachabilityState::Checking,
         };
         assert_eq!(
             serde_json::to_string(&event).unwrap(),
-            r#"{"type":"reachability","port":8080,"state":"checking"}"#
+            r#"{"type":"reachability","app":"app","port":8080,"state":"checking"}"#
+        );
+        let run = RunEvent::Run(RunRecord {
+            app: "api".into(),
+            generation: 2,
+            phase: RunOutcome::Started {
+                trigger: RunTrigger::Watch,
+                telo: None,
+            },
+        });
+        assert_eq!(run.name(), "run");
+        assert_eq!(
+            serde_json::to_string(&run).unwrap(),
+            r#"{"type":"run","app":"api","generation":2,"phase":"started","trigger":"watch"}"#
+        );
+        let done = RunEvent::Run(RunRecord {
+            app: "api".into(),
+            generation: 2,
+            phase: RunOutcome::Completed {
+                code: 0,
+                duration_ms: Some(12),
+            },
+        });
+        assert_eq!(
+            serde_json::to_string(&done).unwrap(),
+            r#"{"type":"run","app":"api","generation":2,"phase":"completed","code":0,"durationMs":12}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<RunEvent>(&serde_json::to_string(&done).unwrap()).unwrap(),
+            done
         );
     }
 
     #[test]
     fn route_events_omit_an_absent_reason() {
         let pending = RunEvent::Route {
+            app: None,
             host: "8080-abc.telo.run".into(),
             port: 8080,
             state: RouteState::Pending,
@@ -419,6 +520,7 @@ mod tests {
             r#"{"type":"route","host":"8080-abc.telo.run","port":8080,"state":"pending"}"#
         );
         let refused = RunEvent::Route {
+            app: None,
             host: "8080-abc.telo.run".into(),
             port: 8080,
             state: RouteState::Unprogrammed,

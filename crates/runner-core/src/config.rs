@@ -4,6 +4,7 @@
 //! here for the backends' loaders); the JavaScript semantics they follow are
 //! [`runner_api::js`].
 
+use runner_api::io::FrameFormat;
 use runner_api::js::js_trim;
 use runner_api::types::RunnerTerms;
 use std::time::Duration;
@@ -81,6 +82,8 @@ pub struct CoreConfig {
     /// grace period) before it is killed.
     pub stop_grace: Duration,
     pub connections: ConnectionLimits,
+    /// `RUNNER_IO_FRAMES`: the layout of `/io` output frames.
+    pub io_frames: FrameFormat,
 }
 
 /// What one client connection may cost the service (our hardening; the
@@ -187,6 +190,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let apps = load_apps(env)?;
     let auth_tokens = load_auth_tokens(env)?;
     let connections = load_connection_limits(env)?;
+    let io_frames = parse_io_frames(var("RUNNER_IO_FRAMES"))?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -202,6 +206,19 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         auth_tokens,
         stop_grace: Duration::from_secs(stop_grace_seconds),
         connections,
+        io_frames,
+    })
+}
+
+/// `RUNNER_IO_FRAMES`: `tagged` (the default) or `legacy`; blank is unset.
+fn parse_io_frames(raw: Option<&str>) -> Result<FrameFormat, ConfigError> {
+    let Some(raw) = raw.filter(|raw| !js_trim(raw).is_empty()) else {
+        return Ok(FrameFormat::Tagged);
+    };
+    FrameFormat::parse(js_trim(raw)).ok_or_else(|| ConfigError::NotOneOf {
+        var: "RUNNER_IO_FRAMES".to_owned(),
+        choices: vec!["tagged".to_owned(), "legacy".to_owned()],
+        value: raw.to_owned(),
     })
 }
 
@@ -279,6 +296,11 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_STOP_GRACE_SECONDS",
         default: "5",
         description: "How long a stopped session's workload may take to exit after SIGTERM (on Kubernetes, the pod's grace period) before it is killed; 0 kills at once.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_IO_FRAMES",
+        default: "tagged",
+        description: "Layout of the terminal socket's binary frames: `tagged` (`[seq][stream][bytes]`, `features.io` a list, the wire of runner-core 0.9 and later) or `legacy` (`[seq][bytes]`, `features.io: true`) for editors built against the 0.8 wire.",
     },
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
@@ -394,7 +416,21 @@ mod tests {
                     body_timeout: Duration::from_secs(30),
                     max_header_bytes: 16_384,
                 },
+                io_frames: FrameFormat::Tagged,
             }
+        );
+    }
+
+    #[test]
+    fn the_frame_layout_is_tagged_unless_the_operator_asks_for_the_old_one() {
+        let legacy = load_core_config(&vars(&[("RUNNER_IO_FRAMES", " legacy ")]), 8061).unwrap();
+        assert_eq!(legacy.io_frames, FrameFormat::Legacy);
+        let blank = load_core_config(&vars(&[("RUNNER_IO_FRAMES", "")]), 8061).unwrap();
+        assert_eq!(blank.io_frames, FrameFormat::Tagged);
+        let err = load_core_config(&vars(&[("RUNNER_IO_FRAMES", "v8")]), 8061).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "RUNNER_IO_FRAMES must be one of tagged | legacy (got 'v8')."
         );
     }
 

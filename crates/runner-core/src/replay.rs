@@ -30,6 +30,15 @@ pub struct Replay<T> {
     pub has_gap: bool,
 }
 
+impl<T> Replay<T> {
+    pub fn empty() -> Self {
+        Self {
+            entries: Vec::new(),
+            has_gap: false,
+        }
+    }
+}
+
 impl<T: Clone> ReplayBuffer<T> {
     pub fn new(cap_bytes: usize) -> Self {
         Self::starting_at(cap_bytes, 1)

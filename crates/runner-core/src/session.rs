@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use runner_api::types::{RunEvent, RunStatus, SessionSnapshot};
+use runner_api::types::{PortMapping, RunEvent, RunStatus, SessionSnapshot};
+use runner_api::watch::{IoMode, SessionMode, StreamTag};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
@@ -33,8 +34,10 @@ use crate::sync::lock;
 use crate::time::iso_now;
 use crate::workload::BackendSession;
 
+mod channel;
 mod sink;
 
+pub use channel::{AppChannel, OutputChunk};
 pub use sink::SessionSink;
 
 /// Output chunks larger than this are split so that the byte cap of the
@@ -68,9 +71,16 @@ pub struct Session {
     /// Fires on DELETE or shutdown, so a start still waiting on its workload
     /// can give up at once.
     stop_requested: CancellationToken,
+    pub(crate) mode: SessionMode,
     pub(crate) state: Mutex<SessionState>,
     events_seq: watch::Sender<u64>,
-    output_seq: watch::Sender<u64>,
+    /// The first output sequence number of every channel (its generation).
+    first_output: u64,
+    replay_buffer_bytes: usize,
+    /// Open SSE streams and terminal sockets.
+    watchers: std::sync::atomic::AtomicUsize,
+    /// When the last watcher left (creation, when none came yet).
+    idle_since: Mutex<tokio::time::Instant>,
     /// Fires when the session reaches a terminal status or leaves the registry,
     /// stopping whatever background work a backend tied to it.
     pub(crate) ended: CancellationToken,
@@ -104,7 +114,8 @@ pub(crate) struct SessionState {
     pub(crate) handed_over: bool,
     exited_at: Option<String>,
     events: ReplayBuffer<EventFrame>,
-    output: ReplayBuffer<Bytes>,
+    /// One byte channel per app, in the session's app order.
+    pub(crate) channels: Vec<AppChannel>,
     pub(crate) handle: Option<Arc<dyn BackendSession>>,
     /// Input that arrived while the workload was coming up, delivered once it
     /// is up (the reference dropped it, losing the first keystrokes and the
@@ -126,18 +137,51 @@ impl Session {
         admitted_at: Option<tokio::time::Instant>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        Self::with_apps(
+            id,
+            created_at,
+            replay_buffer_bytes,
+            generation,
+            admitted_at,
+            metrics,
+            SessionMode::Run,
+            &[SessionApp::default_app(Vec::new())],
+        )
+    }
+
+    /// A session of `mode` running `apps` (one byte channel each).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn with_apps(
+        id: String,
+        created_at: String,
+        replay_buffer_bytes: usize,
+        generation: u32,
+        admitted_at: Option<tokio::time::Instant>,
+        metrics: Arc<Metrics>,
+        mode: SessionMode,
+        apps: &[SessionApp],
+    ) -> Self {
         let first_event = u64::from(generation) * EVENT_ID_GENERATION + 1;
         let first_output = u64::from(generation) * OUTPUT_SEQ_GENERATION + 1;
+        let channels = apps
+            .iter()
+            .map(|app| AppChannel::new(app, replay_buffer_bytes, first_output))
+            .collect();
         Self {
             id,
             created_at,
+            mode,
+            first_output,
+            replay_buffer_bytes,
+            watchers: std::sync::atomic::AtomicUsize::new(0),
+            idle_since: Mutex::new(tokio::time::Instant::now()),
             user_stopped: AtomicBool::new(false),
             stop_requested: CancellationToken::new(),
             state: Mutex::new(SessionState {
                 status: RunStatus::Starting,
                 exited_at: None,
                 events: ReplayBuffer::starting_at(replay_buffer_bytes, first_event),
-                output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),
+                channels,
                 handle: None,
                 early_stdin: Vec::new(),
                 early_stdin_bytes: 0,
@@ -145,7 +189,6 @@ impl Session {
                 handed_over: false,
             }),
             events_seq: watch::Sender::new(first_event - 1),
-            output_seq: watch::Sender::new(first_output - 1),
             ended: CancellationToken::new(),
             admitted_at,
             metrics,
@@ -190,14 +233,87 @@ impl Session {
         SessionSnapshot {
             session_id: self.id.clone(),
             status: state.status.clone(),
+            mode: Some(self.mode),
+            agent: None,
+            apps: Some(state.channels.iter().map(AppChannel::snapshot).collect()),
             created_at: self.created_at.clone(),
             exited_at: state.exited_at.clone(),
+        }
+    }
+
+    pub fn mode(&self) -> SessionMode {
+        self.mode
+    }
+
+    /// The session's apps, in order.
+    pub fn app_names(&self) -> Vec<String> {
+        lock(&self.state)
+            .channels
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// The name and io mode of app `name`, or of the only app when `name` is
+    /// `None`; the `/io` app resolution (contract-watch §2.2).
+    pub fn resolve_app(&self, name: Option<&str>) -> Result<(String, IoMode), AppResolution> {
+        let state = lock(&self.state);
+        match name {
+            Some(name) => state
+                .channels
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| (c.name.clone(), c.io))
+                .ok_or(AppResolution::Unknown),
+            None if state.channels.len() == 1 => {
+                let only = &state.channels[0];
+                Ok((only.name.clone(), only.io))
+            }
+            None => Err(AppResolution::Ambiguous(state.channels.len())),
         }
     }
 
     /// The live backend session, once its start resolved.
     pub fn handle(&self) -> Option<Arc<dyn BackendSession>> {
         lock(&self.state).handle.clone()
+    }
+
+    /// Input for app `app`: its workload gets it (a session's first app
+    /// is the one [`Session::write_stdin`] feeds).
+    pub fn write_app_stdin(&self, app: &str, bytes: Bytes) {
+        if self.mode == SessionMode::Run {
+            return self.write_stdin(bytes);
+        }
+        // Dropped while no workload runs (starting, suspended), as the
+        // reference does for watch sessions.
+        if let Some(handle) = &lock(&self.state).handle {
+            handle.write_app_stdin(app, bytes);
+        }
+    }
+
+    /// A terminal resize of app `app`.
+    pub fn resize_app(&self, app: &str, cols: u16, rows: u16) {
+        if self.mode == SessionMode::Run {
+            return self.resize(cols, rows);
+        }
+        if let Some(handle) = &lock(&self.state).handle {
+            handle.resize_app(app, cols, rows);
+        }
+    }
+
+    /// Counts a subscriber (an SSE stream, a terminal socket) for idle
+    /// detection until the guard drops.
+    pub fn watcher(self: &Arc<Self>) -> WatcherGuard {
+        self.watchers.fetch_add(1, Ordering::SeqCst);
+        WatcherGuard(self.clone())
+    }
+
+    /// Since when nobody watched the session; `None` while someone does.
+    pub fn idle_since(&self) -> Option<tokio::time::Instant> {
+        if self.watchers.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        Some(*lock(&self.idle_since))
     }
 
     /// Terminal input: to the workload, or held (bounded) until it is up.
@@ -370,12 +486,13 @@ impl Session {
         Some(id)
     }
 
-    fn push_output(&self, chunk: Bytes) {
+    /// Records output of app `app` (the first app when `None`).
+    fn push_output(&self, app: Option<&str>, tag: StreamTag, chunk: Bytes) {
         if chunk.is_empty() {
             return;
         }
         let bytes = chunk.len();
-        let last = {
+        let (seq, last) = {
             let mut state = lock(&self.state);
             // Nothing follows the terminal status: output from a process that
             // escaped its session (a daemon that left the process group) must
@@ -383,22 +500,37 @@ impl Session {
             if state.status.is_terminal() || state.handed_over {
                 return;
             }
+            let Some(channel) = channel_mut(&mut state.channels, app) else {
+                return;
+            };
             let mut last = 0;
             if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
-                let size = chunk.len();
-                last = state.output.push(chunk, size);
+                last = channel.push(tag, chunk);
             } else {
                 for piece in chunk.chunks(MAX_OUTPUT_CHUNK_BYTES) {
                     // Copied, so evicting one piece frees its memory.
-                    last = state
-                        .output
-                        .push(Bytes::copy_from_slice(piece), piece.len());
+                    last = channel.push(tag, Bytes::copy_from_slice(piece));
                 }
             }
-            last
+            (channel.seq.clone(), last)
         };
-        self.output_seq.send_replace(last);
+        seq.send_replace(last);
         self.metrics.output_buffered(bytes);
+    }
+
+    /// Output the backend knows it lost, at this point of app `app`.
+    fn leave_output_hole(&self, app: Option<&str>) {
+        let (seq, last) = {
+            let mut state = lock(&self.state);
+            if state.status.is_terminal() || state.handed_over {
+                return;
+            }
+            let Some(channel) = channel_mut(&mut state.channels, app) else {
+                return;
+            };
+            (channel.seq.clone(), channel.output.leave_hole())
+        };
+        seq.send_replace(last);
     }
 
     /// Lifecycle events after `after`, then live ones.
@@ -407,17 +539,33 @@ impl Session {
             session: self.clone(),
             rx: self.events_seq.subscribe(),
             position: after,
-            read: Session::replay_events,
+            read: Box::new(|session: &Session, after| session.replay_events(after)),
         }
     }
 
-    /// Output chunks after sequence number `after`, then live ones.
-    pub fn subscribe_output(self: &Arc<Self>, after: u64) -> Cursor<Bytes> {
+    /// Output chunks of the first app after sequence number `after`, then
+    /// live ones.
+    pub fn subscribe_output(self: &Arc<Self>, after: u64) -> Cursor<OutputChunk> {
+        let first = lock(&self.state).channels.first().map(|c| c.name.clone());
+        self.subscribe_app_output(first.as_deref().unwrap_or_default(), after)
+    }
+
+    /// Output chunks of app `app` after sequence number `after`, then live
+    /// ones. A cursor on an app the session no longer runs reads nothing.
+    pub fn subscribe_app_output(self: &Arc<Self>, app: &str, after: u64) -> Cursor<OutputChunk> {
+        let rx = {
+            let state = lock(&self.state);
+            match state.channels.iter().find(|c| c.name == app) {
+                Some(channel) => channel.seq.subscribe(),
+                None => watch::Sender::new(0).subscribe(),
+            }
+        };
+        let app: Arc<str> = Arc::from(app);
         Cursor {
             session: self.clone(),
-            rx: self.output_seq.subscribe(),
+            rx,
             position: after,
-            read: Session::replay_output,
+            read: Box::new(move |session: &Session, after| session.replay_app_output(&app, after)),
         }
     }
 
@@ -430,17 +578,141 @@ impl Session {
         lock(&self.state).events.replay(after)
     }
 
-    pub fn replay_output(&self, after: u64) -> Replay<Bytes> {
-        lock(&self.state).output.replay(after)
+    /// The first app's output after `after`.
+    pub fn replay_output(&self, after: u64) -> Replay<OutputChunk> {
+        let state = lock(&self.state);
+        match state.channels.first() {
+            Some(channel) => channel.output.replay(after),
+            None => Replay::empty(),
+        }
+    }
+
+    pub fn replay_app_output(&self, app: &str, after: u64) -> Replay<OutputChunk> {
+        let state = lock(&self.state);
+        match state.channels.iter().find(|c| c.name == app) {
+            Some(channel) => channel.output.replay(after),
+            None => Replay::empty(),
+        }
     }
 }
+
+impl Session {
+    /// The `run` events a debug frame of app `app` means.
+    fn project_run(&self, app: &str, frame: &serde_json::Value) -> Vec<runner_api::types::RunRecord> {
+        let mut state = lock(&self.state);
+        match state.channels.iter_mut().find(|c| c.name == app) {
+            Some(channel) => channel.run.observe(app, frame),
+            None => Vec::new(),
+        }
+    }
+
+    fn end_app_run(
+        &self,
+        app: &str,
+        code: Option<i64>,
+        reason: Option<String>,
+    ) -> Option<runner_api::types::RunRecord> {
+        let mut state = lock(&self.state);
+        let channel = state.channels.iter_mut().find(|c| c.name == app)?;
+        channel.run.workload_ended(app, code, reason)
+    }
+
+    /// Applies an `endpoints` delta to the app's declared ports.
+    fn apply_endpoints(
+        &self,
+        app: &str,
+        added: &[runner_api::types::RunnerEndpoint],
+        removed: &[runner_api::types::RunnerEndpoint],
+    ) {
+        let mut state = lock(&self.state);
+        let Some(channel) = state.channels.iter_mut().find(|c| c.name == app) else {
+            return;
+        };
+        channel.ports.retain(|p| {
+            !removed
+                .iter()
+                .any(|r| r.port == p.port && r.protocol == p.protocol)
+        });
+        for endpoint in added {
+            let port = PortMapping {
+                port: endpoint.port,
+                protocol: endpoint.protocol,
+            };
+            if !channel.ports.contains(&port) {
+                channel.ports.push(port);
+            }
+        }
+    }
+
+    /// The next generation of each app in `apps` (every app when `None`)
+    /// starts because of `trigger`.
+    pub(crate) fn attribute_next_run(&self, apps: Option<&[String]>, trigger: runner_api::watch::RunTrigger) {
+        let mut state = lock(&self.state);
+        for channel in &mut state.channels {
+            if apps.is_none_or(|names| names.contains(&channel.name)) {
+                channel.run.attribute(trigger);
+            }
+        }
+    }
+}
+
+/// Holds one subscriber's place in the count ([`Session::watcher`]).
+pub struct WatcherGuard(Arc<Session>);
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        let session = &self.0;
+        let mut idle_since = lock(&session.idle_since);
+        if session.watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            *idle_since = tokio::time::Instant::now();
+        }
+    }
+}
+
+/// Why `/io` could not pick an app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppResolution {
+    /// `?app=` names no app of the session.
+    Unknown,
+    /// No `?app=` and the session runs this many apps.
+    Ambiguous(usize),
+}
+
+/// An app as the session records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionApp {
+    pub name: String,
+    pub io: IoMode,
+    pub ports: Vec<PortMapping>,
+}
+
+impl SessionApp {
+    /// The one app of a session that names none.
+    pub fn default_app(ports: Vec<PortMapping>) -> Self {
+        Self {
+            name: runner_api::watch::DEFAULT_APP_NAME.to_owned(),
+            io: IoMode::Tty,
+            ports,
+        }
+    }
+}
+
+fn channel_mut<'a>(channels: &'a mut [AppChannel], app: Option<&str>) -> Option<&'a mut AppChannel> {
+    match app {
+        None => channels.first_mut(),
+        Some(name) => channels.iter_mut().find(|c| c.name == name),
+    }
+}
+
+/// How a cursor reads its buffer.
+type ReadFn<T> = Box<dyn Fn(&Session, u64) -> Replay<T> + Send + Sync>;
 
 /// A subscriber's position in one of a session's replay buffers.
 pub struct Cursor<T> {
     session: Arc<Session>,
     rx: watch::Receiver<u64>,
     position: u64,
-    read: fn(&Session, u64) -> Replay<T>,
+    read: ReadFn<T>,
 }
 
 /// What a subscriber reads next.

@@ -194,7 +194,11 @@ mod tests {
     }
 
     fn reach(state: ReachabilityState) -> RunEvent {
-        RunEvent::Reachability { port: 8080, state }
+        RunEvent::Reachability {
+            app: None,
+            port: 8080,
+            state,
+        }
     }
 
     #[test]
@@ -298,6 +302,7 @@ mod tests {
         let mut gate = StartGate::new(true);
         assert_eq!(gate.admit(status(running())), Admission::Held);
         let debug = RunEvent::Debug {
+            app: None,
             frame: serde_json::json!({"event": "Kernel.Starting"}),
         };
         assert_eq!(gate.admit(debug.clone()), Admission::Pass(debug));

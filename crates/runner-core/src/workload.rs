@@ -95,6 +95,17 @@ pub trait BackendSession: Send + Sync + 'static {
     /// Resize the workload's terminal; a no-op once it ended. Must not block.
     fn resize(&self, cols: u16, rows: u16);
 
+    /// Input for one app of a multi-app (watch) session; a session of one
+    /// app takes it as [`BackendSession::write_stdin`].
+    fn write_app_stdin(&self, _app: &str, bytes: Bytes) {
+        self.write_stdin(bytes);
+    }
+
+    /// Resize one app's terminal.
+    fn resize_app(&self, _app: &str, cols: u16, rows: u16) {
+        self.resize(cols, rows);
+    }
+
     /// Force-stop; idempotent. The terminal status arrives through the sink.
     async fn stop(&self) -> Result<(), StopError>;
 

@@ -248,6 +248,7 @@ fn harness() -> Harness {
         body_timeout: Duration::from_secs(30),
         sse_heartbeat: Duration::from_secs(3600),
         auth_tokens: None,
+        io_frames: Default::default(),
     };
     let router = router(
         AppState {

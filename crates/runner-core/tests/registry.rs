@@ -251,7 +251,7 @@ async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
     }
     let batch = slow.next().await;
     assert!(batch.gap);
-    let bytes: usize = batch.entries.iter().map(|(_, b)| b.len()).sum();
+    let bytes: usize = batch.entries.iter().map(|(_, b)| b.bytes.len()).sum();
     assert!(bytes <= 1_000_000);
     // The backend's own `up` line was the first chunk.
     assert_eq!(batch.entries.last().unwrap().0, 49);

@@ -227,7 +227,7 @@ impl Backend for KubeBackend {
                         .to_owned(),
                 ),
             }),
-            features: json!({ "io": true, "ports": true }),
+            features: json!({ "io": ["tty"], "ports": true }),
         }
     }
 

@@ -261,7 +261,7 @@ impl Backend for LocalBackend {
                     "Ignored by the local runner: sessions use the Telo CLI installed on the runner's host.".to_owned(),
                 ),
             }),
-            features: json!({ "io": true, "ports": true }),
+            features: json!({ "io": ["tty"], "ports": true }),
         }
     }
 

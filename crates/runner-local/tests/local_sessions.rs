@@ -369,6 +369,7 @@ async fn declared_ports_are_endpoints_and_are_watched_for_reachability() {
     events
         .until("reachable", |e| {
             *e == RunEvent::Reachability {
+                app: Some("app".into()),
                 port,
                 state: ReachabilityState::Reachable,
             }
@@ -392,7 +393,7 @@ async fn inspect_relays_the_kernels_event_frames_only() {
     spec.inspect = true;
     let session = harness.start(spec);
     let mut events = Events::of(&session);
-    let is_event = |name: &'static str| move |e: &RunEvent| matches!(e, RunEvent::Debug { frame } if frame["event"] == name);
+    let is_event = |name: &'static str| move |e: &RunEvent| matches!(e, RunEvent::Debug { frame, .. } if frame["event"] == name);
     events
         .until("Kernel.Starting", is_event("Kernel.Starting"))
         .await;
@@ -405,7 +406,7 @@ async fn inspect_relays_the_kernels_event_frames_only() {
         .seen
         .iter()
         .filter_map(|e| match e {
-            RunEvent::Debug { frame } => Some(frame["kind"].clone()),
+            RunEvent::Debug { frame, .. } => Some(frame["kind"].clone()),
             _ => None,
         })
         .collect();

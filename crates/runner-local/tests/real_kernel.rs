@@ -179,6 +179,7 @@ async fn stopping_a_real_server_lets_it_log_stopped_listening_before_stopped() {
     events
         .until("the server to be reachable", |e| {
             *e == RunEvent::Reachability {
+                app: Some("app".into()),
                 port,
                 state: ReachabilityState::Reachable,
             }

@@ -95,6 +95,7 @@ impl Service {
             body_timeout: core.connections.body_timeout,
             sse_heartbeat: core.sse_heartbeat,
             auth_tokens: core.auth_tokens.clone(),
+            io_frames: core.io_frames,
         };
         let going_away = CancellationToken::new();
         let sockets = TaskTracker::new();

@@ -204,7 +204,7 @@ async fn the_socket_closes_4401_without_a_token_and_serves_with_one() {
         .await;
     assert_eq!(
         ws::next_frame(&mut by_query).await.unwrap(),
-        IoFrame::Text(json!({"type": "seq", "seq": 0}))
+        IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"}))
     );
 
     let mut request = runner
@@ -214,10 +214,11 @@ async fn the_socket_closes_4401_without_a_token_and_serves_with_one() {
     request
         .headers_mut()
         .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (mut by_header, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let (by_header, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut by_header = ws::Socket::wrap(by_header, Default::default());
     assert_eq!(
         ws::next_frame(&mut by_header).await.unwrap(),
-        IoFrame::Text(json!({"type": "seq", "seq": 0}))
+        IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"}))
     );
     send(
         &runner,

@@ -145,7 +145,7 @@ async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code(#[case]
 
     let mut socket = runner.io(id, "?lastSeq=0").await;
     let frames = ws::read_until_close(&mut socket).await;
-    assert_eq!(frames[0], IoFrame::Text(json!({"type": "seq", "seq": 0})));
+    assert_eq!(frames[0], IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"})));
     assert!(String::from_utf8_lossy(&ws::output_of(&frames)).contains("hello"));
     assert_eq!(
         frames.last().unwrap(),
@@ -240,7 +240,7 @@ async fn evicted_history_is_announced_with_a_gap_on_both_channels(#[case] backen
     let mut socket = runner.io(&id, "?lastSeq=0").await;
     assert_eq!(
         ws::next_frame(&mut socket).await.unwrap(),
-        IoFrame::Text(json!({"type": "seq", "seq": 0}))
+        IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"}))
     );
     assert_eq!(
         ws::next_frame(&mut socket).await.unwrap(),

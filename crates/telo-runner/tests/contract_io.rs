@@ -84,7 +84,7 @@ async fn reconnecting_with_last_seq_neither_loses_nor_repeats_a_byte(#[case] bac
     let mut writer = runner.io(&id, &format!("?lastSeq={last_seq}")).await;
     assert_eq!(
         ws::next_frame(&mut writer).await.unwrap(),
-        IoFrame::Text(json!({"type": "seq", "seq": last_seq}))
+        IoFrame::Text(json!({"type": "seq", "seq": last_seq, "app": "app", "io": "tty"}))
     );
     ws::send_stdin(&mut writer, b"second\n").await;
     ws::read_until_output(&mut writer, "second").await;

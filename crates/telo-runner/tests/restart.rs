@@ -177,7 +177,7 @@ async fn a_killed_runner_is_replaced_without_losing_the_session_or_its_output() 
     .await;
     assert_eq!(
         ws::next_frame(&mut resumed).await.unwrap(),
-        IoFrame::Text(json!({"type": "seq", "seq": old_seq}))
+        IoFrame::Text(json!({"type": "seq", "seq": old_seq, "app": "app", "io": "tty"}))
     );
     assert_eq!(
         ws::next_frame(&mut resumed).await.unwrap(),

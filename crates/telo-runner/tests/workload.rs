@@ -45,7 +45,7 @@ async fn a_workload_exiting_while_its_client_reconnects_loses_nothing(#[case] ba
                 break;
             };
             match frame {
-                IoFrame::Output { seq, bytes } => {
+                IoFrame::Output { seq, bytes, .. } => {
                     assert!(seq > last_seq, "{seq} repeats {last_seq}");
                     last_seq = seq;
                     seen.extend_from_slice(&bytes);

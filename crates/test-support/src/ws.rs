@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use runner_api::io::split_output_frame;
+use runner_api::io::{FrameFormat, split_output_frame};
+use runner_api::watch::StreamTag;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -12,17 +13,56 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::WAIT;
 
-pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+/// A terminal socket and the frame layout its runner speaks; it derefs to
+/// the WebSocket stream, so a test sends on it directly.
+pub struct Socket {
+    stream: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    format: FrameFormat,
+}
+
+impl std::ops::Deref for Socket {
+    type Target = WebSocketStream<MaybeTlsStream<TcpStream>>;
+    fn deref(&self) -> &Self::Target {
+        &self.stream
+    }
+}
+
+impl std::ops::DerefMut for Socket {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.stream
+    }
+}
 
 /// What the server sent, decoded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IoFrame {
-    Output { seq: u32, bytes: Vec<u8> },
+    Output {
+        seq: u32,
+        stream: StreamTag,
+        bytes: Vec<u8>,
+    },
     Text(serde_json::Value),
-    Close { code: u16, reason: String },
+    Close {
+        code: u16,
+        reason: String,
+    },
 }
 
+impl Socket {
+    /// A stream connected some other way (with custom headers), read as
+    /// `format`.
+    pub fn wrap(stream: WebSocketStream<MaybeTlsStream<TcpStream>>, format: FrameFormat) -> Self {
+        Self { stream, format }
+    }
+}
+
+/// Connects to a runner speaking the tagged frames (the default).
 pub async fn connect(url: &str, origin: Option<&str>) -> Socket {
+    connect_with(url, origin, FrameFormat::Tagged).await
+}
+
+/// Connects to a runner whose frames are laid out as `format`.
+pub async fn connect_with(url: &str, origin: Option<&str>, format: FrameFormat) -> Socket {
     let mut request = url.into_client_request().expect("valid ws url");
     if let Some(origin) = origin {
         request
@@ -33,7 +73,10 @@ pub async fn connect(url: &str, origin: Option<&str>) -> Socket {
         .await
         .expect("ws connect timed out")
         .expect("ws connect failed");
-    socket
+    Socket {
+        stream: socket,
+        format,
+    }
 }
 
 /// The next meaningful frame; `None` when the connection ended without a close frame.
@@ -44,11 +87,12 @@ pub async fn next_frame_within(socket: &mut Socket, timeout: Duration) -> Option
             .expect("timed out waiting for a ws frame");
         match message {
             Some(Ok(Message::Binary(bytes))) => {
-                let (seq, payload) =
-                    split_output_frame(&bytes).expect("binary frame shorter than its seq prefix");
+                let frame = split_output_frame(socket.format, &bytes)
+                    .expect("binary frame shorter than its header");
                 return Some(IoFrame::Output {
-                    seq,
-                    bytes: payload.to_vec(),
+                    seq: frame.seq,
+                    stream: frame.stream,
+                    bytes: frame.payload.to_vec(),
                 });
             }
             Some(Ok(Message::Text(text))) => {

@@ -18,6 +18,7 @@ use axum::routing::{MethodRouter, get, post};
 
 pub use cors::{allow_origin, stream_allows_origin};
 pub use error::ApiError;
+use runner_api::io::FrameFormat;
 use runner_api::types::RunnerTerms;
 
 use crate::apps::AppCatalog;
@@ -46,6 +47,8 @@ pub struct ServerOptions {
     pub sse_heartbeat: std::time::Duration,
     /// Bearer tokens `/v1` requires (`RUNNER_AUTH_TOKENS_FILE`); `None` = open.
     pub auth_tokens: Option<AuthTokens>,
+    /// The layout of `/io` output frames (`RUNNER_IO_FRAMES`).
+    pub io_frames: FrameFormat,
 }
 
 #[derive(Clone)]

@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runner_api::bundle_path::normalize_bundle_path;
+use runner_api::io::FrameFormat;
 use runner_api::types::{ConfigSurface, RunBundle, RunnerCapabilities, SessionConfig};
 use runner_api::validate::{validate_app_session, validate_probe, validate_start_session};
 use serde_json::{Value, json};
@@ -68,6 +69,11 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
     };
     if state.options.auth_tokens.is_some() {
         features.insert("auth".into(), json!({ "type": "bearer" }));
+    }
+    // The 0.8 wire announced a terminal with `true`; a list of io modes is
+    // what tells a client the frames are tagged.
+    if state.options.io_frames == FrameFormat::Legacy {
+        features.insert("io".into(), json!(true));
     }
     Json(RunnerCapabilities {
         display_name: backend.display_name,

@@ -50,6 +50,7 @@ pub async fn events(
         ended,
         going_away: state.going_away.clone(),
         _subscriber: state.registry.metrics().subscriber(Transport::Sse),
+        _watching: session.watcher(),
     };
     let body = Body::from_stream(stream::unfold(stream, EventStream::step));
 
@@ -99,6 +100,8 @@ struct EventStream {
     going_away: tokio_util::sync::CancellationToken,
     /// Counted as a subscriber for as long as the body stream lives.
     _subscriber: SubscriberGuard,
+    /// And as someone watching the session (idle suspension).
+    _watching: crate::session::WatcherGuard,
 }
 
 impl EventStream {

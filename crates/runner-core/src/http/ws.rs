@@ -13,17 +13,18 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgr
 use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use runner_api::io::{
     CLOSE_FORBIDDEN_ORIGIN, CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY,
-    CLOSE_SESSION_NOT_FOUND, GAP_MESSAGE, output_frame, parse_resize, seq_message,
+    CLOSE_SESSION_NOT_FOUND, ChannelLabel, FrameFormat, GAP_MESSAGE, output_frame, parse_resize,
+    resize_unsupported_message, seq_message,
 };
+use runner_api::watch::IoMode;
 use tokio::time::{Instant, sleep_until};
 
 use super::{AppState, query_value, stream_allows_origin};
 use crate::metrics::{Metrics, Transport};
-use crate::session::{Batch, Session};
+use crate::session::{AppResolution, Batch, OutputChunk, Session};
 
 /// What a client sends is keystrokes, pastes and resizes; tungstenite's
 /// default 128 KiB read buffer, zero-filled before the first read, made every
@@ -38,6 +39,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_millis(2_000);
 /// A client whose socket accepts nothing for this long is dropped: its
 /// connection task must not live on for as long as its TCP connection does.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Replies queued for the writer; past this a client's extra refusals are
+/// dropped.
+const REPLY_QUEUE: usize = 8;
 
 pub async fn io(
     State(state): State<AppState>,
@@ -65,6 +69,10 @@ pub async fn io(
         .as_deref()
         .and_then(runner_api::sse::parse_resume_id)
         .unwrap_or(0);
+    let app = query_value(&parts.uri, "app")
+        .map(|app| app.trim().to_owned())
+        .filter(|app| !app.is_empty());
+    let format = state.options.io_frames;
     upgrade
         .read_buffer_size(CLIENT_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
@@ -77,30 +85,62 @@ pub async fn io(
                 close_with(socket, CLOSE_SESSION_NOT_FOUND, "session not found").await;
                 return;
             };
+            let (app, io) = match session.resolve_app(app.as_deref()) {
+                Ok(resolved) => resolved,
+                Err(refusal) => {
+                    let reason = match refusal {
+                        AppResolution::Unknown => format!(
+                            "session runs no app named '{}'",
+                            app.unwrap_or_default()
+                        ),
+                        AppResolution::Ambiguous(count) => {
+                            format!("session runs {count} apps \u{2014} ?app= is required")
+                        }
+                    };
+                    close_with_text(socket, CLOSE_SESSION_NOT_FOUND, reason).await;
+                    return;
+                }
+            };
             let metrics = state.registry.metrics().clone();
             let _subscriber = metrics.subscriber(Transport::WebSocket);
-            serve(socket, session, last_seq, &metrics, &state.going_away).await;
+            // A terminal open counts as someone watching (idle suspension).
+            let _watching = session.watcher();
+            let channel = Channel { app, io, format };
+            serve(socket, session, channel, last_seq, &metrics, &state.going_away).await;
         })
         .into_response()
 }
 
-async fn close_with(mut socket: WebSocket, code: u16, reason: &'static str) {
+async fn close_with(socket: WebSocket, code: u16, reason: &'static str) {
+    close_with_text(socket, code, reason.to_owned()).await;
+}
+
+async fn close_with_text(mut socket: WebSocket, code: u16, reason: String) {
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
             code,
-            reason: Utf8Bytes::from_static(reason),
+            reason: Utf8Bytes::from(reason),
         })))
         .await;
+}
+
+/// The app a socket is bound to and how its frames are laid out.
+struct Channel {
+    app: String,
+    io: IoMode,
+    format: FrameFormat,
 }
 
 async fn serve(
     socket: WebSocket,
     session: Arc<Session>,
+    channel: Channel,
     last_seq: u64,
     metrics: &Metrics,
     going_away: &tokio_util::sync::CancellationToken,
 ) {
-    let mut cursor = session.subscribe_output(last_seq);
+    let format = channel.format;
+    let mut cursor = session.subscribe_app_output(&channel.app, last_seq);
     let mut events = session.watch_events();
     events.borrow_and_update();
     let first = cursor.try_next();
@@ -116,10 +156,14 @@ async fn serve(
     }
 
     let (mut tx, mut rx) = socket.split();
-    let seq_frame = seq_message(last_seq);
+    let label = (format == FrameFormat::Tagged).then_some(ChannelLabel {
+        app: &channel.app,
+        io: channel.io,
+    });
+    let seq_frame = seq_message(last_seq, label);
     let greeting = async {
         tx.send(Message::Text(seq_frame.into())).await?;
-        send_batch(&mut tx, first, metrics).await
+        send_batch(&mut tx, first, format, metrics).await
     };
     if !matches!(
         tokio::time::timeout(WRITE_TIMEOUT, greeting).await,
@@ -132,13 +176,23 @@ async fn serve(
     // side by side: a client that stops reading blocks only the writer, so
     // its input still flows and the session's end is still seen.
     let ended = tokio_util::sync::CancellationToken::new();
+    // Text the reader answers a client with (a refused resize), sent by the
+    // writer, which owns the socket's sending half.
+    let (replies, mut reply_rx) = tokio::sync::mpsc::channel::<String>(REPLY_QUEUE);
     let writer = async {
         loop {
             let batch = tokio::select! {
                 batch = cursor.next() => batch,
+                Some(reply) = reply_rx.recv() => {
+                    let sent = tokio::time::timeout(WRITE_TIMEOUT, tx.send(Message::Text(reply.into()))).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        return;
+                    }
+                    continue;
+                }
                 () = ended.cancelled() => break,
             };
-            let send = send_batch(&mut tx, batch, metrics);
+            let send = send_batch(&mut tx, batch, format, metrics);
             tokio::pin!(send);
             let sent = tokio::select! {
                 sent = tokio::time::timeout(WRITE_TIMEOUT, &mut send) => matches!(sent, Ok(Ok(()))),
@@ -154,7 +208,7 @@ async fn serve(
         // left, then close.
         let drain = async {
             let rest = cursor.try_next();
-            if send_batch(&mut tx, rest, metrics).await.is_err() {
+            if send_batch(&mut tx, rest, format, metrics).await.is_err() {
                 return;
             }
             let _ = tx.flush().await;
@@ -182,9 +236,15 @@ async fn serve(
         loop {
             tokio::select! {
                 message = rx.next() => match message {
-                    Some(Ok(Message::Binary(bytes))) => session.write_stdin(bytes),
+                    Some(Ok(Message::Binary(bytes))) => session.write_app_stdin(&channel.app, bytes),
                     Some(Ok(Message::Text(text))) => {
                         if let Some(size) = parse_resize(text.as_str()) {
+                            if channel.io != IoMode::Tty {
+                                // Only a terminal has a size; the socket stays open.
+                                // A client flooding them loses replies, never the socket.
+                                let _ = replies.try_send(resize_unsupported_message(channel.io));
+                                continue;
+                            }
                             pending_resize = Some(size);
                             resize_deadline.get_or_insert_with(|| Instant::now() + RESIZE_THROTTLE);
                         }
@@ -201,7 +261,7 @@ async fn serve(
                 () = async { if let Some(at) = resize_deadline { sleep_until(at).await } else { std::future::pending().await } } => {
                     resize_deadline = None;
                     if let Some((cols, rows)) = pending_resize.take() {
-                        session.resize(cols, rows);
+                        session.resize_app(&channel.app, cols, rows);
                     }
                 }
             }
@@ -221,7 +281,8 @@ async fn serve(
 
 async fn send_batch<S>(
     tx: &mut S,
-    batch: Batch<Bytes>,
+    batch: Batch<OutputChunk>,
+    format: FrameFormat,
     metrics: &Metrics,
 ) -> Result<(), axum::Error>
 where
@@ -233,8 +294,9 @@ where
     }
     let mut bytes = 0;
     for (seq, chunk) in batch.entries {
-        tx.feed(Message::Binary(output_frame(seq, &chunk))).await?;
-        bytes += chunk.len();
+        tx.feed(Message::Binary(output_frame(format, seq, chunk.tag, &chunk.bytes)))
+            .await?;
+        bytes += chunk.bytes.len();
     }
     tx.flush().await?;
     metrics.output_sent_to_websocket(bytes);

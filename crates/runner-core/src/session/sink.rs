@@ -7,7 +7,10 @@
 //! (retention, stopping the workload, the gate's fallback timer) the registry
 //! does itself, watching the session, so the sink never reaches back into it.
 
-use runner_api::types::{ReachabilityState, RouteState, RunPhase, is_event_frame};
+use runner_api::types::{
+    ReachabilityState, RouteState, RunPhase, RunnerEndpoint, is_event_frame,
+};
+use runner_api::watch::{DEFAULT_APP_NAME, RejectedPort, SessionMode, StreamTag};
 use serde_json::Value;
 use tracing::info;
 
@@ -56,9 +59,20 @@ impl SessionSink {
 
     pub fn progress(&self, phase: RunPhase, message: impl Into<String>, done: Option<bool>) {
         self.session.emit(RunEvent::Progress {
+            app: None,
             phase,
             message: message.into(),
             done,
+        });
+    }
+
+    /// Progress of one app's start.
+    pub fn app_progress(&self, app: &str, phase: RunPhase, message: impl Into<String>) {
+        self.session.emit(RunEvent::Progress {
+            app: Some(app.to_owned()),
+            phase,
+            message: message.into(),
+            done: None,
         });
     }
 
@@ -66,19 +80,22 @@ impl SessionSink {
     /// could not be read): readers are told of a gap at this point instead
     /// of getting silence.
     pub fn output_lost(&self) {
-        let last = {
-            let mut state = lock(&self.session.state);
-            if state.status.is_terminal() || state.handed_over {
-                return;
-            }
-            state.output.leave_hole()
-        };
-        self.session.output_seq.send_replace(last);
+        self.session.leave_output_hole(None);
     }
 
+    /// Terminal output of the session's (first) app.
     pub fn output(&self, bytes: Bytes) {
         let empty = bytes.is_empty();
-        self.session.push_output(bytes);
+        self.session.push_output(None, StreamTag::Tty, bytes);
+        if !empty {
+            self.session.signal_gate(GateSignal::Output);
+        }
+    }
+
+    /// Output of app `app` on stream `tag`.
+    pub fn app_output(&self, app: &str, tag: StreamTag, bytes: Bytes) {
+        let empty = bytes.is_empty();
+        self.session.push_output(Some(app), tag, bytes);
         if !empty {
             self.session.signal_gate(GateSignal::Output);
         }
@@ -89,18 +106,61 @@ impl SessionSink {
     /// finished (`Kernel.Stopped`) while holding it open under `--inspect`
     /// is ended with the kernel's exit code.
     pub fn debug(&self, frame: Value) {
+        self.app_debug(DEFAULT_APP_NAME, frame);
+    }
+
+    /// A debug frame of app `app`'s kernel. Every frame feeds the app's run
+    /// projection (`run` events); under a watch session a stopped
+    /// generation is only that, while a run session ends with it.
+    pub fn app_debug(&self, app: &str, frame: Value) {
         let event = frame.get("event").and_then(Value::as_str);
         let started = event == Some(KERNEL_STARTED);
-        let exit_code = (event == Some(KERNEL_STOPPED))
+        let exit_code = (event == Some(KERNEL_STOPPED) && self.session.mode == SessionMode::Run)
             .then(|| frame.pointer("/payload/exitCode").and_then(js_integer))
             .flatten();
+        let runs = self.session.project_run(app, &frame);
         if is_event_frame(&frame) {
-            self.session.emit(RunEvent::Debug { frame });
+            self.session.emit(RunEvent::Debug {
+                app: Some(app.to_owned()),
+                frame,
+            });
+        }
+        for run in runs {
+            self.session.emit(RunEvent::Run(run));
         }
         self.session.signal_gate(GateSignal::DebugFrame { started });
         if let Some(code) = exit_code {
             self.end_finished_run(code);
         }
+    }
+
+    /// App `app`'s workload ended by itself while the session lives on (a
+    /// watch session's app process or container): its open generation ends
+    /// `completed` with `code`, or `failed` with `reason`.
+    pub fn app_ended(&self, app: &str, code: Option<i64>, reason: Option<String>) {
+        if let Some(run) = self.session.end_app_run(app, code, reason) {
+            self.session.emit(RunEvent::Run(run));
+        }
+    }
+
+    /// An app's routable ports changed.
+    pub fn endpoints(
+        &self,
+        app: &str,
+        added: Vec<RunnerEndpoint>,
+        removed: Vec<RunnerEndpoint>,
+        rejected: Vec<RejectedPort>,
+    ) {
+        self.session.apply_endpoints(app, &added, &removed);
+        fn some<T>(items: Vec<T>) -> Option<Vec<T>> {
+            (!items.is_empty()).then_some(items)
+        }
+        self.session.emit(RunEvent::Endpoints {
+            app: app.to_owned(),
+            added: some(added),
+            removed: some(removed),
+            rejected: some(rejected),
+        });
     }
 
     /// Records the kernel's exit code; the registry, which watches for it,
@@ -123,12 +183,21 @@ impl SessionSink {
     }
 
     pub fn reachability(&self, port: u16, state: ReachabilityState) {
-        self.session.publish(RunEvent::Reachability { port, state });
+        self.app_reachability(DEFAULT_APP_NAME, port, state);
+    }
+
+    pub fn app_reachability(&self, app: &str, port: u16, state: ReachabilityState) {
+        self.session.publish(RunEvent::Reachability {
+            app: Some(app.to_owned()),
+            port,
+            state,
+        });
     }
 
     /// Whether the routing layer serves `host` (Kubernetes backend only).
     pub fn route(&self, host: &str, port: u16, state: RouteState, reason: Option<String>) {
         self.session.publish(RunEvent::Route {
+            app: Some(DEFAULT_APP_NAME.to_owned()),
             host: host.to_owned(),
             port,
             state,
@@ -157,7 +226,7 @@ impl SessionSink {
 
 /// A JSON number that is a whole number (the kernel writes `exitCode` from
 /// JavaScript, where `3` and `3.0` are the same value).
-fn js_integer(value: &Value) -> Option<i64> {
+pub(crate) fn js_integer(value: &Value) -> Option<i64> {
     value.as_i64().or_else(|| {
         value
             .as_f64()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runner_core::registry::{Cursor, EventFrame, Session};
+use runner_core::session::OutputChunk;
 use runner_core::types::{
     BundleFile, PortMapping, PullPolicy, RunBundle, RunEvent, RunStatus, SessionConfig,
 };
@@ -238,7 +239,7 @@ impl Events {
 
 /// Reads a session's terminal output.
 pub struct Output {
-    cursor: Cursor<bytes::Bytes>,
+    cursor: Cursor<OutputChunk>,
     pub text: String,
     /// How long any one wait may take.
     wait: std::time::Duration,
@@ -267,7 +268,7 @@ impl Output {
             while text.matches(needle).count() < times {
                 let batch = cursor.next().await;
                 for (_, chunk) in batch.entries {
-                    text.push_str(&String::from_utf8_lossy(&chunk));
+                    text.push_str(&String::from_utf8_lossy(&chunk.bytes));
                 }
             }
         })
@@ -288,7 +289,7 @@ pub fn output_now(session: &Session) -> String {
         .replay_output(0)
         .entries
         .iter()
-        .map(|(_, chunk)| String::from_utf8_lossy(chunk).into_owned())
+        .map(|(_, chunk)| String::from_utf8_lossy(&chunk.bytes).into_owned())
         .collect()
 }
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use runner_api::io::FrameFormat;
 use runner_api::types::{
     ErrorBody, RunnerCapabilities, RunnerTerms, SessionCreated, SessionList, SessionSnapshot,
 };
@@ -76,6 +77,9 @@ pub struct RunnerApi {
     pub base: String,
     token: Option<String>,
     http: reqwest::Client,
+    /// How the runner lays out terminal frames, read once from its
+    /// capabilities.
+    frame_format: std::sync::Arc<tokio::sync::OnceCell<FrameFormat>>,
 }
 
 impl RunnerApi {
@@ -88,7 +92,23 @@ impl RunnerApi {
             base: base.trim_end_matches('/').to_owned(),
             token: token.filter(|token| !token.is_empty()),
             http,
+            frame_format: Default::default(),
         }
+    }
+
+    /// The runner's terminal frame layout: a list for `features.io` means
+    /// tagged frames, `true` the 0.8 ones. A runner whose capabilities cannot
+    /// be read is taken to speak the current wire.
+    pub async fn frame_format(&self) -> FrameFormat {
+        *self
+            .frame_format
+            .get_or_init(|| async {
+                match self.capabilities().await {
+                    Ok(capabilities) => FrameFormat::of_features(&capabilities.features),
+                    Err(_) => FrameFormat::Tagged,
+                }
+            })
+            .await
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -1,8 +1,9 @@
 //! The session's byte channel (contract §5): output frames carry a 4-byte
-//! sequence number, stdin goes back as binary frames, resizes as JSON text.
+//! sequence number (and, in the tagged wire, a stream byte), stdin goes back
+//! as binary frames, resizes as JSON text.
 
 use futures_util::{SinkExt, StreamExt};
-use runner_api::io::{resize_message, split_output_frame};
+use runner_api::io::{FrameFormat, resize_message, split_output_frame};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -19,8 +20,10 @@ pub use runner_api::io::{CLOSE_GOING_AWAY, is_final_close};
 
 /// The payload of an output frame that is new after `last_seq`, with its seq;
 /// `None` for runt frames and for chunks already shown before a reconnect.
-pub fn new_output(frame: &[u8], last_seq: u32) -> Option<(u32, &[u8])> {
-    split_output_frame(frame).filter(|(seq, _)| *seq > last_seq)
+pub fn new_output(format: FrameFormat, frame: &[u8], last_seq: u32) -> Option<(u32, &[u8])> {
+    split_output_frame(format, frame)
+        .filter(|frame| frame.seq > last_seq)
+        .map(|frame| (frame.seq, frame.payload))
 }
 
 pub fn resize_frame(cols: u16, rows: u16) -> Message {
@@ -67,9 +70,12 @@ mod tests {
 
     #[test]
     fn output_frames_lose_their_seq_and_repeats_are_dropped() {
-        let frame = [0, 0, 1, 2, b'h', b'i'];
-        assert_eq!(new_output(&frame, 0), Some((258, &b"hi"[..])));
-        assert_eq!(new_output(&frame, 258), None);
-        assert_eq!(new_output(&[0, 1], 0), None);
+        let legacy = [0, 0, 1, 2, b'h', b'i'];
+        assert_eq!(new_output(FrameFormat::Legacy, &legacy, 0), Some((258, &b"hi"[..])));
+        assert_eq!(new_output(FrameFormat::Legacy, &legacy, 258), None);
+        assert_eq!(new_output(FrameFormat::Legacy, &[0, 1], 0), None);
+        let tagged = [0, 0, 1, 2, 0, b'h', b'i'];
+        assert_eq!(new_output(FrameFormat::Tagged, &tagged, 0), Some((258, &b"hi"[..])));
+        assert_eq!(new_output(FrameFormat::Tagged, &[0, 0, 0, 1], 0), None);
     }
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use runner_api::io::{
+    FrameFormat,
     CLOSE_GOING_AWAY, CLOSE_NO_STATUS, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY,
     CLOSE_SESSION_NOT_FOUND, CLOSE_UNAUTHORIZED, ServerMessage, is_final_close,
     parse_server_message,
@@ -137,6 +138,7 @@ async fn read_output(
     output: &mut Output,
 ) -> Result<Ending, String> {
     let mut last_seq = 0u32;
+    let format = api.frame_format().await;
     let mut failures = 0u32;
     let mut backoff = RECONNECT_FIRST;
     loop {
@@ -160,7 +162,7 @@ async fn read_output(
                 .send(Message::Ping(Bytes::from_static(REPLAY_MARK)))
                 .await;
         }
-        match read_socket(&mut socket, follow, &mut last_seq, output).await {
+        match read_socket(&mut socket, format, follow, &mut last_seq, output).await {
             SocketEnd::ReplayDone => {
                 let _ = socket.close(None).await;
                 return Ok(Ending::ReplayDone);
@@ -187,6 +189,7 @@ enum SocketEnd {
 
 async fn read_socket(
     socket: &mut IoSocket,
+    format: FrameFormat,
     follow: bool,
     last_seq: &mut u32,
     output: &mut Output,
@@ -200,7 +203,7 @@ async fn read_socket(
         quiet_until = Instant::now() + REPLAY_QUIET;
         match frame {
             Some(Ok(Message::Binary(bytes))) => {
-                if let Some((seq, payload)) = new_output(&bytes, *last_seq) {
+                if let Some((seq, payload)) = new_output(format, &bytes, *last_seq) {
                     *last_seq = seq;
                     output.write(payload);
                 }

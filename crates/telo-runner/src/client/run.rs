@@ -261,6 +261,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
     let mut stdin_open = true;
     let mut ctrl_c = DoubleCtrlC::default();
     let mut last_seq = 0u32;
+    let format = api.frame_format().await;
     let mut socket: Option<IoSocket> = None;
     let mut socket_done = false;
     let mut reconnect_at = Some(Instant::now());
@@ -275,7 +276,7 @@ async fn attach(api: RunnerApi, id: String) -> Result<u8, String> {
         tokio::select! {
             frame = io::next(&mut socket), if socket.is_some() => match frame {
                 Some(Ok(Message::Binary(bytes))) => {
-                    if let Some((seq, payload)) = new_output(&bytes, last_seq) {
+                    if let Some((seq, payload)) = new_output(format, &bytes, last_seq) {
                         last_seq = seq;
                         output.write(payload);
                     }

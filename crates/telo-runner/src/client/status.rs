@@ -63,12 +63,13 @@ pub fn event_line(event: &RunEvent) -> Option<String> {
             phase,
             message,
             done,
+            ..
         } => {
             let phase = phase.as_str();
             let done = if *done == Some(true) { " (done)" } else { "" };
             Some(format!("telo-runner: [{phase}] {message}{done}"))
         }
-        RunEvent::Reachability { port, state } => {
+        RunEvent::Reachability { port, state, .. } => {
             let state = state.as_str();
             Some(format!("telo-runner: port {port} {state}"))
         }
@@ -176,6 +177,9 @@ mod tests {
         let sessions = vec![SessionSnapshot {
             session_id: "abc".into(),
             status: RunStatus::Exited { code: 0 },
+            mode: None,
+            agent: None,
+            apps: None,
             created_at: "2026-01-01T00:00:00Z".into(),
             exited_at: None,
         }];

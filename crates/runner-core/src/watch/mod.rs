@@ -1,0 +1,122 @@
+//! Watch sessions in the core: their configuration, the reload budget, and
+//! the supervisor that checkpoints idle sessions and suspends them.
+
+mod budget;
+mod supervisor;
+
+use std::time::Duration;
+
+pub use budget::ReloadBudget;
+pub use supervisor::spawn_supervisor;
+
+use crate::env::{ConfigError, Env, parse_bool, parse_positive_int, parse_positive_usize};
+
+pub const DEFAULT_IDLE_SECONDS: u64 = 300;
+pub const DEFAULT_MAX_TTL_SECONDS: u64 = 21_600;
+pub const DEFAULT_MAX_WATCH_SESSIONS: u64 = 8;
+pub const DEFAULT_RELOAD_LIMIT: u64 = 30;
+pub const DEFAULT_SUSPENDED_TTL_SECONDS: u64 = 86_400;
+pub const DEFAULT_CHECKPOINT_SECONDS: u64 = 30;
+/// How often the supervisor looks at every watch session.
+pub const SUPERVISOR_TICK: Duration = Duration::from_secs(5);
+
+/// `RUNNER_WATCH_*` and `RUNNER_WORKSPACE_CHECKPOINT_SECONDS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchConfig {
+    /// `RUNNER_WATCH_SESSIONS`: whether `mode: "watch"` is offered.
+    pub enabled: bool,
+    /// Unwatched for this long, a session is suspended.
+    pub idle: Duration,
+    /// The longest a watch workload lives (a pod's `activeDeadlineSeconds`).
+    pub max_ttl: Duration,
+    /// Live (not suspended) watch sessions at once.
+    pub max_sessions: usize,
+    /// Workspace writes plus reloads per session per minute.
+    pub reload_limit: usize,
+    /// How long a suspended session is kept.
+    pub suspended_ttl: Duration,
+    /// How often a live session's workspace is checkpointed.
+    pub checkpoint_every: Duration,
+    /// How often the supervisor runs (fixed; tests shorten it).
+    pub tick: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            idle: Duration::from_secs(DEFAULT_IDLE_SECONDS),
+            max_ttl: Duration::from_secs(DEFAULT_MAX_TTL_SECONDS),
+            max_sessions: DEFAULT_MAX_WATCH_SESSIONS as usize,
+            reload_limit: DEFAULT_RELOAD_LIMIT as usize,
+            suspended_ttl: Duration::from_secs(DEFAULT_SUSPENDED_TTL_SECONDS),
+            checkpoint_every: Duration::from_secs(DEFAULT_CHECKPOINT_SECONDS),
+            tick: SUPERVISOR_TICK,
+        }
+    }
+}
+
+/// Reads the watch variables; each is checked whether or not watch
+/// sessions are enabled, so a typo never waits for the day they are.
+pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
+    let var = |key: &str| env.get(key).map(String::as_str);
+    let seconds = |key: &str, default: u64| -> Result<Duration, ConfigError> {
+        parse_positive_int(var(key), default, key).map(Duration::from_secs)
+    };
+    Ok(WatchConfig {
+        enabled: parse_bool(var("RUNNER_WATCH_SESSIONS"), false, "RUNNER_WATCH_SESSIONS")?,
+        idle: seconds("RUNNER_WATCH_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)?,
+        max_ttl: seconds("RUNNER_WATCH_MAX_TTL_SECONDS", DEFAULT_MAX_TTL_SECONDS)?,
+        max_sessions: parse_positive_usize(
+            var("RUNNER_WATCH_MAX_SESSIONS"),
+            DEFAULT_MAX_WATCH_SESSIONS,
+            "RUNNER_WATCH_MAX_SESSIONS",
+        )?,
+        reload_limit: parse_positive_usize(
+            var("RUNNER_WATCH_RELOAD_LIMIT"),
+            DEFAULT_RELOAD_LIMIT,
+            "RUNNER_WATCH_RELOAD_LIMIT",
+        )?,
+        suspended_ttl: seconds(
+            "RUNNER_WATCH_SUSPENDED_TTL_SECONDS",
+            DEFAULT_SUSPENDED_TTL_SECONDS,
+        )?,
+        checkpoint_every: seconds(
+            "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
+            DEFAULT_CHECKPOINT_SECONDS,
+        )?,
+        tick: SUPERVISOR_TICK,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::env_from_pairs;
+
+    #[test]
+    fn the_defaults_are_the_references() {
+        let config = load_watch_config(&env_from_pairs(&[])).unwrap();
+        assert_eq!(config, WatchConfig::default());
+        assert!(!config.enabled);
+        assert_eq!(config.idle, Duration::from_secs(300));
+        assert_eq!(config.max_sessions, 8);
+        assert_eq!(config.reload_limit, 30);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_variable_named() {
+        for (var, value) in [
+            ("RUNNER_WATCH_SESSIONS", "maybe"),
+            ("RUNNER_WATCH_IDLE_SECONDS", "0"),
+            ("RUNNER_WATCH_MAX_TTL_SECONDS", "-1"),
+            ("RUNNER_WATCH_MAX_SESSIONS", "x"),
+            ("RUNNER_WATCH_RELOAD_LIMIT", "1.5"),
+            ("RUNNER_WATCH_SUSPENDED_TTL_SECONDS", "0"),
+            ("RUNNER_WORKSPACE_CHECKPOINT_SECONDS", "abc"),
+        ] {
+            let err = load_watch_config(&env_from_pairs(&[(var, value)])).unwrap_err();
+            assert!(err.to_string().starts_with(var), "{err}");
+        }
+    }
+}
