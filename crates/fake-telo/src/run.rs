@@ -1,5 +1,6 @@
 //! Runs a scripted workload: the start output in the documented order, then
 //! the run loops until the lifetime rule (see `lifetime`) says it is over.
+//! Under `--watch` the run is a series of generations instead (see `watch`).
 
 use std::env;
 use std::ffi::OsStr;

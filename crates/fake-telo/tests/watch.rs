@@ -301,3 +301,27 @@ fn sigterm_stops_the_generation_and_exits_zero() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(rest, "\n[watch] stopping...\n");
 }
+
+#[test]
+fn echo_ends_its_generation_and_the_next_one_echoes_again() {
+    let mut fake = launch("fakeTelo: { stdout: [one], listen: [0], echo: true, exitCode: 2 }\n")
+        .args(WATCH_INSPECT)
+        .spawn();
+    let address = fake.line_after("inspect listening on ");
+    assert_eq!(fake.line_after("one"), "");
+    let port: u16 = fake.line_after("listening on ").parse().unwrap();
+    fake.write_stdin("hello\n");
+    assert_eq!(fake.next_line(), "hello");
+    fake.write_stdin("exit\n");
+    // The generation's end closes its port.
+    wait_until_closed(port);
+    let (_, mut events) = open_events(&address);
+    events_until(&mut events, "Kernel.Started");
+    write_entry(&fake, "fakeTelo: { stdout: [two], echo: true }\n");
+    assert_eq!(fake.line_after("two"), "");
+    // `exit` ended generation one with its exitCode, not the process.
+    let (_, stopped) = events_until(&mut events, "Kernel.Stopped");
+    assert_eq!(stopped["payload"], json!({ "exitCode": 2 }));
+    fake.write_stdin("again\n");
+    assert_eq!(fake.next_line(), "again");
+}
