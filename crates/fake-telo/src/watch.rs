@@ -65,6 +65,8 @@ enum State {
 
 struct Session {
     entry: String,
+    /// The watched directory (absolute).
+    dir: PathBuf,
     hub: Option<Arc<Hub>>,
     events: Sender<Event>,
     generation: u64,
@@ -111,12 +113,9 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
         what: "the file watcher",
         source: io::Error::other(crate::error_chain(&error)),
     })?;
-    output::stdout_line(&format!(
-        "[watch] watching {} file(s)",
-        watcher::count_files(&dir)
-    ));
     let mut session = Session {
         entry: options.entry.clone(),
+        dir,
         hub,
         events,
         generation: 0,
@@ -244,7 +243,15 @@ impl Session {
             "Kernel.Blocked",
             json!({ "reason": "watch-mode", "count": 1 }),
         );
-        match run::load_script(&self.entry) {
+        let loaded = run::load_script(&self.entry);
+        if loaded.is_ok() {
+            // As the real kernel, once per generation that loaded.
+            output::stdout_line(&format!(
+                "[watch] watching {} file(s)",
+                watcher::count_files(&self.dir)
+            ));
+        }
+        match loaded {
             Err(error) => {
                 self.fail("load", &error);
             }

@@ -26,13 +26,15 @@ fn write_entry(fake: &FakeTelo, manifest: &str) {
     std::fs::write(fake.dir().join(ENTRY_FILE), manifest).expect("write the entry");
 }
 
-/// The lines a reload prints before the next generation's output.
+/// The lines a reload prints before the next generation's output (one that loads).
 fn expect_reload_of(fake: &mut FakeTelo, path: &std::path::Path) {
     assert_eq!(
         fake.next_line(),
         format!("[watch] change detected in {}", path.display())
     );
     assert_eq!(fake.next_line(), "[watch] reloading...");
+    let watching = fake.next_line();
+    assert!(watching.starts_with("[watch] watching "), "{watching}");
 }
 
 /// Reads frames until an event named `name` and returns it, with the names
@@ -57,7 +59,7 @@ fn an_edit_of_the_entry_starts_generation_two_with_the_new_stdout() {
     let mut fake = launch("fakeTelo: { stdout: [generation one] }\n")
         .args(WATCH)
         .spawn();
-    fake.line_after("[watch] watching ");
+    assert_eq!(fake.next_line(), "[watch] watching 1 file(s)");
     assert_eq!(fake.next_line(), "generation one");
     write_entry(&fake, "fakeTelo: { stdout: [generation two, again] }\n");
     let entry = entry_path(&fake);
@@ -148,6 +150,7 @@ fn a_change_set_of_five_files_makes_exactly_one_reload() {
     }
     assert!(fake.next_line().starts_with("[watch] change detected in "));
     assert_eq!(fake.next_line(), "[watch] reloading...");
+    assert_eq!(fake.next_line(), "[watch] watching 5 file(s)");
     assert_eq!(fake.next_line(), "generation two");
     // A second reload from the same change set would come before this one's
     // lines and show "generation two" again.
