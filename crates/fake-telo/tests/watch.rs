@@ -328,3 +328,22 @@ fn echo_ends_its_generation_and_the_next_one_echoes_again() {
     fake.write_stdin("again\n");
     assert_eq!(fake.next_line(), "again");
 }
+
+#[test]
+fn ignore_sigterm_holds_under_watch_and_sigint_prints_the_stop_line() {
+    let mut fake = launch("fakeTelo: { stdout: [one], ignoreSigterm: true, stopLine: bye }\n")
+        .args(WATCH)
+        .spawn();
+    assert_eq!(fake.line_after("one"), "");
+    kill_process(Pid::from_child(fake.child()), Signal::TERM).unwrap();
+    // Still watching after SIGTERM: an edit makes the next generation.
+    write_entry(
+        &fake,
+        "fakeTelo: { stdout: [two], ignoreSigterm: true, stopLine: bye }\n",
+    );
+    assert_eq!(fake.line_after("two"), "");
+    kill_process(Pid::from_child(fake.child()), Signal::INT).unwrap();
+    let (status, rest) = fake.wait_for_exit();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(rest, "\n[watch] stopping...\nbye\n");
+}
