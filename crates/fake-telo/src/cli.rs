@@ -19,7 +19,8 @@ pub struct RunOptions {
     pub inspect: Option<InspectAddr>,
     /// Accepted for compatibility; fake-telo never opens a browser.
     pub no_open: bool,
-    /// Accepted for compatibility; fake-telo does not reload on change.
+    /// Watch mode: generations that reload when a file under the entry's
+    /// directory changes, as the real kernel's `--watch` (see `watch`).
     pub watch: bool,
 }
 

@@ -11,12 +11,15 @@ mod debug_stream;
 mod http;
 mod lifetime;
 mod listen;
+mod live_stream;
 mod net;
 mod output;
 mod run;
 mod script;
 mod signals;
 mod terminal;
+mod watch;
+mod watcher;
 
 use std::process::ExitCode;
 

@@ -1,5 +1,6 @@
 //! Runs a scripted workload: the start output in the documented order, then
 //! the run loops until the lifetime rule (see `lifetime`) says it is over.
+//! Under `--watch` the run is a series of generations instead (see `watch`).
 
 use std::env;
 use std::ffi::OsStr;
@@ -18,6 +19,7 @@ use crate::output;
 use crate::script::{self, Script, ScriptError};
 use crate::signals;
 use crate::terminal;
+use crate::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -44,19 +46,14 @@ pub enum RunError {
 }
 
 /// The line echo treats as "end the run" (after trimming the line ending).
-const ECHO_EXIT_LINE: &[u8] = b"exit";
+pub const ECHO_EXIT_LINE: &[u8] = b"exit";
 
 /// Runs the entry and returns the exit code of a normal end.
 pub fn run(options: &RunOptions) -> Result<u8, RunError> {
-    let manifest = fs::read_to_string(&options.entry).map_err(|source| RunError::ReadEntry {
-        entry: options.entry.clone(),
-        source,
-    })?;
-    let script = script::find_script(&manifest).map_err(|source| RunError::ParseEntry {
-        entry: options.entry.clone(),
-        source,
-    })?;
-    let Some(script) = script else {
+    if options.watch {
+        return watch::run(options);
+    }
+    let Some(script) = load_script(&options.entry)? else {
         output::stdout_line(&format!("fake-telo: ran {}", options.entry));
         return Ok(0);
     };
@@ -80,6 +77,18 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
         }
     }
     Ok(script.exit_code)
+}
+
+/// Reads the entry and finds its script; `None` for a manifest without one.
+pub fn load_script(entry: &str) -> Result<Option<Script>, RunError> {
+    let manifest = fs::read_to_string(entry).map_err(|source| RunError::ReadEntry {
+        entry: entry.to_owned(),
+        source,
+    })?;
+    script::find_script(&manifest).map_err(|source| RunError::ParseEntry {
+        entry: entry.to_owned(),
+        source,
+    })
 }
 
 /// The start output, in the order the README documents.
@@ -140,7 +149,7 @@ fn wait_for_line() {
     let _ = io::stdin().lock().read_until(b'\n', &mut line);
 }
 
-fn env_line(name: &str, value: Option<&OsStr>) -> String {
+pub fn env_line(name: &str, value: Option<&OsStr>) -> String {
     match value {
         Some(value) => format!("{name}={}", value.to_string_lossy()),
         None => format!("{name}=<unset>"),
@@ -221,7 +230,7 @@ fn echo_stdin(endings: &Sender<Ending>) {
     }
 }
 
-fn trim_line_ending(line: &[u8]) -> &[u8] {
+pub fn trim_line_ending(line: &[u8]) -> &[u8] {
     let end = line
         .iter()
         .rposition(|&byte| byte != b'\n' && byte != b'\r')
@@ -243,7 +252,7 @@ fn print_periodic_lines(every_ms: u64, count: Option<u64>) {
     }
 }
 
-fn periodic_line(index: u64, at: SystemTime) -> String {
+pub fn periodic_line(index: u64, at: SystemTime) -> String {
     let millis = at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_millis());

@@ -41,6 +41,21 @@ pub fn install(script: &Script) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Under `--watch`: SIGTERM and SIGINT are handed to `on_signal` (the
+/// session stops the generation and exits 0, as the real kernel does), each
+/// time one arrives.
+pub fn forward_stops(on_signal: impl Fn(i32) + Send + 'static) -> std::io::Result<()> {
+    let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    thread::Builder::new()
+        .name("stop".to_owned())
+        .spawn(move || {
+            for signal in signals.forever() {
+                on_signal(signal);
+            }
+        })?;
+    Ok(())
+}
+
 /// SIGTERM and SIGINT end the process as their default action does (it is
 /// reported killed by the signal) — even when whoever launched it left them
 /// ignored, as a shell does for `nohup … &`. A real program the runner starts

@@ -2,6 +2,8 @@
 //! a test can prove the runner's resize messages reach the workload's PTY.
 
 use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
 use signal_hook::consts::signal::SIGWINCH;
@@ -34,6 +36,28 @@ pub fn print_size_and_follow_resizes() -> io::Result<()> {
         .spawn(move || {
             for _ in resizes.forever() {
                 output::stdout_line(&size_line(stdout_size()));
+            }
+        })?;
+    Ok(())
+}
+
+/// Prints the current size once.
+pub fn print_size() {
+    output::stdout_line(&size_line(stdout_size()));
+}
+
+/// Prints the size on every SIGWINCH while `active` is set, for the rest of
+/// the process's life: `--watch` installs it once and each generation with
+/// `printSize` turns it on.
+pub fn follow_resizes_while(active: Arc<AtomicBool>) -> io::Result<()> {
+    let mut resizes = Signals::new([SIGWINCH])?;
+    thread::Builder::new()
+        .name("resize".to_owned())
+        .spawn(move || {
+            for _ in resizes.forever() {
+                if active.load(Ordering::SeqCst) {
+                    print_size();
+                }
             }
         })?;
     Ok(())

@@ -16,7 +16,7 @@ fn a_manifest_without_a_fake_telo_block_prints_one_line_and_exits_zero() {
 fn options_may_follow_the_entry_and_run_may_be_omitted() {
     let manifest = "fakeTelo: { stdout: [started] }\n";
     for args in [
-        &["run", "--no-open", "--watch", "app.yaml"][..],
+        &["run", "--no-open", "app.yaml"][..],
         &["run", "app.yaml", "--inspect=127.0.0.1:0", "--no-open"],
         &["app.yaml", "--inspect", "127.0.0.1:0", "--no-open"],
     ] {

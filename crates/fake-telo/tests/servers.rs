@@ -2,11 +2,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 
 use serde_json::Value;
-use support::{OUTPUT_TIMEOUT, http_get, launch};
+use support::{http_get, launch, next_frame, open_events};
 
 #[test]
 fn a_listen_port_answers_any_request_with_ok_and_its_port() {
@@ -47,47 +46,6 @@ fn a_port_that_cannot_be_bound_fails_the_run() {
         stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")),
         "{stderr}"
     );
-}
-
-/// Opens `GET /events` and returns the reader positioned after the headers.
-fn open_events(address: &str) -> (String, BufReader<TcpStream>) {
-    let mut stream = TcpStream::connect(address).expect("connect to inspect");
-    stream
-        .set_read_timeout(Some(OUTPUT_TIMEOUT))
-        .expect("read timeout");
-    write!(
-        stream,
-        "GET /events HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n\r\n"
-    )
-    .expect("send request");
-    let mut reader = BufReader::new(stream);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("read response head");
-        if line == "\r\n" || line.is_empty() {
-            return (head, reader);
-        }
-        head.push_str(&line);
-    }
-}
-
-/// Reads one SSE frame (up to the blank line) and decodes its JSON data.
-fn next_frame(reader: &mut BufReader<TcpStream>) -> Value {
-    let mut data = String::new();
-    loop {
-        let mut line = String::new();
-        assert_ne!(
-            reader.read_line(&mut line).expect("read frame"),
-            0,
-            "stream ended"
-        );
-        if line == "\n" {
-            return serde_json::from_str(&data).expect("frame data is JSON");
-        }
-        let payload = line.strip_prefix("data: ").expect("a data line");
-        data.push_str(payload.trim_end_matches('\n'));
-    }
 }
 
 fn assert_rfc3339_utc_millis(timestamp: &Value) {

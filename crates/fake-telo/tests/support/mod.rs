@@ -2,7 +2,7 @@
 //! in a temporary directory and waits on its output, never on the clock.
 #![allow(dead_code)] // each test file uses a different part of this harness
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -270,4 +270,52 @@ pub fn http_get(address: &str, path: &str) -> (String, String) {
         .unwrap_or_else(|| panic!("no header end in {response:?}"));
     let status = head.lines().next().unwrap_or_default().to_owned();
     (status, body.to_owned())
+}
+
+/// Opens `GET /events` and returns the reader positioned after the headers.
+pub fn open_events(address: &str) -> (String, BufReader<TcpStream>) {
+    let mut stream = TcpStream::connect(address).expect("connect to inspect");
+    stream
+        .set_read_timeout(Some(OUTPUT_TIMEOUT))
+        .expect("read timeout");
+    write!(
+        stream,
+        "GET /events HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .expect("send request");
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("read response head");
+        if line == "\r\n" || line.is_empty() {
+            return (head, reader);
+        }
+        head.push_str(&line);
+    }
+}
+
+/// Reads one SSE frame (up to the blank line) and decodes its JSON data;
+/// keep-alive comments are skipped.
+pub fn next_frame(reader: &mut BufReader<TcpStream>) -> serde_json::Value {
+    let mut data = String::new();
+    loop {
+        let mut line = String::new();
+        assert_ne!(
+            reader.read_line(&mut line).expect("read frame"),
+            0,
+            "stream ended"
+        );
+        if line.starts_with(':') {
+            continue;
+        }
+        if line == "\n" {
+            if data.is_empty() {
+                continue;
+            }
+            return serde_json::from_str(&data).expect("frame data is JSON");
+        }
+        let payload = line.strip_prefix("data: ").expect("a data line");
+        data.push_str(payload.trim_end_matches('\n'));
+    }
 }
