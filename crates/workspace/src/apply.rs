@@ -10,7 +10,7 @@ use rustix::fs::FileType;
 use rustix::io::Errno;
 
 use crate::beneath::{
-    self, create_dir_all, file_type, lstat_at, open_dir, remove, split, write_atomic,
+    self, RemoveError, create_dir_all, file_type, lstat_at, open_dir, remove, split, write_atomic,
 };
 use crate::error::{Limit, WorkspaceError};
 use crate::walk::{is_excluded, walk};
@@ -276,10 +276,15 @@ impl Workspace {
             Err(error) => return Err(parent_error("delete", raw, error)),
         };
         remove(dir.as_fd(), name).map_err(|error| match error {
-            Errno::LOOP => {
+            RemoveError::TooDeep => {
                 WorkspaceError::too_large(Limit::Depth, None, None, beneath::MAX_DEPTH as u64)
             }
-            error => WorkspaceError::io("delete", raw, error.into()),
+            RemoveError::Endless => WorkspaceError::io(
+                "delete",
+                raw,
+                std::io::Error::other("the directory keeps refilling"),
+            ),
+            RemoveError::Os(error) => WorkspaceError::io("delete", raw, error.into()),
         })
     }
 }

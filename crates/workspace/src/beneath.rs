@@ -88,6 +88,12 @@ fn open_dir_raw(root: BorrowedFd<'_>, dir: &str) -> Result<OwnedFd, Errno> {
             result => return result,
         }
     }
+    open_dir_by_segments(root, dir)
+}
+
+/// The fallback of [`open_dir`] without `openat2`: one segment at a time,
+/// each opened with `O_NOFOLLOW` relative to the previous one.
+fn open_dir_by_segments(root: BorrowedFd<'_>, dir: &str) -> Result<OwnedFd, Errno> {
     let mut current = openat(root, ".", DIR_FLAGS, Mode::empty())?;
     if dir == "." {
         return Ok(current);
@@ -233,10 +239,25 @@ pub(crate) fn write_atomic(dir: BorrowedFd<'_>, name: &str, bytes: &[u8]) -> std
     result
 }
 
+/// Why a removal stopped.
+pub(crate) enum RemoveError {
+    /// The directory nests deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// A directory kept refilling as fast as it was emptied.
+    Endless,
+    Os(Errno),
+}
+
+impl From<Errno> for RemoveError {
+    fn from(error: Errno) -> Self {
+        RemoveError::Os(error)
+    }
+}
+
 /// Removes one name in `dir`: a file, link, FIFO or socket is unlinked, a
 /// directory is emptied without following any link in it and then removed.
 /// Returns `false` when nothing was there.
-pub(crate) fn remove(dir: BorrowedFd<'_>, name: &str) -> Result<bool, Errno> {
+pub(crate) fn remove(dir: BorrowedFd<'_>, name: &str) -> Result<bool, RemoveError> {
     let Some(stat) = lstat_at(dir, name)? else {
         return Ok(false);
     };
@@ -255,13 +276,17 @@ pub(crate) fn remove(dir: BorrowedFd<'_>, name: &str) -> Result<bool, Errno> {
 /// How many names a removal reads before deleting them and reading again,
 /// which keeps its memory bounded however large the directory is.
 const REMOVE_BATCH: usize = 1024;
+/// How many batches one directory may take (ten million names), so a
+/// workload refilling a directory cannot keep a removal going forever.
+const REMOVE_MAX_BATCHES: usize = 10_000;
 
-fn remove_dir_all(parent: BorrowedFd<'_>, name: &CStr, depth: usize) -> Result<(), Errno> {
+fn remove_dir_all(parent: BorrowedFd<'_>, name: &CStr, depth: usize) -> Result<(), RemoveError> {
     if depth >= MAX_DEPTH {
-        return Err(Errno::LOOP);
+        return Err(RemoveError::TooDeep);
     }
     let fd = openat(parent, name, DIR_FLAGS, Mode::empty())?;
     let mut entries = Dir::new(fd)?;
+    let mut batches = 0;
     loop {
         let mut batch: Vec<CString> = Vec::new();
         while batch.len() < REMOVE_BATCH {
@@ -276,24 +301,65 @@ fn remove_dir_all(parent: BorrowedFd<'_>, name: &CStr, depth: usize) -> Result<(
         if batch.is_empty() {
             break;
         }
+        batches += 1;
+        if batches > REMOVE_MAX_BATCHES {
+            return Err(RemoveError::Endless);
+        }
         let here = entries.fd()?;
         for entry_name in &batch {
             let stat = match statat(here, entry_name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(stat) => stat,
                 Err(Errno::NOENT) => continue,
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             };
             if file_type(&stat) == FileType::Directory {
                 remove_dir_all(here, entry_name, depth + 1)?;
             } else {
                 match unlinkat(here, entry_name.as_c_str(), AtFlags::empty()) {
                     Ok(()) | Err(Errno::NOENT) => {}
-                    Err(error) => return Err(error),
+                    Err(error) => return Err(error.into()),
                 }
             }
         }
         entries.rewind();
     }
     drop(entries);
-    unlinkat(parent, name, AtFlags::REMOVEDIR)
+    Ok(unlinkat(parent, name, AtFlags::REMOVEDIR)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    #[test]
+    fn the_fallback_without_openat2_refuses_links_and_files_on_the_way() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root_path = dir.path().join("root");
+        std::fs::create_dir_all(root_path.join("a/b")).expect("mkdir");
+        std::fs::write(root_path.join("file"), b"1").expect("write");
+        symlink(dir.path(), root_path.join("link")).expect("symlink");
+        symlink("..", root_path.join("a/up")).expect("symlink");
+        let root = rustix::fs::open(&root_path, DIR_FLAGS, Mode::empty()).expect("open");
+        let root = root.as_fd();
+
+        assert!(open_dir_by_segments(root, ".").is_ok());
+        assert!(open_dir_by_segments(root, "a/b").is_ok());
+        for path in ["link", "link/root", "a/up", "a/up/a"] {
+            let error = open_dir_by_segments(root, path).expect_err(path);
+            assert!(
+                matches!(error, Errno::NOTDIR | Errno::LOOP),
+                "{path}: {error:?}"
+            );
+            assert_eq!(classify_not_dir(root, path), Errno::LOOP, "{path}");
+        }
+        assert_eq!(
+            open_dir_by_segments(root, "file").expect_err("file"),
+            Errno::NOTDIR
+        );
+        assert_eq!(classify_not_dir(root, "file/x"), Errno::NOTDIR);
+        assert_eq!(open_dir(root, "link").expect_err("link"), Errno::LOOP);
+        assert_eq!(open_dir(root, "a/up/a").expect_err("link"), Errno::LOOP);
+    }
 }

@@ -239,3 +239,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deleting_a_wide_directory_takes_several_batches() {
+    let (_dir, ws) = workspace();
+    let wide = ws.root().join("wide");
+    fs::create_dir(&wide).expect("mkdir");
+    for index in 0..2500 {
+        fs::write(wide.join(format!("f{index}")), b"").expect("write");
+    }
+    let result = ws.apply(&changes(vec![], &["wide"])).expect("delete");
+    assert_eq!(result.deleted, 1);
+    assert!(is_empty_dir(ws.root()));
+}
+
+#[test]
+fn deleting_a_directory_deeper_than_the_limit_stops_with_an_error() {
+    let (_dir, ws) = workspace();
+    let deep = vec!["d"; beneath::MAX_DEPTH + 2].join("/");
+    put(&ws, &format!("{deep}/f"), b"x");
+    let error = ws.apply(&changes(vec![], &["d"])).expect_err("too deep");
+    assert!(
+        matches!(
+            error,
+            WorkspaceError::TooLarge {
+                limit: Limit::Depth,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.kind().status, 413);
+}
