@@ -42,8 +42,8 @@ impl Limit {
 /// A failed workspace operation.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    /// The path breaks the bundle path rules (traversal, absolute after
-    /// normalizing to nothing, NUL, overlong, trailing `/`).
+    /// The path breaks the bundle path rules: it escapes the root with
+    /// `..`, names the root itself, holds a NUL, is overlong or ends in `/`.
     #[error("invalid bundle relativePath '{path}'")]
     InvalidPath { path: String },
     /// The path goes through, or ends at, a symbolic link. Links are never
