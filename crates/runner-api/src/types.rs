@@ -249,7 +249,11 @@ pub enum RunOutcome {
     },
     Completed {
         code: i64,
-        #[serde(default, rename = "durationMs", skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            rename = "durationMs",
+            skip_serializing_if = "Option::is_none"
+        )]
         duration_ms: Option<u64>,
     },
     Failed {

@@ -23,8 +23,9 @@ use serde_json::{Map, Value};
 use crate::app_env::refused_client_variable;
 use crate::js::js_own_key_order;
 use crate::types::{PortMapping, PullPolicy, RunBundle, SessionConfig};
+use crate::watch::{AppSpec, SessionMode, WorkspaceChangeSet};
 pub use schema::request_schemas;
-use schema::{APP_SESSION, PROBE, START_SESSION};
+use schema::{APP_SESSION, CHANGE_SET, PROBE, SET_APPS, START_SESSION};
 use walk::{ROOT, check, child_path, fail};
 
 /// A rejected body; `message` is the complete Fastify-style text.
@@ -45,6 +46,10 @@ pub struct StartSessionBody {
     /// is treated as unset by the caller (§2.4).
     pub config: SessionConfig,
     pub inspect: bool,
+    pub mode: SessionMode,
+    pub agent: Option<String>,
+    /// As sent; [`crate::watch::resolve_apps`] applies the app rules.
+    pub apps: Option<Vec<AppSpec>>,
 }
 
 /// A validated `POST /v1/apps/:name/sessions` body.
@@ -88,13 +93,73 @@ pub fn validate_start_session(body: Option<Value>) -> Result<StartSessionBody, V
             "must not contain NUL",
         ));
     }
+    let mode = match fields.remove("mode") {
+        Some(mode) => typed(mode)?,
+        None => SessionMode::Run,
+    };
+    let agent = match fields.remove("agent") {
+        Some(agent) => Some(typed(agent)?),
+        None => None,
+    };
+    let apps = match fields.remove("apps") {
+        Some(apps) => Some(app_list(apps)?),
+        None => None,
+    };
     Ok(StartSessionBody {
         bundle: typed(fields.remove("bundle").unwrap_or(Value::Null))?,
         env,
         ports,
         config,
         inspect: flag(fields.remove("inspect")),
+        mode,
+        agent,
+        apps,
     })
+}
+
+/// `PUT /v1/sessions/:id/apps`: the new app set, as sent.
+pub fn validate_set_apps(body: Option<Value>) -> Result<Vec<AppSpec>, ValidationError> {
+    let mut body = body.unwrap_or(Value::Null);
+    check(&SET_APPS, &mut body, ROOT)?;
+    let mut fields = into_object(body)?;
+    app_list(fields.remove("apps").unwrap_or(Value::Null))
+}
+
+/// `POST /v1/sessions/:id/workspace`: a change set, paths not yet checked.
+pub fn validate_change_set(body: Option<Value>) -> Result<WorkspaceChangeSet, ValidationError> {
+    let mut body = body.unwrap_or(Value::Null);
+    check(&CHANGE_SET, &mut body, ROOT)?;
+    let changes: WorkspaceChangeSet = typed(body)?;
+    if changes.write.len() + changes.delete.len() > MAX_CHANGE_SET_ENTRIES {
+        return Err(fail(
+            ROOT,
+            format_args!("must NOT have more than {MAX_CHANGE_SET_ENTRIES} writes and deletes"),
+        ));
+    }
+    Ok(changes)
+}
+
+/// Our bound on `apps`: each app is a process or a container.
+pub const MAX_APPS: usize = 16;
+/// Our bound on the entries of one change set.
+pub const MAX_CHANGE_SET_ENTRIES: usize = 10_000;
+
+fn app_list(value: Value) -> Result<Vec<AppSpec>, ValidationError> {
+    let apps: Vec<AppSpec> = typed(value)?;
+    if apps.len() > MAX_APPS {
+        return Err(fail(
+            &child_path(ROOT, "apps"),
+            format_args!("must NOT have more than {MAX_APPS} items"),
+        ));
+    }
+    if let Some(index) = apps.iter().position(|app| app.ports.len() > MAX_PORTS) {
+        let path = format!("{}/{index}", child_path(ROOT, "apps"));
+        return Err(fail(
+            &child_path(&path, "ports"),
+            format_args!("must NOT have more than {MAX_PORTS} items"),
+        ));
+    }
+    Ok(apps)
 }
 
 /// `POST /v1/apps/:name/sessions`. Every field is optional, but the body itself

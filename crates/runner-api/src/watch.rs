@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bundle_path::normalize_bundle_path;
 use crate::types::PortMapping;
 
 /// The one app of a session that names none (every run session).
@@ -215,10 +216,154 @@ pub fn is_app_name(name: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
+/// An app set refused by the app rules (contract-watch §2.4 step 9): a
+/// `400` with this code and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AppRefusal {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl AppRefusal {
+    fn new(code: &'static str, message: String) -> Self {
+        Self { code, message }
+    }
+}
+
+/// The apps a session runs: `apps` as sent, checked app by app (the first
+/// failure wins), with each entry path normalized; or, when none are sent,
+/// the one app `app` running `default` (the bundle's entry and the request's
+/// ports).
+pub fn resolve_apps(
+    apps: Option<Vec<AppSpec>>,
+    default: impl FnOnce() -> AppSpec,
+) -> Result<Vec<AppSpec>, AppRefusal> {
+    let Some(apps) = apps else {
+        return Ok(vec![default()]);
+    };
+    let mut resolved: Vec<AppSpec> = Vec::with_capacity(apps.len());
+    for mut app in apps {
+        if !is_app_name(&app.name) {
+            return Err(AppRefusal::new(
+                "invalid_app_name",
+                format!(
+                    "app name '{}' must be a DNS label (lowercase alphanumeric and '-')",
+                    app.name
+                ),
+            ));
+        }
+        if RESERVED_APP_NAMES.contains(&app.name.as_str()) {
+            return Err(AppRefusal::new(
+                "reserved_app_name",
+                format!(
+                    "app name '{}' is reserved \u{2014} a session's own containers use it",
+                    app.name
+                ),
+            ));
+        }
+        if resolved.iter().any(|earlier| earlier.name == app.name) {
+            return Err(AppRefusal::new(
+                "duplicate_app_name",
+                format!("app '{}' is declared twice", app.name),
+            ));
+        }
+        app.entry_relative_path = normalize_bundle_path(&app.entry_relative_path)
+            .map_err(|err| AppRefusal::new("invalid_bundle", err.to_string()))?;
+        for port in &app.ports {
+            let owner = resolved.iter().find(|earlier| {
+                earlier
+                    .ports
+                    .iter()
+                    .any(|p| p.port == port.port && p.protocol == port.protocol)
+            });
+            if let Some(owner) = owner {
+                return Err(AppRefusal::new(
+                    "port_conflict",
+                    format!(
+                        "apps '{}' and '{}' both declare {} port {}; session hosts carry no app name, so the two would be indistinguishable",
+                        owner.name,
+                        app.name,
+                        port.protocol.as_str(),
+                        port.port
+                    ),
+                ));
+            }
+        }
+        resolved.push(app);
+    }
+    Ok(resolved)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::PortProtocol;
     use serde_json::json;
+
+    fn app(name: &str, entry: &str, ports: &[(u16, PortProtocol)]) -> AppSpec {
+        AppSpec {
+            name: name.into(),
+            entry_relative_path: entry.into(),
+            ports: ports
+                .iter()
+                .map(|&(port, protocol)| PortMapping { port, protocol })
+                .collect(),
+            io: IoMode::Tty,
+        }
+    }
+
+    #[test]
+    fn without_apps_the_default_app_runs_the_bundle() {
+        let apps = resolve_apps(None, || app(DEFAULT_APP_NAME, "telo.yaml", &[])).unwrap();
+        assert_eq!(apps[0].name, "app");
+    }
+
+    #[test]
+    fn the_app_rules_refuse_with_the_references_codes_and_messages() {
+        let tcp = PortProtocol::Tcp;
+        let refuse = |apps: Vec<AppSpec>| resolve_apps(Some(apps), || unreachable!()).unwrap_err();
+        assert_eq!(
+            refuse(vec![app("Api", "a.yaml", &[])]),
+            AppRefusal::new(
+                "invalid_app_name",
+                "app name 'Api' must be a DNS label (lowercase alphanumeric and '-')".into()
+            )
+        );
+        assert_eq!(
+            refuse(vec![app("workspace", "a.yaml", &[])]).message,
+            "app name 'workspace' is reserved \u{2014} a session's own containers use it"
+        );
+        assert_eq!(
+            refuse(vec![app("a", "a.yaml", &[]), app("a", "b.yaml", &[])]),
+            AppRefusal::new("duplicate_app_name", "app 'a' is declared twice".into())
+        );
+        assert_eq!(
+            refuse(vec![app("a", "../a.yaml", &[])]),
+            AppRefusal::new(
+                "invalid_bundle",
+                "invalid bundle relativePath '../a.yaml'".into()
+            )
+        );
+        assert_eq!(
+            refuse(vec![
+                app("a", "a.yaml", &[(3000, tcp)]),
+                app("b", "b.yaml", &[(3000, tcp)])
+            ])
+            .message,
+            "apps 'a' and 'b' both declare tcp port 3000; session hosts carry no app name, so the two would be indistinguishable"
+        );
+        // tcp and udp on one number are two ports.
+        let apps = resolve_apps(
+            Some(vec![
+                app("a", "/a.yaml", &[(3000, tcp)]),
+                app("b", "b.yaml", &[(3000, PortProtocol::Udp)]),
+            ]),
+            || unreachable!(),
+        )
+        .unwrap();
+        assert_eq!(apps[0].entry_relative_path, "a.yaml");
+    }
 
     #[test]
     fn app_names_are_dns_labels() {

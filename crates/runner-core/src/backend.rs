@@ -9,7 +9,10 @@ use runner_api::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, 
 use serde_json::Value;
 
 use crate::session::SessionSink;
-pub use crate::workload::{BackendSession, StartError, StartStage, StopError};
+pub use crate::workload::{
+    BackendSession, StartError, StartStage, StopError, WatchWorkload, WorkspaceFailure,
+};
+use runner_api::watch::AppSpec;
 
 /// Why a backend refuses a bundle session's config; its text is the
 /// `invalid_config` message the client gets.
@@ -87,6 +90,39 @@ impl StartSpec {
     }
 }
 
+/// Everything a backend needs to start or resume a watch session.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WatchSpec {
+    pub session_id: String,
+    pub created_at: String,
+    /// Resolved: DNS-label names, normalized entries, no port clash.
+    pub apps: Vec<AppSpec>,
+    /// The apps' environment (never the workspace's).
+    pub env: Vec<(String, String)>,
+    pub config: SessionConfig,
+}
+
+/// How a watch workload begins.
+#[derive(Debug, Clone)]
+pub enum WatchStart {
+    /// A new session: its workspace is seeded with the bundle (and the
+    /// workspace marker unless the bundle has one).
+    Seed(RunBundle),
+    /// A suspended session resumes: the backend restores its checkpoint.
+    Resume,
+}
+
+/// A watch session a backend kept while it was suspended (or whose
+/// workload a runner crash ended): found at boot, listed as `suspended`,
+/// resumable with its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuspendedSession {
+    pub spec: WatchSpec,
+    /// How many runner processes held it before (event ids and sequence
+    /// numbers start past theirs).
+    pub generation: u32,
+}
+
 /// A session that outlived the runner process that started it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredSession {
@@ -138,6 +174,39 @@ pub trait Backend: Send + Sync + 'static {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError>;
+
+    /// Whether this backend runs watch sessions.
+    fn offers_watch(&self) -> bool {
+        false
+    }
+
+    /// Start a watch session's workload (seeded) or resume it from its
+    /// checkpoint. Resolves once it runs (after `running` went through the
+    /// sink).
+    async fn start_watch(
+        &self,
+        spec: WatchSpec,
+        _start: WatchStart,
+        _sink: SessionSink,
+    ) -> Result<Arc<dyn WatchWorkload>, StartError> {
+        Err(StartError::new(
+            StartStage::Start,
+            format!(
+                "this runner's backend does not run watch sessions (session '{}')",
+                spec.session_id
+            ),
+        ))
+    }
+
+    /// Whether a suspended session has a checkpoint to resume from.
+    async fn has_checkpoint(&self, _session_id: &str) -> bool {
+        false
+    }
+
+    /// Watch sessions kept from before this runner started (once, at boot).
+    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+        Vec::new()
+    }
 
     /// Sessions a previous runner process left running that this backend can
     /// take over (called once at boot, before serving). Finished or expired

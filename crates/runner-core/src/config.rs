@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::apps::{AppCatalog, load_apps};
 use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::terms::load_terms;
+use crate::watch::{WatchConfig, load_watch_config};
 
 pub use crate::env::{
     ConfigError, Env, IntegerRange, env_from_pairs, env_string, parse_bool, parse_non_negative_int,
@@ -84,6 +85,8 @@ pub struct CoreConfig {
     pub connections: ConnectionLimits,
     /// `RUNNER_IO_FRAMES`: the layout of `/io` output frames.
     pub io_frames: FrameFormat,
+    /// `RUNNER_WATCH_*`: watch sessions.
+    pub watch: WatchConfig,
 }
 
 /// What one client connection may cost the service (our hardening; the
@@ -191,6 +194,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let auth_tokens = load_auth_tokens(env)?;
     let connections = load_connection_limits(env)?;
     let io_frames = parse_io_frames(var("RUNNER_IO_FRAMES"))?;
+    let watch = load_watch_config(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -207,6 +211,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         stop_grace: Duration::from_secs(stop_grace_seconds),
         connections,
         io_frames,
+        watch,
     })
 }
 
@@ -301,6 +306,41 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_IO_FRAMES",
         default: "tagged",
         description: "Layout of the terminal socket's binary frames: `tagged` (`[seq][stream][bytes]`, `features.io` a list, the wire of runner-core 0.9 and later) or `legacy` (`[seq][bytes]`, `features.io: true`) for editors built against the 0.8 wire.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_SESSIONS",
+        default: "false",
+        description: "Offer watch sessions (`mode: \"watch\"`): one long-lived session per workspace whose apps reload in place when the editor writes a file, suspended when idle and resumed under the same id.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_IDLE_SECONDS",
+        default: "300",
+        description: "A watch session no event stream or terminal socket has watched for this long is suspended (its workload ends, its files are kept).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_MAX_TTL_SECONDS",
+        default: "21600",
+        description: "The longest one watch workload runs before the session fails with `watch session reached its time limit`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_MAX_SESSIONS",
+        default: "8",
+        description: "Watch sessions running at once (suspended ones do not count); past it a new one gets 409 `too_many_watch_sessions`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_RELOAD_LIMIT",
+        default: "30",
+        description: "Workspace writes plus manual reloads one watch session may make per minute; past it 429 `reload_rate_limited`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WATCH_SUSPENDED_TTL_SECONDS",
+        default: "86400",
+        description: "How long a suspended watch session (and its files) is kept before it is removed.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
+        default: "30",
+        description: "How often a live watch session's workspace is checkpointed, so a suspend or a runner crash loses at most this much.",
     },
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
@@ -417,6 +457,7 @@ mod tests {
                     max_header_bytes: 16_384,
                 },
                 io_frames: FrameFormat::Tagged,
+                watch: WatchConfig::default(),
             }
         );
     }

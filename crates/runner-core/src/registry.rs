@@ -16,11 +16,17 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, StartSpec, StopError};
+use crate::watch::WatchConfig;
+use crate::workload::WatchWorkload;
+
+mod watch_sessions;
+
 use crate::ids::new_session_id;
 use crate::metrics::Metrics;
 use crate::start_gate::GateSignal;
 use crate::sync::lock;
 use crate::time::iso_now;
+pub use watch_sessions::{ResumeError, SetAppsError};
 
 pub use crate::session::{
     Batch, Cursor, EARLY_STDIN_BYTES, EVENT_ID_GENERATION, EventFrame, KERNEL_STOPPED,
@@ -35,12 +41,16 @@ pub struct RegistryLimits {
     pub exit_ttl: Duration,
     /// Cap of each of the two per-session replay buffers.
     pub replay_buffer_bytes: usize,
+    /// Watch sessions: whether they are offered, their limits and timers.
+    pub watch: WatchConfig,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AdmissionError {
     #[error("runner is at its configured max of {max} concurrent sessions")]
     TooManySessions { max: usize },
+    #[error("runner is at its configured max of {max} concurrent watch sessions")]
+    TooManyWatchSessions { max: usize },
 }
 
 #[derive(Clone)]
@@ -57,6 +67,8 @@ struct RegistryInner {
     shutdown: CancellationToken,
     /// Set once boot-time adoption finished (readiness).
     recovered: watch::Sender<bool>,
+    /// Whether the watch supervisor runs.
+    supervising: std::sync::atomic::AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -80,6 +92,7 @@ impl SessionRegistry {
                 tasks: TaskTracker::new(),
                 shutdown: CancellationToken::new(),
                 recovered: watch::Sender::new(false),
+                supervising: std::sync::atomic::AtomicBool::new(false),
                 metrics,
             }),
         }
@@ -135,6 +148,14 @@ impl SessionRegistry {
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> Result<SessionCreated, AdmissionError> {
         let session = self.admit(None)?;
+        Ok(self.launch_run(session, build_spec))
+    }
+
+    fn launch_run(
+        &self,
+        session: Arc<Session>,
+        build_spec: impl FnOnce(&str, &str) -> StartSpec,
+    ) -> SessionCreated {
         let spec = build_spec(&session.id, &session.created_at);
         session.close_gate(spec.inspect);
         self.inner.metrics.session_started(spec.self_contained());
@@ -145,9 +166,51 @@ impl SessionRegistry {
         };
         let backend = self.inner.backend.clone();
         self.spawn_launch(session, move |sink| async move {
-            backend.start(spec, sink).await
+            backend.start(spec, sink).await.map(Launched::run)
         });
-        Ok(created)
+        created
+    }
+
+    /// A run session whose one app is named `app` (not the default `app`),
+    /// declaring `ports`.
+    pub fn create_named(
+        &self,
+        app: &str,
+        ports: &[runner_api::types::PortMapping],
+        build_spec: impl FnOnce(&str, &str) -> StartSpec,
+    ) -> Result<SessionCreated, AdmissionError> {
+        let apps = [crate::session::SessionApp {
+            name: app.to_owned(),
+            io: runner_api::watch::IoMode::Tty,
+            ports: ports.to_vec(),
+        }];
+        let session = self.admit_as(None, None, |id, created_at| {
+            Session::with_apps(
+                id,
+                created_at,
+                self.inner.limits.replay_buffer_bytes,
+                0,
+                Some(tokio::time::Instant::now()),
+                self.inner.metrics.clone(),
+                runner_api::watch::SessionMode::Run,
+                &apps,
+            )
+        })?;
+        Ok(self.launch_run(session, build_spec))
+    }
+
+    /// Whether `mode: "watch"` is offered: the operator enabled it and the
+    /// backend runs watch sessions.
+    pub fn offers_watch(&self) -> bool {
+        self.inner.limits.watch.enabled && self.inner.backend.offers_watch()
+    }
+
+    /// Watch sessions that are neither over nor suspended.
+    pub fn live_watch_sessions(&self) -> usize {
+        lock(&self.inner.sessions)
+            .values()
+            .filter(|s| s.is_live_watch())
+            .count()
     }
 
     /// Take over the sessions a previous runner process left running (once,
@@ -162,11 +225,12 @@ impl SessionRegistry {
             info!(session_id = %session.session_id, generation = session.generation, "adopting a session from a previous runner");
             let backend = self.inner.backend.clone();
             self.spawn_launch(admitted, move |sink| async move {
-                backend.resume(session, sink).await
+                backend.resume(session, sink).await.map(Launched::run)
             });
         }
+        let kept = self.recover_suspended().await;
         self.inner.recovered.send_replace(true);
-        count
+        count + kept
     }
 
     /// Whether boot-time adoption has finished.
@@ -181,6 +245,28 @@ impl SessionRegistry {
     }
 
     fn admit(&self, recovered: Option<&RecoveredSession>) -> Result<Arc<Session>, AdmissionError> {
+        self.admit_as(recovered, None, |id, created_at| {
+            Session::new(
+                id,
+                created_at,
+                self.inner.limits.replay_buffer_bytes,
+                0,
+                Some(tokio::time::Instant::now()),
+                self.inner.metrics.clone(),
+            )
+        })
+    }
+
+    /// Admits a session built by `build` from its new id and creation time;
+    /// with `watch_ceiling`, a watch session, refused when that many live
+    /// ones exist (checked under the same lock as the session limit, so two
+    /// creates never both take the last place).
+    fn admit_as(
+        &self,
+        recovered: Option<&RecoveredSession>,
+        watch_ceiling: Option<usize>,
+        build: impl FnOnce(String, String) -> Session,
+    ) -> Result<Arc<Session>, AdmissionError> {
         let mut evicted = None;
         let session = {
             let mut sessions = lock(&self.inner.sessions);
@@ -202,12 +288,18 @@ impl SessionRegistry {
                 });
                 return Ok(session);
             }
+            if let Some(max) = watch_ceiling
+                && sessions.values().filter(|s| s.is_live_watch()).count() >= max
+            {
+                return Err(AdmissionError::TooManyWatchSessions { max });
+            }
             if sessions.len() >= self.inner.limits.max_sessions {
-                // History yields to live work: the finished session that ended
-                // longest ago makes room; live sessions are never evicted.
+                // History yields to live work: the finished (or suspended)
+                // session that left longest ago makes room; live sessions
+                // are never evicted.
                 let oldest_finished = sessions
                     .values()
-                    .filter_map(|s| s.exited_at().map(|at| (at, s.id.clone())))
+                    .filter_map(|s| s.reclaimable_since().map(|at| (at, s.id.clone())))
                     .min();
                 match oldest_finished {
                     Some((_, id)) => evicted = sessions.remove(&id),
@@ -224,14 +316,7 @@ impl SessionRegistry {
                     break id;
                 }
             };
-            let session = Arc::new(Session::new(
-                id.clone(),
-                iso_now(),
-                self.inner.limits.replay_buffer_bytes,
-                0,
-                Some(tokio::time::Instant::now()),
-                self.inner.metrics.clone(),
-            ));
+            let session = Arc::new(build(id.clone(), iso_now()));
             sessions.insert(id, session.clone());
             session
         };
@@ -250,9 +335,19 @@ impl SessionRegistry {
     fn spawn_launch<F, Fut>(&self, session: Arc<Session>, launch: F)
     where
         F: FnOnce(SessionSink) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<Arc<dyn BackendSession>, StartError>> + Send,
+        Fut: std::future::Future<Output = Result<Launched, StartError>> + Send,
     {
         self.spawn_watch(session.clone());
+        self.spawn_start(session, launch);
+    }
+
+    /// Runs a start (a first one, or a watch session's resume) and installs
+    /// what it started.
+    fn spawn_start<F, Fut>(&self, session: Arc<Session>, launch: F)
+    where
+        F: FnOnce(SessionSink) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<Launched, StartError>> + Send,
+    {
         let sink = SessionSink::new(session.clone());
         let shutdown = self.inner.shutdown.clone();
         let metrics = self.inner.metrics.clone();
@@ -267,8 +362,11 @@ impl SessionRegistry {
                     }
                 };
                 match started {
-                    Ok(handle) => {
+                    Ok(Launched { handle, watch }) => {
                         session.install_handle(handle.clone());
+                        if let Some(workload) = watch {
+                            session.install_watch_workload(workload);
+                        }
                         // A DELETE that arrived while the workload was coming up
                         // is honoured now that there is something to stop.
                         if (session.is_user_stopped() || session.kernel_exit().is_some())
@@ -376,7 +474,21 @@ impl SessionRegistry {
             self.inner.backend.shutdown().await;
             return;
         }
-        let sessions = self.sessions();
+        let mut sessions = self.sessions();
+        // Watch sessions outlive the runner: suspended, not stopped.
+        let mut kept = Vec::new();
+        for session in sessions.iter().filter(|s| s.is_live_watch()) {
+            if self.suspend_for_shutdown(session).await {
+                kept.push(session.id.clone());
+            }
+        }
+        sessions.retain(|s| !kept.contains(&s.id));
+        if !kept.is_empty() {
+            info!(
+                sessions = kept.len(),
+                "watch sessions suspended for the next runner"
+            );
+        }
         for session in &sessions {
             session.request_stop();
         }
@@ -402,7 +514,7 @@ impl SessionRegistry {
             warn!("sessions still running after the shutdown grace period");
         }
         for session in &sessions {
-            if !session.is_terminal() {
+            if !session.is_terminal() && !matches!(session.status(), RunStatus::Suspended) {
                 session.emit(RunEvent::Status {
                     status: RunStatus::Stopped,
                 });
@@ -459,6 +571,29 @@ impl SessionRegistry {
     fn release(&self, session: &Arc<Session>) {
         session.ended.cancel();
         self.inner.backend.release(&session.id);
+    }
+}
+
+/// What a start produced: the workload, and for a watch session its
+/// workspace surface too.
+pub(crate) struct Launched {
+    handle: Arc<dyn BackendSession>,
+    watch: Option<Arc<dyn WatchWorkload>>,
+}
+
+impl Launched {
+    fn run(handle: Arc<dyn BackendSession>) -> Self {
+        Self {
+            handle,
+            watch: None,
+        }
+    }
+
+    fn watch(workload: Arc<dyn WatchWorkload>) -> Self {
+        Self {
+            handle: workload.clone(),
+            watch: Some(workload),
+        }
     }
 }
 

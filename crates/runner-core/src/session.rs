@@ -36,9 +36,11 @@ use crate::workload::BackendSession;
 
 mod channel;
 mod sink;
+mod watch_state;
 
 pub use channel::{AppChannel, OutputChunk};
 pub use sink::SessionSink;
+pub use watch_state::WatchState;
 
 /// Output chunks larger than this are split so that the byte cap of the
 /// replay buffer really bounds memory (one huge chunk would otherwise be kept
@@ -77,6 +79,8 @@ pub struct Session {
     /// The first output sequence number of every channel (its generation).
     first_output: u64,
     replay_buffer_bytes: usize,
+    /// A watch session's workload, launch description and budget.
+    pub(crate) watch: Option<Mutex<WatchState>>,
     /// Open SSE streams and terminal sockets.
     watchers: std::sync::atomic::AtomicUsize,
     /// When the last watcher left (creation, when none came yet).
@@ -173,6 +177,7 @@ impl Session {
             mode,
             first_output,
             replay_buffer_bytes,
+            watch: None,
             watchers: std::sync::atomic::AtomicUsize::new(0),
             idle_since: Mutex::new(tokio::time::Instant::now()),
             user_stopped: AtomicBool::new(false),
@@ -597,8 +602,109 @@ impl Session {
 }
 
 impl Session {
+    /// Makes this a watch session launched as `spec`.
+    pub(crate) fn with_watch(mut self, spec: crate::backend::WatchSpec) -> Self {
+        self.watch = Some(Mutex::new(WatchState::new(spec)));
+        self
+    }
+
+    /// The watch session's state; `None` for a run session.
+    pub(crate) fn watch_state(&self) -> Option<std::sync::MutexGuard<'_, WatchState>> {
+        self.watch.as_ref().map(lock)
+    }
+
+    /// The live watch workload, if it runs.
+    pub fn watch_workload(&self) -> Option<Arc<dyn crate::workload::WatchWorkload>> {
+        self.watch_state()?.workload.clone()
+    }
+
+    /// The watch session's reload budget.
+    pub(crate) fn reload_budget(&self) -> Option<Arc<crate::watch::ReloadBudget>> {
+        Some(self.watch_state()?.budget.clone())
+    }
+
+    /// When the session became reclaimable: its end, or its suspension.
+    pub(crate) fn reclaimable_since(&self) -> Option<String> {
+        if let Some(at) = self.exited_at() {
+            return Some(at);
+        }
+        let state = self.watch_state()?;
+        state.suspended_at.as_ref().map(|(_, iso)| iso.clone())
+    }
+
+    /// Counts against `RUNNER_WATCH_MAX_SESSIONS`: a watch session neither
+    /// over nor suspended.
+    pub(crate) fn is_live_watch(&self) -> bool {
+        self.mode == SessionMode::Watch
+            && !self.is_terminal()
+            && !matches!(self.status(), RunStatus::Suspended)
+    }
+
+    /// Adds channels for the apps of `apps` the session does not run yet;
+    /// returns their names (removed again if the change fails).
+    pub(crate) fn add_channels(&self, apps: &[runner_api::watch::AppSpec]) -> Vec<String> {
+        let mut state = lock(&self.state);
+        let mut added = Vec::new();
+        for app in apps {
+            if state.channels.iter().any(|c| c.name == app.name) {
+                continue;
+            }
+            let session_app = SessionApp {
+                name: app.name.clone(),
+                io: app.io,
+                ports: app.ports.clone(),
+            };
+            state.channels.push(AppChannel::new(
+                &session_app,
+                self.replay_buffer_bytes,
+                self.first_output,
+            ));
+            added.push(app.name.clone());
+        }
+        added
+    }
+
+    /// Keeps only the channels named in `keep`, in that order, with their
+    /// declared ports and io mode.
+    pub(crate) fn retain_channels(&self, keep: &[runner_api::watch::AppSpec]) {
+        let mut state = lock(&self.state);
+        let mut channels = std::mem::take(&mut state.channels);
+        for app in keep {
+            if let Some(index) = channels.iter().position(|c| c.name == app.name) {
+                let mut channel = channels.swap_remove(index);
+                channel.io = app.io;
+                channel.ports = app.ports.clone();
+                state.channels.push(channel);
+            }
+        }
+    }
+
+    /// Removes the channels named in `names`.
+    pub(crate) fn remove_channels(&self, names: &[String]) {
+        lock(&self.state)
+            .channels
+            .retain(|c| !names.contains(&c.name));
+    }
+
+    /// A watch workload is up.
+    pub(crate) fn install_watch_workload(&self, workload: Arc<dyn crate::workload::WatchWorkload>) {
+        if let Some(mut state) = self.watch_state() {
+            state.workload = Some(workload);
+            state.suspended_at = None;
+        }
+    }
+
+    /// The backend's handle went away (suspend): input waits or drops.
+    pub(crate) fn clear_handle(&self) {
+        lock(&self.state).handle = None;
+    }
+
     /// The `run` events a debug frame of app `app` means.
-    fn project_run(&self, app: &str, frame: &serde_json::Value) -> Vec<runner_api::types::RunRecord> {
+    fn project_run(
+        &self,
+        app: &str,
+        frame: &serde_json::Value,
+    ) -> Vec<runner_api::types::RunRecord> {
         let mut state = lock(&self.state);
         match state.channels.iter_mut().find(|c| c.name == app) {
             Some(channel) => channel.run.observe(app, frame),
@@ -646,7 +752,11 @@ impl Session {
 
     /// The next generation of each app in `apps` (every app when `None`)
     /// starts because of `trigger`.
-    pub(crate) fn attribute_next_run(&self, apps: Option<&[String]>, trigger: runner_api::watch::RunTrigger) {
+    pub(crate) fn attribute_next_run(
+        &self,
+        apps: Option<&[String]>,
+        trigger: runner_api::watch::RunTrigger,
+    ) {
         let mut state = lock(&self.state);
         for channel in &mut state.channels {
             if apps.is_none_or(|names| names.contains(&channel.name)) {
@@ -697,7 +807,10 @@ impl SessionApp {
     }
 }
 
-fn channel_mut<'a>(channels: &'a mut [AppChannel], app: Option<&str>) -> Option<&'a mut AppChannel> {
+fn channel_mut<'a>(
+    channels: &'a mut [AppChannel],
+    app: Option<&str>,
+) -> Option<&'a mut AppChannel> {
     match app {
         None => channels.first_mut(),
         Some(name) => channels.iter_mut().find(|c| c.name == name),

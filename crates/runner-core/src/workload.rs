@@ -5,6 +5,9 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use runner_api::watch::{
+    AppSpec, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent, WorkspaceTree,
+};
 
 /// Where a start failed. It is the first word of the failure on the wire
 /// (`"<stage>: <message>"`) and the `stage` label of the start-failure metric,
@@ -113,4 +116,61 @@ pub trait BackendSession: Send + Sync + 'static {
     /// it, and never stop or delete it. Called before the session's `ended`
     /// fires.
     fn detach(&self) {}
+}
+
+/// A workspace operation that failed, as the client is told: a status, an
+/// error code and a sentence naming the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct WorkspaceFailure {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl WorkspaceFailure {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The workspace could not be reached or did not answer (a 500).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(500, "workspace_failed", message)
+    }
+}
+
+/// A running watch session: apps over one workspace the runner edits.
+#[async_trait]
+pub trait WatchWorkload: BackendSession {
+    /// Every file of the workspace with its hash.
+    async fn tree(&self) -> Result<WorkspaceTree, WorkspaceFailure>;
+
+    /// One file as UTF-8, with its size in bytes.
+    async fn read_file(&self, path: &str) -> Result<WorkspaceFileContent, WorkspaceFailure>;
+
+    /// Writes, then deletes; paths are already checked by the bundle path
+    /// rules. The kernel's own watch picks the change up.
+    async fn apply(
+        &self,
+        changes: WorkspaceChangeSet,
+    ) -> Result<WorkspaceApplyResult, WorkspaceFailure>;
+
+    /// Makes app `app`'s kernel re-run its entry (a touch, not a signal).
+    async fn reload(&self, app: &str) -> Result<(), WorkspaceFailure>;
+
+    /// Saves the workspace where a resume (on this runner or its successor)
+    /// finds it.
+    async fn checkpoint(&self) -> Result<(), WorkspaceFailure>;
+
+    /// Replaces the app set, keeping the workspace; reports `running` again
+    /// with the new endpoints through the sink.
+    async fn set_apps(&self, apps: Vec<AppSpec>) -> Result<(), StartError>;
+
+    /// Checkpoints and ends the workload, keeping what a resume needs. The
+    /// session is not over: nothing terminal is reported.
+    async fn suspend(&self) -> Result<(), StopError>;
 }

@@ -227,6 +227,7 @@ fn harness() -> Harness {
             max_sessions: 4,
             exit_ttl: Duration::from_secs(60),
             replay_buffer_bytes: 64 * 1024,
+            watch: Default::default(),
         },
     );
     let demo = AppEntry {

@@ -122,6 +122,7 @@ fn registry(starts: usize) -> (SessionRegistry, Vec<Gate>, Arc<AtomicUsize>) {
             max_sessions: 4,
             exit_ttl: Duration::from_secs(3600),
             replay_buffer_bytes: 1_000_000,
+            watch: Default::default(),
         },
     );
     (registry, senders, stops)

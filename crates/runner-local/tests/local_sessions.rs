@@ -418,7 +418,10 @@ async fn capabilities_describe_a_fixed_local_image() {
     let harness = Harness::new();
     let capabilities = harness.backend.capabilities();
     assert_eq!(capabilities.display_name, "Local runner");
-    assert_eq!(capabilities.features, json!({ "io": true, "ports": true }));
+    assert_eq!(
+        capabilities.features,
+        json!({ "io": ["tty"], "ports": true })
+    );
     let image = &capabilities.config_schema["properties"]["image"];
     assert_eq!(image["default"], json!("local"));
     assert_eq!(image["readOnly"], json!(true));

@@ -76,12 +76,22 @@ impl Service {
                     (core, setup.backend, setup.routes)
                 }
             };
+        // Never accept a setting the backend cannot honour.
+        if core.watch.enabled && !backend.offers_watch() {
+            return Err(ConfigError::Conflict {
+                var: "RUNNER_WATCH_SESSIONS".to_owned(),
+                reason: "this runner's Kubernetes backend does not run watch sessions yet (the local backend does)."
+                    .to_owned(),
+            }
+            .into());
+        }
         let registry = SessionRegistry::with_metrics(
             backend,
             RegistryLimits {
                 max_sessions: core.max_sessions,
                 exit_ttl: core.exit_ttl,
                 replay_buffer_bytes: core.replay_buffer_bytes,
+                watch: core.watch.clone(),
             },
             metrics,
         );

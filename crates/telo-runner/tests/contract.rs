@@ -42,7 +42,7 @@ async fn capabilities_describe_the_backend_without_terms_or_apps_by_default(
     assert_eq!(status, StatusCode::OK);
     assert!(body["displayName"].is_string());
     assert!(body["description"].is_string());
-    assert_eq!(body["features"]["io"], json!(true));
+    assert_eq!(body["features"]["io"], json!(["tty"]));
     assert_eq!(
         body["config"]["schema"]["required"],
         json!(["image", "pullPolicy"])
@@ -145,7 +145,10 @@ async fn a_session_is_created_before_it_starts_and_runs_to_its_exit_code(#[case]
 
     let mut socket = runner.io(id, "?lastSeq=0").await;
     let frames = ws::read_until_close(&mut socket).await;
-    assert_eq!(frames[0], IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"})));
+    assert_eq!(
+        frames[0],
+        IoFrame::Text(json!({"type": "seq", "seq": 0, "app": "app", "io": "tty"}))
+    );
     assert!(String::from_utf8_lossy(&ws::output_of(&frames)).contains("hello"));
     assert_eq!(
         frames.last().unwrap(),
@@ -711,8 +714,8 @@ async fn reachability_is_reported_per_declared_tcp_port(#[case] backend: Backend
     assert_eq!(
         reach,
         vec![
-            json!({"type": "reachability", "port": port, "state": "checking"}),
-            json!({"type": "reachability", "port": port, "state": "reachable"}),
+            json!({"type": "reachability", "app": "app", "port": port, "state": "checking"}),
+            json!({"type": "reachability", "app": "app", "port": port, "state": "reachable"}),
         ]
     );
     runner.stop().await;

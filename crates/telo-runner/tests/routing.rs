@@ -505,7 +505,7 @@ async fn with_the_gateway_api_each_port_gets_a_programmed_httproute_and_a_url() 
 fn assert_routes_settle(events: &[Value], hosts: &[(u16, &str)], last: impl Fn(u16) -> Value) {
     let pending: Vec<Value> = hosts
         .iter()
-        .map(|(port, id)| json!({"type": "route", "host": host(*port, id), "port": port, "state": "pending"}))
+        .map(|(port, id)| json!({"type": "route", "app": "app", "host": host(*port, id), "port": port, "state": "pending"}))
         .collect();
     assert_eq!(events[..hosts.len()], pending[..], "{events:#?}");
     let mut settled: Vec<Value> = events[hosts.len()..].to_vec();
@@ -513,7 +513,8 @@ fn assert_routes_settle(events: &[Value], hosts: &[(u16, &str)], last: impl Fn(u
     let expected: Vec<Value> = hosts
         .iter()
         .map(|(port, id)| {
-            let mut event = json!({"type": "route", "host": host(*port, id), "port": port});
+            let mut event =
+                json!({"type": "route", "app": "app", "host": host(*port, id), "port": port});
             for (key, value) in last(*port).as_object().unwrap() {
                 event[key] = value.clone();
             }
@@ -650,7 +651,7 @@ async fn an_ingress_nobody_claims_is_unprogrammed_and_programmed_once_a_controll
     .unwrap();
     assert_eq!(
         route_frames(&late).last().unwrap(),
-        &json!({"type": "route", "host": host(8080, &id), "port": 8080, "state": "programmed"})
+        &json!({"type": "route", "app": "app", "host": host(8080, &id), "port": 8080, "state": "programmed"})
     );
     runner.stop().await;
 }
@@ -742,8 +743,8 @@ async fn a_route_that_cannot_be_published_is_reported_and_the_session_runs_on() 
     assert_eq!(
         route_frames(&frames),
         vec![
-            json!({"type": "route", "host": host(8080, &id), "port": 8080, "state": "unprogrammed", "reason": reason}),
-            json!({"type": "route", "host": host(9090, &id), "port": 9090, "state": "unprogrammed", "reason": reason}),
+            json!({"type": "route", "app": "app", "host": host(8080, &id), "port": 8080, "state": "unprogrammed", "reason": reason}),
+            json!({"type": "route", "app": "app", "host": host(9090, &id), "port": 9090, "state": "unprogrammed", "reason": reason}),
         ]
     );
     let mut socket = runner.io(&id, "").await;
@@ -922,8 +923,8 @@ async fn an_adopted_session_republishes_its_routes_in_place_and_reports_them_aga
     assert_eq!(
         adopted,
         vec![
-            json!({"type": "route", "host": host(8080, &id), "port": 8080, "state": "pending"}),
-            json!({"type": "route", "host": host(8080, &id), "port": 8080, "state": "programmed"}),
+            json!({"type": "route", "app": "app", "host": host(8080, &id), "port": 8080, "state": "pending"}),
+            json!({"type": "route", "app": "app", "host": host(8080, &id), "port": 8080, "state": "programmed"}),
         ]
     );
     // Replaced in place (same object, newer version), still owned by the pod.

@@ -90,10 +90,16 @@ fn output_frames_carry_a_big_endian_sequence_prefix() {
 fn frames_split_back_into_their_parts() {
     let tagged = output_frame(FrameFormat::Tagged, 7, StreamTag::Stdout, b"out");
     let frame = split_output_frame(FrameFormat::Tagged, &tagged).unwrap();
-    assert_eq!((frame.seq, frame.stream, frame.payload), (7, StreamTag::Stdout, &b"out"[..]));
+    assert_eq!(
+        (frame.seq, frame.stream, frame.payload),
+        (7, StreamTag::Stdout, &b"out"[..])
+    );
     let legacy = output_frame(FrameFormat::Legacy, 7, StreamTag::Stdout, b"out");
     let frame = split_output_frame(FrameFormat::Legacy, &legacy).unwrap();
-    assert_eq!((frame.seq, frame.stream, frame.payload), (7, StreamTag::Tty, &b"out"[..]));
+    assert_eq!(
+        (frame.seq, frame.stream, frame.payload),
+        (7, StreamTag::Tty, &b"out"[..])
+    );
     assert_eq!(split_output_frame(FrameFormat::Tagged, &[0, 0, 0, 1]), None);
     assert_eq!(split_output_frame(FrameFormat::Legacy, &[0, 0, 1]), None);
 }
@@ -102,7 +108,13 @@ fn frames_split_back_into_their_parts() {
 fn the_seq_frame_names_the_app_in_the_tagged_wire_only() {
     assert_eq!(seq_message(3, None), r#"{"type":"seq","seq":3}"#);
     assert_eq!(
-        seq_message(3, Some(ChannelLabel { app: "api", io: IoMode::Streams })),
+        seq_message(
+            3,
+            Some(ChannelLabel {
+                app: "api",
+                io: IoMode::Streams
+            })
+        ),
         r#"{"type":"seq","seq":3,"app":"api","io":"streams"}"#
     );
     assert_eq!(
@@ -115,14 +127,29 @@ fn the_seq_frame_names_the_app_in_the_tagged_wire_only() {
 fn the_frame_format_follows_the_io_feature() {
     let tagged = serde_json::json!({"io": ["tty"]});
     let legacy = serde_json::json!({"io": true});
-    assert_eq!(FrameFormat::of_features(tagged.as_object().unwrap()), FrameFormat::Tagged);
-    assert_eq!(FrameFormat::of_features(legacy.as_object().unwrap()), FrameFormat::Legacy);
+    assert_eq!(
+        FrameFormat::of_features(tagged.as_object().unwrap()),
+        FrameFormat::Tagged
+    );
+    assert_eq!(
+        FrameFormat::of_features(legacy.as_object().unwrap()),
+        FrameFormat::Legacy
+    );
 }
 
 #[test]
 fn server_text_frames_are_told_apart() {
-    assert_eq!(parse_server_message(&seq_message(7, None)), ServerMessage::Seq(7));
-    let labelled = seq_message(7, Some(ChannelLabel { app: "app", io: IoMode::Tty }));
+    assert_eq!(
+        parse_server_message(&seq_message(7, None)),
+        ServerMessage::Seq(7)
+    );
+    let labelled = seq_message(
+        7,
+        Some(ChannelLabel {
+            app: "app",
+            io: IoMode::Tty,
+        }),
+    );
     assert_eq!(parse_server_message(&labelled), ServerMessage::Seq(7));
     assert_eq!(parse_server_message(GAP_MESSAGE), ServerMessage::Gap);
     assert_eq!(parse_server_message("{}"), ServerMessage::Other);

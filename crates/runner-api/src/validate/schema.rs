@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::{MAX_ENV_ENTRIES, MAX_PORTS};
 use crate::types::PullPolicy;
+use crate::watch::MAX_APP_NAME_LEN;
 
 pub(super) enum Schema {
     Object {
@@ -16,9 +17,11 @@ pub(super) enum Schema {
     },
     Array {
         items: &'static Schema,
+        min_items: usize,
     },
     String {
         min_length: usize,
+        max_length: Option<usize>,
         one_of: Option<&'static [&'static str]>,
     },
     Integer {
@@ -61,16 +64,19 @@ const PULL_POLICIES: &[&str] = &PullPolicy::ALL;
 
 static NON_EMPTY_STRING: Schema = Schema::String {
     min_length: 1,
+    max_length: None,
     one_of: None,
 };
 static ANY_STRING: Schema = Schema::String {
     min_length: 0,
+    max_length: None,
     one_of: None,
 };
 static PULL_POLICY: Schema = Schema::Named(
     "PullPolicy",
     &Schema::String {
         min_length: 0,
+        max_length: None,
         one_of: Some(PULL_POLICIES),
     },
 );
@@ -78,6 +84,7 @@ static PORT_PROTOCOL: Schema = Schema::Named(
     "PortProtocol",
     &Schema::String {
         min_length: 0,
+        max_length: None,
         one_of: Some(&["tcp", "udp"]),
     },
 );
@@ -107,6 +114,7 @@ static BUNDLE: Schema = Schema::Named(
                 "files",
                 &Schema::Array {
                     items: &BUNDLE_FILE,
+                    min_items: 0,
                 },
             ),
         ],
@@ -147,6 +155,7 @@ static PORT_MAPPING: Schema = Schema::Named(
 static PORTS: Schema = Schema::Bounded(
     &Schema::Array {
         items: &PORT_MAPPING,
+        min_items: 0,
     },
     &[Bound::MaxItems(MAX_PORTS)],
 );
@@ -165,6 +174,37 @@ static SESSION_CONFIG: Schema = Schema::Named(
         additional: Additional::Keep,
     },
 );
+static SESSION_APP: Schema = Schema::Named(
+    "SessionAppSpec",
+    &Schema::Object {
+        required: &["name", "entryRelativePath"],
+        properties: &[
+            (
+                "name",
+                &Schema::String {
+                    min_length: 1,
+                    max_length: Some(MAX_APP_NAME_LEN),
+                    one_of: None,
+                },
+            ),
+            ("entryRelativePath", &NON_EMPTY_STRING),
+            ("ports", &PORTS),
+            (
+                "io",
+                &Schema::String {
+                    min_length: 0,
+                    max_length: None,
+                    one_of: Some(&["tty", "streams"]),
+                },
+            ),
+        ],
+        additional: Additional::Keep,
+    },
+);
+static SESSION_APPS: Schema = Schema::Array {
+    items: &SESSION_APP,
+    min_items: 1,
+};
 pub(super) static START_SESSION: Schema = Schema::Named(
     "StartSessionRequest",
     &Schema::Object {
@@ -175,6 +215,66 @@ pub(super) static START_SESSION: Schema = Schema::Named(
             ("ports", &PORTS),
             ("config", &SESSION_CONFIG),
             ("inspect", &BOOLEAN),
+            (
+                "mode",
+                &Schema::String {
+                    min_length: 0,
+                    max_length: None,
+                    one_of: Some(&["run", "watch"]),
+                },
+            ),
+            ("agent", &NON_EMPTY_STRING),
+            ("apps", &SESSION_APPS),
+        ],
+        additional: Additional::Keep,
+    },
+);
+pub(super) static SET_APPS: Schema = Schema::Named(
+    "SetAppsRequest",
+    &Schema::Object {
+        required: &["apps"],
+        properties: &[("apps", &SESSION_APPS)],
+        additional: Additional::Keep,
+    },
+);
+static WORKSPACE_WRITE: Schema = Schema::Named(
+    "WorkspaceWrite",
+    &Schema::Object {
+        required: &["path", "content"],
+        properties: &[
+            ("path", &NON_EMPTY_STRING),
+            ("content", &ANY_STRING),
+            (
+                "encoding",
+                &Schema::String {
+                    min_length: 0,
+                    max_length: None,
+                    one_of: Some(&["utf8", "base64"]),
+                },
+            ),
+        ],
+        additional: Additional::Keep,
+    },
+);
+pub(super) static CHANGE_SET: Schema = Schema::Named(
+    "WorkspaceChangeSet",
+    &Schema::Object {
+        required: &[],
+        properties: &[
+            (
+                "write",
+                &Schema::Array {
+                    items: &WORKSPACE_WRITE,
+                    min_items: 0,
+                },
+            ),
+            (
+                "delete",
+                &Schema::Array {
+                    items: &NON_EMPTY_STRING,
+                    min_items: 0,
+                },
+            ),
         ],
         additional: Additional::Keep,
     },
@@ -213,7 +313,7 @@ pub(super) static PROBE: Schema = Schema::Named(
 /// accepts a little more than these schemas admit, never less.
 pub fn request_schemas() -> Map<String, Value> {
     let mut components = Map::new();
-    for root in [&START_SESSION, &APP_SESSION, &PROBE] {
+    for root in [&START_SESSION, &APP_SESSION, &PROBE, &SET_APPS, &CHANGE_SET] {
         let _ = to_json(root, &mut components);
     }
     components
@@ -271,11 +371,24 @@ fn to_json(schema: &Schema, components: &mut Map<String, Value>) -> Value {
             }
             body
         }
-        Schema::Array { items } => json!({ "type": "array", "items": to_json(items, components) }),
-        Schema::String { min_length, one_of } => {
+        Schema::Array { items, min_items } => {
+            let mut body = json!({ "type": "array", "items": to_json(items, components) });
+            if *min_items > 0 {
+                body["minItems"] = json!(min_items);
+            }
+            body
+        }
+        Schema::String {
+            min_length,
+            max_length,
+            one_of,
+        } => {
             let mut body = json!({ "type": "string" });
             if *min_length > 0 {
                 body["minLength"] = json!(min_length);
+            }
+            if let Some(max) = max_length {
+                body["maxLength"] = json!(max);
             }
             if let Some(allowed) = one_of {
                 body["enum"] = json!(allowed);

@@ -63,6 +63,9 @@ fn a_minimal_start_body_is_accepted_with_defaults() {
                 registry_url: None
             },
             inspect: false,
+            mode: crate::watch::SessionMode::Run,
+            agent: None,
+            apps: None,
         }
     );
 }
@@ -502,5 +505,82 @@ fn the_published_schemas_come_from_the_checked_definitions() {
     assert_eq!(
         schemas["ProbeRequest"]["properties"]["config"]["required"],
         json!(["image", "pullPolicy"])
+    );
+}
+
+#[test]
+fn watch_fields_are_checked_with_ajv_messages() {
+    let with = |key: &str, value: serde_json::Value| {
+        let mut body = start_body();
+        body[key] = value;
+        validate_start_session(Some(body))
+    };
+    assert_eq!(
+        with("mode", json!("live")).unwrap_err().message,
+        "body/mode must be equal to one of the allowed values"
+    );
+    assert_eq!(
+        with("apps", json!([])).unwrap_err().message,
+        "body/apps must NOT have fewer than 1 items"
+    );
+    assert_eq!(
+        with("apps", json!([{"name": "a"}])).unwrap_err().message,
+        "body/apps/0 must have required property 'entryRelativePath'"
+    );
+    assert_eq!(
+        with(
+            "apps",
+            json!([{"name": "a".repeat(64), "entryRelativePath": "a.yaml"}])
+        )
+        .unwrap_err()
+        .message,
+        "body/apps/0/name must NOT have more than 63 characters"
+    );
+    assert_eq!(
+        with(
+            "apps",
+            json!([{"name": "a", "entryRelativePath": "a.yaml", "io": "pty"}])
+        )
+        .unwrap_err()
+        .message,
+        "body/apps/0/io must be equal to one of the allowed values"
+    );
+    assert_eq!(
+        with("agent", json!("")).unwrap_err().message,
+        "body/agent must NOT have fewer than 1 characters"
+    );
+    let body = with(
+        "apps",
+        json!([{"name": "api", "entryRelativePath": "api/telo.yaml", "ports": [{"port": "3000", "protocol": "tcp"}]}]),
+    )
+    .unwrap();
+    let apps = body.apps.unwrap();
+    assert_eq!(apps[0].ports[0].port, 3000);
+    assert_eq!(apps[0].io, crate::watch::IoMode::Tty);
+    let watch = with("mode", json!("watch")).unwrap();
+    assert_eq!(watch.mode, crate::watch::SessionMode::Watch);
+}
+
+#[test]
+fn change_sets_and_app_sets_are_checked() {
+    assert_eq!(
+        validate_change_set(Some(json!({"write": [{"path": "", "content": "x"}]})))
+            .unwrap_err()
+            .message,
+        "body/write/0/path must NOT have fewer than 1 characters"
+    );
+    assert_eq!(
+        validate_change_set(Some(
+            json!({"write": [{"path": "a", "content": "x", "encoding": "hex"}]})
+        ))
+        .unwrap_err()
+        .message,
+        "body/write/0/encoding must be equal to one of the allowed values"
+    );
+    let changes = validate_change_set(Some(json!({"delete": ["old.yaml"]}))).unwrap();
+    assert_eq!(changes.delete, ["old.yaml"]);
+    assert_eq!(
+        validate_set_apps(Some(json!({}))).unwrap_err().message,
+        "body must have required property 'apps'"
     );
 }

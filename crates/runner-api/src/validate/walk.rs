@@ -67,7 +67,7 @@ pub(super) fn check(schema: &Schema, value: &mut Value, path: &str) -> Result<()
             }
             Ok(())
         }
-        Schema::Array { items } => {
+        Schema::Array { items, min_items } => {
             if !value.is_array() {
                 // A scalar (or null) where an array is expected is wrapped.
                 if matches!(value, Value::Object(_)) {
@@ -76,13 +76,23 @@ pub(super) fn check(schema: &Schema, value: &mut Value, path: &str) -> Result<()
                 *value = Value::Array(vec![value.take()]);
             }
             if let Value::Array(elements) = value {
+                if elements.len() < *min_items {
+                    return Err(fail(
+                        path,
+                        format_args!("must NOT have fewer than {min_items} items"),
+                    ));
+                }
                 for (index, element) in elements.iter_mut().enumerate() {
                     check(items, element, &format!("{path}/{index}"))?;
                 }
             }
             Ok(())
         }
-        Schema::String { min_length, one_of } => {
+        Schema::String {
+            min_length,
+            max_length,
+            one_of,
+        } => {
             let text = coerce(value, Scalar::String)
                 .and_then(|_| value.as_str())
                 .ok_or_else(|| fail(path, "must be string"))?;
@@ -90,6 +100,14 @@ pub(super) fn check(schema: &Schema, value: &mut Value, path: &str) -> Result<()
                 && !allowed.contains(&text)
             {
                 return Err(fail(path, "must be equal to one of the allowed values"));
+            }
+            if let Some(max) = max_length
+                && text.chars().count() > *max
+            {
+                return Err(fail(
+                    path,
+                    format_args!("must NOT have more than {max} characters"),
+                ));
             }
             if text.chars().count() < *min_length {
                 return Err(fail(

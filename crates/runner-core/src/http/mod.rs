@@ -7,6 +7,7 @@ mod error;
 pub mod openapi;
 mod routes;
 mod sse;
+mod watch;
 mod ws;
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, get, post, put};
 
 pub use cors::{allow_origin, stream_allows_origin};
 pub use error::ApiError;
@@ -136,6 +137,31 @@ pub static ROUTES: &[ApiRoute] = &[
         path: "/v1/sessions/{id}/io",
         methods: &["GET"],
         handler: || get(ws::io),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/workspace",
+        methods: &["GET", "POST"],
+        handler: || get(watch::tree).post(watch::apply),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/workspace/file",
+        methods: &["GET"],
+        handler: || get(watch::read_file),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/reload",
+        methods: &["POST"],
+        handler: || post(watch::reload),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/apps",
+        methods: &["PUT"],
+        handler: || put(watch::set_apps),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/resume",
+        methods: &["POST"],
+        handler: || post(watch::resume),
     },
 ];
 

@@ -17,9 +17,10 @@ use super::body::{off_the_runtime_when, read_json_body};
 const LARGE_BUNDLE_FILES: usize = 256;
 use super::error::ApiError;
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
-use crate::backend::{AppLaunch, ProbeConfig, StartSpec};
+use crate::backend::{AppLaunch, ProbeConfig, StartSpec, WatchSpec};
 use crate::metrics::METRICS_CONTENT_TYPE;
 use crate::registry::AdmissionError;
+use runner_api::watch::{AppSpec, DEFAULT_APP_NAME, IoMode, SessionMode, resolve_apps};
 
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "ok": true, "version": state.options.version }))
@@ -75,6 +76,7 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
     if state.options.io_frames == FrameFormat::Legacy {
         features.insert("io".into(), json!(true));
     }
+    features.insert("watch".into(), json!(state.registry.offers_watch()));
     Json(RunnerCapabilities {
         display_name: backend.display_name,
         description: backend.description,
@@ -133,6 +135,30 @@ pub async fn create_session(
         .backend()
         .validate_config(&request.config)
         .map_err(|err| ApiError::bad_request("invalid_config", err.to_string()))?;
+    let watch = request.mode == SessionMode::Watch;
+    if watch && !state.registry.offers_watch() {
+        return Err(ApiError::bad_request(
+            "watch_disabled",
+            "this runner does not offer watch sessions (see /v1/capabilities)",
+        ));
+    }
+    if let Some(agent) = &request.agent {
+        check_agent(&state.options, agent, watch)?;
+    }
+    let watch_limit = state.registry.limits().watch.max_sessions;
+    if watch && state.registry.live_watch_sessions() >= watch_limit {
+        return Err(watch_admission_error(watch_limit));
+    }
+    let default_ports = request.ports.clone();
+    let default_entry = entry.clone();
+    let apps = resolve_apps(request.apps.clone(), || AppSpec {
+        name: DEFAULT_APP_NAME.to_owned(),
+        entry_relative_path: default_entry,
+        ports: default_ports,
+        io: IoMode::Tty,
+    })
+    .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
+    check_io(&state, &apps)?;
     let registry_url = request
         .config
         .registry_url
@@ -144,21 +170,98 @@ pub async fn create_session(
         request.env,
         registry_url.or_else(|| state.options.default_registry_url.clone()),
     );
+    if watch {
+        let config = request.config;
+        let created = state
+            .registry
+            .create_watch(request.bundle, |session_id, created_at| WatchSpec {
+                session_id: session_id.to_owned(),
+                created_at: created_at.to_owned(),
+                apps,
+                env,
+                config,
+            })
+            .map_err(admission_error)?;
+        return Ok((StatusCode::CREATED, Json(created)).into_response());
+    }
+    // A run session runs its first app (the bundle's entry when none are
+    // named), under that app's name.
+    let first = apps.into_iter().next();
+    let (entry, ports, name) = match first {
+        Some(app) => (app.entry_relative_path, app.ports, app.name),
+        None => (entry, request.ports, DEFAULT_APP_NAME.to_owned()),
+    };
     let created = state
         .registry
-        .create(|session_id, created_at| StartSpec {
+        .create_named(&name, &ports.clone(), |session_id, created_at| StartSpec {
             session_id: session_id.to_owned(),
             created_at: created_at.to_owned(),
             bundle: request.bundle,
             entry_relative_path: entry,
             env,
-            ports: request.ports,
+            ports,
             config: request.config,
             app: None,
             inspect: request.inspect,
         })
         .map_err(admission_error)?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// `agent` on a session request: only a watch session has one, and only a
+/// catalog entry that declares the port it listens on can be one.
+fn check_agent(options: &ServerOptions, agent: &str, watch: bool) -> Result<(), ApiError> {
+    if !watch {
+        return Err(ApiError::bad_request(
+            "agent_requires_watch",
+            "`agent` requires `mode: \"watch\"` \u{2014} nothing would observe the agent's writes",
+        ));
+    }
+    // An agent is a catalog entry that declares its port; the catalog
+    // takes no `port` yet, so none is offered (and `features.agents` is
+    // absent) and a known entry is one without a port.
+    if options.apps.get(agent).is_none() {
+        return Err(ApiError::bad_request(
+            "unknown_agent",
+            format!("agent '{agent}' is not offered by this runner"),
+        ));
+    }
+    Err(ApiError::bad_request(
+        "agent_port_undeclared",
+        format!(
+            "agent '{agent}' declares no port, so this runner cannot route it \u{2014} set RUNNER_APPS.{agent}.port to the port its image listens on"
+        ),
+    ))
+}
+
+/// An app whose `io` the backend does not offer is refused before anything
+/// starts.
+pub(super) fn check_io(state: &AppState, apps: &[AppSpec]) -> Result<(), ApiError> {
+    let features = state.registry.backend().capabilities().features;
+    let offered: Vec<&str> = features["io"]
+        .as_array()
+        .map(|modes| modes.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_else(|| vec!["tty"]);
+    match apps.iter().find(|app| !offered.contains(&app.io.as_str())) {
+        None => Ok(()),
+        Some(app) => Err(ApiError::bad_request(
+            "io_unsupported",
+            format!(
+                "app '{}' asks for io '{}', which this runner does not offer; it offers: {}",
+                app.name,
+                app.io.as_str(),
+                offered.join(", ")
+            ),
+        )),
+    }
+}
+
+fn watch_admission_error(max: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "too_many_watch_sessions",
+        format!("runner is at its configured max of {max} concurrent watch sessions"),
+    )
 }
 
 pub async fn create_app_session(
@@ -283,7 +386,12 @@ fn validation_error(err: runner_api::validate::ValidationError) -> ApiError {
 }
 
 fn admission_error(err: AdmissionError) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, "too_many_sessions", err.to_string())
+    match err {
+        AdmissionError::TooManyWatchSessions { max } => watch_admission_error(max),
+        AdmissionError::TooManySessions { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "too_many_sessions", err.to_string())
+        }
+    }
 }
 
 #[cfg(test)]

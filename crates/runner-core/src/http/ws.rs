@@ -89,10 +89,9 @@ pub async fn io(
                 Ok(resolved) => resolved,
                 Err(refusal) => {
                     let reason = match refusal {
-                        AppResolution::Unknown => format!(
-                            "session runs no app named '{}'",
-                            app.unwrap_or_default()
-                        ),
+                        AppResolution::Unknown => {
+                            format!("session runs no app named '{}'", app.unwrap_or_default())
+                        }
                         AppResolution::Ambiguous(count) => {
                             format!("session runs {count} apps \u{2014} ?app= is required")
                         }
@@ -106,7 +105,15 @@ pub async fn io(
             // A terminal open counts as someone watching (idle suspension).
             let _watching = session.watcher();
             let channel = Channel { app, io, format };
-            serve(socket, session, channel, last_seq, &metrics, &state.going_away).await;
+            serve(
+                socket,
+                session,
+                channel,
+                last_seq,
+                &metrics,
+                &state.going_away,
+            )
+            .await;
         })
         .into_response()
 }
@@ -294,8 +301,13 @@ where
     }
     let mut bytes = 0;
     for (seq, chunk) in batch.entries {
-        tx.feed(Message::Binary(output_frame(format, seq, chunk.tag, &chunk.bytes)))
-            .await?;
+        tx.feed(Message::Binary(output_frame(
+            format,
+            seq,
+            chunk.tag,
+            &chunk.bytes,
+        )))
+        .await?;
         bytes += chunk.bytes.len();
     }
     tx.flush().await?;

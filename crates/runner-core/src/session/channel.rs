@@ -94,10 +94,16 @@ impl RunProjection {
                 // A start without the previous generation's stop (a kernel
                 // that died and was restarted under it) closes that one.
                 if self.open_since.is_some() {
-                    records.extend(self.finish(app, RunOutcome::Failed {
-                        reason: "the kernel started a new generation before this one stopped"
-                            .to_owned(),
-                    }));
+                    records.extend(
+                        self.finish(
+                            app,
+                            RunOutcome::Failed {
+                                reason:
+                                    "the kernel started a new generation before this one stopped"
+                                        .to_owned(),
+                            },
+                        ),
+                    );
                 }
                 records.push(self.start(app, telo));
                 records
@@ -207,19 +213,31 @@ mod tests {
                 }
             }]
         );
-        assert!(run.observe("app", &frame("Kernel.Started", json!({}))).is_empty());
+        assert!(
+            run.observe("app", &frame("Kernel.Started", json!({})))
+                .is_empty()
+        );
         let stopped = run.observe("app", &frame("Kernel.Stopped", json!({"exitCode": 3})));
         assert!(matches!(
             stopped[0].phase,
-            RunOutcome::Completed { code: 3, duration_ms: Some(_) }
+            RunOutcome::Completed {
+                code: 3,
+                duration_ms: Some(_)
+            }
         ));
         // A second stop is not a second completion.
-        assert!(run.observe("app", &frame("Kernel.Stopped", json!({}))).is_empty());
+        assert!(
+            run.observe("app", &frame("Kernel.Stopped", json!({})))
+                .is_empty()
+        );
         let next = run.observe("app", &frame("Kernel.Starting", json!({})));
         assert_eq!(next[0].generation, 2);
         assert!(matches!(
             next[0].phase,
-            RunOutcome::Started { trigger: RunTrigger::Watch, telo: None }
+            RunOutcome::Started {
+                trigger: RunTrigger::Watch,
+                telo: None
+            }
         ));
     }
 
@@ -228,17 +246,33 @@ mod tests {
         let mut run = RunProjection::default();
         let failed = run.observe(
             "app",
-            &frame("Kernel.RunFailed", json!({"phase": "load", "message": "bad yaml"})),
+            &frame(
+                "Kernel.RunFailed",
+                json!({"phase": "load", "message": "bad yaml"}),
+            ),
         );
         assert_eq!(failed.len(), 2);
         assert_eq!(failed[1].generation, 1);
-        assert_eq!(failed[1].phase, RunOutcome::Failed { reason: "bad yaml".into() });
+        assert_eq!(
+            failed[1].phase,
+            RunOutcome::Failed {
+                reason: "bad yaml".into()
+            }
+        );
         // Starting then RunFailed counts once.
         run.observe("app", &frame("Kernel.Starting", json!({})));
-        let failed = run.observe("app", &frame("Kernel.RunFailed", json!({"code": "E_START"})));
+        let failed = run.observe(
+            "app",
+            &frame("Kernel.RunFailed", json!({"code": "E_START"})),
+        );
         assert_eq!(failed.len(), 1);
         assert_eq!(failed[0].generation, 2);
-        assert_eq!(failed[0].phase, RunOutcome::Failed { reason: "E_START".into() });
+        assert_eq!(
+            failed[0].phase,
+            RunOutcome::Failed {
+                reason: "E_START".into()
+            }
+        );
     }
 
     #[test]
@@ -247,11 +281,17 @@ mod tests {
         assert_eq!(run.workload_ended("app", Some(1), None), None);
         run.observe("app", &frame("Kernel.Starting", json!({})));
         let ended = run
-            .workload_ended("app", None, Some("application process exited (code 137)".into()))
+            .workload_ended(
+                "app",
+                None,
+                Some("application process exited (code 137)".into()),
+            )
             .unwrap();
         assert_eq!(
             ended.phase,
-            RunOutcome::Failed { reason: "application process exited (code 137)".into() }
+            RunOutcome::Failed {
+                reason: "application process exited (code 137)".into()
+            }
         );
     }
 }

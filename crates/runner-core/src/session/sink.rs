@@ -7,9 +7,7 @@
 //! (retention, stopping the workload, the gate's fallback timer) the registry
 //! does itself, watching the session, so the sink never reaches back into it.
 
-use runner_api::types::{
-    ReachabilityState, RouteState, RunPhase, RunnerEndpoint, is_event_frame,
-};
+use runner_api::types::{ReachabilityState, RouteState, RunPhase, RunnerEndpoint, is_event_frame};
 use runner_api::watch::{DEFAULT_APP_NAME, RejectedPort, SessionMode, StreamTag};
 use serde_json::Value;
 use tracing::info;

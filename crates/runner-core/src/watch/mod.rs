@@ -2,12 +2,10 @@
 //! the supervisor that checkpoints idle sessions and suspends them.
 
 mod budget;
-mod supervisor;
 
 use std::time::Duration;
 
-pub use budget::ReloadBudget;
-pub use supervisor::spawn_supervisor;
+pub use budget::{RELOAD_WINDOW, ReloadBudget};
 
 use crate::env::{ConfigError, Env, parse_bool, parse_positive_int, parse_positive_usize};
 

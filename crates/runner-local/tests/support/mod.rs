@@ -53,6 +53,7 @@ pub fn limits() -> RegistryLimits {
         max_sessions: 32,
         exit_ttl: Duration::from_secs(3600),
         replay_buffer_bytes: 1 << 20,
+        watch: Default::default(),
     }
 }
 

@@ -71,11 +71,17 @@ mod tests {
     #[test]
     fn output_frames_lose_their_seq_and_repeats_are_dropped() {
         let legacy = [0, 0, 1, 2, b'h', b'i'];
-        assert_eq!(new_output(FrameFormat::Legacy, &legacy, 0), Some((258, &b"hi"[..])));
+        assert_eq!(
+            new_output(FrameFormat::Legacy, &legacy, 0),
+            Some((258, &b"hi"[..]))
+        );
         assert_eq!(new_output(FrameFormat::Legacy, &legacy, 258), None);
         assert_eq!(new_output(FrameFormat::Legacy, &[0, 1], 0), None);
         let tagged = [0, 0, 1, 2, 0, b'h', b'i'];
-        assert_eq!(new_output(FrameFormat::Tagged, &tagged, 0), Some((258, &b"hi"[..])));
+        assert_eq!(
+            new_output(FrameFormat::Tagged, &tagged, 0),
+            Some((258, &b"hi"[..]))
+        );
         assert_eq!(new_output(FrameFormat::Tagged, &[0, 0, 0, 1], 0), None);
     }
 }

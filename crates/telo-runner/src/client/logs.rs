@@ -18,9 +18,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use runner_api::io::{
-    FrameFormat,
     CLOSE_GOING_AWAY, CLOSE_NO_STATUS, CLOSE_NORMAL, CLOSE_NOTHING_TO_REPLAY,
-    CLOSE_SESSION_NOT_FOUND, CLOSE_UNAUTHORIZED, ServerMessage, is_final_close,
+    CLOSE_SESSION_NOT_FOUND, CLOSE_UNAUTHORIZED, FrameFormat, ServerMessage, is_final_close,
     parse_server_message,
 };
 use tokio::time::Instant;

@@ -1,0 +1,377 @@
+//! Watch sessions in the registry: admission under the watch ceiling, the
+//! supervisor that checkpoints them and suspends idle ones, resume, a new
+//! app set, and the suspended sessions a backend kept across a restart.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use runner_api::types::{RunBundle, RunEvent, RunStatus, SessionCreated};
+use runner_api::watch::{AppSpec, RunTrigger, SessionMode};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::{AdmissionError, Launched, SessionRegistry};
+use crate::backend::{SuspendedSession, WatchSpec, WatchStart};
+use crate::session::{Session, SessionApp};
+use crate::time::iso_now;
+
+/// Why `POST /resume` was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ResumeError {
+    #[error("session '{0}' is not suspended")]
+    NotSuspended(String),
+    #[error("session was suspended before a workspace checkpoint was taken")]
+    NoCheckpoint,
+}
+
+/// Why `PUT /apps` failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SetAppsError {
+    #[error("session has no live workload")]
+    NotRunning,
+    /// The change failed and ended the session.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl SessionRegistry {
+    /// Admits a watch session and starts it in the background: its
+    /// workspace seeded with `bundle`, every app's first generation
+    /// attributed `initial`.
+    pub fn create_watch(
+        &self,
+        bundle: RunBundle,
+        build_spec: impl FnOnce(&str, &str) -> WatchSpec,
+    ) -> Result<SessionCreated, AdmissionError> {
+        let limits = &self.inner.limits;
+        let mut spec_slot = None;
+        let ceiling = Some(limits.watch.max_sessions);
+        let session = self.admit_as(None, ceiling, |id, created_at| {
+            let spec = build_spec(&id, &created_at);
+            let apps = session_apps(&spec.apps);
+            let session = Session::with_apps(
+                id,
+                created_at,
+                limits.replay_buffer_bytes,
+                0,
+                Some(tokio::time::Instant::now()),
+                self.inner.metrics.clone(),
+                SessionMode::Watch,
+                &apps,
+            )
+            .with_watch(spec.clone());
+            spec_slot = Some(spec);
+            session
+        })?;
+        let Some(spec) = spec_slot else {
+            unreachable!("admission builds the session it admits");
+        };
+        session.attribute_next_run(None, RunTrigger::Initial);
+        self.inner.metrics.session_started(false);
+        self.ensure_supervisor();
+        let created = SessionCreated {
+            session_id: session.id.clone(),
+            stream_url: format!("/v1/sessions/{}/events", session.id),
+            created_at: session.created_at.clone(),
+        };
+        let backend = self.inner.backend.clone();
+        self.spawn_launch(session, move |sink| async move {
+            backend
+                .start_watch(spec, WatchStart::Seed(bundle), sink)
+                .await
+                .map(Launched::watch)
+        });
+        Ok(created)
+    }
+
+    /// `POST /resume`: a suspended session starts again under its id, from
+    /// its checkpoint, with every app's next generation attributed `resume`.
+    pub async fn resume(&self, id: &str) -> Result<(), ResumeError> {
+        let not_suspended = || ResumeError::NotSuspended(id.to_owned());
+        let session = self
+            .get(id)
+            .filter(|s| matches!(s.status(), RunStatus::Suspended))
+            .ok_or_else(not_suspended)?;
+        if !self.inner.backend.has_checkpoint(id).await {
+            return Err(ResumeError::NoCheckpoint);
+        }
+        let spec = {
+            let Some(mut state) = session.watch_state() else {
+                return Err(not_suspended());
+            };
+            // Two resumes at once: the second finds it no longer suspended.
+            if state.busy || state.suspended_at.is_none() {
+                return Err(not_suspended());
+            }
+            state.busy = true;
+            state.suspended_at = None;
+            state.spec.clone()
+        };
+        session.attribute_next_run(None, RunTrigger::Resume);
+        session.emit(RunEvent::Status {
+            status: RunStatus::Starting,
+        });
+        info!(session_id = %id, "resuming a suspended watch session");
+        let backend = self.inner.backend.clone();
+        let resumed = session.clone();
+        self.spawn_start(session, move |sink| async move {
+            let started = backend
+                .start_watch(spec, WatchStart::Resume, sink)
+                .await
+                .map(Launched::watch);
+            if let Some(mut state) = resumed.watch_state() {
+                state.busy = false;
+            }
+            started
+        });
+        Ok(())
+    }
+
+    /// `PUT /apps`: the session runs `apps` from now on, over the same
+    /// workspace. A failure ends the session `failed`.
+    pub async fn set_apps(
+        &self,
+        session: &Arc<Session>,
+        apps: Vec<AppSpec>,
+    ) -> Result<Vec<String>, SetAppsError> {
+        let workload = session.watch_workload().ok_or(SetAppsError::NotRunning)?;
+        let added = session.add_channels(&apps);
+        session.attribute_next_run(None, RunTrigger::Resume);
+        if let Some(mut state) = session.watch_state() {
+            state.busy = true;
+        }
+        let changed = workload.set_apps(apps.clone()).await;
+        if let Some(mut state) = session.watch_state() {
+            state.busy = false;
+            if changed.is_ok() {
+                state.spec.apps = apps.clone();
+            }
+        }
+        match changed {
+            Ok(()) => {
+                session.retain_channels(&apps);
+                Ok(apps.into_iter().map(|app| app.name).collect())
+            }
+            Err(err) => {
+                session.remove_channels(&added);
+                let message = err.message.clone();
+                warn!(session_id = %session.id, error = ?err, "changing the app set failed");
+                if let Err(stop) = workload.stop().await {
+                    warn!(session_id = %session.id, error = %stop, "stopping after a failed app change failed");
+                }
+                session.emit(RunEvent::Status {
+                    status: RunStatus::failed(format!("changing the app set failed: {message}")),
+                });
+                Err(SetAppsError::Failed(message))
+            }
+        }
+    }
+
+    /// Lists the watch sessions a backend kept from before this runner (a
+    /// restart, a crash) as `suspended`: resumable with their files.
+    pub(super) async fn recover_suspended(&self) -> usize {
+        let kept = self.inner.backend.recover_suspended().await;
+        let count = kept.len();
+        for record in kept {
+            self.restore_suspended(record);
+        }
+        if count > 0 {
+            info!(
+                sessions = count,
+                "kept watch sessions are suspended until resumed"
+            );
+        }
+        self.ensure_supervisor();
+        count
+    }
+
+    fn restore_suspended(&self, record: SuspendedSession) {
+        let SuspendedSession { spec, generation } = record;
+        let id = spec.session_id.clone();
+        let session = Arc::new(
+            Session::with_apps(
+                id.clone(),
+                spec.created_at.clone(),
+                self.inner.limits.replay_buffer_bytes,
+                generation,
+                None,
+                self.inner.metrics.clone(),
+                SessionMode::Watch,
+                &session_apps(&spec.apps),
+            )
+            .with_watch(spec),
+        );
+        if let Some(mut state) = session.watch_state() {
+            state.suspended_at = Some((tokio::time::Instant::now(), iso_now()));
+        }
+        // Kept whatever the limit: refusing it would only lose its files.
+        super::lock(&self.inner.sessions).insert(id, session.clone());
+        session.emit(RunEvent::Status {
+            status: RunStatus::Suspended,
+        });
+        self.spawn_watch(session);
+    }
+
+    /// Starts the watch supervisor once (the first watch session, or boot).
+    fn ensure_supervisor(&self) {
+        if self.inner.supervising.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let registry = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        let tick = self.inner.limits.watch.tick;
+        self.inner.tasks.spawn(
+            async move {
+                let mut interval = tokio::time::interval(tick);
+                interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = interval.tick() => registry.supervise(),
+                        () = shutdown.cancelled() => return,
+                    }
+                }
+            }
+            .instrument(info_span!("watch_supervisor")),
+        );
+    }
+
+    /// One supervisor round: idle sessions are suspended, live ones
+    /// checkpointed when due, suspended ones dropped past their TTL.
+    fn supervise(&self) {
+        let config = &self.inner.limits.watch;
+        for session in self.sessions() {
+            if session.mode() != SessionMode::Watch {
+                continue;
+            }
+            let status = session.status();
+            let job = {
+                let Some(mut state) = session.watch_state() else {
+                    continue;
+                };
+                if let Some((since, _)) = &state.suspended_at {
+                    if since.elapsed() >= config.suspended_ttl {
+                        drop(state);
+                        self.expire_suspended(&session);
+                    }
+                    continue;
+                }
+                if state.busy
+                    || !matches!(status, RunStatus::Running { .. })
+                    || state.workload.is_none()
+                {
+                    continue;
+                }
+                let idle = session
+                    .idle_since()
+                    .is_some_and(|since| since.elapsed() >= config.idle);
+                let due = state
+                    .checkpointed_at
+                    .is_none_or(|at| at.elapsed() >= config.checkpoint_every);
+                if !idle && !due {
+                    continue;
+                }
+                state.busy = true;
+                if idle { Job::Suspend } else { Job::Checkpoint }
+            };
+            let registry = self.clone();
+            let span = info_span!("session", session_id = %session.id);
+            self.inner.tasks.spawn(
+                async move {
+                    match job {
+                        Job::Suspend => registry.suspend(&session).await,
+                        Job::Checkpoint => checkpoint(&session).await,
+                    }
+                    if let Some(mut state) = session.watch_state() {
+                        state.busy = false;
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+
+    /// Suspends an idle session: the backend checkpoints and ends its
+    /// workload; the session stays, `suspended`. A failed suspend is tried
+    /// again next round.
+    async fn suspend(&self, session: &Arc<Session>) {
+        let Some(workload) = session.watch_workload() else {
+            return;
+        };
+        match workload.suspend().await {
+            Ok(()) => {
+                session.clear_handle();
+                if let Some(mut state) = session.watch_state() {
+                    state.workload = None;
+                    state.checkpointed_at = Some(tokio::time::Instant::now());
+                    state.suspended_at = Some((tokio::time::Instant::now(), iso_now()));
+                }
+                info!("idle watch session suspended");
+                session.emit(RunEvent::Status {
+                    status: RunStatus::Suspended,
+                });
+            }
+            Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
+        }
+    }
+
+    /// Shutdown of a runner that keeps watch sessions: each live one is
+    /// suspended (checkpointed, its workload ended) instead of stopped, so
+    /// the next runner lists it `suspended` and it resumes with its files.
+    pub(super) async fn suspend_for_shutdown(&self, session: &Arc<Session>) -> bool {
+        let Some(workload) = session.watch_workload() else {
+            return false;
+        };
+        match workload.suspend().await {
+            Ok(()) => {
+                session.clear_handle();
+                true
+            }
+            Err(err) => {
+                warn!(session_id = %session.id, error = %err, "could not suspend a watch session at shutdown; stopping it");
+                false
+            }
+        }
+    }
+
+    fn expire_suspended(&self, session: &Arc<Session>) {
+        let removed = {
+            let mut sessions = super::lock(&self.inner.sessions);
+            match sessions.get(&session.id) {
+                Some(current) if Arc::ptr_eq(current, session) => sessions.remove(&session.id),
+                _ => None,
+            }
+        };
+        if let Some(removed) = removed {
+            debug!(session_id = %removed.id, "suspended session reached its retention limit");
+            self.release(&removed);
+        }
+    }
+}
+
+enum Job {
+    Suspend,
+    Checkpoint,
+}
+
+async fn checkpoint(session: &Arc<Session>) {
+    let Some(workload) = session.watch_workload() else {
+        return;
+    };
+    match workload.checkpoint().await {
+        Ok(()) => {
+            if let Some(mut state) = session.watch_state() {
+                state.checkpointed_at = Some(tokio::time::Instant::now());
+            }
+        }
+        Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
+    }
+}
+
+fn session_apps(apps: &[AppSpec]) -> Vec<SessionApp> {
+    apps.iter()
+        .map(|app| SessionApp {
+            name: app.name.clone(),
+            io: app.io,
+            ports: app.ports.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,43 @@
+//! What a watch session keeps beside its record: its workload (absent while
+//! starting or suspended), its launch description (what resume and
+//! `PUT /apps` start again), its reload budget and the supervisor's
+//! bookkeeping.
+
+use std::sync::Arc;
+
+use runner_api::watch::AppSpec;
+use tokio::time::Instant;
+
+use crate::backend::WatchSpec;
+use crate::watch::ReloadBudget;
+use crate::workload::WatchWorkload;
+
+pub struct WatchState {
+    pub(crate) workload: Option<Arc<dyn WatchWorkload>>,
+    pub(crate) spec: WatchSpec,
+    /// Since when it is suspended, as a time and as the ISO text eviction
+    /// compares.
+    pub(crate) suspended_at: Option<(Instant, String)>,
+    pub(crate) checkpointed_at: Option<Instant>,
+    /// A checkpoint, suspend, resume or app change is under way: the
+    /// supervisor leaves the session alone.
+    pub(crate) busy: bool,
+    pub(crate) budget: Arc<ReloadBudget>,
+}
+
+impl WatchState {
+    pub(crate) fn new(spec: WatchSpec) -> Self {
+        Self {
+            workload: None,
+            spec,
+            suspended_at: None,
+            checkpointed_at: None,
+            busy: false,
+            budget: Arc::new(ReloadBudget::default()),
+        }
+    }
+
+    pub fn apps(&self) -> &[AppSpec] {
+        &self.spec.apps
+    }
+}
