@@ -30,12 +30,31 @@ pub async fn watch_reachability(
     sink: SessionSink,
     stop: CancellationToken,
 ) {
+    watch_app_reachability(
+        host,
+        runner_api::watch::DEFAULT_APP_NAME.to_owned(),
+        ports,
+        sink,
+        stop,
+    )
+    .await;
+}
+
+/// [`watch_reachability`] for one app of a multi-app session.
+pub async fn watch_app_reachability(
+    host: IpAddr,
+    app: String,
+    ports: Vec<u16>,
+    sink: SessionSink,
+    stop: CancellationToken,
+) {
     let watches = ports.into_iter().map(|port| {
         let sink = sink.clone();
         let stop = stop.clone();
+        let app = app.clone();
         async move {
             tokio::select! {
-                () = watch_port(SocketAddr::new(host, port), |state| sink.reachability(port, state)) => {}
+                () = watch_port(SocketAddr::new(host, port), |state| sink.app_reachability(&app, port, state)) => {}
                 () = stop.cancelled() => {}
             }
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
@@ -17,7 +18,7 @@ use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
-    StartStage,
+    StartStage, SuspendedSession, WatchSpec, WatchStart, WatchWorkload,
 };
 use serde_json::json;
 use tokio::sync::oneshot;
@@ -30,7 +31,7 @@ use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
 use crate::process_group::{Members, ProcessGroup};
-use crate::pty::{PtyProcess, pump_input, pump_output, spawn_in_pty};
+use crate::pty::{PtyProcess, pump_input, pump_output_to, spawn_in_pty};
 use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 use crate::session::{LocalSession, Supervision, supervise};
 use crate::spawner::on_spawner_thread;
@@ -120,9 +121,10 @@ impl LocalBackend {
     }
 
     /// Boot sweep: removes every session directory under the work root (the
-    /// registry is empty at boot, so they are all leftovers). The shared
-    /// kernel cache and the self-check's directory are not named like
-    /// sessions, so they stay. Returns how many were removed.
+    /// registry is empty at boot, so they are all leftovers) except those
+    /// of watch sessions, which are kept to be resumed. The shared kernel
+    /// cache and the self-check's directory are not named like sessions, so
+    /// they stay. Returns how many were removed.
     pub fn sweep_work_root(&self) -> usize {
         sweep_work_root(&self.config.work_root)
     }
@@ -470,6 +472,62 @@ impl Backend for LocalBackend {
         Ok(session)
     }
 
+    fn offers_watch(&self) -> bool {
+        true
+    }
+
+    async fn start_watch(
+        &self,
+        spec: WatchSpec,
+        start: WatchStart,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn WatchWorkload>, StartError> {
+        let telo = resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
+            StartError::new(
+                StartStage::Start,
+                format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
+            )
+        })?;
+        let sandbox = match self.sandbox.health().await {
+            SandboxHealth::Unusable(problem) => {
+                return Err(StartError::new(StartStage::Start, problem.sentence()));
+            }
+            SandboxHealth::Off => None,
+            SandboxHealth::Usable(sandbox) => Some(sandbox),
+        };
+        if let KernelHealth::Unusable(problem) = self.kernel.health().await {
+            return Err(StartError::new(StartStage::Start, problem.sentence()));
+        }
+        if let Err(err) = self.kernel_cache.create() {
+            warn!(dir = %self.kernel_cache.root().display(), error = %err, "could not create the shared kernel cache");
+        }
+        let launcher = crate::watch::Launcher {
+            telo,
+            node: resolve_executable("node", &self.config.path),
+            path: self.config.path.clone(),
+            sandbox,
+            kernel_cache: self.kernel_cache.clone(),
+            stop_grace: self.config.stop_grace,
+            http: self.http.clone(),
+            tasks: self.tasks.clone(),
+            limits: self.config.workspace,
+        };
+        let watch =
+            crate::watch::start(launcher, self.config.work_root.clone(), spec, start, sink).await?;
+        Ok(watch)
+    }
+
+    async fn has_checkpoint(&self, session_id: &str) -> bool {
+        crate::watch::has_checkpoint(&self.config.work_root, session_id)
+    }
+
+    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+        let root = self.config.work_root.clone();
+        tokio::task::spawn_blocking(move || crate::watch::kept_sessions(&root))
+            .await
+            .unwrap_or_default()
+    }
+
     fn release(&self, session_id: &str) {
         if let Ok(work) = WorkDir::for_session(&self.config.work_root, session_id) {
             work.discard();
@@ -496,6 +554,42 @@ fn wire_session(
     max_ttl: Duration,
     stop_grace: Duration,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
+    let output_sink = sink.clone();
+    let wired = wire_process(
+        &spec.session_id,
+        process,
+        members,
+        move |bytes| output_sink.output(bytes),
+        stop_grace,
+    )?;
+    let supervision = Supervision {
+        session: wired.session.clone(),
+        sink: sink.clone(),
+        exited: wired.exited,
+        output_drained: wired.output_drained,
+        max_ttl,
+    };
+    Ok((wired.session, supervision))
+}
+
+/// A started process with its waiter and terminal threads running.
+pub(crate) struct WiredProcess {
+    pub session: Arc<LocalSession>,
+    /// The exit code, once the process ended and was reaped.
+    pub exited: oneshot::Receiver<i64>,
+    /// Fires once all terminal output was delivered.
+    pub output_drained: oneshot::Receiver<()>,
+}
+
+/// Starts the waiter, output and input threads of a freshly spawned process;
+/// its output goes to `emit`. On failure the process group is killed.
+pub(crate) fn wire_process(
+    id: &str,
+    process: PtyProcess,
+    members: Members,
+    emit: impl FnMut(Bytes) + Send + 'static,
+    stop_grace: Duration,
+) -> Result<WiredProcess, StartError> {
     let PtyProcess {
         pid,
         child,
@@ -504,7 +598,6 @@ fn wire_session(
         input,
         args_file,
     } = process;
-    let id = &spec.session_id;
     let group = Arc::new(ProcessGroup::new(pid, members));
     let thread_error = |err: std::io::Error| {
         StartError::new(
@@ -529,11 +622,11 @@ fn wire_session(
         })?;
 
     let (drained_tx, output_drained) = oneshot::channel();
-    let output_sink = sink.clone();
     let (input_queue, input_rx) = std::sync::mpsc::sync_channel(STDIN_QUEUE_CHUNKS);
+    let session_id = id.to_owned();
     let threads = std::thread::Builder::new()
         .name(format!("out-{id}"))
-        .spawn(move || pump_output(output, output_sink, drained_tx))
+        .spawn(move || pump_output_to(output, &session_id, emit, drained_tx))
         .and_then(|_| {
             std::thread::Builder::new()
                 .name(format!("in-{id}"))
@@ -545,21 +638,18 @@ fn wire_session(
     }
 
     let session = Arc::new(LocalSession::new(
-        id.clone(),
+        id.to_owned(),
         group,
         stop_grace,
         master,
         input_queue,
         args_file,
     ));
-    let supervision = Supervision {
-        session: session.clone(),
-        sink: sink.clone(),
+    Ok(WiredProcess {
+        session,
         exited,
         output_drained,
-        max_ttl,
-    };
-    Ok((session, supervision))
+    })
 }
 
 /// A loopback port that was free a moment ago, for the CLI's `--inspect`.

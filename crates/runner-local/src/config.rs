@@ -58,6 +58,8 @@ pub struct LocalConfig {
     /// SIGKILL (`RUNNER_STOP_GRACE_SECONDS`, read with the core settings).
     pub stop_grace: Duration,
     pub sandbox: SandboxConfig,
+    /// What one watch session's workspace may hold.
+    pub workspace: runner_workspace::WorkspaceLimits,
 }
 
 pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
@@ -90,6 +92,26 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_LOCAL_SANDBOX_READ_ONLY",
         default: "(unset)",
         description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",
+        default: "10485760",
+        description: "Largest file of a watch session's workspace the runner reads, writes or touches; bigger is 413 `workspace_too_large`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
+        default: "16777216",
+        description: "Largest change set (decoded) one `POST /v1/sessions/:id/workspace` may write; bigger is 413 `workspace_too_large` and nothing is written.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_MAX_BYTES",
+        default: "67108864",
+        description: "Most bytes a watch session's workspace may hold; a change set that would grow it past this is 413 `workspace_too_large`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_MAX_FILES",
+        default: "10000",
+        description: "Most files a watch session's workspace may hold.",
     },
 ];
 
@@ -161,6 +183,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             ));
         }
     };
+    let workspace = load_workspace_limits(env)?;
     Ok(LocalConfig {
         telo,
         work_root,
@@ -168,6 +191,27 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         path,
         stop_grace: DEFAULT_STOP_GRACE,
         sandbox,
+        workspace,
+    })
+}
+
+/// `RUNNER_WORKSPACE_MAX_*`: the bounds of one watch session's workspace.
+fn load_workspace_limits(env: &Env) -> Result<runner_workspace::WorkspaceLimits, ConfigError> {
+    let defaults = runner_workspace::WorkspaceLimits::default();
+    let var = |key: &str| env.get(key).map(String::as_str);
+    let bytes = |key: &str, default: u64| parse_positive_int(var(key), default, key);
+    Ok(runner_workspace::WorkspaceLimits {
+        max_file_bytes: bytes("RUNNER_WORKSPACE_MAX_FILE_BYTES", defaults.max_file_bytes)?,
+        max_change_set_bytes: bytes(
+            "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
+            defaults.max_change_set_bytes,
+        )?,
+        max_workspace_bytes: bytes("RUNNER_WORKSPACE_MAX_BYTES", defaults.max_workspace_bytes)?,
+        max_files: usize::try_from(bytes(
+            "RUNNER_WORKSPACE_MAX_FILES",
+            defaults.max_files as u64,
+        )?)
+        .unwrap_or(usize::MAX),
     })
 }
 
@@ -197,6 +241,7 @@ mod tests {
                     hidden: Vec::new(),
                     read_only: Vec::new(),
                 }),
+                workspace: runner_workspace::WorkspaceLimits::default(),
             }
         );
     }

@@ -16,7 +16,9 @@
 //! `pty`, `process_group` and `proc_tree` do the process work, `session`
 //! turns the process's end into one terminal status, `kernel_check`,
 //! `kernel_fingerprint` and `kernel_monitor` find out whether the Telo CLI
-//! can run at all, and `backend` ties them to the core's `Backend` seam.
+//! can run at all, `watch` runs watch sessions (one process per app over a
+//! workspace the runner edits), and `backend` ties them to the core's
+//! `Backend` seam.
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +38,7 @@ pub mod sandbox;
 pub mod sandbox_check;
 pub mod session;
 pub mod spawner;
+pub mod watch;
 pub mod work_dir;
 pub mod work_root_lock;
 

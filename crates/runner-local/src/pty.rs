@@ -116,19 +116,26 @@ fn abandon(mut child: Box<dyn Child + Send + Sync>) {
 
 /// Copies terminal output into the session until end-of-file, which arrives
 /// once every process holding the terminal is gone; then signals `drained`.
-pub fn pump_output(
+pub fn pump_output(output: Box<dyn Read + Send>, sink: SessionSink, drained: oneshot::Sender<()>) {
+    let id = sink.session_id().to_owned();
+    pump_output_to(output, &id, move |bytes| sink.output(bytes), drained);
+}
+
+/// [`pump_output`] into `emit` (one app of a watch session).
+pub fn pump_output_to(
     mut output: Box<dyn Read + Send>,
-    sink: SessionSink,
+    session_id: &str,
+    mut emit: impl FnMut(Bytes),
     drained: oneshot::Sender<()>,
 ) {
     let mut buf = vec![0u8; OUTPUT_CHUNK_BYTES];
     loop {
         match output.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => sink.output(Bytes::copy_from_slice(&buf[..n])),
+            Ok(n) => emit(Bytes::copy_from_slice(&buf[..n])),
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {
-                debug!(session_id = %sink.session_id(), error = %err, "terminal output ended with an error");
+                debug!(session_id, error = %err, "terminal output ended with an error");
                 break;
             }
         }

@@ -30,7 +30,7 @@ pub struct LocalSession {
     id: String,
     group: Arc<ProcessGroup>,
     /// Between SIGTERM and SIGKILL; zero kills at once.
-    stop_grace: Duration,
+    pub(crate) stop_grace: Duration,
     /// A client (or shutdown) asked for the stop: the end is `stopped`.
     stop_requested: AtomicBool,
     /// Set by whoever sent the group SIGTERM first — a stop, the lifetime
@@ -38,7 +38,7 @@ pub struct LocalSession {
     /// grace period starts once, however many of them arrive.
     terminating: AtomicBool,
     /// Fires when SIGTERM was sent: the supervisor then owns the kill timer.
-    terminated: CancellationToken,
+    pub(crate) terminated: CancellationToken,
     /// Present while the process runs; dropped when it ends, which closes the
     /// stdin queue (ending the input thread) and the terminal.
     terminal: Mutex<Option<Terminal>>,
@@ -84,7 +84,7 @@ impl LocalSession {
     /// Asks the whole group to end (SIGTERM; SIGKILL when there is no grace
     /// period) — once: later calls do nothing, so a second stop during the
     /// grace period neither signals again nor restarts the timer.
-    fn terminate(&self, why: &str) -> Result<(), Errno> {
+    pub(crate) fn terminate(&self, why: &str) -> Result<(), Errno> {
         if self.terminating.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
@@ -101,20 +101,20 @@ impl LocalSession {
         sent
     }
 
-    fn terminate_logged(&self, why: &str) {
+    pub(crate) fn terminate_logged(&self, why: &str) {
         if let Err(err) = self.terminate(why) {
             warn!(session_id = %self.id, error = %err, "could not signal the session's process group");
         }
     }
 
-    fn kill(&self, why: &str) {
+    pub(crate) fn kill(&self, why: &str) {
         debug!(session_id = %self.id, why, "killing the session's process group");
         if let Err(err) = self.group.kill() {
             warn!(session_id = %self.id, error = %err, "could not kill the session's process group");
         }
     }
 
-    fn close_terminal(&self) {
+    pub(crate) fn close_terminal(&self) {
         lock(&self.terminal).take();
     }
 }

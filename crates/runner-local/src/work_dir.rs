@@ -228,6 +228,11 @@ pub fn sweep_work_root(work_root: &Path) -> usize {
             continue;
         }
         let path = entry.path();
+        // A watch session's directory is its checkpoint: the registry
+        // lists it suspended and a resume starts from it.
+        if path.join(crate::watch::RECORD_FILE).is_file() {
+            continue;
+        }
         if remove_dir(&path) {
             info!(dir = %path.display(), "removed a work directory left by a previous run");
             removed += 1;

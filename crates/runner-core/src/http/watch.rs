@@ -58,6 +58,17 @@ fn invalid_path(message: impl Into<String>) -> ApiError {
     ApiError::bad_request("invalid_path", message)
 }
 
+/// A workspace path: the bundle path rules, and — beyond them, which
+/// normalize a leading `/` away — no absolute path, so a client never
+/// believes it wrote `/etc/passwd`.
+fn workspace_path(path: &str) -> Result<String, ApiError> {
+    let invalid = || invalid_path(format!("invalid bundle relativePath '{path}'"));
+    if path.starts_with('/') {
+        return Err(invalid());
+    }
+    normalize_bundle_path(path).map_err(|_| invalid())
+}
+
 /// One slot of the session's reload budget, or `429` naming `what`.
 fn spend_budget(state: &AppState, session: &Session, what: &str) -> Result<(), ApiError> {
     let limit = state.registry.limits().watch.reload_limit;
@@ -96,7 +107,7 @@ pub async fn read_file(
         .map(|path| path.trim().to_owned())
         .filter(|path| !path.is_empty())
         .ok_or_else(|| invalid_path("?path= is required"))?;
-    let path = normalize_bundle_path(&path).map_err(|err| invalid_path(err.to_string()))?;
+    let path = workspace_path(&path)?;
     let file = workload.read_file(&path).await.map_err(workspace_error)?;
     Ok(Json(file).into_response())
 }
@@ -119,7 +130,7 @@ pub async fn apply(
         .map(|write| write.path.as_str())
         .chain(changes.delete.iter().map(String::as_str));
     for path in paths {
-        normalize_bundle_path(path).map_err(|err| invalid_path(err.to_string()))?;
+        workspace_path(path)?;
     }
     let applied = workload.apply(changes).await.map_err(workspace_error)?;
     Ok(Json(applied).into_response())

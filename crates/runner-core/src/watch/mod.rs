@@ -15,7 +15,10 @@ pub const DEFAULT_MAX_WATCH_SESSIONS: u64 = 8;
 pub const DEFAULT_RELOAD_LIMIT: u64 = 30;
 pub const DEFAULT_SUSPENDED_TTL_SECONDS: u64 = 86_400;
 pub const DEFAULT_CHECKPOINT_SECONDS: u64 = 30;
-/// How often the supervisor looks at every watch session.
+/// How often the supervisor looks at every watch session, at most (the
+/// reference's cadence); shorter idle or checkpoint windows are looked at
+/// four times per window, so a suspend is never late by more than a
+/// quarter of its window.
 pub const SUPERVISOR_TICK: Duration = Duration::from_secs(5);
 
 /// `RUNNER_WATCH_*` and `RUNNER_WORKSPACE_CHECKPOINT_SECONDS`.
@@ -35,7 +38,8 @@ pub struct WatchConfig {
     pub suspended_ttl: Duration,
     /// How often a live session's workspace is checkpointed.
     pub checkpoint_every: Duration,
-    /// How often the supervisor runs (fixed; tests shorten it).
+    /// How often the supervisor runs ([`SUPERVISOR_TICK`] or a quarter of
+    /// the shortest window).
     pub tick: Duration,
 }
 
@@ -61,7 +65,7 @@ pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
     let seconds = |key: &str, default: u64| -> Result<Duration, ConfigError> {
         parse_positive_int(var(key), default, key).map(Duration::from_secs)
     };
-    Ok(WatchConfig {
+    let config = WatchConfig {
         enabled: parse_bool(var("RUNNER_WATCH_SESSIONS"), false, "RUNNER_WATCH_SESSIONS")?,
         idle: seconds("RUNNER_WATCH_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)?,
         max_ttl: seconds("RUNNER_WATCH_MAX_TTL_SECONDS", DEFAULT_MAX_TTL_SECONDS)?,
@@ -84,7 +88,11 @@ pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
             DEFAULT_CHECKPOINT_SECONDS,
         )?,
         tick: SUPERVISOR_TICK,
-    })
+    };
+    let tick = SUPERVISOR_TICK
+        .min(config.idle / 4)
+        .min(config.checkpoint_every / 4);
+    Ok(WatchConfig { tick, ..config })
 }
 
 #[cfg(test)]
@@ -100,6 +108,10 @@ mod tests {
         assert_eq!(config.idle, Duration::from_secs(300));
         assert_eq!(config.max_sessions, 8);
         assert_eq!(config.reload_limit, 30);
+        assert_eq!(config.tick, SUPERVISOR_TICK);
+        let short =
+            load_watch_config(&env_from_pairs(&[("RUNNER_WATCH_IDLE_SECONDS", "2")])).unwrap();
+        assert_eq!(short.tick, Duration::from_millis(500));
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
         stop_grace: runner_local::config::DEFAULT_STOP_GRACE,
         sandbox: bubblewrap(),
+        workspace: Default::default(),
     }
 }
 

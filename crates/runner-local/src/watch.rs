@@ -1,0 +1,682 @@
+//! Watch sessions on the local backend: one `telo run --watch --inspect`
+//! process per app, each in its own terminal (and sandbox), over one
+//! workspace directory the runner edits itself through `runner-workspace`.
+//!
+//! The workspace is the checkpoint: it lives under the work root with a
+//! record of the session (`watch.json`), so a suspended session — or one
+//! whose processes a runner crash took down — is found by the next runner
+//! and resumes with its files.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use runner_api::types::{PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
+use runner_api::watch::{
+    AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
+    WorkspaceTree,
+};
+use runner_core::debug_relay::relay_debug_stream;
+use runner_core::reachability::watch_app_reachability;
+use runner_core::sync::lock;
+use runner_core::tasks::OwnedTasks;
+use runner_core::{
+    BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession, WatchSpec,
+    WatchStart, WatchWorkload, WorkspaceFailure,
+};
+use runner_workspace::{Workspace, WorkspaceError, WorkspaceLimits};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span, debug, info, warn};
+
+use crate::backend::{WiredProcess, wire_process};
+use crate::launch::{LaunchPlan, SpawnPlan, workload_env};
+use crate::pty::spawn_in_pty;
+use crate::sandbox::Sandbox;
+use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
+use crate::spawner::on_spawner_thread;
+use crate::work_dir::WorkDir;
+
+/// The session record beside the workspace.
+pub const RECORD_FILE: &str = "watch.json";
+/// How long a torn-down app's output may take to drain.
+const TEARDOWN_BOUND: Duration = Duration::from_secs(30);
+
+/// What a watch session's record keeps: enough to list it after a restart
+/// and to start it again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    spec: WatchSpec,
+    /// Runner processes that held it so far.
+    generation: u32,
+}
+
+/// What starting an app process needs, shared by every app of a session.
+#[derive(Clone)]
+pub(crate) struct Launcher {
+    pub telo: PathBuf,
+    pub node: Option<PathBuf>,
+    pub path: String,
+    pub sandbox: Option<Arc<Sandbox>>,
+    pub kernel_cache: crate::kernel_cache::KernelCache,
+    pub stop_grace: Duration,
+    pub http: reqwest::Client,
+    pub tasks: OwnedTasks,
+    pub limits: WorkspaceLimits,
+}
+
+/// A running watch session.
+pub(crate) struct LocalWatch {
+    id: String,
+    work: WorkDir,
+    workspace: Arc<Workspace>,
+    launcher: Launcher,
+    sink: SessionSink,
+    env: Mutex<Vec<(String, String)>>,
+    record: Mutex<Record>,
+    apps: Mutex<Vec<RunningApp>>,
+    /// A client stopped it: the end is `stopped`.
+    stopping: AtomicBool,
+}
+
+struct RunningApp {
+    spec: AppSpec,
+    process: Arc<LocalSession>,
+    /// Ends the app's relays and asks its supervisor to take it down.
+    teardown: CancellationToken,
+    /// Fires once the process is gone and its output drained.
+    gone: Option<oneshot::Receiver<()>>,
+}
+
+/// Where session `id` keeps its workspace and record.
+fn work_dir(work_root: &std::path::Path, id: &str) -> Result<WorkDir, StartError> {
+    WorkDir::for_session(work_root, id)
+        .map_err(|err| StartError::new(StartStage::Start, err.to_string()))
+}
+
+fn record_path(work: &WorkDir) -> PathBuf {
+    work.root().join(RECORD_FILE)
+}
+
+fn write_record(work: &WorkDir, record: &Record) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    let temp = work.root().join(format!("{RECORD_FILE}.tmp"));
+    {
+        // Private: the record holds the session's environment.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(&json)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&temp, record_path(work))
+}
+
+/// Starts (seeded) or resumes session `spec` on this machine.
+pub(crate) async fn start(
+    launcher: Launcher,
+    work_root: PathBuf,
+    spec: WatchSpec,
+    start: WatchStart,
+    sink: SessionSink,
+) -> Result<Arc<LocalWatch>, StartError> {
+    let work = work_dir(&work_root, &spec.session_id)?;
+    let limits = launcher.limits;
+    let seeding = matches!(start, WatchStart::Seed(_));
+    let prepared = {
+        let work = work.clone();
+        let spec = spec.clone();
+        tokio::task::spawn_blocking(move || prepare(&work, spec, start, limits))
+            .await
+            .map_err(|join| {
+                StartError::new(
+                    StartStage::Create,
+                    format!("preparing the workspace was interrupted: {join}"),
+                )
+            })?
+    };
+    let (workspace, record) = match prepared {
+        Ok(prepared) => prepared,
+        Err(err) => {
+            if seeding {
+                work.discard();
+            }
+            return Err(err);
+        }
+    };
+    let watch = Arc::new(LocalWatch {
+        id: spec.session_id.clone(),
+        work,
+        workspace: Arc::new(workspace),
+        launcher,
+        sink: sink.clone(),
+        env: Mutex::new(spec.env.clone()),
+        record: Mutex::new(record),
+        apps: Mutex::new(Vec::new()),
+        stopping: AtomicBool::new(false),
+    });
+    if let Err(err) = watch.launch_apps(&spec.apps).await {
+        watch.take_down().await;
+        if seeding {
+            watch.work.discard();
+        }
+        return Err(err);
+    }
+    sink.status(running_status(&spec.apps));
+    info!(session_id = %spec.session_id, apps = spec.apps.len(), "watch session running");
+    Ok(watch)
+}
+
+/// The directories, the seeded (or kept) workspace and the record.
+fn prepare(
+    work: &WorkDir,
+    spec: WatchSpec,
+    start: WatchStart,
+    limits: WorkspaceLimits,
+) -> Result<(Workspace, Record), StartError> {
+    let create =
+        |err: WorkspaceError| StartError::new(StartStage::Create, err.to_string()).with_source(err);
+    match start {
+        WatchStart::Seed(bundle) => {
+            work.create().map_err(|err| {
+                StartError::new(StartStage::Create, err.to_string()).with_source(err)
+            })?;
+            let workspace = Workspace::create(&work.app(), limits).map_err(create)?;
+            seed(&workspace, &bundle).map_err(|err| {
+                StartError::new(StartStage::Bundle, err.to_string()).with_source(err)
+            })?;
+            let record = Record {
+                spec,
+                generation: 0,
+            };
+            write_record(work, &record).map_err(|err| {
+                StartError::new(
+                    StartStage::Create,
+                    format!("could not record the session: {err}"),
+                )
+                .with_source(err)
+            })?;
+            Ok((workspace, record))
+        }
+        WatchStart::Resume => {
+            let workspace = Workspace::open(&work.app(), limits).map_err(|err| {
+                StartError::new(
+                    StartStage::Resume,
+                    format!("the session's workspace is gone: {err}"),
+                )
+                .with_source(err)
+            })?;
+            let generation = read_record(work).map_or(0, |record| record.generation);
+            let record = Record { spec, generation };
+            write_record(work, &record).map_err(|err| {
+                StartError::new(
+                    StartStage::Resume,
+                    format!("could not record the session: {err}"),
+                )
+                .with_source(err)
+            })?;
+            Ok((workspace, record))
+        }
+    }
+}
+
+fn seed(workspace: &Workspace, bundle: &RunBundle) -> Result<WorkspaceApplyResult, WorkspaceError> {
+    workspace.seed(&bundle.files)
+}
+
+fn read_record(work: &WorkDir) -> Option<Record> {
+    let bytes = std::fs::read(record_path(work)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Whether session `id` has a workspace to resume from.
+pub(crate) fn has_checkpoint(work_root: &std::path::Path, id: &str) -> bool {
+    WorkDir::for_session(work_root, id)
+        .is_ok_and(|work| record_path(&work).is_file() && work.app().is_dir())
+}
+
+/// Every watch session kept under the work root (boot): each record is
+/// rewritten with its generation bumped, so this runner's event ids and
+/// sequence numbers start past the last one's.
+pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession> {
+    let Ok(entries) = std::fs::read_dir(work_root) else {
+        return Vec::new();
+    };
+    let mut kept = Vec::new();
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(work) = WorkDir::for_session(work_root, &name) else {
+            continue;
+        };
+        let Some(mut record) = read_record(&work) else {
+            continue;
+        };
+        if record.spec.session_id != name || !work.app().is_dir() {
+            warn!(dir = %work.root().display(), "a watch session record does not match its directory; left alone");
+            continue;
+        }
+        record.generation = record.generation.saturating_add(1);
+        if let Err(err) = write_record(&work, &record) {
+            warn!(session_id = %name, error = %err, "could not update a kept watch session's record");
+        }
+        kept.push(SuspendedSession {
+            spec: record.spec,
+            generation: record.generation,
+        });
+    }
+    kept
+}
+
+fn running_status(apps: &[AppSpec]) -> RunStatus {
+    let endpoints = apps
+        .iter()
+        .flat_map(|app| app.ports.iter())
+        .map(|port| RunnerEndpoint {
+            host: String::new(),
+            port: port.port,
+            protocol: port.protocol,
+            url: None,
+        })
+        .collect();
+    RunStatus::Running {
+        endpoints: Some(endpoints),
+        inspect_url: None,
+    }
+}
+
+fn workspace_failure(err: WorkspaceError) -> WorkspaceFailure {
+    let kind = err.kind();
+    WorkspaceFailure::new(kind.status, kind.code, err.to_string())
+}
+
+impl LocalWatch {
+    /// Runs `operation` on the workspace off the async runtime.
+    async fn on_workspace<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&Workspace) -> Result<T, WorkspaceError> + Send + 'static,
+    ) -> Result<T, WorkspaceFailure> {
+        let workspace = self.workspace.clone();
+        tokio::task::spawn_blocking(move || operation(&workspace))
+            .await
+            .map_err(|join| {
+                WorkspaceFailure::unavailable(format!(
+                    "the workspace operation was interrupted: {join}"
+                ))
+            })?
+            .map_err(workspace_failure)
+    }
+
+    /// Starts one process per app, in order.
+    async fn launch_apps(&self, apps: &[AppSpec]) -> Result<(), StartError> {
+        for (index, app) in apps.iter().enumerate() {
+            let running = self.launch_app(index, app).await?;
+            lock(&self.apps).push(running);
+        }
+        Ok(())
+    }
+
+    async fn launch_app(&self, index: usize, app: &AppSpec) -> Result<RunningApp, StartError> {
+        let inspect_port = free_port().map_err(|err| {
+            StartError::new(
+                StartStage::Start,
+                format!(
+                    "could not reserve a port for --inspect of app '{}': {err}",
+                    app.name
+                ),
+            )
+            .with_source(err)
+        })?;
+        let launcher = &self.launcher;
+        let entry = format!("./{}", app.entry_relative_path);
+        let argv = vec![
+            launcher.telo.as_os_str().to_owned(),
+            "run".into(),
+            "--watch".into(),
+            "--inspect".into(),
+            format!("127.0.0.1:{inspect_port}").into(),
+            "--no-open".into(),
+            entry.into(),
+        ];
+        let mut env = lock(&self.env).clone();
+        if app.io == IoMode::Tty {
+            env.push(("CLICOLOR_FORCE".to_owned(), "1".to_owned()));
+        }
+        let plan = LaunchPlan {
+            argv,
+            cwd: self.work.app(),
+            env: workload_env(
+                &env,
+                &self.work.home(),
+                &launcher.path,
+                Some(&launcher.kernel_cache),
+            ),
+        };
+        let spawn = match &launcher.sandbox {
+            None => SpawnPlan::unsandboxed(plan),
+            Some(sandbox) => {
+                let mut programs = vec![launcher.telo.as_path()];
+                programs.extend(launcher.node.as_deref());
+                let read_only = sandbox.installations(&programs);
+                let read_write = vec![
+                    self.work.root().to_owned(),
+                    launcher.kernel_cache.root().to_owned(),
+                ];
+                sandbox
+                    .spawn_plan(plan, &read_only, &read_write, true)
+                    .map_err(|err| {
+                        StartError::new(
+                            StartStage::Start,
+                            format!("could not hand the sandbox its arguments: {err}"),
+                        )
+                        .with_source(err)
+                    })?
+            }
+        };
+        let members = spawn.members.clone();
+        let process = on_spawner_thread(move || spawn_in_pty(spawn))
+            .await
+            .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            .flatten()
+            .map_err(|err| {
+                StartError::new(
+                    StartStage::Start,
+                    format!("could not start app '{}': {err}", app.name),
+                )
+                .with_source(err)
+            })?;
+        let sink = self.sink.clone();
+        let name = app.name.clone();
+        let WiredProcess {
+            session,
+            exited,
+            output_drained,
+        } = wire_process(
+            &format!("{}-{index}", self.id),
+            process,
+            members,
+            move |bytes: Bytes| sink.app_output(&name, StreamTag::Tty, bytes),
+            launcher.stop_grace,
+        )?;
+        let teardown = self.sink.ended().child_token();
+        let (gone_tx, gone) = oneshot::channel();
+        launcher.tasks.spawn(
+            supervise_app(AppEnd {
+                name: app.name.clone(),
+                process: session.clone(),
+                sink: self.sink.clone(),
+                teardown: teardown.clone(),
+                exited,
+                output_drained,
+                gone: gone_tx,
+            })
+            .instrument(Span::current()),
+        );
+        let debug_sink = self.sink.clone();
+        let debug_name = app.name.clone();
+        launcher.tasks.spawn(
+            relay_debug_stream(
+                launcher.http.clone(),
+                format!("http://127.0.0.1:{inspect_port}/events"),
+                move |frame| debug_sink.app_debug(&debug_name, frame),
+                teardown.clone(),
+            )
+            .instrument(Span::current()),
+        );
+        let tcp: Vec<u16> = app
+            .ports
+            .iter()
+            .filter(|p| p.protocol == PortProtocol::Tcp)
+            .map(|p| p.port)
+            .collect();
+        if !tcp.is_empty() {
+            launcher.tasks.spawn(
+                watch_app_reachability(
+                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    app.name.clone(),
+                    tcp,
+                    self.sink.clone(),
+                    teardown.clone(),
+                )
+                .instrument(Span::current()),
+            );
+        }
+        debug!(session_id = %self.id, app = %app.name, "watch app started");
+        Ok(RunningApp {
+            spec: app.clone(),
+            process: session,
+            teardown,
+            gone: Some(gone),
+        })
+    }
+
+    /// Ends every app process and waits for them to be gone; ends the
+    /// runner causes are not reported as the apps' own.
+    async fn take_down(&self) {
+        let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
+        for app in &apps {
+            app.teardown.cancel();
+        }
+        for mut app in apps {
+            if let Some(gone) = app.gone.take()
+                && tokio::time::timeout(TEARDOWN_BOUND, gone).await.is_err()
+            {
+                warn!(session_id = %self.id, app = %app.spec.name, "an app process outlived its teardown");
+            }
+        }
+    }
+
+    fn app(&self, name: &str) -> Option<Arc<LocalSession>> {
+        lock(&self.apps)
+            .iter()
+            .find(|app| app.spec.name == name)
+            .map(|app| app.process.clone())
+    }
+
+    fn save_record(&self) -> Result<(), WorkspaceFailure> {
+        let record = lock(&self.record).clone();
+        write_record(&self.work, &record).map_err(|err| {
+            WorkspaceFailure::unavailable(format!("could not record the session: {err}"))
+        })
+    }
+}
+
+struct AppEnd {
+    name: String,
+    process: Arc<LocalSession>,
+    sink: SessionSink,
+    teardown: CancellationToken,
+    exited: oneshot::Receiver<i64>,
+    output_drained: oneshot::Receiver<()>,
+    gone: oneshot::Sender<()>,
+}
+
+/// Waits for one app process to end — by itself, or taken down by the
+/// runner (stop, suspend, a new app set, the session's end) with SIGTERM and
+/// then SIGKILL after the grace period. An end of its own closes the app's
+/// open generation; the session lives on.
+async fn supervise_app(end: AppEnd) {
+    let AppEnd {
+        name,
+        process,
+        sink,
+        teardown,
+        mut exited,
+        output_drained,
+        gone,
+    } = end;
+    let by_itself = tokio::select! {
+        code = &mut exited => Some(code.unwrap_or(-1)),
+        () = teardown.cancelled() => None,
+    };
+    if by_itself.is_none() {
+        process.terminate_logged("watch app taken down");
+        if tokio::time::timeout(process.stop_grace, &mut exited)
+            .await
+            .is_err()
+        {
+            process.kill("stop grace period elapsed");
+            let _ = exited.await;
+        }
+    }
+    if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, output_drained)
+        .await
+        .is_err()
+    {
+        warn!(app = %name, "terminal still open after a watch app ended");
+    }
+    process.close_terminal();
+    if let Some(code) = by_itself {
+        // Its relays end with it.
+        teardown.cancel();
+        if code == 0 {
+            sink.app_ended(&name, Some(0), None);
+        } else {
+            sink.app_ended(
+                &name,
+                None,
+                Some(format!("application process exited (code {code})")),
+            );
+        }
+        sink.app_output(
+            &name,
+            StreamTag::Tty,
+            Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
+        );
+    }
+    let _ = gone.send(());
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+#[async_trait]
+impl BackendSession for LocalWatch {
+    fn write_stdin(&self, bytes: Bytes) {
+        let first = lock(&self.apps).first().map(|app| app.process.clone());
+        if let Some(process) = first {
+            process.write_stdin(bytes);
+        }
+    }
+
+    fn resize(&self, cols: u16, rows: u16) {
+        let first = lock(&self.apps).first().map(|app| app.process.clone());
+        if let Some(process) = first {
+            process.resize(cols, rows);
+        }
+    }
+
+    fn write_app_stdin(&self, app: &str, bytes: Bytes) {
+        if let Some(process) = self.app(app) {
+            process.write_stdin(bytes);
+        }
+    }
+
+    fn resize_app(&self, app: &str, cols: u16, rows: u16) {
+        if let Some(process) = self.app(app) {
+            process.resize(cols, rows);
+        }
+    }
+
+    /// Takes the apps down in the background and reports `stopped` once
+    /// they are gone; the session's files go with the session.
+    async fn stop(&self) -> Result<(), StopError> {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
+        let sink = self.sink.clone();
+        let id = self.id.clone();
+        self.launcher.tasks.spawn(async move {
+            for app in &apps {
+                app.teardown.cancel();
+            }
+            for mut app in apps {
+                if let Some(gone) = app.gone.take()
+                    && tokio::time::timeout(TEARDOWN_BOUND, gone).await.is_err()
+                {
+                    warn!(session_id = %id, app = %app.spec.name, "an app process outlived its stop");
+                }
+            }
+            sink.status(RunStatus::Stopped);
+        });
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WatchWorkload for LocalWatch {
+    async fn tree(&self) -> Result<WorkspaceTree, WorkspaceFailure> {
+        self.on_workspace(Workspace::tree).await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<WorkspaceFileContent, WorkspaceFailure> {
+        let path = path.to_owned();
+        self.on_workspace(move |workspace| workspace.read(&path))
+            .await
+    }
+
+    async fn apply(
+        &self,
+        changes: WorkspaceChangeSet,
+    ) -> Result<WorkspaceApplyResult, WorkspaceFailure> {
+        self.on_workspace(move |workspace| workspace.apply(&changes))
+            .await
+    }
+
+    async fn reload(&self, app: &str) -> Result<(), WorkspaceFailure> {
+        let entry = lock(&self.apps)
+            .iter()
+            .find(|running| running.spec.name == app)
+            .map(|running| running.spec.entry_relative_path.clone())
+            .ok_or_else(|| {
+                WorkspaceFailure::new(
+                    404,
+                    "unknown_app",
+                    format!("session runs no app named '{app}'"),
+                )
+            })?;
+        self.on_workspace(move |workspace| workspace.touch(&entry))
+            .await
+    }
+
+    /// The workspace on disk is the checkpoint; only the record is written.
+    async fn checkpoint(&self) -> Result<(), WorkspaceFailure> {
+        self.save_record()
+    }
+
+    async fn set_apps(&self, apps: Vec<AppSpec>) -> Result<(), StartError> {
+        self.take_down().await;
+        lock(&self.record).spec.apps = apps.clone();
+        if let Err(err) = self.save_record() {
+            warn!(session_id = %self.id, error = %err, "could not record the new app set");
+        }
+        if let Err(err) = self.launch_apps(&apps).await {
+            self.take_down().await;
+            return Err(err);
+        }
+        self.sink.status(running_status(&apps));
+        Ok(())
+    }
+
+    async fn suspend(&self) -> Result<(), StopError> {
+        self.save_record().map_err(|err| StopError {
+            message: err.message,
+        })?;
+        self.take_down().await;
+        info!(session_id = %self.id, "watch session suspended; its workspace is kept");
+        Ok(())
+    }
+}

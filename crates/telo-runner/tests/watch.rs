@@ -1,0 +1,637 @@
+//! Watch sessions, black-box over real sockets on the local backend with
+//! fake-telo's watch mode as the kernel: the editor's workflow (create, see
+//! generation 1, write a file, see generation 2, reload, go idle, resume,
+//! change the app set, stop) and every error code of the watch routes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Runner;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::WAIT;
+use test_support::sse::SseStream;
+use test_support::ws::{self, IoFrame};
+
+const WATCH: &[(&str, &str)] = &[("RUNNER_WATCH_SESSIONS", "true")];
+
+fn manifest(fake_telo: Value) -> String {
+    format!("kind: Telo.Application\nmetadata: {{ name: test }}\nfakeTelo: {fake_telo}\n")
+}
+
+fn watch_body(fake_telo: Value) -> Value {
+    let mut body = test_support::bundle::start_body(fake_telo);
+    body["mode"] = json!("watch");
+    body
+}
+
+async fn request(
+    runner: &Runner,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = runner.client.request(method, runner.url(path));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// Reads events until a `run` event for `app` with `phase` and
+/// `generation`; returns it.
+async fn run_event(events: &mut SseStream, app: &str, phase: &str, generation: u64) -> Value {
+    let frames = events
+        .events_until(|f| {
+            f.event.as_deref() == Some("run")
+                && f.json()["app"] == app
+                && f.json()["phase"] == phase
+                && f.json()["generation"] == generation
+        })
+        .await;
+    frames.last().expect("the run event").json()
+}
+
+async fn status_of(runner: &Runner, id: &str) -> Value {
+    runner.get(&format!("/v1/sessions/{id}")).await.1
+}
+
+/// Polls the session until its status is `kind` (no stream is open, so it
+/// can go idle).
+async fn until_status(runner: &Runner, id: &str, kind: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let snapshot = status_of(runner, id).await;
+        if snapshot["status"]["kind"] == kind {
+            return snapshot;
+        }
+        assert!(Instant::now() < deadline, "never {kind}: {snapshot}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+    ])
+    .await;
+    let (_, capabilities) = runner.get("/v1/capabilities").await;
+    assert_eq!(capabilities["features"]["watch"], json!(true));
+    assert_eq!(capabilities["features"]["io"], json!(["tty"]));
+
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["generation one"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let started = run_event(&mut events, "app", "started", 1).await;
+    assert_eq!(started["trigger"], "initial");
+    let mut socket = runner.io(&id, "?app=app").await;
+    ws::read_until_output(&mut socket, "generation one").await;
+
+    let snapshot = status_of(&runner, &id).await;
+    assert_eq!(snapshot["mode"], "watch");
+    assert_eq!(
+        snapshot["apps"],
+        json!([{"name": "app", "io": "tty", "generation": 1, "ports": []}])
+    );
+
+    // An edit: the kernel's own watch reloads it.
+    let (status, applied) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [
+            {"path": "telo.yaml", "content": manifest(json!({"stdout": ["generation two"]}))},
+            {"path": "notes/readme.txt", "content": "aGVsbG8=", "encoding": "base64"},
+        ]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied, json!({"written": 2, "deleted": 0}));
+    let completed = run_event(&mut events, "app", "completed", 1).await;
+    assert_eq!(completed["code"], 0);
+    let second = run_event(&mut events, "app", "started", 2).await;
+    assert_eq!(second["trigger"], "watch");
+    ws::read_until_output(&mut socket, "generation two").await;
+
+    let (status, tree) = request(
+        &runner,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let paths: Vec<&str> = tree["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        ["notes/readme.txt", "telo-workspace.yaml", "telo.yaml"]
+    );
+    let (status, file) = request(
+        &runner,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=notes/readme.txt"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, file),
+        (StatusCode::OK, json!({"content": "hello", "size": 5}))
+    );
+
+    // A manual reload is attributed to the client.
+    let (status, reloaded) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/reload"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, reloaded),
+        (StatusCode::ACCEPTED, json!({"reloaded": ["app"]}))
+    );
+    let third = run_event(&mut events, "app", "started", 3).await;
+    assert_eq!(third["trigger"], "manual");
+
+    // Nobody watching: it suspends, and keeps its files.
+    drop(events);
+    drop(socket);
+    until_status(&runner, &id, "suspended").await;
+    let (status, refused) = request(
+        &runner,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(refused["error"], "not_running");
+
+    let (status, resumed) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, resumed),
+        (StatusCode::ACCEPTED, json!({"sessionId": id}))
+    );
+    let mut events = runner.events(&id, &[]).await;
+    let fourth = run_event(&mut events, "app", "started", 4).await;
+    assert_eq!(fourth["trigger"], "resume");
+    let mut socket = runner.io(&id, "").await;
+    ws::read_until_output(&mut socket, "generation two").await;
+    let (_, file) = request(
+        &runner,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=notes/readme.txt"),
+        None,
+    )
+    .await;
+    assert_eq!(file["content"], "hello");
+
+    // A second app over the same workspace.
+    let (status, _) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "api/telo.yaml", "content": manifest(json!({"stdout": ["the api"]}))}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, changed) = request(
+        &runner,
+        reqwest::Method::PUT,
+        &format!("/v1/sessions/{id}/apps"),
+        Some(json!({"apps": [
+            {"name": "app", "entryRelativePath": "telo.yaml"},
+            {"name": "api", "entryRelativePath": "api/telo.yaml"},
+        ]})),
+    )
+    .await;
+    assert_eq!(
+        (status, changed),
+        (StatusCode::ACCEPTED, json!({"apps": ["app", "api"]}))
+    );
+    let api = run_event(&mut events, "api", "started", 1).await;
+    assert_eq!(api["trigger"], "resume");
+    let mut api_socket = runner.io(&id, "?app=api").await;
+    ws::read_until_output(&mut api_socket, "the api").await;
+    let ambiguous = runner.io(&id, "").await;
+    let mut ambiguous = ambiguous;
+    assert_eq!(
+        ws::next_frame(&mut ambiguous).await,
+        Some(IoFrame::Close {
+            code: 4404,
+            reason: "session runs 2 apps \u{2014} ?app= is required".into()
+        })
+    );
+
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let frames = events.events_until_end().await;
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
+    drop(socket);
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_watch_route_refuses_with_the_references_codes() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_RELOAD_LIMIT", "3"),
+        ("RUNNER_WATCH_MAX_SESSIONS", "1"),
+    ])
+    .await;
+    let post = |body: Value| {
+        let runner = &runner;
+        async move { runner.post("/v1/sessions", &body).await }
+    };
+    let refused = |status: StatusCode, code: &str, message: &str| {
+        (status, json!({"error": code, "message": message}))
+    };
+
+    // Creation.
+    let mut body = watch_body(json!({}));
+    body["mode"] = json!("run");
+    body["agent"] = json!("helper");
+    assert_eq!(
+        post(body).await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "agent_requires_watch",
+            "`agent` requires `mode: \"watch\"` \u{2014} nothing would observe the agent's writes"
+        )
+    );
+    let mut body = watch_body(json!({}));
+    body["agent"] = json!("helper");
+    assert_eq!(
+        post(body).await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "unknown_agent",
+            "agent 'helper' is not offered by this runner"
+        )
+    );
+    for (apps, code, message) in [
+        (
+            json!([{"name": "Bad", "entryRelativePath": "a.yaml"}]),
+            "invalid_app_name",
+            "app name 'Bad' must be a DNS label (lowercase alphanumeric and '-')",
+        ),
+        (
+            json!([{"name": "agent", "entryRelativePath": "a.yaml"}]),
+            "reserved_app_name",
+            "app name 'agent' is reserved \u{2014} a session's own containers use it",
+        ),
+        (
+            json!([{"name": "a", "entryRelativePath": "a.yaml"}, {"name": "a", "entryRelativePath": "b.yaml"}]),
+            "duplicate_app_name",
+            "app 'a' is declared twice",
+        ),
+        (
+            json!([{"name": "a", "entryRelativePath": "../a.yaml"}]),
+            "invalid_bundle",
+            "invalid bundle relativePath '../a.yaml'",
+        ),
+        (
+            json!([{"name": "a", "entryRelativePath": "a.yaml", "ports": [{"port": 80, "protocol": "tcp"}]}, {"name": "b", "entryRelativePath": "b.yaml", "ports": [{"port": 80, "protocol": "tcp"}]}]),
+            "port_conflict",
+            "apps 'a' and 'b' both declare tcp port 80; session hosts carry no app name, so the two would be indistinguishable",
+        ),
+        (
+            json!([{"name": "a", "entryRelativePath": "a.yaml", "io": "streams"}]),
+            "io_unsupported",
+            "app 'a' asks for io 'streams', which this runner does not offer; it offers: tty",
+        ),
+    ] {
+        let mut body = watch_body(json!({}));
+        body["apps"] = apps;
+        assert_eq!(
+            post(body).await,
+            refused(StatusCode::BAD_REQUEST, code, message)
+        );
+    }
+
+    // A run session has none of the watch surface.
+    let run_id = runner.create(json!({})).await;
+    for (method, path) in [
+        (reqwest::Method::GET, "workspace"),
+        (reqwest::Method::POST, "reload"),
+        (reqwest::Method::GET, "workspace/file?path=a"),
+    ] {
+        assert_eq!(
+            request(
+                &runner,
+                method,
+                &format!("/v1/sessions/{run_id}/{path}"),
+                None
+            )
+            .await,
+            refused(
+                StatusCode::CONFLICT,
+                "not_a_watch_session",
+                "this surface exists only on a watch session"
+            )
+        );
+    }
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{run_id}/resume"),
+            None
+        )
+        .await,
+        refused(
+            StatusCode::NOT_FOUND,
+            "not_suspended",
+            &format!("session '{run_id}' is not suspended")
+        )
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::GET,
+            "/v1/sessions/nosuchsession/workspace",
+            None
+        )
+        .await,
+        refused(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "session 'nosuchsession' not in registry"
+        )
+    );
+
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["up"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    // The ceiling counts live watch sessions.
+    assert_eq!(
+        post(watch_body(json!({}))).await,
+        refused(
+            StatusCode::CONFLICT,
+            "too_many_watch_sessions",
+            "runner is at its configured max of 1 concurrent watch sessions"
+        )
+    );
+    let workspace = format!("/v1/sessions/{id}/workspace");
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::GET,
+            &format!("{workspace}/file"),
+            None
+        )
+        .await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "?path= is required"
+        )
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::GET,
+            &format!("{workspace}/file?path=../x"),
+            None
+        )
+        .await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "invalid bundle relativePath '../x'"
+        )
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::GET,
+            &format!("{workspace}/file?path=missing.yaml"),
+            None
+        )
+        .await
+        .0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{id}/reload?app=nope"),
+            None
+        )
+        .await,
+        refused(
+            StatusCode::NOT_FOUND,
+            "unknown_app",
+            "session runs no app named 'nope'"
+        )
+    );
+    // The reload budget is shared by writes and reloads; a refused app or
+    // path still spent its slot (three so far).
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &workspace,
+            Some(json!({"delete": ["/etc/passwd"]}))
+        )
+        .await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "invalid bundle relativePath '/etc/passwd'"
+        )
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &workspace,
+            Some(json!({"write": [{"path": "x", "content": "%%", "encoding": "base64"}]}))
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &format!("/v1/sessions/{id}/reload"),
+            None
+        )
+        .await,
+        refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            "reload_rate_limited",
+            "more than 3 reloads in the last minute"
+        )
+    );
+    assert_eq!(
+        request(&runner, reqwest::Method::POST, &workspace, Some(json!({}))).await,
+        refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            "reload_rate_limited",
+            "more than 3 workspace writes in the last minute"
+        )
+    );
+    // A body the schema refuses never reaches the budget.
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::POST,
+            &workspace,
+            Some(json!({"write": [{"path": ""}]}))
+        )
+        .await
+        .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        request(
+            &runner,
+            reqwest::Method::PUT,
+            &format!("/v1/sessions/{id}/apps"),
+            Some(json!({"apps": [{"name": "workspace", "entryRelativePath": "a.yaml"}]}))
+        )
+        .await,
+        refused(
+            StatusCode::BAD_REQUEST,
+            "reserved_app_name",
+            "app name 'workspace' is reserved \u{2014} a session's own containers use it"
+        )
+    );
+    let mut socket = runner.io(&id, "?app=other").await;
+    assert_eq!(
+        ws::next_frame(&mut socket).await,
+        Some(IoFrame::Close {
+            code: 4404,
+            reason: "session runs no app named 'other'".into()
+        })
+    );
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn watch_sessions_are_refused_unless_the_operator_enables_them() {
+    let runner = Runner::start().await;
+    let (_, capabilities) = runner.get("/v1/capabilities").await;
+    assert_eq!(capabilities["features"]["watch"], json!(false));
+    assert_eq!(
+        runner.post("/v1/sessions", &watch_body(json!({}))).await,
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": "watch_disabled", "message": "this runner does not offer watch sessions (see /v1/capabilities)"})
+        )
+    );
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn the_legacy_wire_keeps_four_byte_frames_and_a_boolean_io_feature() {
+    let runner = Runner::start_with(&[("RUNNER_IO_FRAMES", "legacy")]).await;
+    let (_, capabilities) = runner.get("/v1/capabilities").await;
+    assert_eq!(capabilities["features"]["io"], json!(true));
+    let id = runner
+        .create(json!({"stdout": ["old wire"], "exitAfterMs": 0}))
+        .await;
+    let url = runner.ws_url(&format!("/v1/sessions/{id}/io?lastSeq=0"));
+    let (raw, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let mut socket = ws::Socket::wrap(raw, runner_api::io::FrameFormat::Legacy);
+    let frames = ws::read_until_close(&mut socket).await;
+    assert_eq!(frames[0], IoFrame::Text(json!({"type": "seq", "seq": 0})));
+    let output = ws::output_of(&frames);
+    assert!(
+        !output.contains(&0),
+        "a NUL leaked into the legacy frames: {output:?}"
+    );
+    assert!(String::from_utf8_lossy(&output).contains("old wire"));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_session_survives_a_runner_restart_with_its_files() {
+    let runner = Runner::start_with(WATCH).await;
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["before"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    let (status, _) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "kept.txt", "content": "still here"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    drop(events);
+    // A graceful stop of the runner suspends the session for the next one.
+    let work_dir = runner.work_dir.path().to_owned();
+    let Runner {
+        service,
+        work_dir: dir,
+        ..
+    } = runner;
+    service.unwrap().stop().await.expect("clean shutdown");
+
+    let next = Runner::start_with(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        (
+            "RUNNER_LOCAL_WORK_DIR",
+            &work_dir.join("sessions").to_string_lossy(),
+        ),
+    ])
+    .await;
+    let snapshot = until_status(&next, &id, "suspended").await;
+    assert_eq!(snapshot["mode"], "watch");
+    let (status, _) = request(
+        &next,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let mut events = next.events(&id, &[]).await;
+    let resumed = run_event(&mut events, "app", "started", 1).await;
+    assert_eq!(resumed["trigger"], "resume");
+    let (_, file) = request(
+        &next,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=kept.txt"),
+        None,
+    )
+    .await;
+    assert_eq!(file["content"], "still here");
+    next.delete(&format!("/v1/sessions/{id}")).await;
+    next.stop().await;
+    drop(dir);
+}
