@@ -458,6 +458,18 @@ impl SessionRegistry {
         if session.is_terminal() {
             return Ok(());
         }
+        // A suspended watch session has no workload: it ends here, and what
+        // the backend kept for its resume goes with it.
+        if matches!(session.status(), RunStatus::Suspended) {
+            if let Some(mut state) = session.watch_state() {
+                state.suspended_at = None;
+            }
+            session.emit(RunEvent::Status {
+                status: RunStatus::Stopped,
+            });
+            self.inner.backend.release(&session.id);
+            return Ok(());
+        }
         let handle = lock(&session.state).handle.clone();
         match handle {
             Some(handle) => handle.stop().await,

@@ -485,6 +485,10 @@ impl Session {
             state.events.push(frame, size)
         };
         self.events_seq.send_replace(id);
+        // Whoever recorded the end, what is tied to the session stops now.
+        if terminal {
+            self.ended.cancel();
+        }
         if came_up && let Some(admitted_at) = self.admitted_at {
             self.metrics.session_running_after(admitted_at.elapsed());
         }
@@ -691,6 +695,7 @@ impl Session {
         if let Some(mut state) = self.watch_state() {
             state.workload = Some(workload);
             state.suspended_at = None;
+            state.started_at = Some(tokio::time::Instant::now());
         }
     }
 

@@ -371,7 +371,11 @@ mod tests {
                 "RUNNER_LOCAL_PATH",
                 "RUNNER_MAX_TTL_SECONDS",
                 "RUNNER_LOCAL_SANDBOX",
-                "RUNNER_LOCAL_SANDBOX_READ_ONLY"
+                "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+                "RUNNER_WORKSPACE_MAX_FILE_BYTES",
+                "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
+                "RUNNER_WORKSPACE_MAX_BYTES",
+                "RUNNER_WORKSPACE_MAX_FILES"
             ]
         );
     }

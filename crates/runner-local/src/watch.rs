@@ -383,7 +383,7 @@ impl LocalWatch {
                     })?
             }
         };
-        let members = spawn.members.clone();
+        let members = spawn.members;
         let process = on_spawner_thread(move || spawn_in_pty(spawn))
             .await
             .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
@@ -595,6 +595,12 @@ impl BackendSession for LocalWatch {
     async fn stop(&self) -> Result<(), StopError> {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        // A stopped session is never listed again by a later runner.
+        if let Err(err) = std::fs::remove_file(record_path(&self.work))
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(session_id = %self.id, error = %err, "could not remove a stopped watch session's record");
         }
         let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
         let sink = self.sink.clone();

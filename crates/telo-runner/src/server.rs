@@ -82,8 +82,7 @@ impl Service {
                 var: "RUNNER_WATCH_SESSIONS".to_owned(),
                 reason: "this runner's Kubernetes backend does not run watch sessions yet (the local backend does)."
                     .to_owned(),
-            }
-            .into());
+            });
         }
         let registry = SessionRegistry::with_metrics(
             backend,

@@ -235,3 +235,68 @@ async fn under_inspect_running_follows_kernel_started_and_the_held_app_stays_run
     assert!(runner.full_output(&id).await.contains("Hello from Telo!"));
     runner.stop().await;
 }
+
+/// A watch session on the real kernel (`telo run --watch --inspect`): the
+/// first generation's output and `run` event come from the kernel itself,
+/// and an edit through the workspace makes it reload in place — the next
+/// generation's `run` events and its new output — without a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_session_reloads_in_place_on_an_edit() {
+    let runner = real_runner(Backend::Local, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
+    let mut request = body("hello-world", json!({}), json!([]), true);
+    request["mode"] = json!("watch");
+    let entry = request["bundle"]["files"][0]["contents"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id = runner.create_body(request).await;
+    let mut events = runner.events(&id, &[]).await;
+    let run = |phase: &'static str, generation: u64| {
+        move |f: &test_support::sse::SseFrame| {
+            f.event.as_deref() == Some("run")
+                && f.json()["phase"] == phase
+                && f.json()["generation"] == generation
+        }
+    };
+    let started = tokio::time::timeout(KERNEL_WAIT, events.events_until(run("started", 1)))
+        .await
+        .expect("generation 1 starts");
+    assert_eq!(started.last().unwrap().json()["trigger"], "initial");
+    let mut socket = runner.io(&id, "?app=app").await;
+    tokio::time::timeout(
+        KERNEL_WAIT,
+        ws::read_until_output(&mut socket, "Hello from Telo!"),
+    )
+    .await
+    .expect("the first generation's output");
+
+    let edited = entry.replace("Hello from Telo!", "Hello again, edited");
+    let (status, applied) = runner
+        .post(
+            &format!("/v1/sessions/{id}/workspace"),
+            &json!({"write": [{"path": "telo.yaml", "content": edited}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let reloaded = tokio::time::timeout(KERNEL_WAIT, events.events_until(run("started", 2)))
+        .await
+        .expect("the edit starts generation 2");
+    assert!(
+        reloaded.iter().any(|f| f.event.as_deref() == Some("run")
+            && f.json()["phase"] == "completed"
+            && f.json()["generation"] == 1
+            && f.json()["code"] == 0),
+        "generation 1 completed before 2 started: {:?}",
+        reloaded.iter().map(|f| f.json()).collect::<Vec<_>>()
+    );
+    assert_eq!(reloaded.last().unwrap().json()["trigger"], "watch");
+    tokio::time::timeout(
+        KERNEL_WAIT,
+        ws::read_until_output(&mut socket, "Hello again, edited"),
+    )
+    .await
+    .expect("the second generation's output");
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    runner.stop().await;
+}

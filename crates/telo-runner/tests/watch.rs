@@ -635,3 +635,191 @@ async fn a_suspended_session_survives_a_runner_restart_with_its_files() {
     next.stop().await;
     drop(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_suspended_session_ends_it_and_its_files() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+        ("RUNNER_WORKSPACE_MAX_CHANGE_BYTES", "64"),
+    ])
+    .await;
+    let id = runner.create_body(watch_body(json!({}))).await;
+    let mut events = runner.events(&id, &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    let (status, refused) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "big.txt", "content": "x".repeat(65)}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{refused}");
+    assert_eq!(refused["error"], "workspace_too_large");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("RUNNER_WORKSPACE_MAX_CHANGE_BYTES"),
+        "{refused}"
+    );
+    drop(events);
+    until_status(&runner, &id, "suspended").await;
+    let session_dir = runner.work_dir.path().join("sessions").join(&id);
+    assert!(session_dir.is_dir());
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        status_of(&runner, &id).await["status"],
+        json!({"kind": "stopped"})
+    );
+    assert!(
+        !session_dir.exists(),
+        "the suspended session's files outlived it"
+    );
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_files() {
+    use common::{Backend, RunnerProcess};
+    let dir = tempfile::tempdir().unwrap();
+    let client = runner_core::http_client::client();
+    let send = |base: String, method: reqwest::Method, path: String, body: Option<Value>| {
+        let client = client.clone();
+        async move {
+            let mut request = client.request(method, format!("{base}{path}"));
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let response = request.send().await.expect("request");
+            let status = response.status();
+            let value = response.json::<Value>().await.unwrap_or(Value::Null);
+            (status, value)
+        }
+    };
+    let mut first = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    let (status, created) = send(
+        first.base.clone(),
+        reqwest::Method::POST,
+        "/v1/sessions".into(),
+        Some(watch_body(json!({"stdout": ["before the crash"]}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events =
+        SseStream::connect(&format!("{}/v1/sessions/{id}/events", first.base), &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    let (status, _) = send(
+        first.base.clone(),
+        reqwest::Method::POST,
+        format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "kept.txt", "content": "written before the crash"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    drop(events);
+    first.child.kill().expect("SIGKILL");
+    first.child.wait().expect("reaped");
+
+    let second = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    // Kept sessions are listed once the runner is ready.
+    let deadline = Instant::now() + WAIT;
+    while send(
+        second.base.clone(),
+        reqwest::Method::GET,
+        "/readyz".into(),
+        None,
+    )
+    .await
+    .0 != StatusCode::OK
+    {
+        assert!(Instant::now() < deadline, "the runner never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, snapshot) = send(
+        second.base.clone(),
+        reqwest::Method::GET,
+        format!("/v1/sessions/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{snapshot}");
+    assert_eq!(snapshot["status"], json!({"kind": "suspended"}));
+    let (status, _) = send(
+        second.base.clone(),
+        reqwest::Method::POST,
+        format!("/v1/sessions/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let mut events =
+        SseStream::connect(&format!("{}/v1/sessions/{id}/events", second.base), &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    let (_, file) = send(
+        second.base.clone(),
+        reqwest::Method::GET,
+        format!("/v1/sessions/{id}/workspace/file?path=kept.txt"),
+        None,
+    )
+    .await;
+    assert_eq!(file["content"], "written before the crash");
+    // Stopped, it is gone for good: a third runner does not list it.
+    let (status, _) = send(
+        second.base.clone(),
+        reqwest::Method::DELETE,
+        format!("/v1/sessions/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let frames = events.events_until_end().await;
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "stopped"})
+    );
+    drop(second);
+    let third = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    let deadline = Instant::now() + WAIT;
+    while send(
+        third.base.clone(),
+        reqwest::Method::GET,
+        "/readyz".into(),
+        None,
+    )
+    .await
+    .0 != StatusCode::OK
+    {
+        assert!(Instant::now() < deadline, "the runner never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _) = send(
+        third.base.clone(),
+        reqwest::Method::GET,
+        format!("/v1/sessions/{id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_workload_past_its_lifetime_fails_the_session() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_MAX_TTL_SECONDS", "1"),
+    ])
+    .await;
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["up"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events.events_until_end().await;
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "failed", "message": "watch session reached its time limit"})
+    );
+    runner.stop().await;
+}

@@ -122,6 +122,12 @@ fn operation(path: &str, method: &str) -> Value {
                 "responses": { "201": response("Created.", schema_ref("SessionCreated")) }
             });
             session_creating(&mut op["responses"]);
+            op["responses"]["400"] = error(
+                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`); a bundle path escapes the bundle (`invalid_bundle`); the backend refuses the config (`invalid_config`); `mode: \"watch\"` is not offered (`watch_disabled`); `agent` without watch (`agent_requires_watch`), not in the catalog (`unknown_agent`) or without a port (`agent_port_undeclared`); an app breaks the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `port_conflict`) or asks for an io mode the runner does not offer (`io_unsupported`).",
+            );
+            op["responses"]["409"] = error(
+                "The runner is at its session limit (`too_many_sessions`) or its live watch session limit (`too_many_watch_sessions`).",
+            );
             op
         }
         ("/v1/sessions", "get") => json!({
@@ -179,15 +185,96 @@ fn operation(path: &str, method: &str) -> Value {
         }),
         ("/v1/sessions/{id}/io", "get") => json!({
             "summary": "WebSocket terminal channel (upgrade with `GET` and `Upgrade: websocket`).",
-            "description": "Server → client: a text frame `{\"type\":\"seq\",\"seq\":n}` first, maybe `{\"type\":\"gap\",\"reason\":\"buffer_evicted\"}`, then binary frames of a 4-byte big-endian chunk seq followed by terminal bytes. Client → server: binary frames are stdin; text `{\"type\":\"resize\",\"cols\":C,\"rows\":R}` resizes. Refusals happen after the handshake with close codes: 4401 `unauthorized` (auth on, no valid token), 4403 `forbidden_origin`, 4404 `session not found`, 4410 `session terminal, nothing to replay`; 1000 `session terminal` at the end. Browsers cannot set headers on a WebSocket, so the token may be passed as `?access_token=`.",
+            "description": "Server → client: a text frame `{\"type\":\"seq\",\"seq\":n,\"app\":name,\"io\":\"tty\"}` first, maybe `{\"type\":\"gap\",\"reason\":\"buffer_evicted\"}`, then binary frames of a 4-byte big-endian chunk seq, a stream byte (0 tty, 1 stdout, 2 stderr) and the bytes (with `RUNNER_IO_FRAMES=legacy`: no stream byte, and a `seq` frame without `app` and `io`). Each app of a session has its own channel and seqs; `?app=` picks it (required when the session runs several: 4404 `session runs N apps — ?app= is required`; 4404 `session runs no app named '<app>'`). Client → server: binary frames are stdin; text `{\"type\":\"resize\",\"cols\":C,\"rows\":R}` resizes (an app without a terminal answers `{\"type\":\"error\",\"error\":\"resize_unsupported\",\"io\":\"streams\"}`). Refusals happen after the handshake with close codes: 4401 `unauthorized` (auth on, no valid token), 4403 `forbidden_origin`, 4404 `session not found`, 4410 `session terminal, nothing to replay`; 1000 `session terminal` at the end. Browsers cannot set headers on a WebSocket, so the token may be passed as `?access_token=`.",
             "parameters": [
                 id_parameter(),
                 {"name": "lastSeq", "in": "query", "required": false, "schema": {"type": "string"}, "description": "Resume after this chunk seq; missing or invalid means 0."},
+                {"name": "app", "in": "query", "required": false, "schema": {"type": "string"}, "description": "The app whose channel to open; the only app when absent."},
                 access_token_parameter()
             ],
             "responses": {
                 "101": {"description": "Switching protocols; the session's frames follow."},
                 "404": {"description": "Not a WebSocket upgrade request (empty body)."}
+            }
+        }),
+        ("/v1/sessions/{id}/workspace", "get") => json!({
+            "summary": "A watch session's workspace: every file with the sha256 (hex) of its bytes; `node_modules`, `.telo` and `.git` left out.",
+            "parameters": [id_parameter()],
+            "responses": {
+                "200": response("The tree.", schema_ref("WorkspaceTree")),
+                "404": error("Unknown session (`not_found`)."),
+                "409": error("Not a watch session (`not_a_watch_session`), or no live workspace: starting, suspended or over (`not_running`)."),
+                "413": error("The workspace holds more than the runner's limits (`workspace_too_large`).")
+            }
+        }),
+        ("/v1/sessions/{id}/workspace", "post") => {
+            let mut op = json!({
+                "summary": "Apply a change set to a watch session's workspace: writes, then deletes. The kernel's own watch reloads the apps.",
+                "description": "Paths follow the bundle path rules and may not be absolute; every path and content is checked before anything is written, so a refused change set changes nothing. Spends one slot of the session's reload budget, shared with `POST /reload`, even when it then fails.",
+                "parameters": [id_parameter()],
+                "requestBody": json_body("WorkspaceChangeSet"),
+                "responses": {
+                    "200": response("Applied.", json!({"type": "object", "required": ["written", "deleted"], "properties": {"written": {"type": "integer"}, "deleted": {"type": "integer"}}})),
+                    "404": error("Unknown session (`not_found`)."),
+                    "409": error("Not a watch session (`not_a_watch_session`) or no live workspace (`not_running`); a path conflicts with what is on disk (`path_conflict`)."),
+                    "429": error("More than `RUNNER_WATCH_RELOAD_LIMIT` writes and reloads in the last minute (`reload_rate_limited`).")
+                }
+            });
+            body_errors(&mut op["responses"]);
+            op["responses"]["400"] = error(
+                "The body failed validation (`invalid_request`), a path breaks the bundle path rules (`invalid_path`), or a content does not decode (`invalid_encoding`).",
+            );
+            op["responses"]["413"] = error(
+                "Body larger than `RUNNER_MAX_BODY_BYTES` (`payload_too_large`), or the change set or the workspace it leaves over a `RUNNER_WORKSPACE_MAX_*` limit (`workspace_too_large`, naming the limit).",
+            );
+            op
+        }
+        ("/v1/sessions/{id}/workspace/file", "get") => json!({
+            "summary": "One file of a watch session's workspace, as UTF-8 (invalid bytes as U+FFFD), with its size in bytes.",
+            "parameters": [id_parameter(), {"name": "path", "in": "query", "required": true, "schema": {"type": "string"}}],
+            "responses": {
+                "200": response("The file.", json!({"type": "object", "required": ["content", "size"], "properties": {"content": {"type": "string"}, "size": {"type": "integer"}}})),
+                "400": error("No `?path=`, or a path breaking the bundle path rules or absolute (`invalid_path`); not a regular file (`not_a_file`)."),
+                "404": error("Unknown session (`not_found`) or no such file (`file_not_found`)."),
+                "409": error("Not a watch session (`not_a_watch_session`) or no live workspace (`not_running`)."),
+                "413": error("The file is over `RUNNER_WORKSPACE_MAX_FILE_BYTES` (`workspace_too_large`).")
+            }
+        }),
+        ("/v1/sessions/{id}/reload", "post") => json!({
+            "summary": "Re-run one app (`?app=`) or every app of a watch session in place; their next generation is attributed `manual`.",
+            "parameters": [id_parameter(), {"name": "app", "in": "query", "required": false, "schema": {"type": "string"}}],
+            "responses": {
+                "202": response("Reloading.", json!({"type": "object", "required": ["reloaded"], "properties": {"reloaded": {"type": "array", "items": {"type": "string"}}}})),
+                "404": error("Unknown session (`not_found`) or app (`unknown_app`)."),
+                "409": error("Not a watch session (`not_a_watch_session`) or no live workload (`not_running`)."),
+                "429": error("More than `RUNNER_WATCH_RELOAD_LIMIT` writes and reloads in the last minute (`reload_rate_limited`).")
+            }
+        }),
+        ("/v1/sessions/{id}/apps", "put") => {
+            let mut op = json!({
+                "summary": "Replace a watch session's app set over the same workspace; a `running` status with the new endpoints follows.",
+                "parameters": [id_parameter()],
+                "requestBody": json_body("SetAppsRequest"),
+                "responses": {
+                    "202": response("Changed.", json!({"type": "object", "required": ["apps"], "properties": {"apps": {"type": "array", "items": {"type": "string"}}}})),
+                    "404": error("Unknown session (`not_found`)."),
+                    "409": error("Not a watch session (`not_a_watch_session`) or no live workload (`not_running`)."),
+                    "500": error("The new apps did not start (`set_apps_failed`); the session ended `failed`.")
+                }
+            });
+            body_errors(&mut op["responses"]);
+            op["responses"]["400"] = error(
+                "The body failed validation (`invalid_request`) or the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `invalid_bundle`, `port_conflict`, `io_unsupported`).",
+            );
+            op
+        }
+        ("/v1/sessions/{id}/resume", "post") => json!({
+            "summary": "Start a suspended watch session again under its id, from its files; every app's next generation is attributed `resume`.",
+            "parameters": [id_parameter()],
+            "responses": {
+                "202": response("Resuming; `starting` then `running` follow on the event stream.", json!({"type": "object", "required": ["sessionId"], "properties": {"sessionId": {"type": "string"}}})),
+                "404": error("Unknown or not suspended (`not_suspended`)."),
+                "409": error("Suspended before its workspace was checkpointed (`no_checkpoint`).")
             }
         }),
         _ => json!({ "responses": {} }),
@@ -269,7 +356,9 @@ fn schemas() -> Value {
                 "description": {"type": "string"},
                 "config": {"type": "object", "required": ["schema"], "properties": {"schema": {"type": "object", "description": "JSON Schema of the editable session config."}}},
                 "features": {"type": "object", "properties": {
-                    "io": {"type": "boolean"}, "ports": {"type": "boolean"},
+                    "io": {"oneOf": [{"type": "array", "items": {"enum": ["tty", "streams"]}}, {"type": "boolean"}], "description": "The io modes apps may ask for; `true` under `RUNNER_IO_FRAMES=legacy`."},
+                    "ports": {"type": "boolean"},
+                    "watch": {"type": "boolean", "description": "Whether `mode: \"watch\"` is offered."},
                     "auth": {"type": "object", "properties": {"type": {"const": "bearer"}}, "description": "Present when the runner requires bearer tokens."}
                 }},
                 "terms": schema_ref("RunnerTerms"),
@@ -288,6 +377,9 @@ fn schemas() -> Value {
             "type": "object", "required": ["sessionId", "status", "createdAt"],
             "properties": {
                 "sessionId": {"type": "string"}, "status": schema_ref("RunStatus"),
+                "mode": {"enum": ["run", "watch"]},
+                "agent": {"type": "string"},
+                "apps": {"type": "array", "items": {"type": "object", "required": ["name", "io", "generation", "ports"], "properties": {"name": {"type": "string"}, "io": {"enum": ["tty", "streams"]}, "generation": {"type": "integer"}, "ports": {"type": "array", "items": schema_ref("PortMapping")}}}},
                 "createdAt": {"type": "string", "format": "date-time"}, "exitedAt": {"type": "string", "format": "date-time"}
             }
         },
@@ -300,14 +392,21 @@ fn schemas() -> Value {
             {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "running"}, "endpoints": {"type": "array", "items": schema_ref("RunnerEndpoint")}, "inspectUrl": {"type": "string"}}},
             {"type": "object", "required": ["kind", "code"], "properties": {"kind": {"const": "exited"}, "code": {"type": "integer"}}},
             {"type": "object", "required": ["kind", "message"], "properties": {"kind": {"const": "failed"}, "message": {"type": "string"}}},
-            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "stopped"}}}
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "stopped"}}},
+            {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "suspended"}}, "description": "A watch session waiting to be resumed; not terminal."}
         ]},
+        "WorkspaceTree": {
+            "type": "object", "required": ["files"],
+            "properties": {"files": {"type": "array", "items": {"type": "object", "required": ["path", "hash"], "properties": {"path": {"type": "string"}, "hash": {"type": "string", "description": "sha256 of the file's bytes, lowercase hex."}}}}}
+        },
         "RunEvent": {"oneOf": [
             {"type": "object", "required": ["type", "status"], "properties": {"type": {"const": "status"}, "status": schema_ref("RunStatus")}},
-            {"type": "object", "required": ["type", "phase", "message"], "properties": {"type": {"const": "progress"}, "phase": {"enum": ["build", "provision", "boot"]}, "message": {"type": "string"}, "done": {"type": "boolean"}}},
-            {"type": "object", "required": ["type", "frame"], "properties": {"type": {"const": "debug"}, "frame": {"type": "object", "description": "A kernel debug event frame."}}},
-            {"type": "object", "required": ["type", "port", "state"], "properties": {"type": {"const": "reachability"}, "port": {"type": "integer"}, "state": {"enum": ["checking", "reachable", "unreachable"]}}},
-            {"type": "object", "required": ["type", "host", "port", "state"], "properties": {"type": {"const": "route"}, "host": {"type": "string"}, "port": {"type": "integer"}, "state": {"enum": ["pending", "programmed", "unprogrammed"]}, "reason": {"type": "string"}}},
+            {"type": "object", "required": ["type", "phase", "message"], "properties": {"type": {"const": "progress"}, "app": {"type": "string"}, "phase": {"enum": ["build", "provision", "boot"]}, "message": {"type": "string"}, "done": {"type": "boolean"}}},
+            {"type": "object", "required": ["type", "frame"], "properties": {"type": {"const": "debug"}, "app": {"type": "string"}, "frame": {"type": "object", "description": "A kernel debug event frame."}}},
+            {"type": "object", "required": ["type", "port", "state"], "properties": {"type": {"const": "reachability"}, "app": {"type": "string"}, "port": {"type": "integer"}, "state": {"enum": ["checking", "reachable", "unreachable"]}}},
+            {"type": "object", "required": ["type", "host", "port", "state"], "properties": {"type": {"const": "route"}, "app": {"type": "string"}, "host": {"type": "string"}, "port": {"type": "integer"}, "state": {"enum": ["pending", "programmed", "unprogrammed"]}, "reason": {"type": "string"}}},
+            {"type": "object", "required": ["type", "app", "generation", "phase"], "properties": {"type": {"const": "run"}, "app": {"type": "string"}, "generation": {"type": "integer"}, "phase": {"enum": ["started", "completed", "failed"]}, "trigger": {"enum": ["initial", "watch", "manual", "resume"]}, "telo": {"type": "string"}, "code": {"type": "integer"}, "durationMs": {"type": "integer"}, "reason": {"type": "string"}}, "description": "One generation of an app, from the kernel's debug stream: `started` (with `trigger`), `completed` (with `code`), `failed` (with `reason`)."},
+            {"type": "object", "required": ["type", "app"], "properties": {"type": {"const": "endpoints"}, "app": {"type": "string"}, "added": {"type": "array", "items": schema_ref("RunnerEndpoint")}, "removed": {"type": "array", "items": schema_ref("RunnerEndpoint")}, "rejected": {"type": "array", "items": {"type": "object", "required": ["port", "reason"], "properties": {"port": {"type": "integer"}, "reason": {"type": "string"}}}}}},
             {"type": "object", "required": ["type", "chunk"], "properties": {"type": {"enum": ["stdout", "stderr"]}, "chunk": {"type": "string"}}, "description": "In the union for compatibility; never sent."}
         ]},
         "AvailabilityReport": {"oneOf": [

@@ -260,23 +260,33 @@ impl SessionRegistry {
                 {
                     continue;
                 }
+                let expired = state
+                    .started_at
+                    .is_some_and(|at| at.elapsed() >= config.max_ttl);
                 let idle = session
                     .idle_since()
                     .is_some_and(|since| since.elapsed() >= config.idle);
                 let due = state
                     .checkpointed_at
                     .is_none_or(|at| at.elapsed() >= config.checkpoint_every);
-                if !idle && !due {
+                if !expired && !idle && !due {
                     continue;
                 }
                 state.busy = true;
-                if idle { Job::Suspend } else { Job::Checkpoint }
+                if expired {
+                    Job::Expire
+                } else if idle {
+                    Job::Suspend
+                } else {
+                    Job::Checkpoint
+                }
             };
             let registry = self.clone();
             let span = info_span!("session", session_id = %session.id);
             self.inner.tasks.spawn(
                 async move {
                     match job {
+                        Job::Expire => expire(&session).await,
                         Job::Suspend => registry.suspend(&session).await,
                         Job::Checkpoint => checkpoint(&session).await,
                     }
@@ -348,8 +358,25 @@ impl SessionRegistry {
 }
 
 enum Job {
+    /// The workload ran for `RUNNER_WATCH_MAX_TTL_SECONDS`.
+    Expire,
     Suspend,
     Checkpoint,
+}
+
+/// Ends a watch session whose workload reached its lifetime limit: the
+/// failure first, so the stop that follows is not reported as a client's.
+async fn expire(session: &Arc<Session>) {
+    let Some(workload) = session.watch_workload() else {
+        return;
+    };
+    info!("watch session reached its time limit");
+    session.emit(RunEvent::Status {
+        status: RunStatus::failed("watch session reached its time limit"),
+    });
+    if let Err(err) = workload.stop().await {
+        warn!(error = %err, "stopping an expired watch session failed");
+    }
 }
 
 async fn checkpoint(session: &Arc<Session>) {

@@ -19,6 +19,8 @@ pub struct WatchState {
     /// compares.
     pub(crate) suspended_at: Option<(Instant, String)>,
     pub(crate) checkpointed_at: Option<Instant>,
+    /// When the running workload started (its lifetime limit counts from it).
+    pub(crate) started_at: Option<Instant>,
     /// A checkpoint, suspend, resume or app change is under way: the
     /// supervisor leaves the session alone.
     pub(crate) busy: bool,
@@ -32,6 +34,7 @@ impl WatchState {
             spec,
             suspended_at: None,
             checkpointed_at: None,
+            started_at: None,
             busy: false,
             budget: Arc::new(ReloadBudget::default()),
         }

@@ -16,7 +16,7 @@ pub const DEFAULT_RELOAD_LIMIT: u64 = 30;
 pub const DEFAULT_SUSPENDED_TTL_SECONDS: u64 = 86_400;
 pub const DEFAULT_CHECKPOINT_SECONDS: u64 = 30;
 /// How often the supervisor looks at every watch session, at most (the
-/// reference's cadence); shorter idle or checkpoint windows are looked at
+/// reference's cadence); shorter idle, checkpoint or lifetime windows are looked at
 /// four times per window, so a suspend is never late by more than a
 /// quarter of its window.
 pub const SUPERVISOR_TICK: Duration = Duration::from_secs(5);
@@ -91,7 +91,8 @@ pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
     };
     let tick = SUPERVISOR_TICK
         .min(config.idle / 4)
-        .min(config.checkpoint_every / 4);
+        .min(config.checkpoint_every / 4)
+        .min(config.max_ttl / 4);
     Ok(WatchConfig { tick, ..config })
 }
 
