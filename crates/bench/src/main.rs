@@ -39,6 +39,9 @@ enum Scenario {
     /// N big bundles (default 6 × 23,500 files) started at once while
     /// `/livez` is probed every 5 ms.
     BigBundles,
+    /// One watch session edited N times (default 50, `--sessions`): change
+    /// set → next generation started, → its first output (local backend).
+    WatchReload,
     /// Every scenario in turn.
     All,
 }
@@ -54,6 +57,7 @@ impl Scenario {
             Scenario::RealKernel => "real-kernel",
             Scenario::StartOutput => "start-output",
             Scenario::BigBundles => "big-bundles",
+            Scenario::WatchReload => "watch-reload",
             Scenario::All => "all",
         }
     }
@@ -215,6 +219,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::RealKernel => scenarios::real_kernel::run(&ctx).await?,
             Scenario::StartOutput => scenarios::start_output::run(&ctx).await?,
             Scenario::BigBundles => scenarios::big_bundles::run(&ctx).await?,
+            Scenario::WatchReload => scenarios::watch_reload::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

@@ -8,6 +8,7 @@ pub mod real_kernel;
 pub mod relay;
 pub mod start_latency;
 pub mod start_output;
+pub mod watch_reload;
 
 use std::path::PathBuf;
 
