@@ -728,6 +728,38 @@ impl Session {
         channel.run.workload_ended(app, code, reason)
     }
 
+    /// How the kernel's `declared` ports differ from app `app`'s: the
+    /// added ports no other app declares, the removed ones, and the added
+    /// ones another app declares.
+    fn diff_ports(
+        &self,
+        app: &str,
+        declared: &[PortMapping],
+    ) -> (Vec<PortMapping>, Vec<PortMapping>, Vec<PortMapping>) {
+        let state = lock(&self.state);
+        let Some(channel) = state.channels.iter().find(|c| c.name == app) else {
+            return (Vec::new(), Vec::new(), Vec::new());
+        };
+        let taken: Vec<PortMapping> = state
+            .channels
+            .iter()
+            .filter(|c| c.name != app)
+            .flat_map(|c| c.ports.iter().copied())
+            .collect();
+        let removed = channel
+            .ports
+            .iter()
+            .filter(|p| !declared.contains(p))
+            .copied()
+            .collect();
+        let (rejected, accepted) = declared
+            .iter()
+            .filter(|p| !channel.ports.contains(p))
+            .copied()
+            .partition(|p| taken.contains(p));
+        (accepted, removed, rejected)
+    }
+
     /// Applies an `endpoints` delta to the app's declared ports.
     fn apply_endpoints(
         &self,

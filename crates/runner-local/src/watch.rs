@@ -424,11 +424,28 @@ impl LocalWatch {
         );
         let debug_sink = self.sink.clone();
         let debug_name = app.name.clone();
+        let probes = launcher.tasks.clone();
+        let probe_stop = teardown.clone();
         launcher.tasks.spawn(
             relay_debug_stream(
                 launcher.http.clone(),
                 format!("http://127.0.0.1:{inspect_port}/events"),
-                move |frame| debug_sink.app_debug(&debug_name, frame),
+                move |frame| {
+                    // The kernel's own account of its ports wins over the
+                    // request's; new tcp ports get probed.
+                    if let Some(tcp) = debug_sink.ports_resolved(&debug_name, &frame)
+                        && !tcp.is_empty()
+                    {
+                        probes.spawn(watch_app_reachability(
+                            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                            debug_name.clone(),
+                            tcp,
+                            debug_sink.clone(),
+                            probe_stop.clone(),
+                        ));
+                    }
+                    debug_sink.app_debug(&debug_name, frame);
+                },
                 teardown.clone(),
             )
             .instrument(Span::current()),

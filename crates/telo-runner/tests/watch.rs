@@ -823,3 +823,31 @@ async fn a_watch_workload_past_its_lifetime_fails_the_session() {
     );
     runner.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ports_the_kernel_resolves_become_the_apps_endpoints() {
+    let runner = Runner::start_with(WATCH).await;
+    let port = test_support::free_port();
+    let id = runner
+        .create_body(watch_body(json!({"listen": [port], "stdout": ["up"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.event.as_deref() == Some("endpoints"))
+        .await;
+    assert_eq!(
+        frames.last().unwrap().json(),
+        json!({"type": "endpoints", "app": "app", "added": [{"host": "", "port": port, "protocol": "tcp"}]})
+    );
+    events
+        .events_until(|f| {
+            f.event.as_deref() == Some("reachability") && f.json()["state"] == "reachable"
+        })
+        .await;
+    assert_eq!(
+        status_of(&runner, &id).await["apps"][0]["ports"],
+        json!([{"port": port, "protocol": "tcp"}])
+    );
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}

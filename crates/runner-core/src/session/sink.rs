@@ -15,6 +15,9 @@ use tracing::info;
 use super::*;
 use crate::start_gate::{KERNEL_STARTED, SILENT_START_FALLBACK};
 
+/// The debug-stream event listing the ports a kernel's application declares.
+pub const KERNEL_PORTS_RESOLVED: &str = "Kernel.PortsResolved";
+
 /// What a backend reports a session's life through.
 #[derive(Clone)]
 pub struct SessionSink {
@@ -139,6 +142,70 @@ impl SessionSink {
         if let Some(run) = self.session.end_app_run(app, code, reason) {
             self.session.emit(RunEvent::Run(run));
         }
+    }
+
+    /// `Kernel.PortsResolved` of app `app`'s kernel, on a backend that
+    /// publishes ports as they are (the local one: endpoints with host
+    /// `""`): the app's declared ports become the kernel's, except those
+    /// another app of the session declares, which are rejected. `None` for
+    /// any other frame; else the tcp ports newly accepted (to probe).
+    pub fn ports_resolved(&self, app: &str, frame: &Value) -> Option<Vec<u16>> {
+        if frame.get("event").and_then(Value::as_str) != Some(KERNEL_PORTS_RESOLVED) {
+            return None;
+        }
+        let declared: Vec<runner_api::types::PortMapping> = frame
+            .pointer("/payload/ports")
+            .and_then(Value::as_array)
+            .map(|ports| {
+                ports
+                    .iter()
+                    .filter_map(|port| {
+                        let number = u16::try_from(port.get("port")?.as_u64()?).ok()?;
+                        let protocol = match port.get("protocol").and_then(Value::as_str) {
+                            Some("udp") => runner_api::types::PortProtocol::Udp,
+                            _ => runner_api::types::PortProtocol::Tcp,
+                        };
+                        Some(runner_api::types::PortMapping {
+                            port: number,
+                            protocol,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (accepted, removed, taken) = self.session.diff_ports(app, &declared);
+        if accepted.is_empty() && removed.is_empty() && taken.is_empty() {
+            return Some(Vec::new());
+        }
+        let endpoint = |port: &runner_api::types::PortMapping| RunnerEndpoint {
+            host: String::new(),
+            port: port.port,
+            protocol: port.protocol,
+            url: None,
+        };
+        let rejected = taken
+            .iter()
+            .map(|port| RejectedPort {
+                port: port.port,
+                reason: format!(
+                    "another app in this session already declares {} port {}",
+                    port.protocol.as_str(),
+                    port.port
+                ),
+            })
+            .collect();
+        let tcp = accepted
+            .iter()
+            .filter(|p| p.protocol == runner_api::types::PortProtocol::Tcp)
+            .map(|p| p.port)
+            .collect();
+        self.endpoints(
+            app,
+            accepted.iter().map(endpoint).collect(),
+            removed.iter().map(endpoint).collect(),
+            rejected,
+        );
+        Some(tcp)
     }
 
     /// An app's routable ports changed.
