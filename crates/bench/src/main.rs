@@ -42,6 +42,10 @@ enum Scenario {
     /// One watch session edited N times (default 50, `--sessions`): change
     /// set → next generation started, → its first output (local backend).
     WatchReload,
+    /// N watch sessions (default 200, C = 10 at a time) run once and left
+    /// to suspend: runner memory per suspended session, resume → `running`
+    /// (local backend).
+    WatchSuspend,
     /// Every scenario in turn.
     All,
 }
@@ -58,6 +62,7 @@ impl Scenario {
             Scenario::StartOutput => "start-output",
             Scenario::BigBundles => "big-bundles",
             Scenario::WatchReload => "watch-reload",
+            Scenario::WatchSuspend => "watch-suspend",
             Scenario::All => "all",
         }
     }
@@ -220,6 +225,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::StartOutput => scenarios::start_output::run(&ctx).await?,
             Scenario::BigBundles => scenarios::big_bundles::run(&ctx).await?,
             Scenario::WatchReload => scenarios::watch_reload::run(&ctx).await?,
+            Scenario::WatchSuspend => scenarios::watch_suspend::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

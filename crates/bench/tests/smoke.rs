@@ -64,6 +64,7 @@ fn bin_dir() -> PathBuf {
 #[case::start_output_local(&["start-output", "--sessions", "2", "--backend", "local"])]
 #[case::big_bundles_local(&["big-bundles", "--sessions", "2", "--files", "200", "--backend", "local"])]
 #[case::watch_reload_local(&["watch-reload", "--sessions", "3", "--backend", "local"])]
+#[case::watch_suspend_local(&["watch-suspend", "--sessions", "2", "--backend", "local"])]
 #[case::real_kernel_local(&["real-kernel", "--cold", "1", "--sessions", "1", "--backend", "local"])]
 #[case::real_kernel_kubernetes(&["real-kernel", "--cold", "1", "--sessions", "1"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
