@@ -91,8 +91,9 @@ pub fn load_script(entry: &str) -> Result<Option<Script>, RunError> {
     })
 }
 
-/// The start output, in the order the README documents.
-fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
+/// The scripted lines a run (or a watch generation) prints first: stdout,
+/// raw stdout bytes, stderr, then the `printEnv` lines.
+pub(crate) fn print_start_lines(script: &Script) {
     for line in &script.stdout {
         output::stdout_line(line);
     }
@@ -105,6 +106,11 @@ fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
     for name in &script.print_env {
         output::stdout_line(&env_line(name, env::var_os(name).as_deref()));
     }
+}
+
+/// The start output, in the order the README documents.
+fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
+    print_start_lines(script);
     if script.print_size {
         terminal::print_size_and_follow_resizes().map_err(|source| RunError::Start {
             what: "the resize watcher",

@@ -27,8 +27,8 @@ use crate::listen::{self, StoppableListener};
 use crate::live_stream::Hub;
 use crate::net;
 use crate::output;
-use crate::run::{self, ECHO_EXIT_LINE, RunError, env_line, periodic_line, trim_line_ending};
-use crate::script::{self, DebugEvent, Script};
+use crate::run::{self, ECHO_EXIT_LINE, RunError, periodic_line, trim_line_ending};
+use crate::script::{DebugEvent, Script};
 use crate::signals;
 use crate::terminal;
 use crate::watcher;
@@ -292,18 +292,7 @@ impl Session {
     /// The generation's start output, ports and loops (the README's start order).
     fn launch(&mut self, script: Script) {
         self.publish("Kernel.Starting".into());
-        for line in &script.stdout {
-            output::stdout_line(line);
-        }
-        for hex in &script.stdout_hex {
-            output::stdout_bytes(&script::decode_hex(hex).unwrap_or_default());
-        }
-        for line in &script.stderr {
-            output::stderr_line(line);
-        }
-        for name in &script.print_env {
-            output::stdout_line(&env_line(name, env::var_os(name).as_deref()));
-        }
+        run::print_start_lines(&script);
         if script.print_size {
             self.follow_size();
         }
