@@ -70,6 +70,19 @@ pub struct RunnerEndpoint {
     pub url: Option<String>,
 }
 
+impl RunnerEndpoint {
+    /// A port published as it is, on the host the client reached the
+    /// runner on (no routing layer in front).
+    pub fn unrouted(mapping: PortMapping) -> Self {
+        Self {
+            host: String::new(),
+            port: mapping.port,
+            protocol: mapping.protocol,
+            url: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum RunStatus {

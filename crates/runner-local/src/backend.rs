@@ -15,7 +15,9 @@ use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
 use runner_core::reachability::watch_reachability;
 use runner_core::tasks::OwnedTasks;
-use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, RunnerEndpoint};
+use runner_core::types::{
+    AvailabilityReport, PortMapping, PullPolicy, RunBundle, RunStatus, RunnerEndpoint,
+};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
     StartStage, SuspendedSession, WatchSpec, WatchStart, WatchWorkload,
@@ -427,20 +429,7 @@ impl Backend for LocalBackend {
         };
         info!(session_id = %spec.session_id, dir = %work.root().display(), "session process started");
 
-        let endpoints = spec
-            .ports
-            .iter()
-            .map(|mapping| RunnerEndpoint {
-                host: String::new(),
-                port: mapping.port,
-                protocol: mapping.protocol,
-                url: None,
-            })
-            .collect();
-        sink.status(RunStatus::Running {
-            endpoints: Some(endpoints),
-            inspect_url: None,
-        });
+        sink.status(running_unrouted(spec.ports.iter()));
         // Only now: the terminal status must never overtake `running`.
         self.tasks
             .spawn(supervise(supervision).instrument(Span::current()));
@@ -652,8 +641,16 @@ pub(crate) fn wire_process(
     })
 }
 
+/// `running` with `ports` published on this host as they are.
+pub(crate) fn running_unrouted<'a>(ports: impl Iterator<Item = &'a PortMapping>) -> RunStatus {
+    RunStatus::Running {
+        endpoints: Some(ports.copied().map(RunnerEndpoint::unrouted).collect()),
+        inspect_url: None,
+    }
+}
+
 /// A loopback port that was free a moment ago, for the CLI's `--inspect`.
-fn free_loopback_port() -> std::io::Result<u16> {
+pub(crate) fn free_loopback_port() -> std::io::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())
 }

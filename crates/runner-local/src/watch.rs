@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use runner_api::types::{PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
+use runner_api::types::{PortProtocol, RunBundle, RunStatus};
 use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
-use crate::backend::{WiredProcess, wire_process};
+use crate::backend::{WiredProcess, free_loopback_port, running_unrouted, wire_process};
 use crate::launch::{LaunchPlan, SpawnPlan, workload_env};
 use crate::pty::spawn_in_pty;
 use crate::sandbox::Sandbox;
@@ -279,20 +279,7 @@ pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession
 }
 
 fn running_status(apps: &[AppSpec]) -> RunStatus {
-    let endpoints = apps
-        .iter()
-        .flat_map(|app| app.ports.iter())
-        .map(|port| RunnerEndpoint {
-            host: String::new(),
-            port: port.port,
-            protocol: port.protocol,
-            url: None,
-        })
-        .collect();
-    RunStatus::Running {
-        endpoints: Some(endpoints),
-        inspect_url: None,
-    }
+    running_unrouted(apps.iter().flat_map(|app| app.ports.iter()))
 }
 
 fn workspace_failure(err: WorkspaceError) -> WorkspaceFailure {
@@ -327,7 +314,7 @@ impl LocalWatch {
     }
 
     async fn launch_app(&self, index: usize, app: &AppSpec) -> Result<RunningApp, StartError> {
-        let inspect_port = free_port().map_err(|err| {
+        let inspect_port = free_loopback_port().map_err(|err| {
             StartError::new(
                 StartStage::Start,
                 format!(
@@ -481,16 +468,7 @@ impl LocalWatch {
     /// runner causes are not reported as the apps' own.
     async fn take_down(&self) {
         let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
-        for app in &apps {
-            app.teardown.cancel();
-        }
-        for mut app in apps {
-            if let Some(gone) = app.gone.take()
-                && tokio::time::timeout(TEARDOWN_BOUND, gone).await.is_err()
-            {
-                warn!(session_id = %self.id, app = %app.spec.name, "an app process outlived its teardown");
-            }
-        }
+        end_apps(&self.id, apps).await;
     }
 
     fn app(&self, name: &str) -> Option<Arc<LocalSession>> {
@@ -505,6 +483,20 @@ impl LocalWatch {
         write_record(&self.work, &record).map_err(|err| {
             WorkspaceFailure::unavailable(format!("could not record the session: {err}"))
         })
+    }
+}
+
+/// Takes `apps` down at once and waits (bounded) for each to be gone.
+async fn end_apps(session_id: &str, apps: Vec<RunningApp>) {
+    for app in &apps {
+        app.teardown.cancel();
+    }
+    for mut app in apps {
+        if let Some(gone) = app.gone.take()
+            && tokio::time::timeout(TEARDOWN_BOUND, gone).await.is_err()
+        {
+            warn!(session_id, app = %app.spec.name, "an app process outlived its teardown");
+        }
     }
 }
 
@@ -574,11 +566,6 @@ async fn supervise_app(end: AppEnd) {
     let _ = gone.send(());
 }
 
-fn free_port() -> std::io::Result<u16> {
-    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
-}
-
 #[async_trait]
 impl BackendSession for LocalWatch {
     fn write_stdin(&self, bytes: Bytes) {
@@ -623,16 +610,7 @@ impl BackendSession for LocalWatch {
         let sink = self.sink.clone();
         let id = self.id.clone();
         self.launcher.tasks.spawn(async move {
-            for app in &apps {
-                app.teardown.cancel();
-            }
-            for mut app in apps {
-                if let Some(gone) = app.gone.take()
-                    && tokio::time::timeout(TEARDOWN_BOUND, gone).await.is_err()
-                {
-                    warn!(session_id = %id, app = %app.spec.name, "an app process outlived its stop");
-                }
-            }
+            end_apps(&id, apps).await;
             sink.status(RunStatus::Stopped);
         });
         Ok(())

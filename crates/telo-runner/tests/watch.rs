@@ -32,7 +32,18 @@ async fn request(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut request = runner.client.request(method, runner.url(path));
+    request_at(&runner.client, &runner.base, method, path, body).await
+}
+
+/// A request to the runner at `base`: its status and its JSON (or text).
+async fn request_at(
+    client: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = client.request(method, format!("{base}{path}"));
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -43,6 +54,21 @@ async fn request(
         status,
         serde_json::from_str(&text).unwrap_or(Value::String(text)),
     )
+}
+
+/// Waits until the runner at `base` is ready: it has listed the sessions it
+/// kept.
+async fn ready(base: &str) {
+    let client = runner_core::http_client::client();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ready = client.get(format!("{base}/readyz")).send().await;
+        if ready.is_ok_and(|r| r.status() == StatusCode::OK) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the runner never became ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Reads events until a `run` event for `app` with `phase` and
@@ -687,16 +713,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
     let client = runner_core::http_client::client();
     let send = |base: String, method: reqwest::Method, path: String, body: Option<Value>| {
         let client = client.clone();
-        async move {
-            let mut request = client.request(method, format!("{base}{path}"));
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            let response = request.send().await.expect("request");
-            let status = response.status();
-            let value = response.json::<Value>().await.unwrap_or(Value::Null);
-            (status, value)
-        }
+        async move { request_at(&client, &base, method, &path, body).await }
     };
     let mut first = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
     let (status, created) = send(
@@ -725,19 +742,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
 
     let second = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
     // Kept sessions are listed once the runner is ready.
-    let deadline = Instant::now() + WAIT;
-    while send(
-        second.base.clone(),
-        reqwest::Method::GET,
-        "/readyz".into(),
-        None,
-    )
-    .await
-    .0 != StatusCode::OK
-    {
-        assert!(Instant::now() < deadline, "the runner never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ready(&second.base).await;
     let (status, snapshot) = send(
         second.base.clone(),
         reqwest::Method::GET,
@@ -782,19 +787,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
     );
     drop(second);
     let third = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
-    let deadline = Instant::now() + WAIT;
-    while send(
-        third.base.clone(),
-        reqwest::Method::GET,
-        "/readyz".into(),
-        None,
-    )
-    .await
-    .0 != StatusCode::OK
-    {
-        assert!(Instant::now() < deadline, "the runner never became ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ready(&third.base).await;
     let (status, _) = send(
         third.base.clone(),
         reqwest::Method::GET,

@@ -228,6 +228,14 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     }
 }
 
+/// [`query_value`] trimmed, with an empty value counted as absent (how the
+/// reference reads `?app=` and `?path=`).
+pub(crate) fn trimmed_query(uri: &axum::http::Uri, key: &str) -> Option<String> {
+    query_value(uri, key)
+        .map(|value| value.trim().to_owned())
+        .filter(|value| !value.is_empty())
+}
+
 /// The first `key=` value of the query string, like the reference's parser
 /// hands it to `parseInt` (a repeated key becomes an array whose string
 /// form starts with the first value). A query string a typed extractor would

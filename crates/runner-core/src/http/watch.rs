@@ -14,7 +14,7 @@ use runner_api::watch::{AppsChanged, Reloaded, Resumed, RunTrigger, SessionMode,
 
 use super::body::read_json_body;
 use super::error::ApiError;
-use super::{AppState, PathParam, query_value};
+use super::{AppState, PathParam, trimmed_query};
 use crate::registry::{ResumeError, SetAppsError};
 use crate::session::Session;
 use crate::workload::{WatchWorkload, WorkspaceFailure};
@@ -103,10 +103,7 @@ pub async fn read_file(
 ) -> Result<Response, ApiError> {
     let session = watch_session(&state, &id)?;
     let workload = live_workload(&session, NO_LIVE_WORKSPACE)?;
-    let path = query_value(&uri, "path")
-        .map(|path| path.trim().to_owned())
-        .filter(|path| !path.is_empty())
-        .ok_or_else(|| invalid_path("?path= is required"))?;
+    let path = trimmed_query(&uri, "path").ok_or_else(|| invalid_path("?path= is required"))?;
     let path = workspace_path(&path)?;
     let file = workload.read_file(&path).await.map_err(workspace_error)?;
     Ok(Json(file).into_response())
@@ -145,10 +142,7 @@ pub async fn reload(
     let workload = live_workload(&session, NO_LIVE_WORKLOAD)?;
     spend_budget(&state, &session, "reloads")?;
     let apps = session.app_names();
-    let targets = match query_value(&uri, "app")
-        .map(|app| app.trim().to_owned())
-        .filter(|app| !app.is_empty())
-    {
+    let targets = match trimmed_query(&uri, "app") {
         Some(app) if apps.contains(&app) => vec![app],
         Some(app) => {
             return Err(ApiError::new(

@@ -22,7 +22,7 @@ use runner_api::io::{
 use runner_api::watch::IoMode;
 use tokio::time::{Instant, sleep_until};
 
-use super::{AppState, query_value, stream_allows_origin};
+use super::{AppState, query_value, stream_allows_origin, trimmed_query};
 use crate::metrics::{Metrics, Transport};
 use crate::session::{AppResolution, Batch, OutputChunk, Session};
 
@@ -69,9 +69,7 @@ pub async fn io(
         .as_deref()
         .and_then(runner_api::sse::parse_resume_id)
         .unwrap_or(0);
-    let app = query_value(&parts.uri, "app")
-        .map(|app| app.trim().to_owned())
-        .filter(|app| !app.is_empty());
+    let app = trimmed_query(&parts.uri, "app");
     let format = state.options.io_frames;
     upgrade
         .read_buffer_size(CLIENT_READ_BUFFER_BYTES)

@@ -177,12 +177,6 @@ impl SessionSink {
         if accepted.is_empty() && removed.is_empty() && taken.is_empty() {
             return Some(Vec::new());
         }
-        let endpoint = |port: &runner_api::types::PortMapping| RunnerEndpoint {
-            host: String::new(),
-            port: port.port,
-            protocol: port.protocol,
-            url: None,
-        };
         let rejected = taken
             .iter()
             .map(|port| RejectedPort {
@@ -201,8 +195,16 @@ impl SessionSink {
             .collect();
         self.endpoints(
             app,
-            accepted.iter().map(endpoint).collect(),
-            removed.iter().map(endpoint).collect(),
+            accepted
+                .iter()
+                .copied()
+                .map(RunnerEndpoint::unrouted)
+                .collect(),
+            removed
+                .iter()
+                .copied()
+                .map(RunnerEndpoint::unrouted)
+                .collect(),
             rejected,
         );
         Some(tcp)
