@@ -183,7 +183,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             ));
         }
     };
-    let workspace = load_workspace_limits(env)?;
+    let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
     Ok(LocalConfig {
         telo,
         work_root,
@@ -192,26 +192,6 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         stop_grace: DEFAULT_STOP_GRACE,
         sandbox,
         workspace,
-    })
-}
-
-/// `RUNNER_WORKSPACE_MAX_*`: the bounds of one watch session's workspace.
-fn load_workspace_limits(env: &Env) -> Result<runner_workspace::WorkspaceLimits, ConfigError> {
-    let defaults = runner_workspace::WorkspaceLimits::default();
-    let var = |key: &str| env.get(key).map(String::as_str);
-    let bytes = |key: &str, default: u64| parse_positive_int(var(key), default, key);
-    Ok(runner_workspace::WorkspaceLimits {
-        max_file_bytes: bytes("RUNNER_WORKSPACE_MAX_FILE_BYTES", defaults.max_file_bytes)?,
-        max_change_set_bytes: bytes(
-            "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
-            defaults.max_change_set_bytes,
-        )?,
-        max_workspace_bytes: bytes("RUNNER_WORKSPACE_MAX_BYTES", defaults.max_workspace_bytes)?,
-        max_files: usize::try_from(bytes(
-            "RUNNER_WORKSPACE_MAX_FILES",
-            defaults.max_files as u64,
-        )?)
-        .unwrap_or(usize::MAX),
     })
 }
 

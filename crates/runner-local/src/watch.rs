@@ -282,11 +282,6 @@ fn running_status(apps: &[AppSpec]) -> RunStatus {
     running_unrouted(apps.iter().flat_map(|app| app.ports.iter()))
 }
 
-fn workspace_failure(err: WorkspaceError) -> WorkspaceFailure {
-    let kind = err.kind();
-    WorkspaceFailure::new(kind.status, kind.code, err.to_string())
-}
-
 impl LocalWatch {
     /// Runs `operation` on the workspace off the async runtime.
     async fn on_workspace<T: Send + 'static>(
@@ -301,7 +296,7 @@ impl LocalWatch {
                     "the workspace operation was interrupted: {join}"
                 ))
             })?
-            .map_err(workspace_failure)
+            .map_err(|err| runner_workspace_service::failure(&err))
     }
 
     /// Starts one process per app, in order.

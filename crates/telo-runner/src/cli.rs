@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use runner_core::config::{CORE_ENV_VARS, EnvVarDoc};
 use runner_k8s::config::K8S_ENV_VARS;
 use runner_local::LOCAL_ENV_VARS;
+use runner_workspace_service::WORKSPACE_SERVICE_ENV_VARS;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -106,6 +107,12 @@ pub enum Command {
         #[command(flatten)]
         runner: RunnerArg,
     },
+    /// Serve one watch session's workspace directory over HTTP, for the
+    /// runner only (the `workspace` container of a Kubernetes watch pod).
+    /// Configured through RUNNER_WORKSPACE_DIR, RUNNER_WORKSPACE_LISTEN,
+    /// RUNNER_WORKSPACE_TOKEN and the RUNNER_WORKSPACE_MAX_* limits.
+    #[command(after_long_help = workspace_env_help())]
+    Workspace,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
     /// Stop a session and wait until the runner reports it ended.
@@ -190,12 +197,16 @@ pub const BINARY_ENV_VARS: &[EnvVarDoc] = &[EnvVarDoc {
 
 /// Every documented environment variable, grouped as `--help` and the README
 /// show them. The one source both are generated from.
-pub fn env_groups() -> [(&'static str, &'static [EnvVarDoc]); 4] {
+pub fn env_groups() -> [(&'static str, &'static [EnvVarDoc]); 5] {
     [
         ("Service", BINARY_ENV_VARS),
         ("Core", CORE_ENV_VARS),
         ("Local backend", LOCAL_ENV_VARS),
         ("Kubernetes backend", K8S_ENV_VARS),
+        (
+            "Workspace service (`telo-runner workspace`)",
+            WORKSPACE_SERVICE_ENV_VARS,
+        ),
     ]
 }
 
@@ -208,18 +219,41 @@ fn default_text(var: &EnvVarDoc) -> &str {
 }
 
 pub fn env_help() -> String {
+    help_for(&env_groups())
+}
+
+/// `workspace --help`: its own variables and the limits it shares with the
+/// runner.
+pub fn workspace_env_help() -> String {
+    let shared: Vec<EnvVarDoc> = LOCAL_ENV_VARS
+        .iter()
+        .filter(|var| var.name.starts_with("RUNNER_WORKSPACE_MAX_"))
+        .copied()
+        .collect();
+    let mut out = help_for(&[("Workspace service", WORKSPACE_SERVICE_ENV_VARS)]);
+    out.push_str(&help_group("Workspace limits (as the runner's)", &shared));
+    out
+}
+
+fn help_for(groups: &[(&str, &[EnvVarDoc])]) -> String {
     let mut out = String::from("Environment variables:\n");
-    for (title, vars) in env_groups() {
-        let _ = writeln!(out, "\n  {title}:");
-        for var in vars {
-            let _ = writeln!(
-                out,
-                "    {} (default: {})\n        {}",
-                var.name,
-                default_text(var),
-                var.description
-            );
-        }
+    for (title, vars) in groups {
+        out.push_str(&help_group(title, vars));
+    }
+    out
+}
+
+fn help_group(title: &str, vars: &[EnvVarDoc]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n  {title}:");
+    for var in vars {
+        let _ = writeln!(
+            out,
+            "    {} (default: {})\n        {}",
+            var.name,
+            default_text(var),
+            var.description
+        );
     }
     out
 }

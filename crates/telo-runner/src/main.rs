@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             id,
             follow,
         )),
+        Command::Workspace => workspace(&env),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -186,6 +187,45 @@ async fn serve_on(
             ExitCode::FAILURE
         }
     }
+}
+
+/// `telo-runner workspace`: the pod-local workspace service
+/// (`runner_workspace_service`), until SIGTERM or SIGINT.
+fn workspace(env: &HashMap<String, String>) -> ExitCode {
+    let config = match runner_workspace_service::Config::from_env(env) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("{err}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    service_main(env, |runtime| {
+        runtime.block_on(async {
+            let listener = match TcpListener::bind(config.listen).await {
+                Ok(listener) => listener,
+                Err(err) => {
+                    error!(addr = %config.listen, error = %err, "could not listen");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match listener.local_addr() {
+                Ok(bound) => println!("listening on http://{bound}"),
+                Err(err) => {
+                    error!(error = %err, "could not read the listening address");
+                    return ExitCode::FAILURE;
+                }
+            }
+            let shutdown = CancellationToken::new();
+            tokio::spawn(wait_for_signal(shutdown.clone()));
+            match runner_workspace_service::serve_on(listener, config, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    error!(error = %err, "workspace service failed");
+                    ExitCode::FAILURE
+                }
+            }
+        })
+    })
 }
 
 /// `telo-runner dev`: see [`telo_runner::dev`].

@@ -140,18 +140,17 @@ impl WorkspaceError {
     /// The HTTP status and error code this error answers with. Everything
     /// the client caused is a 4xx; a filesystem failure is a 500.
     pub fn kind(&self) -> ErrorKind {
-        let (status, code) = match self {
+        match self {
             WorkspaceError::InvalidPath { .. } | WorkspaceError::SymlinkInPath { .. } => {
-                (400, "invalid_path")
+                ErrorKind::INVALID_PATH
             }
-            WorkspaceError::TooLarge { .. } => (413, "workspace_too_large"),
-            WorkspaceError::NotFound { .. } => (404, "file_not_found"),
-            WorkspaceError::NotAFile { .. } => (400, "not_a_file"),
-            WorkspaceError::PathConflict { .. } => (409, "path_conflict"),
-            WorkspaceError::BadEncoding { .. } => (400, "invalid_encoding"),
-            WorkspaceError::Io { .. } => (500, "workspace_io_failed"),
-        };
-        ErrorKind { status, code }
+            WorkspaceError::TooLarge { .. } => ErrorKind::TOO_LARGE,
+            WorkspaceError::NotFound { .. } => ErrorKind::NOT_FOUND,
+            WorkspaceError::NotAFile { .. } => ErrorKind::NOT_A_FILE,
+            WorkspaceError::PathConflict { .. } => ErrorKind::PATH_CONFLICT,
+            WorkspaceError::BadEncoding { .. } => ErrorKind::INVALID_ENCODING,
+            WorkspaceError::Io { .. } => ErrorKind::IO_FAILED,
+        }
     }
 
     pub(crate) fn io(op: &'static str, path: &str, source: io::Error) -> Self {
@@ -174,6 +173,44 @@ impl WorkspaceError {
             actual,
             max,
         }
+    }
+}
+
+impl ErrorKind {
+    /// `400 invalid_path`: the bundle path rules, or a symbolic link.
+    pub const INVALID_PATH: ErrorKind = ErrorKind::new(400, "invalid_path");
+    /// `400 not_a_file`.
+    pub const NOT_A_FILE: ErrorKind = ErrorKind::new(400, "not_a_file");
+    /// `400 invalid_encoding`.
+    pub const INVALID_ENCODING: ErrorKind = ErrorKind::new(400, "invalid_encoding");
+    /// `404 file_not_found`.
+    pub const NOT_FOUND: ErrorKind = ErrorKind::new(404, "file_not_found");
+    /// `409 path_conflict`.
+    pub const PATH_CONFLICT: ErrorKind = ErrorKind::new(409, "path_conflict");
+    /// `413 workspace_too_large`: one of the limits.
+    pub const TOO_LARGE: ErrorKind = ErrorKind::new(413, "workspace_too_large");
+    /// `500 workspace_io_failed`.
+    pub const IO_FAILED: ErrorKind = ErrorKind::new(500, "workspace_io_failed");
+
+    /// Every kind an error can have.
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::INVALID_PATH,
+        ErrorKind::NOT_A_FILE,
+        ErrorKind::INVALID_ENCODING,
+        ErrorKind::NOT_FOUND,
+        ErrorKind::PATH_CONFLICT,
+        ErrorKind::TOO_LARGE,
+        ErrorKind::IO_FAILED,
+    ];
+
+    const fn new(status: u16, code: &'static str) -> Self {
+        ErrorKind { status, code }
+    }
+
+    /// The kind whose code is `code`, for a client reading an error back
+    /// from the wire; `None` for any other code.
+    pub fn from_code(code: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|kind| kind.code == code)
     }
 }
 
