@@ -67,6 +67,7 @@ DEFAULT_ENV = {
     "RUNNER_START_DEADLINE_SECONDS": "120",
     "RUNNER_MAX_SESSIONS": "32",
     "RUNNER_INIT_IMAGE": "busybox:stable",
+    "RUNNER_WATCH_SESSIONS": "false",
     "RUNNER_MAX_CPU": "500m",
     "RUNNER_MAX_MEMORY": "512Mi",
     "RUNNER_MAX_TTL_SECONDS": "3600",
@@ -415,6 +416,19 @@ def test_rbac_grants_only_the_verbs_the_runner_uses(cluster):
     assert ours == [PROBE_CLUSTER_ROLE]
 
 
+def test_watch_sessions_add_only_the_secrets_their_checkpoints_need(cluster):
+    cluster.install({"watch": {"enabled": True}})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = cluster.must_get(f"{rbac}/namespaces/{SESSION_NS}/roles/{NAME}")
+    assert role["rules"] == SESSION_ROLE_RULES + [
+        {"apiGroups": [""], "resources": ["secrets"],
+         "verbs": ["get", "list", "create", "patch", "delete"]}]
+    env = env_values(cluster)
+    assert env["RUNNER_WATCH_SESSIONS"] == "true"
+    assert env["RUNNER_WATCH_IDLE_SECONDS"] == "300"
+    assert env["RUNNER_WORKSPACE_IMAGE"] == runner_container(cluster)["image"]
+
+
 def test_every_runner_setting_reaches_the_deployment(cluster):
     cluster.install({
         "image": {"repository": "registry.example.com/telo-runner", "tag": "dev",
@@ -439,6 +453,9 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
                            "refreshSeconds": 600},
         },
         "sessionRouting": {"mode": "none", "routeReadyTimeoutSeconds": 90},
+        "watch": {"enabled": True, "idleSeconds": 60, "maxTtlSeconds": 7200,
+                  "maxSessions": 3, "reloadLimit": 10, "suspendedTtlSeconds": 3600,
+                  "checkpointSeconds": 15},
     })
     runner = runner_container(cluster)
     assert runner["image"] == "registry.example.com/telo-runner:dev"
@@ -460,6 +477,14 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
         "RUNNER_CORS_ORIGINS": "https://editor.example.com",
         "RUNNER_IMAGE": "telorun/node:1.2.3-slim",
         "RUNNER_INIT_IMAGE": "registry.example.com/busybox:1",
+        "RUNNER_WATCH_SESSIONS": "true",
+        "RUNNER_WATCH_IDLE_SECONDS": "60",
+        "RUNNER_WATCH_MAX_TTL_SECONDS": "7200",
+        "RUNNER_WATCH_MAX_SESSIONS": "3",
+        "RUNNER_WATCH_RELOAD_LIMIT": "10",
+        "RUNNER_WATCH_SUSPENDED_TTL_SECONDS": "3600",
+        "RUNNER_WORKSPACE_CHECKPOINT_SECONDS": "15",
+        "RUNNER_WORKSPACE_IMAGE": "registry.example.com/telo-runner:dev",
         "RUNNER_IMAGE_PULL_SECRET": "regcred",
         "RUNNER_RUNTIME_CLASS": "gvisor",
         "RUNNER_MAX_CPU": "1",
@@ -717,12 +742,11 @@ def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
          "sessionRouting.ingress.tls needs both cert and key"),
         ({"runner": {"orphanPolicy": "keep"}},
          "runner.orphanPolicy must be adopt or reap (got 'keep')."),
-        ({"watch": {"enabled": True}}, "telo-runner has no watch sessions"),
         ({"apps": {"catalogSecret": "apps", "catalogSecretKey": ""}},
          "apps.catalogSecret is set but apps.catalogSecretKey is empty"),
     ],
     ids=["mode-typo", "gateway-without-name", "cert-without-key", "orphan-policy",
-         "watch-sessions", "secret-without-key"],
+         "secret-without-key"],
 )
 def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
     assert fragment in cluster.install_error(values)

@@ -52,6 +52,11 @@ impl Adoption {
         watcher.wait_synced().await;
         let mut recovered = Vec::new();
         for pod in watcher.pods() {
+            // Watch pods are the watch sessions' own (their records are
+            // Secrets): `recover_suspended` takes them.
+            if crate::watch::is_watch_pod(&pod) {
+                continue;
+            }
             let name = pod.metadata.name.clone().unwrap_or_default();
             let finished = pod_status::is_finished(&pod);
             let record = session_record_from_pod(&pod);

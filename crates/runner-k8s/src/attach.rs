@@ -24,8 +24,6 @@ use tokio_tungstenite::tungstenite::handshake::client::generate_key;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
-use crate::pod_spec::SESSION_CONTAINER;
-
 /// Large output still arrives in full frames; it takes more reads.
 const READ_BUFFER_BYTES: usize = 16 * 1024;
 
@@ -51,9 +49,9 @@ pub enum Incoming {
     Closed,
 }
 
-/// Opens the attach (stdin, stdout, tty) to the session container.
-pub async fn attach(pods: &Api<Pod>, pod_name: &str) -> Result<Socket, Error> {
-    let params = AttachParams::interactive_tty().container(SESSION_CONTAINER);
+/// Opens the attach (stdin, stdout, tty) to `container` of the pod.
+pub async fn attach(pods: &Api<Pod>, pod_name: &str, container: &str) -> Result<Socket, Error> {
+    let params = AttachParams::interactive_tty().container(container);
     let request = kube::core::Request::new(pods.resource_url())
         .attach(pod_name, &params)
         .map_err(Error::BuildRequest)?;

@@ -13,7 +13,8 @@ use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig, Readiness,
-    RecoveredSession, SessionSink, StartError, StartSpec, StartStage,
+    RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession, WatchSpec,
+    WatchStart, WatchWorkload,
 };
 use serde_json::json;
 
@@ -31,6 +32,8 @@ use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
 use crate::session::{SessionContext, SessionShape, bring_up, watch_session};
 use crate::session_record::SessionKind;
+use crate::watch::WatchContext;
+use crate::watch::checkpoint::Checkpoints;
 
 pub struct KubeBackend {
     config: Arc<K8sConfig>,
@@ -43,6 +46,8 @@ pub struct KubeBackend {
     /// The shared watches, the catalog refresher and every session's
     /// background work.
     tasks: OwnedTasks,
+    /// Set when the operator enabled watch sessions.
+    watch: Option<Arc<WatchContext>>,
 }
 
 impl KubeBackend {
@@ -114,6 +119,26 @@ impl KubeBackend {
                 .unwrap_or(i64::MAX),
         };
         let adoption = Adoption::new(config.orphan_policy, config.core.exit_ttl);
+        let watch = config.core.watch.enabled.then(|| {
+            let limits = clamp_limits(&config.app_limits, None);
+            Arc::new(WatchContext {
+                session: ctx.clone(),
+                checkpoints: Checkpoints::new(
+                    Api::namespaced(client.clone(), &config.session_namespace),
+                    config.managed_by.clone(),
+                ),
+                settings: settings.clone(),
+                resources: Resources {
+                    cpu: limits.cpu,
+                    memory: limits.memory,
+                    ephemeral_storage: limits.ephemeral_storage,
+                    ttl_seconds: u32::try_from(config.core.watch.max_ttl.as_secs())
+                        .unwrap_or(u32::MAX),
+                },
+                workspace_image: config.workspace_image.clone(),
+                workspace_limits: config.workspace_limits,
+            })
+        });
         Self {
             config: Arc::new(config),
             client,
@@ -122,6 +147,7 @@ impl KubeBackend {
             catalog,
             adoption,
             tasks,
+            watch,
         }
     }
 
@@ -306,8 +332,52 @@ impl Backend for KubeBackend {
         bring_up(self.ctx.clone(), shape, sink, watching).await
     }
 
+    fn offers_watch(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    async fn start_watch(
+        &self,
+        spec: WatchSpec,
+        start: WatchStart,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn WatchWorkload>, StartError> {
+        let Some(watch) = &self.watch else {
+            return Err(StartError::new(
+                StartStage::Start,
+                "watch sessions are not enabled on this runner (RUNNER_WATCH_SESSIONS)",
+            ));
+        };
+        let started = crate::watch::start(watch.clone(), spec, start, sink).await?;
+        Ok(started)
+    }
+
+    async fn has_checkpoint(&self, session_id: &str) -> bool {
+        match &self.watch {
+            Some(watch) => watch.checkpoints.has_files(session_id).await,
+            None => false,
+        }
+    }
+
+    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+        match &self.watch {
+            Some(watch) => crate::watch::recover_suspended(watch).await,
+            None => Vec::new(),
+        }
+    }
+
     fn release(&self, session_id: &str) {
         self.ctx.bundles.drop_bundle(session_id);
+        // A watch session's checkpoint goes with the session.
+        if let Some(watch) = &self.watch {
+            let watch = watch.clone();
+            let id = session_id.to_owned();
+            self.tasks.spawn(async move {
+                if let Err(err) = watch.checkpoints.delete(&id).await {
+                    tracing::warn!(session_id = %id, error = %err, "could not delete a watch session's checkpoint");
+                }
+            });
+        }
     }
 
     /// With the adopt policy the next runner takes the pods over, so a

@@ -29,6 +29,9 @@ pub const DEFAULT_SESSION_NAMESPACE: &str = "telo-sessions";
 pub const DEFAULT_IMAGE: &str = "telorun/node:latest-slim";
 /// The bundle-fetch init container runs `wget` and `tar`, nothing else.
 pub const DEFAULT_INIT_IMAGE: &str = "busybox:stable";
+/// The runner's own image, whose `telo-runner workspace` serves a watch
+/// pod's workspace to the runner.
+pub const DEFAULT_WORKSPACE_IMAGE: &str = concat!("telo-runner:", env!("CARGO_PKG_VERSION"));
 pub const DEFAULT_MANAGED_BY: &str = "telo-k8s-runner";
 
 /// Run-session ceilings are sized for a pod that downloads and resolves its
@@ -69,6 +72,12 @@ pub struct K8sConfig {
     pub session_namespace: String,
     pub default_image: String,
     pub init_image: String,
+    /// `RUNNER_WORKSPACE_IMAGE`: the image of a watch pod's `workspace`
+    /// container (`telo-runner workspace`), normally the runner's own.
+    pub workspace_image: String,
+    /// `RUNNER_WORKSPACE_MAX_*`: what a watch session's workspace may hold,
+    /// enforced by every watch pod's workspace service.
+    pub workspace_limits: runner_workspace::WorkspaceLimits,
     /// dockerconfig Secret in the session namespace the kubelet pulls session
     /// images with (the kernel image and any private catalog image).
     pub image_pull_secret: Option<String>,
@@ -235,6 +244,8 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     let description = string_or(env, "RUNNER_DESCRIPTION", DEFAULT_DESCRIPTION);
     let default_image = string_or(env, "RUNNER_IMAGE", DEFAULT_IMAGE);
     let init_image = string_or(env, "RUNNER_INIT_IMAGE", DEFAULT_INIT_IMAGE);
+    let workspace_image = string_or(env, "RUNNER_WORKSPACE_IMAGE", DEFAULT_WORKSPACE_IMAGE);
+    let workspace_limits = runner_workspace_service::workspace_limits_from_env(env)?;
     let image_pull_secret = env_string(env, "RUNNER_IMAGE_PULL_SECRET");
     let runtime_class = env_string(env, "RUNNER_RUNTIME_CLASS");
     let routing = load_routing_config(env, &session_namespace)?;
@@ -257,6 +268,8 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         session_namespace,
         default_image,
         init_image,
+        workspace_image,
+        workspace_limits,
         image_pull_secret,
         runtime_class,
         self_url,
@@ -502,6 +515,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_INIT_IMAGE",
         default: DEFAULT_INIT_IMAGE,
         description: "Image of the init container that downloads and unpacks the bundle; needs wget and tar.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WORKSPACE_IMAGE",
+        default: DEFAULT_WORKSPACE_IMAGE,
+        description: "Image of a watch pod's workspace container, which runs `telo-runner workspace`: the runner's own image (the chart sets it to the runner image).",
     },
     EnvVarDoc {
         name: "RUNNER_IMAGE_PULL_SECRET",

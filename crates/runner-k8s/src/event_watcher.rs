@@ -121,8 +121,14 @@ impl EventWatcher {
     /// Events about the session's pod from now on: those already known count
     /// as told.
     pub fn subscribe(&self, session_id: &str) -> mpsc::Receiver<PodEvent> {
+        self.subscribe_pod(&pod_name(session_id))
+    }
+
+    /// The events of the pod named `pod_name` (a watch pod's name is not
+    /// the run pod's).
+    pub fn subscribe_pod(&self, pod_name: &str) -> mpsc::Receiver<PodEvent> {
         let (tx, rx) = mpsc::channel(PER_SESSION_QUEUE);
-        self.with_subscriber(&pod_name(session_id), |events, slot| {
+        self.with_subscriber(pod_name, |events, slot| {
             slot.insert_entry(EventSubscriber {
                 tx,
                 delivered: events.values().map(|event| occurrence(event)).collect(),
@@ -132,7 +138,11 @@ impl EventWatcher {
     }
 
     pub fn unsubscribe(&self, session_id: &str) {
-        self.drop_subscriber(&pod_name(session_id));
+        self.unsubscribe_pod(&pod_name(session_id));
+    }
+
+    pub fn unsubscribe_pod(&self, pod_name: &str) {
+        self.drop_subscriber(pod_name);
     }
 }
 

@@ -22,6 +22,7 @@ pub mod session_record;
 pub mod setup;
 pub mod splice;
 pub mod terminal;
+pub mod watch;
 pub mod watch_cache;
 pub mod watch_loop;
 

@@ -36,7 +36,7 @@ pub const SESSION_CONTAINER: &str = "session";
 pub const BODY_FETCH_CONTAINER: &str = "body-fetch";
 
 /// Every session pod runs as this non-root user and group.
-const SESSION_UID: i64 = 1000;
+pub(crate) const SESSION_UID: i64 = 1000;
 
 /// The part of the runner's configuration every session pod depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,7 +314,7 @@ fn body_fetch_script(bundle_url: &str) -> String {
     format!("set -e; wget -qO /tmp/body.tgz \"{quoted}\"; tar xzf /tmp/body.tgz -C {APP_DIR}")
 }
 
-fn image_or_default(image: &str, settings: &PodSettings) -> String {
+pub(crate) fn image_or_default(image: &str, settings: &PodSettings) -> String {
     if image.trim().is_empty() {
         settings.default_image.clone()
     } else {
@@ -326,7 +326,10 @@ fn image_or_default(image: &str, settings: &PodSettings) -> String {
 /// `$(NAME)` and collapses `$$` in env values; doubling every `$` turns that
 /// off, so a client's value arrives byte for byte as it does on the local
 /// backend.
-fn container_env(session_env: &[(String, String)], runner_env: &[(&str, String)]) -> Vec<EnvVar> {
+pub(crate) fn container_env(
+    session_env: &[(String, String)],
+    runner_env: &[(&str, String)],
+) -> Vec<EnvVar> {
     session_env
         .iter()
         .filter(|(name, _)| !runner_env.iter().any(|(ours, _)| ours == name))
@@ -339,7 +342,7 @@ fn container_env(session_env: &[(String, String)], runner_env: &[(&str, String)]
         .collect()
 }
 
-fn env_var(name: &str, value: String) -> EnvVar {
+pub(crate) fn env_var(name: &str, value: String) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value: Some(value),
@@ -348,7 +351,7 @@ fn env_var(name: &str, value: String) -> EnvVar {
 }
 
 /// Declared ports; `None` (the key omitted) when there are none.
-fn container_ports(ports: &[PortMapping]) -> Option<Vec<ContainerPort>> {
+pub(crate) fn container_ports(ports: &[PortMapping]) -> Option<Vec<ContainerPort>> {
     if ports.is_empty() {
         return None;
     }
@@ -372,7 +375,7 @@ fn container_ports(ports: &[PortMapping]) -> Option<Vec<ContainerPort>> {
 
 /// Requests equal limits for cpu and memory (Guaranteed-style sizing);
 /// ephemeral storage is only capped, never reserved.
-fn resource_requirements(resources: &Resources) -> ResourceRequirements {
+pub(crate) fn resource_requirements(resources: &Resources) -> ResourceRequirements {
     ResourceRequirements {
         limits: Some(BTreeMap::from([
             ("cpu".to_owned(), Quantity(resources.cpu.clone())),
@@ -390,14 +393,14 @@ fn resource_requirements(resources: &Resources) -> ResourceRequirements {
     }
 }
 
-fn image_pull_secrets(settings: &PodSettings) -> Option<Vec<LocalObjectReference>> {
+pub(crate) fn image_pull_secrets(settings: &PodSettings) -> Option<Vec<LocalObjectReference>> {
     settings
         .image_pull_secret
         .as_ref()
         .map(|name| vec![LocalObjectReference { name: name.clone() }])
 }
 
-fn hardened_container_security() -> SecurityContext {
+pub(crate) fn hardened_container_security() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
@@ -414,14 +417,14 @@ fn drop_all_capabilities() -> Capabilities {
     }
 }
 
-fn runtime_default_seccomp() -> SeccompProfile {
+pub(crate) fn runtime_default_seccomp() -> SeccompProfile {
     SeccompProfile {
         type_: "RuntimeDefault".to_owned(),
         localhost_profile: None,
     }
 }
 
-fn mount(volume: &str, path: &str) -> VolumeMount {
+pub(crate) fn mount(volume: &str, path: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: path.to_owned(),
@@ -429,7 +432,7 @@ fn mount(volume: &str, path: &str) -> VolumeMount {
     }
 }
 
-fn empty_dir(volume: &str) -> Volume {
+pub(crate) fn empty_dir(volume: &str) -> Volume {
     Volume {
         name: volume.to_owned(),
         empty_dir: Some(EmptyDirVolumeSource::default()),

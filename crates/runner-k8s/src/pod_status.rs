@@ -288,6 +288,17 @@ impl PodPhase {
         }
     }
 
+    /// As the pod status spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Unknown => "Unknown",
+        }
+    }
+
     /// Every container ended and none will restart.
     pub fn is_finished(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed)

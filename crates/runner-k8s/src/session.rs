@@ -38,7 +38,7 @@ use crate::terminal::{self, Terminal};
 /// status sent before the output would cut it off for every client.
 const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A pod that vanished (or began terminating) without the runner asking.
-const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
+pub(crate) const DELETED_OUTSIDE: &str = "the session pod was deleted outside the runner";
 /// Attempts at deleting a pod when the apiserver fails transiently.
 const DELETE_ATTEMPTS: u32 = 4;
 /// The wait before the n-th retry is n times this.
@@ -83,12 +83,13 @@ pub struct SessionShape {
 struct Subscriptions {
     ctx: Arc<SessionContext>,
     session_id: String,
+    pod_name: String,
 }
 
 impl Drop for Subscriptions {
     fn drop(&mut self) {
         self.ctx.pod_watcher.unsubscribe(&self.session_id);
-        self.ctx.event_watcher.unsubscribe(&self.session_id);
+        self.ctx.event_watcher.unsubscribe_pod(&self.pod_name);
     }
 }
 
@@ -103,20 +104,35 @@ pub struct Watching {
 }
 
 pub fn watch_session(ctx: &Arc<SessionContext>, session_id: &str) -> Watching {
+    watch_pod(ctx, session_id, &pod_name(session_id))
+}
+
+/// [`watch_session`] for a session whose pod is named `pod_name`. One
+/// subscription per session at a time: dropping it ends every receiver of
+/// the session's pod state.
+pub fn watch_pod(ctx: &Arc<SessionContext>, session_id: &str, pod_name: &str) -> Watching {
     let pods = ctx.pod_watcher.subscribe(session_id);
     let fresh = matches!(*pods.borrow(), PodState::Unknown);
     Watching {
         pods,
         fresh,
-        events: ctx.event_watcher.subscribe(session_id),
+        events: ctx.event_watcher.subscribe_pod(pod_name),
         _guard: Subscriptions {
             ctx: ctx.clone(),
             session_id: session_id.to_owned(),
+            pod_name: pod_name.to_owned(),
         },
     }
 }
 
-enum Arrival {
+impl Watching {
+    /// Another reader of the pod's state, valid while this subscription is.
+    pub fn pods(&self) -> watch::Receiver<PodState> {
+        self.pods.clone()
+    }
+}
+
+pub(crate) enum Arrival {
     Running(Arc<Pod>),
     /// The pod finished before it was ever seen running.
     Finished(Arc<Pod>),
@@ -207,7 +223,7 @@ fn running_status(shape: &SessionShape, base_domain: Option<&str>) -> RunStatus 
     }
 }
 
-async fn wait_until_running(
+pub(crate) async fn wait_until_running(
     ctx: &SessionContext,
     sink: &SessionSink,
     watching: &mut Watching,
@@ -288,7 +304,7 @@ async fn wait_until_running(
     }
 }
 
-fn start_failed(message: String) -> StartError {
+pub(crate) fn start_failed(message: String) -> StartError {
     StartError::new(StartStage::Start, format!("pod failed to start: {message}"))
 }
 

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, TerminalSize};
 use runner_core::SessionSink;
+use runner_core::watch_types::StreamTag;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -66,6 +67,46 @@ const PLACEMENT_RETRY: Duration = Duration::from_millis(20);
 /// How long live output that may sit in a line the log holds back (a prompt
 /// on a real cluster's CRI log) waits before it is shown anyway.
 const PLACEMENT_PATIENCE: Duration = Duration::from_millis(300);
+
+/// Where one container's output goes: the session's (first) app, or one
+/// app of a watch session, with the container it comes from.
+#[derive(Clone)]
+pub struct Output {
+    sink: SessionSink,
+    app: Option<String>,
+    container: String,
+}
+
+impl Output {
+    /// A run or app session's `session` container.
+    pub fn session(sink: SessionSink) -> Self {
+        Self {
+            sink,
+            app: None,
+            container: SESSION_CONTAINER.to_owned(),
+        }
+    }
+
+    /// App `app` of a watch session, from container `container`.
+    pub fn app(sink: SessionSink, app: &str, container: String) -> Self {
+        Self {
+            sink,
+            app: Some(app.to_owned()),
+            container,
+        }
+    }
+
+    fn output(&self, bytes: Bytes) {
+        match &self.app {
+            None => self.sink.output(bytes),
+            Some(app) => self.sink.app_output(app, StreamTag::Tty, bytes),
+        }
+    }
+
+    fn output_lost(&self) {
+        self.sink.app_output_lost(self.app.as_deref());
+    }
+}
 
 /// The live half of a session's terminal.
 pub struct Terminal {
@@ -141,6 +182,13 @@ impl Drop for AbortOnDrop {
 /// reported in the output, not fatal: the status still flows, and so does the
 /// output, from the log.
 pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Terminal {
+    attach_output(pods, pod_name, Output::session(sink.clone())).await
+}
+
+/// Like [`attach`], for any container and output channel: a watch pod's
+/// `app-<name>` container into that app's channel.
+pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> Terminal {
+    let sink = &output;
     let first = attach_with_retries(pods, pod_name, sink).await;
     let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(STDIN_QUEUE);
     let resize = Arc::new(Mutex::new(Resize::default()));
@@ -148,7 +196,7 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Term
     let relay = tokio::spawn(relay_terminal(
         pods.clone(),
         pod_name.to_owned(),
-        sink.clone(),
+        output.clone(),
         first,
         stdin_rx,
         resize.clone(),
@@ -163,17 +211,13 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Term
 }
 
 /// An attach, retried while the container may still be running.
-async fn attach_with_retries(
-    pods: &Api<Pod>,
-    pod_name: &str,
-    sink: &SessionSink,
-) -> Option<Socket> {
+async fn attach_with_retries(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> Option<Socket> {
     let mut attempt = 1;
     loop {
-        match attach::attach(pods, pod_name).await {
+        match attach::attach(pods, pod_name, &sink.container).await {
             Ok(attached) => return Some(attached),
             // An ended container cannot be attached to; its log has it all.
-            Err(err) if !container_may_run(pods, pod_name).await => {
+            Err(err) if !container_may_run(pods, pod_name, &sink.container).await => {
                 debug!(pod = pod_name, error = %err, "not attached: the container has ended");
                 return None;
             }
@@ -196,7 +240,7 @@ async fn attach_with_retries(
 
 /// Whether the session container may still be running: `false` only when the
 /// apiserver says it is not (a pod that cannot be read may still run).
-async fn container_may_run(pods: &Api<Pod>, pod_name: &str) -> bool {
+async fn container_may_run(pods: &Api<Pod>, pod_name: &str, container: &str) -> bool {
     let pod = match pods.get(pod_name).await {
         Ok(pod) => pod,
         Err(err) if crate::api_error::is_not_found(&err) => return false,
@@ -209,7 +253,7 @@ async fn container_may_run(pods: &Api<Pod>, pod_name: &str) -> bool {
         .and_then(|status| status.container_statuses)
         .into_iter()
         .flatten()
-        .find(|c| c.name == SESSION_CONTAINER)
+        .find(|c| c.name == container)
         .and_then(|c| c.state)
         .is_some_and(|state| state.running.is_some())
 }
@@ -218,7 +262,7 @@ async fn container_may_run(pods: &Api<Pod>, pod_name: &str) -> bool {
 async fn relay_terminal(
     pods: Api<Pod>,
     pod_name: String,
-    sink: SessionSink,
+    sink: Output,
     mut attached: Option<Socket>,
     stdin: mpsc::Receiver<Bytes>,
     resize: Arc<Mutex<Resize>>,
@@ -266,7 +310,7 @@ async fn relay_one_attach(
     pods: &Api<Pod>,
     pod_name: &str,
     attached: Socket,
-    sink: &SessionSink,
+    sink: &Output,
     delivered: &mut Delivered,
     stdin: &Arc<tokio::sync::Mutex<mpsc::Receiver<Bytes>>>,
     resize: &Arc<Mutex<Resize>>,
@@ -445,7 +489,7 @@ struct LogRead {
 }
 
 /// Relays output to the session, counting it.
-fn relay(parts: impl IntoIterator<Item = Bytes>, delivered: &mut Delivered, sink: &SessionSink) {
+fn relay(parts: impl IntoIterator<Item = Bytes>, delivered: &mut Delivered, sink: &Output) {
     for part in parts {
         if !part.is_empty() {
             delivered.record(&part);
@@ -461,15 +505,15 @@ const HISTORY_ATTEMPTS: u32 = 4;
 /// (after retries) is reported to the session as lost output — its clients
 /// get a `gap` — and counts as empty.
 pub async fn read_history(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Vec<u8> {
-    read_log_or_gap(pods, pod_name, sink)
+    read_log_or_gap(pods, pod_name, &Output::session(sink.clone()))
         .await
         .unwrap_or_default()
 }
 
 /// The container log, or `None` (and a `gap` for the session's clients)
 /// when it cannot be read.
-async fn read_log_or_gap(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Option<Vec<u8>> {
-    let log = read_log(pods, pod_name).await;
+async fn read_log_or_gap(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> Option<Vec<u8>> {
+    let log = read_log(pods, pod_name, &sink.container).await;
     if log.is_none() {
         warn!(
             pod = pod_name,
@@ -482,9 +526,9 @@ async fn read_log_or_gap(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) ->
 
 /// `None` when the log could not be read; an absent pod or container has an
 /// empty log.
-async fn read_log(pods: &Api<Pod>, pod_name: &str) -> Option<Vec<u8>> {
+async fn read_log(pods: &Api<Pod>, pod_name: &str, container: &str) -> Option<Vec<u8>> {
     let params = LogParams {
-        container: Some(SESSION_CONTAINER.to_owned()),
+        container: Some(container.to_owned()),
         ..LogParams::default()
     };
     let mut attempt = 1;

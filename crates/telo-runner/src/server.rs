@@ -80,8 +80,7 @@ impl Service {
         if core.watch.enabled && !backend.offers_watch() {
             return Err(ConfigError::Conflict {
                 var: "RUNNER_WATCH_SESSIONS".to_owned(),
-                reason: "this runner's Kubernetes backend does not run watch sessions yet (the local backend does)."
-                    .to_owned(),
+                reason: "this runner's backend does not run watch sessions.".to_owned(),
             });
         }
         let registry = SessionRegistry::with_metrics(

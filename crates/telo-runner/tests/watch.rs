@@ -7,8 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Runner;
+use common::{Backend, Runner};
 use reqwest::StatusCode;
+use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::WAIT;
 use test_support::sse::SseStream;
@@ -103,12 +104,18 @@ async fn until_status(runner: &Runner, id: &str, kind: &str) -> Value {
     }
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps() {
-    let runner = Runner::start_with(&[
-        ("RUNNER_WATCH_SESSIONS", "true"),
-        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
-    ])
+async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps(#[case] backend: Backend) {
+    let runner = Runner::start_on(
+        backend,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+        ],
+    )
     .await;
     let (_, capabilities) = runner.get("/v1/capabilities").await;
     assert_eq!(capabilities["features"]["watch"], json!(true));
@@ -129,6 +136,23 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps() {
         snapshot["apps"],
         json!([{"name": "app", "io": "tty", "generation": 1, "ports": []}])
     );
+    if let Some(sim) = &runner.sim {
+        // One pod: the workspace service and the app, over one volume.
+        let pod = sim
+            .get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+            .expect("the watch pod");
+        let containers: Vec<&str> = pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(containers, ["workspace", "app-app"]);
+        assert!(
+            sim.get_value("secrets", "telo-sessions", &format!("telo-watch-{id}"))
+                .is_some()
+        );
+    }
 
     // An edit: the kernel's own watch reloads it.
     let (status, applied) = request(
@@ -198,6 +222,17 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps() {
     drop(events);
     drop(socket);
     until_status(&runner, &id, "suspended").await;
+    if let Some(sim) = &runner.sim {
+        // Suspended: no pod, the files in the session's Secret.
+        assert!(
+            sim.get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+                .is_none()
+        );
+        let secret = sim
+            .get_value("secrets", "telo-sessions", &format!("telo-watch-{id}"))
+            .expect("the checkpoint");
+        assert!(secret["data"]["workspace.json.gz"].is_string(), "{secret}");
+    }
     let (status, refused) = request(
         &runner,
         reqwest::Method::GET,
@@ -277,6 +312,19 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps() {
         frames.last().unwrap().json()["status"],
         json!({"kind": "stopped"})
     );
+    if let Some(sim) = &runner.sim {
+        let secret = format!("telo-watch-{id}");
+        let deadline = Instant::now() + WAIT;
+        while sim.get_value("secrets", "telo-sessions", &secret).is_some()
+            || sim.get_value("pods", "telo-sessions", &secret).is_some()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the stopped session's pod or Secret stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     drop(socket);
     runner.stop().await;
 }
@@ -706,16 +754,32 @@ async fn deleting_a_suspended_session_ends_it_and_its_files() {
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_files() {
-    use common::{Backend, RunnerProcess};
+async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_files(
+    #[case] backend: Backend,
+) {
+    use common::RunnerProcess;
     let dir = tempfile::tempdir().unwrap();
+    // The cluster outlives every runner process (Kubernetes only).
+    let sim = match backend {
+        Backend::Local => None,
+        Backend::Kubernetes => Some(
+            common::cluster()
+                .fake_telo(test_support::fake_telo::fake_telo_path())
+                .start()
+                .await
+                .expect("kube-sim starts"),
+        ),
+    };
     let client = runner_core::http_client::client();
     let send = |base: String, method: reqwest::Method, path: String, body: Option<Value>| {
         let client = client.clone();
         async move { request_at(&client, &base, method, &path, body).await }
     };
-    let mut first = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    let mut first = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), WATCH).await;
     let (status, created) = send(
         first.base.clone(),
         reqwest::Method::POST,
@@ -740,7 +804,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
     first.child.kill().expect("SIGKILL");
     first.child.wait().expect("reaped");
 
-    let second = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    let second = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), WATCH).await;
     // Kept sessions are listed once the runner is ready.
     ready(&second.base).await;
     let (status, snapshot) = send(
@@ -786,7 +850,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
         json!({"kind": "stopped"})
     );
     drop(second);
-    let third = RunnerProcess::spawn(Backend::Local, dir.path(), None, WATCH).await;
+    let third = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), WATCH).await;
     ready(&third.base).await;
     let (status, _) = send(
         third.base.clone(),

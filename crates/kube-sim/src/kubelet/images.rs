@@ -20,6 +20,11 @@ pub enum ImageBehaviour {
     BundleFetcher,
     /// Runs the container's command on the host as given (paths mapped).
     Host,
+    /// An image whose executables are the files of this host directory
+    /// (`/usr/local/bin` of the image, say): the command's program is
+    /// looked up there by its file name. The runner's own image, built from
+    /// the same binary the tests run.
+    Binaries(PathBuf),
     /// No process at all: the container runs until it is killed. For
     /// scale benchmarks.
     Virtual,
@@ -39,11 +44,13 @@ impl ImageBehaviour {
             other => {
                 if let Some(path) = other.strip_prefix("fake-telo:") {
                     Ok(Self::FakeTeloEntry(PathBuf::from(path)))
+                } else if let Some(dir) = other.strip_prefix("bin:") {
+                    Ok(Self::Binaries(PathBuf::from(dir)))
                 } else if let Some(msg) = other.strip_prefix("pull-error:") {
                     Ok(Self::PullError(msg.to_string()))
                 } else {
                     Err(format!(
-                        "unknown image behaviour {other:?}: expected fake-telo, fake-telo:<entry>, bundle-fetcher, host, virtual or pull-error[:<message>]"
+                        "unknown image behaviour {other:?}: expected fake-telo, fake-telo:<entry>, bundle-fetcher, host, bin:<dir>, virtual or pull-error[:<message>]"
                     ))
                 }
             }
@@ -239,6 +246,11 @@ mod tests {
         assert_eq!(t.lookup("busybox:stable"), Some(&ImageBehaviour::Host));
         assert!(t.add_spec("nope").is_err());
         assert!(t.add_spec("x=teleport").is_err());
+        t.add_spec("telo-runner:*=bin:/opt/bin").expect("parses");
+        assert_eq!(
+            t.lookup("telo-runner:1"),
+            Some(&ImageBehaviour::Binaries(PathBuf::from("/opt/bin")))
+        );
     }
 
     #[test]

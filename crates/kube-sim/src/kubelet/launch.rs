@@ -71,6 +71,16 @@ impl Kubelet {
                 // The kernel image's entrypoint is `telo`.
                 spawn(fake_telo, argv.iter().map(|a| mounts.map_arg(a)).collect())
             }
+            ImageBehaviour::Binaries(dir) => match argv.split_first() {
+                Some((prog, rest)) if !is_shell(prog) => {
+                    let file = Path::new(prog).file_name().unwrap_or(prog.as_ref());
+                    spawn(
+                        dir.join(file),
+                        rest.iter().map(|a| mounts.map_arg(a)).collect(),
+                    )
+                }
+                _ => generic(&argv),
+            },
             ImageBehaviour::BundleFetcher => {
                 let script = match argv.as_slice() {
                     [sh, dash_c, script, ..] if is_shell(sh) && dash_c == "-c" => {

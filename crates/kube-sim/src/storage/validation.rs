@@ -307,6 +307,7 @@ pub fn validate_spec(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
         "Pod" => validate_pod_spec(obj),
         "Service" => validate_service_spec(obj),
         "ConfigMap" => validate_configmap(obj),
+        "Secret" => validate_secret(obj),
         "Ingress" => validate_ingress(obj),
         "HTTPRoute" => validate_httproute(obj),
         _ => Vec::new(),
@@ -577,6 +578,38 @@ fn validate_configmap(cm: &Value) -> Vec<FieldError> {
         errs.push(FieldError {
             field: "[]".to_string(),
             kind: FieldErrorKind::TooLongBytes(MAX_CONFIGMAP_BYTES),
+            detail: String::new(),
+        });
+    }
+    errs
+}
+
+/// A Secret's keys are config keys and its decoded `data` may hold 1 MiB
+/// (`MaxSecretSize`), as the apiserver checks it.
+fn validate_secret(secret: &Value) -> Vec<FieldError> {
+    use base64::Engine as _;
+    let mut errs = Vec::new();
+    let mut total = 0usize;
+    if let Some(data) = secret.get("data").and_then(Value::as_object) {
+        for (k, v) in data {
+            errs.extend(invalid_each("data", k, config_key_errors(k)));
+            let encoded = v.as_str().unwrap_or("");
+            total += base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_or(encoded.len(), |bytes| bytes.len());
+        }
+    }
+    if let Some(data) = secret.get("stringData").and_then(Value::as_object) {
+        for (k, v) in data {
+            errs.extend(invalid_each("stringData", k, config_key_errors(k)));
+            total += v.as_str().map_or(0, str::len);
+        }
+    }
+    const MAX_SECRET_BYTES: usize = 1024 * 1024;
+    if total > MAX_SECRET_BYTES {
+        errs.push(FieldError {
+            field: "data".to_string(),
+            kind: FieldErrorKind::TooLongBytes(MAX_SECRET_BYTES),
             detail: String::new(),
         });
     }

@@ -84,6 +84,11 @@ impl SessionSink {
         self.session.leave_output_hole(None);
     }
 
+    /// [`SessionSink::output_lost`] for app `app` (`None`: the first).
+    pub fn app_output_lost(&self, app: Option<&str>) {
+        self.session.leave_output_hole(app);
+    }
+
     /// Terminal output of the session's (first) app.
     pub fn output(&self, bytes: Bytes) {
         let empty = bytes.is_empty();

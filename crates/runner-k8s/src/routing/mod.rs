@@ -337,6 +337,13 @@ impl SessionRoutes {
     /// session ends. A failed publish is reported at once, per host, and on
     /// the terminal; the session itself runs on.
     pub fn follow(self, sink: SessionSink) {
+        let ended = sink.ended();
+        self.follow_until(sink, ended);
+    }
+
+    /// [`SessionRoutes::follow`] until `stop` (a watch pod taken down while
+    /// its session lives on).
+    pub fn follow_until(self, sink: SessionSink, stop: tokio_util::sync::CancellationToken) {
         let mut report = SinkReport(sink.clone());
         let routes = match self.outcome {
             Ok(routes) => routes,
@@ -357,9 +364,7 @@ impl SessionRoutes {
         self.router.tasks.spawn(async move {
             let objects = subscription.objects.clone();
             let read_error = || subscription.read_error();
-            health
-                .run(objects, read_error, &mut report, sink.ended())
-                .await;
+            health.run(objects, read_error, &mut report, stop).await;
         });
     }
 }

@@ -36,6 +36,19 @@ pub fn cluster() -> kube_sim::KubeSimBuilder {
     kube_sim::KubeSim::builder()
         .namespace("telo-runner")
         .namespace("telo-sessions")
+        .image(
+            "telo-runner:*",
+            kube_sim::ImageBehaviour::Binaries(runner_binaries()),
+        )
+}
+
+/// Where the runner binary under test is: the runner image's executables
+/// (a watch pod's workspace container runs `telo-runner workspace`).
+pub fn runner_binaries() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_BIN_EXE_telo-runner"))
+        .parent()
+        .expect("the runner binary is in a directory")
+        .to_path_buf()
 }
 
 impl Runner {

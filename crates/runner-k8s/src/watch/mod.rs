@@ -1,0 +1,822 @@
+//! Watch sessions on Kubernetes (spec/k8s-runner.md §4.8): one pod per
+//! session ([`pod`]), its files moved through the pod's own workspace
+//! service (`telo-runner workspace`, reached on the pod IP with the
+//! session's token — never `pods/exec`), its checkpoint in a Secret
+//! ([`checkpoint`]) so a suspended session survives the runner.
+//!
+//! A bring-up creates the pod, waits for it to run, waits for the workspace
+//! service, fills the workspace (the bundle, or the checkpoint), attaches to
+//! every app container, relays every kernel's debug stream, publishes the
+//! routes of every app's ports and reports `running`. Suspending, a new app
+//! set and stopping take the pod down first and wait until it is gone, so a
+//! session has at most one pod at a time and its name never clashes.
+
+pub mod checkpoint;
+pub mod pod;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use runner_core::debug_relay::relay_debug_stream;
+use runner_core::reachability::watch_app_reachability;
+use runner_core::sync::lock;
+use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
+use runner_core::watch_types::{
+    AppSpec, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceCheckpointFile,
+    WorkspaceFileContent, WorkspaceTree,
+};
+use runner_core::{
+    BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession, WatchSpec,
+    WatchStart, WatchWorkload, WorkspaceFailure,
+};
+use runner_workspace_service::client::WorkspaceClient;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::api_error::{api_failure, api_reason};
+use crate::pod_spec::{PodSettings, Resources};
+use crate::pod_status::{PodPhase, is_finished};
+use crate::pod_watcher::PodState;
+use crate::routing::endpoints::endpoints_for;
+use crate::session::{
+    Arrival, DELETED_OUTSIDE, SessionContext, Watching, delete_pod, start_failed,
+    wait_until_running, watch_pod,
+};
+use crate::terminal::{self, Output, Terminal};
+use checkpoint::{Checkpoints, WatchRecord};
+use pod::{
+    WORKSPACE_PORT, WatchPodInput, app_container, build_watch_pod, inspect_port_for, watch_pod_name,
+};
+
+/// How long the workspace service of a running pod may take to answer.
+const WORKSPACE_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a starting workspace service is asked whether it answers.
+const WORKSPACE_POLL: Duration = Duration::from_millis(100);
+/// How long past its grace period a taken-down pod may take to be gone.
+const GONE_SETTLE: Duration = Duration::from_secs(10);
+/// Random bytes of a workspace token (48 hex characters).
+const TOKEN_BYTES: usize = 24;
+
+/// What every watch session of one backend shares.
+pub struct WatchContext {
+    pub session: Arc<SessionContext>,
+    pub checkpoints: Checkpoints,
+    pub settings: PodSettings,
+    /// Per container; `ttl_seconds` is the watch pod's lifetime.
+    pub resources: Resources,
+    pub workspace_image: String,
+    /// What a workspace may hold; the workspace service enforces it.
+    pub workspace_limits: runner_workspace::WorkspaceLimits,
+}
+
+/// How a new pod's workspace is filled once its service answers.
+enum Fill {
+    Seed(Vec<runner_core::types::BundleFile>),
+    Restore(Vec<WorkspaceCheckpointFile>),
+}
+
+/// Starts (seeded) or resumes session `spec`.
+pub async fn start(
+    wctx: Arc<WatchContext>,
+    spec: WatchSpec,
+    start: WatchStart,
+    sink: SessionSink,
+) -> Result<Arc<KubeWatch>, StartError> {
+    let id = spec.session_id.clone();
+    let (record, fill) = match start {
+        WatchStart::Seed(bundle) => {
+            let record = WatchRecord {
+                spec: spec.clone(),
+                generation: 0,
+                token: hex::encode(rand::random::<[u8; TOKEN_BYTES]>()),
+            };
+            wctx.checkpoints.create(&record).await.map_err(|err| {
+                api_failure(
+                    err,
+                    StartStage::Create,
+                    "could not record the watch session",
+                )
+            })?;
+            (record, Fill::Seed(bundle.files))
+        }
+        WatchStart::Resume => {
+            let loaded = wctx
+                .checkpoints
+                .load(&id)
+                .await
+                .map_err(|reason| StartError::new(StartStage::Resume, reason))?;
+            let Some((mut record, Some(files))) = loaded else {
+                return Err(StartError::new(
+                    StartStage::Resume,
+                    "the session's checkpoint is gone",
+                ));
+            };
+            if record.spec != spec {
+                record.spec = spec.clone();
+                if let Err(err) = wctx.checkpoints.save_record(&record).await {
+                    warn!(session_id = %id, error = %err, "could not record the resumed session");
+                }
+            }
+            (record, Fill::Restore(files))
+        }
+    };
+    let seeding = matches!(fill, Fill::Seed(_));
+    let watch = Arc::new(KubeWatch {
+        wctx: wctx.clone(),
+        id: id.clone(),
+        sink: sink.clone(),
+        record: Mutex::new(record),
+        live: Mutex::new(None),
+        ops: tokio::sync::Mutex::new(()),
+        stopping: AtomicBool::new(false),
+    });
+    let brought_up = {
+        let _op = watch.ops.lock().await;
+        watch.bring_up(spec.apps.clone(), fill).await
+    };
+    if let Err(err) = brought_up {
+        if seeding && let Err(err) = wctx.checkpoints.delete(&id).await {
+            warn!(session_id = %id, error = %err, "could not delete the record of a watch session that failed to start");
+        }
+        return Err(err);
+    }
+    info!(session_id = %id, apps = spec.apps.len(), "watch session running");
+    Ok(watch)
+}
+
+/// The pod of a session while it runs.
+struct Live {
+    pod: String,
+    client: WorkspaceClient,
+    apps: Vec<AppSpec>,
+    terminals: Vec<(String, Terminal)>,
+    /// Ends the pod's relays, probes, route follow and supervisor.
+    teardown: CancellationToken,
+    /// The runner took the pod down: its end is not the session's failure.
+    ours: Arc<AtomicBool>,
+    /// Held until the pod is gone; dropping it ends the pod-state readers.
+    watching: tokio::sync::Mutex<Option<Watching>>,
+}
+
+pub struct KubeWatch {
+    wctx: Arc<WatchContext>,
+    id: String,
+    sink: SessionSink,
+    record: Mutex<WatchRecord>,
+    live: Mutex<Option<Arc<Live>>>,
+    /// One bring-up, take-down or app-set change at a time.
+    ops: tokio::sync::Mutex<()>,
+    stopping: AtomicBool,
+}
+
+impl KubeWatch {
+    fn ctx(&self) -> &Arc<SessionContext> {
+        &self.wctx.session
+    }
+
+    fn live(&self) -> Option<Arc<Live>> {
+        lock(&self.live).clone()
+    }
+
+    fn client(&self) -> Result<WorkspaceClient, WorkspaceFailure> {
+        self.live()
+            .map(|live| live.client.clone())
+            .ok_or_else(|| WorkspaceFailure::unavailable("the session's pod is not running"))
+    }
+
+    /// Creates the pod for `apps`, fills its workspace and reports
+    /// `running`. On failure the pod is taken down again.
+    async fn bring_up(&self, apps: Vec<AppSpec>, fill: Fill) -> Result<(), StartError> {
+        let ctx = self.ctx().clone();
+        let name = watch_pod_name(&self.id);
+        let (env, image, pull_policy, token) = {
+            let record = lock(&self.record);
+            (
+                record.spec.env.clone(),
+                record.spec.config.image.clone(),
+                record.spec.config.pull_policy,
+                record.token.clone(),
+            )
+        };
+        let pod = build_watch_pod(
+            &self.wctx.settings,
+            &WatchPodInput {
+                session_id: &self.id,
+                apps: &apps,
+                env: &env,
+                image: &image,
+                pull_policy,
+                workspace_image: &self.wctx.workspace_image,
+                token: &token,
+                workspace_limits: &limit_env(&self.wctx.workspace_limits),
+                resources: &self.wctx.resources,
+            },
+        );
+        let mut watching = watch_pod(&ctx, &self.id, &name);
+        if let Err(err) = ctx.pods.create(&PostParams::default(), &pod).await {
+            return Err(api_failure(
+                err,
+                StartStage::Create,
+                "could not create the session pod",
+            ));
+        }
+        let ours = Arc::new(AtomicBool::new(false));
+        match self
+            .serve(&ctx, &name, &token, apps, fill, &mut watching, &ours)
+            .await
+        {
+            Ok(live) => {
+                *live.watching.lock().await = Some(watching);
+                *lock(&self.live) = Some(live);
+                Ok(())
+            }
+            Err(err) => {
+                ours.store(true, Ordering::Release);
+                take_down_pod(&ctx, &name, watching).await;
+                Err(err)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        &self,
+        ctx: &Arc<SessionContext>,
+        name: &str,
+        token: &str,
+        apps: Vec<AppSpec>,
+        fill: Fill,
+        watching: &mut Watching,
+        ours: &Arc<AtomicBool>,
+    ) -> Result<Arc<Live>, StartError> {
+        let sink = &self.sink;
+        let pod = match wait_until_running(ctx, sink, watching).await? {
+            Arrival::Running(pod) => pod,
+            Arrival::Finished(pod) => {
+                let phase = PodPhase::of(&pod).map_or("Unknown", PodPhase::as_str);
+                return Err(start_failed(format!("pod reached {phase} before serving")));
+            }
+        };
+        let ip: IpAddr = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok())
+            .ok_or_else(|| start_failed("the pod runs without an IP".to_owned()))?;
+        sink.progress(RunPhase::Boot, "Starting workspace", None);
+        let client = WorkspaceClient::new(
+            ctx.http.clone(),
+            SocketAddr::new(ip, WORKSPACE_PORT),
+            token.to_owned(),
+        )
+        .with_limits(&self.wctx.workspace_limits);
+        wait_for_workspace(&client, sink).await?;
+        match fill {
+            Fill::Seed(files) => client.seed(&files).await.map(drop).map_err(|err| {
+                StartError::new(
+                    StartStage::Bundle,
+                    format!("could not seed the workspace: {}", err.message),
+                )
+            })?,
+            Fill::Restore(files) => client.restore(&files).await.map_err(|err| {
+                StartError::new(
+                    StartStage::Resume,
+                    format!("could not restore the workspace: {}", err.message),
+                )
+            })?,
+        }
+
+        let teardown = sink.ended().child_token();
+        let mut terminals = Vec::with_capacity(apps.len());
+        for app in &apps {
+            let output = Output::app(sink.clone(), &app.name, app_container(&app.name));
+            terminals.push((
+                app.name.clone(),
+                terminal::attach_output(&ctx.pods, name, output).await,
+            ));
+        }
+        for (index, app) in apps.iter().enumerate() {
+            self.relay_app(ctx, ip, index, app, &teardown);
+        }
+        let ports: Vec<PortMapping> = apps.iter().flat_map(|a| a.ports.iter().copied()).collect();
+        let routes = match &ctx.router {
+            Some(router) if !ports.is_empty() => {
+                let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                Some(router.publish_session(&self.id, &ports, name, uid).await)
+            }
+            _ => None,
+        };
+        let base_domain = ctx.router.as_ref().map(|router| router.base_domain());
+        sink.status(RunStatus::Running {
+            endpoints: Some(endpoints_for(base_domain, &self.id, &ports)),
+            inspect_url: None,
+        });
+        if let Some(routes) = routes {
+            routes.follow_until(sink.clone(), teardown.clone());
+        }
+        ctx.tasks.spawn(supervise(
+            sink.clone(),
+            watching.pods(),
+            apps.clone(),
+            teardown.clone(),
+            ours.clone(),
+        ));
+        Ok(Arc::new(Live {
+            pod: name.to_owned(),
+            client,
+            apps,
+            terminals,
+            teardown,
+            ours: ours.clone(),
+            watching: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    /// One app's debug stream (run events, resolved ports) and probes.
+    fn relay_app(
+        &self,
+        ctx: &Arc<SessionContext>,
+        ip: IpAddr,
+        index: usize,
+        app: &AppSpec,
+        teardown: &CancellationToken,
+    ) {
+        let sink = self.sink.clone();
+        let name = app.name.clone();
+        let probes = ctx.tasks.clone();
+        let probe_stop = teardown.clone();
+        ctx.tasks.spawn(relay_debug_stream(
+            ctx.http.clone(),
+            format!(
+                "http://{}/events",
+                SocketAddr::new(ip, inspect_port_for(index))
+            ),
+            move |frame| {
+                if let Some(tcp) = sink.ports_resolved(&name, &frame)
+                    && !tcp.is_empty()
+                {
+                    probes.spawn(watch_app_reachability(
+                        ip,
+                        name.clone(),
+                        tcp,
+                        sink.clone(),
+                        probe_stop.clone(),
+                    ));
+                }
+                sink.app_debug(&name, frame);
+            },
+            teardown.clone(),
+        ));
+        let tcp: Vec<u16> = app
+            .ports
+            .iter()
+            .filter(|p| p.protocol == PortProtocol::Tcp)
+            .map(|p| p.port)
+            .collect();
+        if !tcp.is_empty() {
+            ctx.tasks.spawn(watch_app_reachability(
+                ip,
+                app.name.clone(),
+                tcp,
+                self.sink.clone(),
+                teardown.clone(),
+            ));
+        }
+    }
+
+    /// Takes the current pod down and waits until it is gone.
+    async fn take_down(&self) {
+        let Some(live) = lock(&self.live).take() else {
+            return;
+        };
+        live.ours.store(true, Ordering::Release);
+        live.teardown.cancel();
+        let watching = live.watching.lock().await.take();
+        let ctx = self.ctx().clone();
+        match watching {
+            Some(watching) => take_down_pod(&ctx, &live.pod, watching).await,
+            None => {
+                if let Err(err) = delete_pod(&ctx.pods, &live.pod).await {
+                    warn!(pod = %live.pod, error = %err, "could not delete a watch pod");
+                }
+            }
+        }
+    }
+
+    /// The workspace's files, stored as the session's checkpoint.
+    async fn save_checkpoint(&self) -> Result<(), WorkspaceFailure> {
+        let files = self.client()?.snapshot().await?;
+        self.wctx
+            .checkpoints
+            .save_files(&self.id, &files)
+            .await
+            .map_err(|err| WorkspaceFailure::unavailable(err.to_string()))
+    }
+}
+
+/// The limits as the workspace service reads them.
+fn limit_env(limits: &runner_workspace::WorkspaceLimits) -> Vec<(String, String)> {
+    [
+        (
+            "RUNNER_WORKSPACE_MAX_FILE_BYTES",
+            limits.max_file_bytes.to_string(),
+        ),
+        (
+            "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
+            limits.max_change_set_bytes.to_string(),
+        ),
+        (
+            "RUNNER_WORKSPACE_MAX_BYTES",
+            limits.max_workspace_bytes.to_string(),
+        ),
+        ("RUNNER_WORKSPACE_MAX_FILES", limits.max_files.to_string()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
+}
+
+/// Polls the workspace service until it answers.
+async fn wait_for_workspace(
+    client: &WorkspaceClient,
+    sink: &SessionSink,
+) -> Result<(), StartError> {
+    let stop = sink.stop_requested();
+    let deadline = tokio::time::Instant::now() + WORKSPACE_READY_TIMEOUT;
+    loop {
+        if client.health().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(StartError::new(
+                StartStage::Start,
+                "workspace container did not become ready: no response",
+            ));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(WORKSPACE_POLL) => {}
+            () = stop.cancelled() => return Err(StartError::cancelled()),
+        }
+    }
+}
+
+/// Deletes the pod and waits (bounded) until the watch says it is gone.
+async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, watching: Watching) {
+    if let Err(err) = delete_pod(&ctx.pods, name).await {
+        warn!(pod = name, error = %err, "could not delete a watch pod");
+    }
+    let mut pods = watching.pods();
+    let bound = ctx.stop_grace.saturating_add(GONE_SETTLE);
+    let gone = pods.wait_for(|state| matches!(state, PodState::Gone));
+    if tokio::time::timeout(bound, gone).await.is_err() {
+        warn!(
+            pod = name,
+            "a watch pod was not gone within its grace period"
+        );
+    }
+    drop(watching);
+}
+
+/// Follows a running watch pod: an app container that ended closes that
+/// app's generation; the pod ending or vanishing without the runner asking
+/// fails the session.
+async fn supervise(
+    sink: SessionSink,
+    mut pods: watch::Receiver<PodState>,
+    apps: Vec<AppSpec>,
+    teardown: CancellationToken,
+    ours: Arc<AtomicBool>,
+) {
+    let mut ended: Vec<String> = Vec::new();
+    loop {
+        let state = pods.borrow_and_update().clone();
+        let failure = match &state {
+            PodState::Present(pod) => {
+                note_ended_apps(&sink, pod, &apps, &mut ended);
+                if pod.metadata.deletion_timestamp.is_some() {
+                    Some(DELETED_OUTSIDE.to_owned())
+                } else if is_finished(pod) {
+                    let phase = PodPhase::of(pod).map_or("Unknown", PodPhase::as_str);
+                    Some(format!("session pod reached {phase}"))
+                } else {
+                    None
+                }
+            }
+            PodState::Gone => Some(DELETED_OUTSIDE.to_owned()),
+            PodState::Unknown => None,
+        };
+        if let Some(message) = failure {
+            if !ours.load(Ordering::Acquire) && !teardown.is_cancelled() {
+                info!(session_id = %sink.session_id(), reason = %message, "watch pod ended");
+                sink.status(RunStatus::failed(message));
+            }
+            return;
+        }
+        tokio::select! {
+            changed = pods.changed() => if changed.is_err() { return },
+            () = teardown.cancelled() => return,
+        }
+    }
+}
+
+/// `app-<name>` containers that terminated, each reported once.
+fn note_ended_apps(sink: &SessionSink, pod: &Pod, apps: &[AppSpec], ended: &mut Vec<String>) {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    for status in statuses.into_iter().flatten() {
+        let Some(app) = apps
+            .iter()
+            .find(|app| app_container(&app.name) == status.name)
+        else {
+            continue;
+        };
+        let Some(terminated) = status.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+            continue;
+        };
+        if ended.contains(&app.name) {
+            continue;
+        }
+        ended.push(app.name.clone());
+        let code = terminated.exit_code;
+        match terminated.reason.as_deref() {
+            Some(reason) if reason != "Completed" => sink.app_ended(
+                &app.name,
+                None,
+                Some(format!("application container {reason} (exit code {code})")),
+            ),
+            _ if code == 0 => sink.app_ended(&app.name, Some(0), None),
+            _ => sink.app_ended(
+                &app.name,
+                None,
+                Some(format!("application container exited (code {code})")),
+            ),
+        }
+        sink.app_output(
+            &app.name,
+            runner_core::watch_types::StreamTag::Tty,
+            Bytes::from(format!(
+                "\r\n[runner] app '{}' exited (code {code}); change its app set or stop the session to start it again\r\n",
+                app.name
+            )),
+        );
+    }
+}
+
+#[async_trait]
+impl BackendSession for KubeWatch {
+    fn write_stdin(&self, bytes: Bytes) {
+        if let Some(live) = self.live()
+            && let Some((_, terminal)) = live.terminals.first()
+        {
+            terminal.write_stdin(bytes);
+        }
+    }
+
+    fn resize(&self, cols: u16, rows: u16) {
+        if let Some(live) = self.live()
+            && let Some((_, terminal)) = live.terminals.first()
+        {
+            terminal.resize(cols, rows);
+        }
+    }
+
+    fn write_app_stdin(&self, app: &str, bytes: Bytes) {
+        if let Some(live) = self.live()
+            && let Some((_, terminal)) = live.terminals.iter().find(|(name, _)| name == app)
+        {
+            terminal.write_stdin(bytes);
+        }
+    }
+
+    fn resize_app(&self, app: &str, cols: u16, rows: u16) {
+        if let Some(live) = self.live()
+            && let Some((_, terminal)) = live.terminals.iter().find(|(name, _)| name == app)
+        {
+            terminal.resize(cols, rows);
+        }
+    }
+
+    /// Takes the pod down in the background and reports `stopped` once it
+    /// is gone; the checkpoint goes with the session.
+    async fn stop(&self) -> Result<(), StopError> {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if let Err(err) = self.wctx.checkpoints.delete(&self.id).await {
+            warn!(session_id = %self.id, error = %err, "could not delete a stopped watch session's checkpoint");
+        }
+        let live = lock(&self.live).take();
+        let sink = self.sink.clone();
+        let ctx = self.ctx().clone();
+        self.ctx().tasks.spawn(async move {
+            if let Some(live) = live {
+                live.ours.store(true, Ordering::Release);
+                live.teardown.cancel();
+                let watching = live.watching.lock().await.take();
+                match watching {
+                    Some(watching) => take_down_pod(&ctx, &live.pod, watching).await,
+                    None => {
+                        let _ = delete_pod(&ctx.pods, &live.pod).await;
+                    }
+                }
+            }
+            sink.status(RunStatus::Stopped);
+        });
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl WatchWorkload for KubeWatch {
+    async fn tree(&self) -> Result<WorkspaceTree, WorkspaceFailure> {
+        self.client()?.tree().await
+    }
+
+    async fn read_file(&self, path: &str) -> Result<WorkspaceFileContent, WorkspaceFailure> {
+        self.client()?.read_file(path).await
+    }
+
+    async fn apply(
+        &self,
+        changes: WorkspaceChangeSet,
+    ) -> Result<WorkspaceApplyResult, WorkspaceFailure> {
+        self.client()?.apply(&changes).await
+    }
+
+    async fn reload(&self, app: &str) -> Result<(), WorkspaceFailure> {
+        let live = self
+            .live()
+            .ok_or_else(|| WorkspaceFailure::unavailable("the session's pod is not running"))?;
+        let entry = live
+            .apps
+            .iter()
+            .find(|running| running.name == app)
+            .map(|running| running.entry_relative_path.clone())
+            .ok_or_else(|| {
+                WorkspaceFailure::new(
+                    404,
+                    "unknown_app",
+                    format!("session runs no app named '{app}'"),
+                )
+            })?;
+        live.client.touch(&entry).await
+    }
+
+    async fn checkpoint(&self) -> Result<(), WorkspaceFailure> {
+        let _op = self.ops.lock().await;
+        self.save_checkpoint().await
+    }
+
+    async fn set_apps(&self, apps: Vec<AppSpec>) -> Result<(), StartError> {
+        let _op = self.ops.lock().await;
+        let files = self
+            .client()
+            .map_err(|err| StartError::new(StartStage::Start, err.message))?
+            .snapshot()
+            .await
+            .map_err(|err| {
+                StartError::new(
+                    StartStage::Start,
+                    format!(
+                        "could not keep the workspace for the new app set: {}",
+                        err.message
+                    ),
+                )
+            })?;
+        self.take_down().await;
+        let record = {
+            let mut record = lock(&self.record);
+            record.spec.apps = apps.clone();
+            record.clone()
+        };
+        if let Err(err) = self.wctx.checkpoints.save_record(&record).await {
+            warn!(session_id = %self.id, error = %api_reason(&err), "could not record the new app set");
+        }
+        self.bring_up(apps, Fill::Restore(files)).await
+    }
+
+    async fn suspend(&self) -> Result<(), StopError> {
+        let _op = self.ops.lock().await;
+        self.save_checkpoint().await.map_err(|err| StopError {
+            message: err.message,
+        })?;
+        self.take_down().await;
+        info!(session_id = %self.id, "watch session suspended; its checkpoint is kept");
+        Ok(())
+    }
+}
+
+/// Watch sessions a previous runner left (boot): every session Secret is
+/// listed `suspended`, its generation counted up. A session whose pod still
+/// runs is checkpointed from that pod first (its newest files), then the
+/// pod is taken down: the session resumes from the checkpoint on request.
+pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession> {
+    let ctx = wctx.session.clone();
+    ctx.pod_watcher.wait_synced().await;
+    let listed = match wctx.checkpoints.list().await {
+        Ok(listed) => listed,
+        Err(err) => {
+            warn!(error = %api_reason(&err), "could not list the watch sessions kept in the cluster");
+            return Vec::new();
+        }
+    };
+    let mut kept = Vec::new();
+    let mut known = Vec::new();
+    for (mut record, mut has_files) in listed {
+        let id = record.spec.session_id.clone();
+        known.push(id.clone());
+        let name = watch_pod_name(&id);
+        let live = ctx
+            .pod_watcher
+            .pods()
+            .into_iter()
+            .find(|pod| pod.metadata.name.as_deref() == Some(name.as_str()));
+        if let Some(pod) = live {
+            if let Some(ip) = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse::<IpAddr>().ok())
+            {
+                let client = WorkspaceClient::new(
+                    ctx.http.clone(),
+                    SocketAddr::new(ip, WORKSPACE_PORT),
+                    record.token.clone(),
+                )
+                .with_limits(&wctx.workspace_limits);
+                match client.snapshot().await {
+                    Ok(files) => match wctx.checkpoints.save_files(&id, &files).await {
+                        Ok(()) => has_files = true,
+                        Err(err) => {
+                            warn!(session_id = %id, error = %err, "could not checkpoint a watch pod left running");
+                        }
+                    },
+                    Err(err) => {
+                        debug!(session_id = %id, error = %err, "a watch pod left running did not answer; its last checkpoint stays");
+                    }
+                }
+            }
+            let watching = watch_pod(&ctx, &id, &name);
+            take_down_pod(&ctx, &name, watching).await;
+        }
+        if !has_files {
+            // Never checkpointed (the runner ended while it started): nothing
+            // to resume from.
+            info!(session_id = %id, "dropping a watch session that was never checkpointed");
+            if let Err(err) = wctx.checkpoints.delete(&id).await {
+                warn!(session_id = %id, error = %api_reason(&err), "could not delete a watch session record");
+            }
+            continue;
+        }
+        record.generation = record.generation.saturating_add(1);
+        if let Err(err) = wctx.checkpoints.save_record(&record).await {
+            warn!(session_id = %id, error = %api_reason(&err), "could not record a recovered watch session");
+        }
+        kept.push(SuspendedSession {
+            generation: record.generation,
+            spec: record.spec,
+        });
+    }
+    // Watch pods without a record: nothing can resume them.
+    for pod in ctx.pod_watcher.pods() {
+        let is_watch = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(pod::MODE_LABEL))
+            .is_some_and(|mode| mode == pod::WATCH_MODE);
+        let session = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::session_record::SESSION_ID_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        if is_watch && !known.contains(&session) {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            info!(pod = %name, "deleting a watch pod without a session record");
+            if let Err(err) = delete_pod(&ctx.pods, &name).await {
+                warn!(pod = %name, error = %err, "could not delete a leftover watch pod");
+            }
+        }
+    }
+    kept
+}
+
+/// Whether `pod` is a watch pod (left to [`recover_suspended`]).
+pub fn is_watch_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(pod::MODE_LABEL))
+        .is_some_and(|mode| mode == pod::WATCH_MODE)
+}

@@ -1,0 +1,362 @@
+//! The watch pod of spec/k8s-runner.md §3.4: a `workspace` container serving
+//! the session's files to the runner, and one `app-<name>` container per app
+//! running `telo run --watch` over the same `workspace` volume.
+//!
+//! Departures from the reference, each on purpose:
+//! - the workspace service is the runner's own binary (`telo-runner
+//!   workspace`, [`WatchPodInput::workspace_image`]) instead of a Telo
+//!   manifest in a ConfigMap, and it answers only requests carrying the
+//!   session's token; no ConfigMap, no Telo kernel in the workspace
+//!   container, no port declared for it;
+//! - every listener binds the pod IP (`$(POD_IP)`), not `0.0.0.0`: the
+//!   runner dials the pod IP anyway, and nothing listens where a sidecar or
+//!   a port-forward would find it by accident;
+//! - the pod is named `telo-watch-<id>`: a new pod for the same session is
+//!   created only once the previous one is gone, so the name never clashes.
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use runner_core::types::PullPolicy;
+use runner_core::watch_types::{AppSpec, IoMode};
+
+use crate::pod_spec::{
+    HOME_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_UID, TMP_MOUNT, WORK_DIR,
+    container_env, container_ports, empty_dir, env_var, hardened_container_security,
+    image_or_default, image_pull_secrets, mount, pull_policy_to_k8s, resource_requirements,
+    runtime_default_seccomp,
+};
+use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+
+/// The container serving the workspace to the runner.
+pub const WORKSPACE_CONTAINER: &str = "workspace";
+/// Where the workspace service listens, on the pod IP.
+pub const WORKSPACE_PORT: u16 = 8099;
+/// The shared volume every container of the pod mounts.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// `watch` on a watch pod; adoption of run sessions leaves these alone.
+pub const MODE_LABEL: &str = "telo.run/mode";
+pub const WATCH_MODE: &str = "watch";
+
+/// `telo-watch-<sessionId>`.
+pub fn watch_pod_name(session_id: &str) -> String {
+    format!("telo-watch-{session_id}")
+}
+
+/// `app-<name>`: the container of one app.
+pub fn app_container(app: &str) -> String {
+    format!("app-{app}")
+}
+
+/// The inspect port of the app at `index`: `9230 + index`.
+pub fn inspect_port_for(index: usize) -> u16 {
+    INSPECT_PORT.saturating_add(u16::try_from(index).unwrap_or(u16::MAX))
+}
+
+/// What one watch pod is made of.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchPodInput<'a> {
+    pub session_id: &'a str,
+    pub apps: &'a [AppSpec],
+    /// The session environment (apps only, never the workspace container).
+    pub env: &'a [(String, String)],
+    /// The apps' kernel image; empty means [`PodSettings::default_image`].
+    pub image: &'a str,
+    pub pull_policy: PullPolicy,
+    /// `RUNNER_WORKSPACE_IMAGE`.
+    pub workspace_image: &'a str,
+    /// The bearer token the workspace service demands.
+    pub token: &'a str,
+    /// The workspace limits the service enforces, as `RUNNER_WORKSPACE_*`
+    /// variables.
+    pub workspace_limits: &'a [(String, String)],
+    /// Per container; `ttl_seconds` is `RUNNER_WATCH_MAX_TTL_SECONDS`.
+    pub resources: &'a Resources,
+}
+
+/// The script of an app container: wait until the entry exists (the
+/// workspace is seeded once the pod runs), then become the kernel. Paths
+/// come through the environment, so nothing of the request reaches the
+/// shell line.
+const APP_SCRIPT: &str = r#"while [ ! -f "$TELO_ENTRY" ]; do sleep 0.2; done; exec telo run --watch --inspect "$TELO_INSPECT_ADDR" --no-open "$TELO_ENTRY""#;
+
+pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod {
+    let mut containers = vec![workspace_container(settings, input)];
+    containers.extend(
+        input
+            .apps
+            .iter()
+            .enumerate()
+            .map(|(index, app)| app_container_spec(settings, input, index, app)),
+    );
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(watch_pod_name(input.session_id)),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(
+                [
+                    (MANAGED_BY_LABEL.to_owned(), settings.managed_by.clone()),
+                    (SESSION_ID_LABEL.to_owned(), input.session_id.to_owned()),
+                    (MODE_LABEL.to_owned(), WATCH_MODE.to_owned()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            restart_policy: Some("Never".to_owned()),
+            active_deadline_seconds: Some(i64::from(input.resources.ttl_seconds)),
+            termination_grace_period_seconds: Some(settings.termination_grace_seconds),
+            automount_service_account_token: Some(false),
+            image_pull_secrets: image_pull_secrets(settings),
+            runtime_class_name: settings.runtime_class.clone(),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(SESSION_UID),
+                run_as_group: Some(SESSION_UID),
+                fs_group: Some(SESSION_UID),
+                seccomp_profile: Some(runtime_default_seccomp()),
+                ..PodSecurityContext::default()
+            }),
+            containers,
+            volumes: Some(
+                ["workspace", "work", "home", "tmp"]
+                    .into_iter()
+                    .map(empty_dir)
+                    .collect(),
+            ),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `POD_IP` from the downward API; later entries say `$(POD_IP)`.
+fn pod_ip_env() -> EnvVar {
+    EnvVar {
+        name: "POD_IP".to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: "status.podIP".to_owned(),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// `/work`, `/home/telo` and `/tmp` of one container: its own directory of
+/// the shared scratch volumes.
+fn scratch_mounts(owner: &str) -> Vec<VolumeMount> {
+    [("work", WORK_DIR), ("home", HOME_DIR), ("tmp", TMP_MOUNT)]
+        .into_iter()
+        .map(|(volume, path)| VolumeMount {
+            sub_path: Some(owner.to_owned()),
+            ..mount(volume, path)
+        })
+        .collect()
+}
+
+fn workspace_container(settings: &PodSettings, input: &WatchPodInput<'_>) -> Container {
+    let mut env = vec![
+        pod_ip_env(),
+        env_var("RUNNER_WORKSPACE_DIR", WORKSPACE_DIR.to_owned()),
+        env_var(
+            "RUNNER_WORKSPACE_LISTEN",
+            format!("$(POD_IP):{WORKSPACE_PORT}"),
+        ),
+        env_var("RUNNER_WORKSPACE_TOKEN", input.token.to_owned()),
+        env_var("HOME", HOME_DIR.to_owned()),
+    ];
+    env.extend(
+        input
+            .workspace_limits
+            .iter()
+            .map(|(name, value)| env_var(name, value.clone())),
+    );
+    let mut mounts = vec![mount("workspace", WORKSPACE_DIR)];
+    mounts.extend(scratch_mounts(WORKSPACE_CONTAINER));
+    Container {
+        name: WORKSPACE_CONTAINER.to_owned(),
+        image: Some(image_or_default(input.workspace_image, settings)),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        working_dir: Some(WORK_DIR.to_owned()),
+        command: Some(vec!["telo-runner".to_owned(), "workspace".to_owned()]),
+        env: Some(env),
+        resources: Some(resource_requirements(input.resources)),
+        volume_mounts: Some(mounts),
+        security_context: Some(hardened_container_security()),
+        ..Container::default()
+    }
+}
+
+fn app_container_spec(
+    settings: &PodSettings,
+    input: &WatchPodInput<'_>,
+    index: usize,
+    app: &AppSpec,
+) -> Container {
+    let tty = app.io == IoMode::Tty;
+    let mut runner_env = vec![
+        ("HOME", HOME_DIR.to_owned()),
+        ("npm_config_cache", format!("{HOME_DIR}/.npm")),
+        (
+            "TELO_ENTRY",
+            format!("{WORKSPACE_DIR}/{}", app.entry_relative_path),
+        ),
+        (
+            "TELO_INSPECT_ADDR",
+            format!("$(POD_IP):{}", inspect_port_for(index)),
+        ),
+    ];
+    if tty {
+        runner_env.push(("CLICOLOR_FORCE", "1".to_owned()));
+    }
+    // POD_IP first, so `$(POD_IP)` expands; a session entry of that name
+    // cannot replace it.
+    let mut env = vec![pod_ip_env()];
+    env.extend(
+        container_env(input.env, &runner_env)
+            .into_iter()
+            .filter(|e| e.name != "POD_IP"),
+    );
+    let name = app_container(&app.name);
+    let mut mounts = vec![mount("workspace", WORKSPACE_DIR)];
+    mounts.extend(scratch_mounts(&name));
+    Container {
+        name,
+        image: Some(image_or_default(input.image, settings)),
+        image_pull_policy: Some(pull_policy_to_k8s(input.pull_policy).to_owned()),
+        working_dir: Some(WORK_DIR.to_owned()),
+        command: Some(vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            APP_SCRIPT.to_owned(),
+        ]),
+        env: Some(env),
+        stdin: Some(true),
+        stdin_once: Some(false),
+        tty: Some(tty),
+        ports: container_ports(&app.ports),
+        resources: Some(resource_requirements(input.resources)),
+        volume_mounts: Some(mounts),
+        security_context: Some(hardened_container_security()),
+        ..Container::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runner_core::types::{PortMapping, PortProtocol};
+
+    fn settings() -> PodSettings {
+        PodSettings {
+            namespace: "telo-sessions".into(),
+            managed_by: "telo-runner".into(),
+            init_image: "busybox:stable".into(),
+            default_image: "telorun/node:24-slim".into(),
+            image_pull_secret: None,
+            runtime_class: None,
+            termination_grace_seconds: 10,
+        }
+    }
+
+    fn app(name: &str, entry: &str, ports: Vec<PortMapping>) -> AppSpec {
+        AppSpec {
+            name: name.into(),
+            entry_relative_path: entry.into(),
+            ports,
+            io: IoMode::Tty,
+        }
+    }
+
+    fn env_of(c: &Container) -> Vec<(String, Option<String>)> {
+        c.env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn session_env_reaches_the_apps_only_and_the_token_the_workspace_only() {
+        let apps = [
+            app(
+                "web",
+                "telo.yaml",
+                vec![PortMapping {
+                    port: 8080,
+                    protocol: PortProtocol::Tcp,
+                }],
+            ),
+            app("api", "api/telo.yaml", vec![]),
+        ];
+        let resources = Resources {
+            cpu: "500m".into(),
+            memory: "512Mi".into(),
+            ephemeral_storage: "1Gi".into(),
+            ttl_seconds: 21600,
+        };
+        let env = [("GREETING".to_owned(), "pa$$".to_owned())];
+        let pod = build_watch_pod(
+            &settings(),
+            &WatchPodInput {
+                session_id: "abc234defghi",
+                apps: &apps,
+                env: &env,
+                image: "",
+                pull_policy: PullPolicy::Missing,
+                workspace_image: "telo-runner:test",
+                token: "t0ken",
+                workspace_limits: &[("RUNNER_WORKSPACE_MAX_FILES".into(), "10".into())],
+                resources: &resources,
+            },
+        );
+        let spec = pod.spec.expect("spec");
+        assert_eq!(
+            pod.metadata.name.as_deref(),
+            Some("telo-watch-abc234defghi")
+        );
+        assert_eq!(spec.active_deadline_seconds, Some(21600));
+        let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["workspace", "app-web", "app-api"]);
+        let workspace = env_of(&spec.containers[0]);
+        assert!(workspace.contains(&("RUNNER_WORKSPACE_TOKEN".into(), Some("t0ken".into()))));
+        assert!(workspace.contains(&("RUNNER_WORKSPACE_MAX_FILES".into(), Some("10".into()))));
+        assert!(!workspace.iter().any(|(n, _)| n == "GREETING"));
+        assert_eq!(spec.containers[0].ports, None);
+        for (index, c) in spec.containers[1..].iter().enumerate() {
+            let env = env_of(c);
+            assert_eq!(env[0].0, "POD_IP");
+            assert!(env.contains(&("GREETING".into(), Some("pa$$$$".into()))));
+            assert!(!env.iter().any(|(n, _)| n == "RUNNER_WORKSPACE_TOKEN"));
+            assert!(env.contains(&(
+                "TELO_INSPECT_ADDR".into(),
+                Some(format!("$(POD_IP):{}", 9230 + index))
+            )));
+            assert_eq!(c.image.as_deref(), Some("telorun/node:24-slim"));
+            assert_eq!(c.tty, Some(true));
+            let security = c.security_context.as_ref().expect("hardened");
+            assert_eq!(security.read_only_root_filesystem, Some(true));
+            let mounts = c.volume_mounts.as_ref().expect("mounts");
+            assert!(
+                mounts
+                    .iter()
+                    .any(|m| m.mount_path == "/workspace" && m.read_only.is_none())
+            );
+        }
+        assert_eq!(
+            env_of(&spec.containers[2])
+                .iter()
+                .find(|(n, _)| n == "TELO_ENTRY")
+                .and_then(|(_, v)| v.clone())
+                .as_deref(),
+            Some("/workspace/api/telo.yaml")
+        );
+        assert!(spec.containers[1].ports.is_some());
+    }
+}
