@@ -110,6 +110,10 @@ pub enum WatchStart {
     Seed(RunBundle),
     /// A suspended session resumes: the backend restores its checkpoint.
     Resume,
+    /// A session whose workload outlived the previous runner
+    /// ([`SuspendedSession::running`]): the backend takes it over as it
+    /// runs, or, when it cannot, resumes it from its checkpoint.
+    Adopt,
 }
 
 /// A watch session a backend kept while it was suspended (or whose
@@ -121,6 +125,10 @@ pub struct SuspendedSession {
     /// How many runner processes held it before (event ids and sequence
     /// numbers start past theirs).
     pub generation: u32,
+    /// Its workload still runs (a Kubernetes watch pod outlives the
+    /// runner): the registry adopts it at once instead of listing it
+    /// `suspended`.
+    pub running: bool,
 }
 
 /// A session that outlived the runner process that started it.

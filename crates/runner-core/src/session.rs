@@ -690,13 +690,16 @@ impl Session {
             .retain(|c| !names.contains(&c.name));
     }
 
-    /// A watch workload is up.
+    /// A watch workload is up. Its idle time counts from now: a session
+    /// resumed (or adopted) a while after its watchers left is not idle
+    /// before a client had the time to look at it.
     pub(crate) fn install_watch_workload(&self, workload: Arc<dyn crate::workload::WatchWorkload>) {
         if let Some(mut state) = self.watch_state() {
             state.workload = Some(workload);
             state.suspended_at = None;
             state.started_at = Some(tokio::time::Instant::now());
         }
+        *lock(&self.idle_since) = tokio::time::Instant::now();
     }
 
     /// The backend's handle went away (suspend): input waits or drops.

@@ -207,7 +207,9 @@ fn prepare(
             })?;
             Ok((workspace, record))
         }
-        WatchStart::Resume => {
+        // Nothing of a local session outlives the runner: an adoption is
+        // a resume.
+        WatchStart::Resume | WatchStart::Adopt => {
             let workspace = Workspace::open(&work.app(), limits).map_err(|err| {
                 StartError::new(
                     StartStage::Resume,
@@ -273,6 +275,7 @@ pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession
         kept.push(SuspendedSession {
             spec: record.spec,
             generation: record.generation,
+            running: false,
         });
     }
     kept

@@ -243,6 +243,9 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps(#[case] backe
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(refused["error"], "not_running");
 
+    // Watched before it resumes, as an editor that reconnects does: it is
+    // not idle the moment it runs.
+    let mut events = runner.events(&id, &[]).await;
     let (status, resumed) = request(
         &runner,
         reqwest::Method::POST,
@@ -254,7 +257,6 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps(#[case] backe
         (status, resumed),
         (StatusCode::ACCEPTED, json!({"sessionId": id}))
     );
-    let mut events = runner.events(&id, &[]).await;
     let fourth = run_event(&mut events, "app", "started", 4).await;
     assert_eq!(fourth["trigger"], "resume");
     let mut socket = runner.io(&id, "").await;
@@ -815,18 +817,57 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{snapshot}");
-    assert_eq!(snapshot["status"], json!({"kind": "suspended"}));
-    let (status, _) = send(
-        second.base.clone(),
-        reqwest::Method::POST,
-        format!("/v1/sessions/{id}/resume"),
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::ACCEPTED);
-    let mut events =
-        SseStream::connect(&format!("{}/v1/sessions/{id}/events", second.base), &[]).await;
-    run_event(&mut events, "app", "started", 1).await;
+    let mut events = match backend {
+        // Its processes died with the runner: listed suspended, resumed
+        // from its files.
+        Backend::Local => {
+            assert_eq!(snapshot["status"], json!({"kind": "suspended"}));
+            let (status, _) = send(
+                second.base.clone(),
+                reqwest::Method::POST,
+                format!("/v1/sessions/{id}/resume"),
+                None,
+            )
+            .await;
+            assert_eq!(status, StatusCode::ACCEPTED);
+            let mut events =
+                SseStream::connect(&format!("{}/v1/sessions/{id}/events", second.base), &[]).await;
+            run_event(&mut events, "app", "started", 1).await;
+            events
+        }
+        // Its pod outlived the runner: adopted as it runs, its output so
+        // far kept, edits reloading it as before.
+        Backend::Kubernetes => {
+            let mut events =
+                SseStream::connect(&format!("{}/v1/sessions/{id}/events", second.base), &[]).await;
+            events
+                .events_until(|f| {
+                    f.event.as_deref() == Some("status") && f.json()["status"]["kind"] == "running"
+                })
+                .await;
+            let mut socket = ws::connect(
+                &format!(
+                    "{}/v1/sessions/{id}/io?app=app",
+                    second.base.replacen("http", "ws", 1)
+                ),
+                None,
+            )
+            .await;
+            ws::read_until_output(&mut socket, "before the crash").await;
+            let (status, _) = send(
+                second.base.clone(),
+                reqwest::Method::POST,
+                format!("/v1/sessions/{id}/workspace"),
+                Some(json!({"write": [{"path": "telo.yaml", "content": manifest(json!({"stdout": ["after the crash"]}))}]})),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK);
+            let started = run_event(&mut events, "app", "started", 1).await;
+            assert_eq!(started["trigger"], "watch");
+            ws::read_until_output(&mut socket, "after the crash").await;
+            events
+        }
+    };
     let (_, file) = send(
         second.base.clone(),
         reqwest::Method::GET,

@@ -185,7 +185,11 @@ impl SessionRegistry {
     }
 
     fn restore_suspended(&self, record: SuspendedSession) {
-        let SuspendedSession { spec, generation } = record;
+        let SuspendedSession {
+            spec,
+            generation,
+            running,
+        } = record;
         let id = spec.session_id.clone();
         let session = Arc::new(
             Session::with_apps(
@@ -198,13 +202,37 @@ impl SessionRegistry {
                 SessionMode::Watch,
                 &session_apps(&spec.apps),
             )
-            .with_watch(spec),
+            .with_watch(spec.clone()),
         );
+        // Kept whatever the limit: refusing it would only lose its files.
+        super::lock(&self.inner.sessions).insert(id, session.clone());
+        if running {
+            // Its workload outlived the last runner: taken over as it runs.
+            if let Some(mut state) = session.watch_state() {
+                state.busy = true;
+            }
+            session.emit(RunEvent::Status {
+                status: RunStatus::Starting,
+            });
+            info!(session_id = %session.id, "adopting a watch session whose workload still runs");
+            let backend = self.inner.backend.clone();
+            let adopted = session.clone();
+            self.spawn_watch(session.clone());
+            self.spawn_start(session, move |sink| async move {
+                let started = backend
+                    .start_watch(spec, WatchStart::Adopt, sink)
+                    .await
+                    .map(Launched::watch);
+                if let Some(mut state) = adopted.watch_state() {
+                    state.busy = false;
+                }
+                started
+            });
+            return;
+        }
         if let Some(mut state) = session.watch_state() {
             state.suspended_at = Some((tokio::time::Instant::now(), iso_now()));
         }
-        // Kept whatever the limit: refusing it would only lose its files.
-        super::lock(&self.inner.sessions).insert(id, session.clone());
         session.emit(RunEvent::Status {
             status: RunStatus::Suspended,
         });

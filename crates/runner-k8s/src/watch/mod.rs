@@ -90,8 +90,9 @@ pub async fn start(
     sink: SessionSink,
 ) -> Result<Arc<KubeWatch>, StartError> {
     let id = spec.session_id.clone();
-    let (record, fill) = match start {
+    let (record, fill) = match &start {
         WatchStart::Seed(bundle) => {
+            let bundle = bundle.clone();
             let record = WatchRecord {
                 spec: spec.clone(),
                 generation: 0,
@@ -106,7 +107,7 @@ pub async fn start(
             })?;
             (record, Fill::Seed(bundle.files))
         }
-        WatchStart::Resume => {
+        WatchStart::Resume | WatchStart::Adopt => {
             let loaded = wctx
                 .checkpoints
                 .load(&id)
@@ -127,6 +128,7 @@ pub async fn start(
             (record, Fill::Restore(files))
         }
     };
+    let adopting = matches!(start, WatchStart::Adopt);
     let seeding = matches!(fill, Fill::Seed(_));
     let watch = Arc::new(KubeWatch {
         wctx: wctx.clone(),
@@ -139,7 +141,11 @@ pub async fn start(
     });
     let brought_up = {
         let _op = watch.ops.lock().await;
-        watch.bring_up(spec.apps.clone(), fill).await
+        if adopting && watch.adopt(&spec.apps).await {
+            Ok(())
+        } else {
+            watch.bring_up(spec.apps.clone(), fill).await
+        }
     };
     if let Err(err) = brought_up {
         if seeding && let Err(err) = wctx.checkpoints.delete(&id).await {
@@ -264,12 +270,8 @@ impl KubeWatch {
                 return Err(start_failed(format!("pod reached {phase} before serving")));
             }
         };
-        let ip: IpAddr = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .and_then(|ip| ip.parse().ok())
-            .ok_or_else(|| start_failed("the pod runs without an IP".to_owned()))?;
+        let ip =
+            pod_ip(&pod).ok_or_else(|| start_failed("the pod runs without an IP".to_owned()))?;
         sink.progress(RunPhase::Boot, "Starting workspace", None);
         let client = WorkspaceClient::new(
             ctx.http.clone(),
@@ -292,7 +294,25 @@ impl KubeWatch {
                 )
             })?,
         }
+        self.go_live(ctx, name, &pod, ip, client, apps, watching, ours)
+            .await
+    }
 
+    /// A pod whose workspace is filled: its apps attached, relayed, probed
+    /// and published, `running` reported, the pod supervised.
+    #[allow(clippy::too_many_arguments)]
+    async fn go_live(
+        &self,
+        ctx: &Arc<SessionContext>,
+        name: &str,
+        pod: &Pod,
+        ip: IpAddr,
+        client: WorkspaceClient,
+        apps: Vec<AppSpec>,
+        watching: &Watching,
+        ours: &Arc<AtomicBool>,
+    ) -> Result<Arc<Live>, StartError> {
+        let sink = &self.sink;
         let teardown = sink.ended().child_token();
         let mut terminals = Vec::with_capacity(apps.len());
         for app in &apps {
@@ -391,6 +411,62 @@ impl KubeWatch {
         }
     }
 
+    /// Takes over the pod a previous runner left running, if it still runs
+    /// and its workspace answers; otherwise takes it down (the caller then
+    /// resumes from the checkpoint).
+    async fn adopt(&self, apps: &[AppSpec]) -> bool {
+        let ctx = self.ctx().clone();
+        let name = watch_pod_name(&self.id);
+        let token = lock(&self.record).token.clone();
+        let watching = watch_pod(&ctx, &self.id, &name);
+        let state = watching.pods().borrow().clone();
+        let running = match &state {
+            PodState::Present(pod)
+                if PodPhase::of(pod) == Some(PodPhase::Running)
+                    && pod.metadata.deletion_timestamp.is_none() =>
+            {
+                pod_ip(pod).map(|ip| (pod.clone(), ip))
+            }
+            _ => None,
+        };
+        let ours = Arc::new(AtomicBool::new(false));
+        if let Some((pod, ip)) = running {
+            let client =
+                WorkspaceClient::new(ctx.http.clone(), SocketAddr::new(ip, WORKSPACE_PORT), token)
+                    .with_limits(&self.wctx.workspace_limits);
+            if client.health().await {
+                match self
+                    .go_live(
+                        &ctx,
+                        &name,
+                        &pod,
+                        ip,
+                        client,
+                        apps.to_vec(),
+                        &watching,
+                        &ours,
+                    )
+                    .await
+                {
+                    Ok(live) => {
+                        *live.watching.lock().await = Some(watching);
+                        *lock(&self.live) = Some(live);
+                        info!(session_id = %self.id, "adopted a watch pod left running");
+                        return true;
+                    }
+                    Err(err) => {
+                        warn!(session_id = %self.id, error = %err, "could not adopt a watch pod; resuming from its checkpoint");
+                    }
+                }
+            }
+        }
+        ours.store(true, Ordering::Release);
+        if !matches!(state, PodState::Gone | PodState::Unknown) {
+            take_down_pod(&ctx, &name, watching).await;
+        }
+        false
+    }
+
     /// Takes the current pod down and waits until it is gone.
     async fn take_down(&self) {
         let Some(live) = lock(&self.live).take() else {
@@ -419,6 +495,13 @@ impl KubeWatch {
             .await
             .map_err(|err| WorkspaceFailure::unavailable(err.to_string()))
     }
+}
+
+fn pod_ip(pod: &Pod) -> Option<IpAddr> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse().ok())
 }
 
 /// The limits as the workspace service reads them.
@@ -715,10 +798,11 @@ impl WatchWorkload for KubeWatch {
     }
 }
 
-/// Watch sessions a previous runner left (boot): every session Secret is
-/// listed `suspended`, its generation counted up. A session whose pod still
-/// runs is checkpointed from that pod first (its newest files), then the
-/// pod is taken down: the session resumes from the checkpoint on request.
+/// Watch sessions a previous runner left (boot), each with its generation
+/// counted up. A session whose pod still runs and answers is checkpointed
+/// from that pod (its newest files) and adopted as it runs; any other is
+/// listed `suspended` (its pod, if any, taken down), resumable from its
+/// checkpoint.
 pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession> {
     let ctx = wctx.session.clone();
     ctx.pod_watcher.wait_synced().await;
@@ -740,33 +824,38 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
             .pods()
             .into_iter()
             .find(|pod| pod.metadata.name.as_deref() == Some(name.as_str()));
+        let mut running = false;
         if let Some(pod) = live {
-            if let Some(ip) = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.pod_ip.as_deref())
-                .and_then(|ip| ip.parse::<IpAddr>().ok())
-            {
+            let serving = PodPhase::of(&pod) == Some(PodPhase::Running)
+                && pod.metadata.deletion_timestamp.is_none();
+            if let Some(ip) = pod_ip(&pod) {
                 let client = WorkspaceClient::new(
                     ctx.http.clone(),
                     SocketAddr::new(ip, WORKSPACE_PORT),
                     record.token.clone(),
                 )
                 .with_limits(&wctx.workspace_limits);
+                // Checkpointed first: its newest files survive whatever
+                // happens to the pod next.
                 match client.snapshot().await {
                     Ok(files) => match wctx.checkpoints.save_files(&id, &files).await {
-                        Ok(()) => has_files = true,
+                        Ok(()) => {
+                            has_files = true;
+                            running = serving;
+                        }
                         Err(err) => {
                             warn!(session_id = %id, error = %err, "could not checkpoint a watch pod left running");
                         }
                     },
                     Err(err) => {
-                        debug!(session_id = %id, error = %err, "a watch pod left running did not answer; its last checkpoint stays");
+                        warn!(session_id = %id, error = %err, "a watch pod left running did not answer; its last checkpoint stays");
                     }
                 }
             }
-            let watching = watch_pod(&ctx, &id, &name);
-            take_down_pod(&ctx, &name, watching).await;
+            if !running {
+                let watching = watch_pod(&ctx, &id, &name);
+                take_down_pod(&ctx, &name, watching).await;
+            }
         }
         if !has_files {
             // Never checkpointed (the runner ended while it started): nothing
@@ -784,6 +873,7 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
         kept.push(SuspendedSession {
             generation: record.generation,
             spec: record.spec,
+            running,
         });
     }
     // Watch pods without a record: nothing can resume them.

@@ -310,7 +310,11 @@ impl RunnerProcess {
             .env("RUNNER_SELF_URL", &base)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(if std::env::var_os("TEST_RUNNER_STDERR").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            });
         match backend {
             Backend::Local => {
                 command
