@@ -299,3 +299,19 @@ fn create_makes_a_private_root_and_open_reopens_it() {
     assert_eq!(paths(&again), ["x"]);
     assert!(Workspace::open(&dir.path().join("missing"), WorkspaceLimits::default()).is_err());
 }
+
+#[test]
+fn every_error_kind_is_found_by_its_code_and_no_other_code_is() {
+    for kind in ErrorKind::ALL {
+        assert_eq!(ErrorKind::from_code(kind.code), Some(kind));
+    }
+    let codes: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.code).collect();
+    assert_eq!(codes.len(), ErrorKind::ALL.len(), "codes are distinct");
+    for other in ["", "unauthorized", "workspace_failed", "INVALID_PATH"] {
+        assert_eq!(ErrorKind::from_code(other), None, "{other}");
+    }
+    assert_eq!(
+        WorkspaceError::NotFound { path: "a".into() }.kind(),
+        ErrorKind::NOT_FOUND
+    );
+}
