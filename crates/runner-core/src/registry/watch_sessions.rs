@@ -208,6 +208,7 @@ impl SessionRegistry {
         session.emit(RunEvent::Status {
             status: RunStatus::Suspended,
         });
+        session.release_spare_capacity();
         self.spawn_watch(session);
     }
 
@@ -318,6 +319,7 @@ impl SessionRegistry {
                 session.emit(RunEvent::Status {
                     status: RunStatus::Suspended,
                 });
+                session.release_spare_capacity();
             }
             Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
         }
