@@ -99,8 +99,14 @@ async fn idle_live_per_session(ctx: &Ctx, n: usize, c: usize) -> anyhow::Result<
     let env = [
         ("RUNNER_WATCH_SESSIONS", "true".to_owned()),
         ("RUNNER_WATCH_IDLE_SECONDS", "3600".to_owned()),
-        ("RUNNER_WATCH_MAX_SESSIONS", (n + WARMUP_SESSIONS).to_string()),
-        ("RUNNER_MAX_SESSIONS", (n + WARMUP_SESSIONS + 10).to_string()),
+        (
+            "RUNNER_WATCH_MAX_SESSIONS",
+            (n + WARMUP_SESSIONS).to_string(),
+        ),
+        (
+            "RUNNER_MAX_SESSIONS",
+            (n + WARMUP_SESSIONS + 10).to_string(),
+        ),
     ];
     let stack = Arc::new(Stack::start(&ctx.bins, ctx.backend, &env).await?);
     start_wave(&stack, WARMUP_SESSIONS, c, false).await?;
@@ -125,8 +131,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let env = [
         ("RUNNER_WATCH_SESSIONS", "true".to_owned()),
         ("RUNNER_WATCH_IDLE_SECONDS", "1".to_owned()),
-        ("RUNNER_WATCH_MAX_SESSIONS", (n + WARMUP_SESSIONS).to_string()),
-        ("RUNNER_MAX_SESSIONS", (n + WARMUP_SESSIONS + 10).to_string()),
+        (
+            "RUNNER_WATCH_MAX_SESSIONS",
+            (n + WARMUP_SESSIONS).to_string(),
+        ),
+        (
+            "RUNNER_MAX_SESSIONS",
+            (n + WARMUP_SESSIONS + 10).to_string(),
+        ),
     ];
     let stack = Arc::new(Stack::start(&ctx.bins, ctx.backend, &env).await?);
     let idle = settled_rss(&stack).await?;
