@@ -54,10 +54,11 @@ fn live_a_while(session: &Arc<Session>, generations: u64, lines: usize) {
     let sink = SessionSink::new(session.clone());
     sink.status(RunStatus::Starting);
     for message in ["preparing the workspace", "seeding 1 file", "starting app"] {
-        sink.progress(RunPhase::Start, message, None);
+        sink.progress(RunPhase::Provision, message, None);
     }
     sink.status(RunStatus::Running {
-        endpoints: Vec::new(),
+        endpoints: None,
+        inspect_url: None,
     });
     for generation in 0..generations {
         for event in ["Kernel.Starting", "Kernel.Started"] {
