@@ -115,6 +115,22 @@ impl<T: Clone> ReplayBuffer<T> {
         Replay { entries, has_gap }
     }
 
+    /// Gives back the ring's spare slots (a session that went quiet keeps
+    /// what it recorded, not the room it grew to while busy).
+    pub fn shrink_to_fit(&mut self) {
+        self.entries.shrink_to_fit();
+    }
+
+    /// The entry slots the ring holds memory for, resident or spare.
+    pub fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
+    /// The bytes those slots take, beside what the entries point to.
+    pub fn slot_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry<T>>()
+    }
+
     pub fn total_bytes(&self) -> usize {
         self.total_bytes
     }

@@ -35,6 +35,8 @@ use crate::time::iso_now;
 use crate::workload::BackendSession;
 
 mod channel;
+#[cfg(test)]
+mod retention_tests;
 mod sink;
 mod watch_state;
 
@@ -456,7 +458,13 @@ impl Session {
     pub(crate) fn emit(&self, event: RunEvent) -> Option<u64> {
         let terminal = matches!(&event, RunEvent::Status { status } if status.is_terminal());
         let data = match serde_json::to_vec(&event) {
-            Ok(data) => Bytes::from(data),
+            // Exactly sized: the serializer's doubling growth would otherwise
+            // be kept for as long as the event is replayable, and a `Bytes`
+            // over a vector with spare room costs one more allocation.
+            Ok(mut data) => {
+                data.shrink_to_fit();
+                Bytes::from(data)
+            }
             Err(err) => {
                 error!(error = %err, "could not serialize a session event");
                 return None;
@@ -705,6 +713,22 @@ impl Session {
     /// The backend's handle went away (suspend): input waits or drops.
     pub(crate) fn clear_handle(&self) {
         lock(&self.state).handle = None;
+    }
+
+    /// A suspended session keeps what a client can still read (its events,
+    /// every app's output, its snapshot) and gives back the room its buffers
+    /// grew to while the workload ran: suspended sessions are many and
+    /// long-lived, and a busy hour must not cost each of them for days.
+    /// Nothing is dropped, so replay answers exactly as before.
+    pub(crate) fn release_spare_capacity(&self) {
+        let mut state = lock(&self.state);
+        state.events.shrink_to_fit();
+        for channel in &mut state.channels {
+            channel.release_spare_capacity();
+        }
+        state.channels.shrink_to_fit();
+        state.early_stdin = Vec::new();
+        state.early_stdin_bytes = 0;
     }
 
     /// The `run` events a debug frame of app `app` means.

@@ -236,6 +236,7 @@ impl SessionRegistry {
         session.emit(RunEvent::Status {
             status: RunStatus::Suspended,
         });
+        session.release_spare_capacity();
         self.spawn_watch(session);
     }
 
@@ -346,6 +347,7 @@ impl SessionRegistry {
                 session.emit(RunEvent::Status {
                     status: RunStatus::Suspended,
                 });
+                session.release_spare_capacity();
             }
             Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
         }

@@ -48,6 +48,13 @@ impl AppChannel {
         self.output.push(OutputChunk { tag, bytes }, size)
     }
 
+    /// Gives back the output ring's spare slots and the ports list's room.
+    pub(crate) fn release_spare_capacity(&mut self) {
+        self.output.shrink_to_fit();
+        self.ports.shrink_to_fit();
+        self.name.shrink_to_fit();
+    }
+
     pub(crate) fn snapshot(&self) -> AppSnapshot {
         AppSnapshot {
             name: self.name.clone(),
