@@ -38,7 +38,7 @@ use runner_core::{
 use runner_workspace_service::client::WorkspaceClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::api_error::{api_failure, api_reason};
 use crate::pod_spec::{PodSettings, Resources};
