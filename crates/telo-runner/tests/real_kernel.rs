@@ -240,9 +240,12 @@ async fn under_inspect_running_follows_kernel_started_and_the_held_app_stays_run
 /// first generation's output and `run` event come from the kernel itself,
 /// and an edit through the workspace makes it reload in place — the next
 /// generation's `run` events and its new output — without a new session.
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_session_reloads_in_place_on_an_edit() {
-    let runner = real_runner(Backend::Local, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
+async fn a_watch_session_reloads_in_place_on_an_edit(#[case] backend: Backend) {
+    let runner = real_runner(backend, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
     let mut request = body("hello-world", json!({}), json!([]), true);
     request["mode"] = json!("watch");
     let entry = request["bundle"]["files"][0]["contents"]
