@@ -45,8 +45,13 @@ fn needle(generation: usize) -> String {
 
 /// The kernel under test and the entry it is given per generation.
 enum Subject {
-    Fake { program: PathBuf },
-    Real { kernel: Kernel, files: Vec<BundleFile> },
+    Fake {
+        program: PathBuf,
+    },
+    Real {
+        kernel: Kernel,
+        files: Vec<BundleFile>,
+    },
 }
 
 impl Subject {
@@ -279,10 +284,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             "to_line": alone.to_line.json(),
         }),
     );
-    report.result(
-        "runner_share_p50_ms",
-        Value::from(share_us as f64 / 1000.0),
-    );
+    report.result("runner_share_p50_ms", Value::from(share_us as f64 / 1000.0));
     report.result("wall_s", json!(wall_s));
     let p99 = through.post.percentile(99.0);
     report.target(
@@ -326,15 +328,17 @@ async fn edit_session(
     let created = clients::create_with(stack, &body).await?;
     let mut sse = Sse::connect(stack, &created.id).await?;
     let mut io = Io::connect(stack, &created.id).await?;
-    tokio::try_join!(started(&mut sse, 1), output(&mut io, &needle(1)))
-        .context("generation 1")?;
+    let first = needle(1);
+    tokio::try_join!(started(&mut sse, 1), output(&mut io, &first)).context("generation 1")?;
 
     let mut through = Through::default();
     let url = stack.url(&format!("/v1/sessions/{}/workspace", created.id));
     let began = Instant::now();
     for edit in 0..edits {
         let generation = edit + 2;
-        let change = json!({"write": [{"path": "telo.yaml", "content": subject.entry(generation)?}]});
+        let change =
+            json!({"write": [{"path": "telo.yaml", "content": subject.entry(generation)?}]});
+        let line = needle(generation);
         let sent = now_us();
         let posted = async {
             let response = tokio::time::timeout(STEP, stack.http.post(&url).json(&change).send())
@@ -351,15 +355,9 @@ async fn edit_session(
             Ok(answered)
         };
         let watched = async {
-            tokio::time::timeout(
-                STEP,
-                async {
-                    tokio::try_join!(
-                        started(&mut sse, generation),
-                        output(&mut io, &needle(generation))
-                    )
-                },
-            )
+            tokio::time::timeout(STEP, async {
+                tokio::try_join!(started(&mut sse, generation), output(&mut io, &line))
+            })
             .await
             .map_err(|_| anyhow!("generation {generation} did not show within {STEP:?}"))?
         };
