@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 
-use crate::procs::{BackendKind, Binaries, Workloads};
+use crate::procs::{BackendKind, Binaries, KernelKind, Workloads};
 use crate::scenarios::Ctx;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,7 +40,8 @@ enum Scenario {
     /// `/livez` is probed every 5 ms.
     BigBundles,
     /// One watch session edited N times (default 50, `--sessions`): change
-    /// set → next generation started, → its first output (local backend).
+    /// set → next generation started, → its first output; fake-telo or the
+    /// real kernel (`--kernel real`, default 20 edits).
     WatchReload,
     /// N watch sessions (default 200, C = 10 at a time) run once and left
     /// to suspend: runner memory per suspended session, resume → `running`
@@ -97,7 +98,11 @@ struct Args {
     /// (and kube-sim) with an empty work directory (default 3).
     #[arg(long)]
     cold: Option<usize>,
-    /// real-kernel: the real Telo CLI (default:
+    /// watch-reload: the kernel the watch session runs (default fake-telo;
+    /// `real` is the Telo CLI fixture, see `--telo`).
+    #[arg(long, value_enum, default_value = "fake-telo")]
+    kernel: KernelKind,
+    /// real-kernel, watch-reload: the real Telo CLI (default:
     /// `$TELO_REAL_KERNEL_DIR/bin/telo`, else `~/.cache/telo-real/bin/telo`).
     #[arg(long)]
     telo: Option<PathBuf>,
@@ -165,6 +170,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     if args.inspect {
         cmd.push_str(" --inspect");
     }
+    if args.kernel == KernelKind::Real {
+        cmd.push_str(" --kernel real");
+    }
     if args.backend == BackendKind::Local {
         cmd.push_str(" --backend local");
     }
@@ -183,6 +191,11 @@ fn docs_path() -> PathBuf {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.kernel == KernelKind::Real && args.scenario != Scenario::WatchReload {
+        anyhow::bail!(
+            "--kernel applies to watch-reload only (real-kernel always runs the real kernel)"
+        );
+    }
     let bins = Binaries::locate(args.bin_dir.as_deref(), !args.no_build)?;
     let scenarios = match args.scenario {
         Scenario::All => vec![
@@ -209,6 +222,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             files: args.files,
             workloads: args.workloads,
             cold: args.cold,
+            kernel: args.kernel,
             telo: args.telo.clone(),
             examples: args.examples.clone(),
             inspect: args.inspect,

@@ -202,6 +202,16 @@ pub enum BackendKind {
     Local,
 }
 
+/// Which Telo kernel a session runs (watch-reload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelKind {
+    /// fake-telo, the simulated kernel.
+    FakeTelo,
+    /// The real Telo CLI fixture (see `--telo`).
+    Real,
+}
+
 /// What kube-sim's kubelet runs for a session container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -251,6 +261,16 @@ impl Stack {
         Self::launch(bins, backend, &[], Workloads::Processes, kernel).await
     }
 
+    /// [`Stack::start_kernel`] with more runner environment.
+    pub async fn start_kernel_with(
+        bins: &Binaries,
+        backend: BackendKind,
+        extra_env: &[(&str, String)],
+        kernel: &Path,
+    ) -> anyhow::Result<Stack> {
+        Self::launch(bins, backend, extra_env, Workloads::Processes, kernel).await
+    }
+
     async fn launch(
         bins: &Binaries,
         backend: BackendKind,
@@ -277,6 +297,15 @@ impl Stack {
                 if workloads == Workloads::Virtual {
                     cmd.args(["--image", "telorun/node:*=virtual"]);
                 }
+                // The runner's own image (a watch pod's `workspace`
+                // container runs `telo-runner workspace`) is the runner
+                // binary benchmarked here.
+                let runner_dir = bins
+                    .runner
+                    .parent()
+                    .context("the runner binary has no directory")?;
+                cmd.arg("--image")
+                    .arg(format!("telo-runner:*=bin:{}", runner_dir.display()));
                 let (sim, url) = Proc::spawn("kube-sim", cmd).await?;
                 env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
                 env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());

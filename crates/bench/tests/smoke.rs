@@ -64,11 +64,14 @@ fn bin_dir() -> PathBuf {
 #[case::start_output_local(&["start-output", "--sessions", "2", "--backend", "local"])]
 #[case::big_bundles_local(&["big-bundles", "--sessions", "2", "--files", "200", "--backend", "local"])]
 #[case::watch_reload_local(&["watch-reload", "--sessions", "3", "--backend", "local"])]
+#[case::watch_reload_kubernetes(&["watch-reload", "--sessions", "3"])]
+#[case::watch_reload_real_local(&["watch-reload", "--sessions", "2", "--kernel", "real", "--backend", "local"])]
+#[case::watch_reload_real_kubernetes(&["watch-reload", "--sessions", "2", "--kernel", "real"])]
 #[case::watch_suspend_local(&["watch-suspend", "--sessions", "2", "--backend", "local"])]
 #[case::real_kernel_local(&["real-kernel", "--cold", "1", "--sessions", "1", "--backend", "local"])]
 #[case::real_kernel_kubernetes(&["real-kernel", "--cold", "1", "--sessions", "1"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
-    if args[0] == "real-kernel" {
+    if args[0] == "real-kernel" || args.contains(&"real") {
         assert_real_kernel_installed();
     }
     let out = Command::new(env!("CARGO_BIN_EXE_telo-runner-bench"))

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::procs::{BackendKind, Binaries, Workloads};
+use crate::procs::{BackendKind, Binaries, KernelKind, Workloads};
 use crate::report::Report;
 
 /// What every scenario gets from the command line.
@@ -32,7 +32,9 @@ pub struct Ctx {
     pub workloads: Option<Workloads>,
     /// real-kernel: cold samples per app, each on a freshly started runner.
     pub cold: Option<usize>,
-    /// real-kernel: the Telo CLI to run (default: the installed fixture).
+    /// watch-reload: fake-telo or the real Telo CLI.
+    pub kernel: KernelKind,
+    /// real-kernel, watch-reload: the Telo CLI to run (default: the installed fixture).
     pub telo: Option<PathBuf>,
     /// real-kernel: the fixture's example apps.
     pub examples: Option<PathBuf>,
