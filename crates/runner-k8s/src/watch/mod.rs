@@ -61,6 +61,8 @@ const WORKSPACE_READY_TIMEOUT: Duration = Duration::from_secs(120);
 const WORKSPACE_POLL: Duration = Duration::from_millis(100);
 /// How long past its grace period a taken-down pod may take to be gone.
 const GONE_SETTLE: Duration = Duration::from_secs(10);
+/// Attempts at reading a left-running pod's files at boot.
+const RECOVERY_SNAPSHOT_ATTEMPTS: u32 = 5;
 /// Random bytes of a workspace token (48 hex characters).
 const TOKEN_BYTES: usize = 24;
 
@@ -281,12 +283,27 @@ impl KubeWatch {
         .with_limits(&self.wctx.workspace_limits);
         wait_for_workspace(&client, sink).await?;
         match fill {
-            Fill::Seed(files) => client.seed(&files).await.map(drop).map_err(|err| {
-                StartError::new(
-                    StartStage::Bundle,
-                    format!("could not seed the workspace: {}", err.message),
-                )
-            })?,
+            Fill::Seed(files) => {
+                client.seed(&files).await.map_err(|err| {
+                    StartError::new(
+                        StartStage::Bundle,
+                        format!("could not seed the workspace: {}", err.message),
+                    )
+                })?;
+                // The first checkpoint at once: a session whose runner dies
+                // before the first periodic one is still resumable.
+                match client.snapshot().await {
+                    Ok(seeded) => {
+                        if let Err(err) = self.wctx.checkpoints.save_files(&self.id, &seeded).await
+                        {
+                            warn!(session_id = %self.id, error = %err, "could not store the seeded workspace as the first checkpoint");
+                        }
+                    }
+                    Err(err) => {
+                        warn!(session_id = %self.id, error = %err, "could not read the seeded workspace for the first checkpoint");
+                    }
+                }
+            }
             Fill::Restore(files) => client.restore(&files).await.map_err(|err| {
                 StartError::new(
                     StartStage::Resume,
@@ -837,7 +854,7 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
                 .with_limits(&wctx.workspace_limits);
                 // Checkpointed first: its newest files survive whatever
                 // happens to the pod next.
-                match client.snapshot().await {
+                match snapshot_with_retries(&client).await {
                     Ok(files) => match wctx.checkpoints.save_files(&id, &files).await {
                         Ok(()) => {
                             has_files = true;
@@ -860,7 +877,7 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
         if !has_files {
             // Never checkpointed (the runner ended while it started): nothing
             // to resume from.
-            info!(session_id = %id, "dropping a watch session that was never checkpointed");
+            warn!(session_id = %id, "dropping a watch session that was never checkpointed");
             if let Err(err) = wctx.checkpoints.delete(&id).await {
                 warn!(session_id = %id, error = %api_reason(&err), "could not delete a watch session record");
             }
@@ -900,6 +917,25 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
         }
     }
     kept
+}
+
+/// A left-running pod's files, asked for a few times: a pod that answers
+/// late (a busy node) still gets its newest files checkpointed.
+async fn snapshot_with_retries(
+    client: &WorkspaceClient,
+) -> Result<Vec<WorkspaceCheckpointFile>, WorkspaceFailure> {
+    let mut attempt = 1;
+    loop {
+        match client.snapshot().await {
+            Ok(files) => return Ok(files),
+            Err(err) if attempt >= RECOVERY_SNAPSHOT_ATTEMPTS => return Err(err),
+            Err(err) => {
+                warn!(error = %err, attempt, "a watch pod left running did not give its files; asking again");
+                tokio::time::sleep(WORKSPACE_POLL * attempt).await;
+                attempt += 1;
+            }
+        }
+    }
 }
 
 /// Whether `pod` is a watch pod (left to [`recover_suspended`]).
