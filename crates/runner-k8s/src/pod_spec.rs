@@ -36,7 +36,7 @@ pub const SESSION_CONTAINER: &str = "session";
 pub const BODY_FETCH_CONTAINER: &str = "body-fetch";
 
 /// Every session pod runs as this non-root user and group.
-pub(crate) const SESSION_UID: i64 = 1000;
+const SESSION_UID: i64 = 1000;
 
 /// The part of the runner's configuration every session pod depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,16 +207,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
             automount_service_account_token: Some(false),
             image_pull_secrets: image_pull_secrets(settings),
             runtime_class_name: settings.runtime_class.clone(),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(SESSION_UID),
-                run_as_group: Some(SESSION_UID),
-                // The emptyDir volumes are writable by the non-root user only
-                // through this group.
-                fs_group: Some(SESSION_UID),
-                seccomp_profile: Some(runtime_default_seccomp()),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(non_root_pod_security()),
             init_containers: Some(vec![body_fetch]),
             containers: vec![session],
             volumes: Some(
@@ -398,6 +389,21 @@ pub(crate) fn image_pull_secrets(settings: &PodSettings) -> Option<Vec<LocalObje
         .image_pull_secret
         .as_ref()
         .map(|name| vec![LocalObjectReference { name: name.clone() }])
+}
+
+/// The pod-level context of every pod that runs a client's code: the
+/// session user and group, RuntimeDefault seccomp.
+pub(crate) fn non_root_pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(SESSION_UID),
+        run_as_group: Some(SESSION_UID),
+        // The emptyDir volumes are writable by the non-root user only
+        // through this group.
+        fs_group: Some(SESSION_UID),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..PodSecurityContext::default()
+    }
 }
 
 pub(crate) fn hardened_container_security() -> SecurityContext {

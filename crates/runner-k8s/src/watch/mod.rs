@@ -26,7 +26,7 @@ use kube::api::PostParams;
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::reachability::watch_app_reachability;
 use runner_core::sync::lock;
-use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
+use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::watch_types::{
     AppSpec, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceCheckpointFile,
     WorkspaceFileContent, WorkspaceTree,
@@ -44,7 +44,7 @@ use crate::api_error::{api_failure, api_reason};
 use crate::pod_spec::{PodSettings, Resources};
 use crate::pod_status::{PodPhase, is_finished};
 use crate::pod_watcher::PodState;
-use crate::routing::endpoints::endpoints_for;
+use crate::routing::endpoints::{endpoints_for, tcp_ports};
 use crate::session::{
     Arrival, DELETED_OUTSIDE, SessionContext, Watching, delete_pod, start_failed,
     wait_until_running, watch_pod,
@@ -411,12 +411,7 @@ impl KubeWatch {
             },
             teardown.clone(),
         ));
-        let tcp: Vec<u16> = app
-            .ports
-            .iter()
-            .filter(|p| p.protocol == PortProtocol::Tcp)
-            .map(|p| p.port)
-            .collect();
+        let tcp = tcp_ports(&app.ports);
         if !tcp.is_empty() {
             ctx.tasks.spawn(watch_app_reachability(
                 ip,

@@ -15,18 +15,16 @@
 //!   created only once the previous one is gone, so the name never clashes.
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec,
-    VolumeMount,
+    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::types::PullPolicy;
 use runner_core::watch_types::{AppSpec, IoMode};
 
 use crate::pod_spec::{
-    HOME_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_UID, TMP_MOUNT, WORK_DIR,
-    container_env, container_ports, empty_dir, env_var, hardened_container_security,
-    image_or_default, image_pull_secrets, mount, pull_policy_to_k8s, resource_requirements,
-    runtime_default_seccomp,
+    HOME_DIR, INSPECT_PORT, PodSettings, Resources, TMP_MOUNT, WORK_DIR, container_env,
+    container_ports, empty_dir, env_var, hardened_container_security, image_or_default,
+    image_pull_secrets, mount, non_root_pod_security, pull_policy_to_k8s, resource_requirements,
 };
 use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
@@ -112,14 +110,7 @@ pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod
             automount_service_account_token: Some(false),
             image_pull_secrets: image_pull_secrets(settings),
             runtime_class_name: settings.runtime_class.clone(),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(SESSION_UID),
-                run_as_group: Some(SESSION_UID),
-                fs_group: Some(SESSION_UID),
-                seccomp_profile: Some(runtime_default_seccomp()),
-                ..PodSecurityContext::default()
-            }),
+            security_context: Some(non_root_pod_security()),
             containers,
             volumes: Some(
                 ["workspace", "work", "home", "tmp"]
