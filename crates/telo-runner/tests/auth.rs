@@ -127,7 +127,17 @@ async fn discovery_probes_and_preflights_stay_open() {
     let dir = tempfile::tempdir().unwrap();
     let runner = runner_with_auth(dir.path()).await;
     for path in ["/v1/health", "/v1/capabilities", "/livez", "/readyz"] {
-        let response = send(&runner, Method::GET, path, None, None).await;
+        let mut response = send(&runner, Method::GET, path, None, None).await;
+        // Readiness comes once boot-time recovery is done (a 503 until
+        // then, never a 401): it is waited for, without a token.
+        let deadline = std::time::Instant::now() + test_support::WAIT;
+        while path == "/readyz"
+            && response.status() == StatusCode::SERVICE_UNAVAILABLE
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            response = send(&runner, Method::GET, path, None, None).await;
+        }
         assert!(
             response.status().is_success(),
             "{path}: {}",
