@@ -137,6 +137,15 @@ impl WorkspaceFailure {
         }
     }
 
+    /// `404 unknown_app`: the session runs no app of that name.
+    pub fn unknown_app(app: &str) -> Self {
+        Self::new(
+            404,
+            "unknown_app",
+            format!("session runs no app named '{app}'"),
+        )
+    }
+
     /// The workspace could not be reached or did not answer (a 500).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(500, "workspace_failed", message)

@@ -640,13 +640,7 @@ impl WatchWorkload for LocalWatch {
             .iter()
             .find(|running| running.spec.name == app)
             .map(|running| running.spec.entry_relative_path.clone())
-            .ok_or_else(|| {
-                WorkspaceFailure::new(
-                    404,
-                    "unknown_app",
-                    format!("session runs no app named '{app}'"),
-                )
-            })?;
+            .ok_or_else(|| WorkspaceFailure::unknown_app(app))?;
         self.on_workspace(move |workspace| workspace.touch(&entry))
             .await
     }

@@ -756,13 +756,7 @@ impl WatchWorkload for KubeWatch {
             .iter()
             .find(|running| running.name == app)
             .map(|running| running.entry_relative_path.clone())
-            .ok_or_else(|| {
-                WorkspaceFailure::new(
-                    404,
-                    "unknown_app",
-                    format!("session runs no app named '{app}'"),
-                )
-            })?;
+            .ok_or_else(|| WorkspaceFailure::unknown_app(app))?;
         live.client.touch(&entry).await
     }
 
