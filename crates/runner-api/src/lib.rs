@@ -9,6 +9,7 @@
 //! * [`bundle_path`] — the bundle path rules;
 //! * [`app_env`] — which client variables an app session takes;
 //! * [`watch`] — watch sessions: apps, the workspace surface;
+//! * [`telo`] — the telo version a request names per app;
 //! * [`sse`] and [`io`] — the event-stream and terminal frame codecs, with
 //!   the one SSE parser every reader uses.
 //!
@@ -20,6 +21,7 @@ pub mod bundle_path;
 pub mod io;
 pub mod js;
 pub mod sse;
+pub mod telo;
 pub mod types;
 pub mod validate;
 pub mod watch;

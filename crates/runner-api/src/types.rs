@@ -342,6 +342,53 @@ pub struct SessionConfig {
     pub registry_url: Option<String>,
 }
 
+/// `config` as a request sends it. Since runner-core 0.15 the whole object
+/// is optional, and since 0.17 so are its keys: a request that names a telo
+/// version leaves `image` and `pullPolicy` out, and one that names neither
+/// runs the backend's default.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RequestedConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(
+        default,
+        rename = "pullPolicy",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pull_policy: Option<PullPolicy>,
+    #[serde(
+        default,
+        rename = "registryUrl",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub registry_url: Option<String>,
+}
+
+impl RequestedConfig {
+    /// The keys sent, by wire name, among `keys`.
+    pub fn sent_among<'k>(&self, keys: &[&'k str]) -> Vec<&'k str> {
+        keys.iter()
+            .copied()
+            .filter(|key| match *key {
+                "image" => self.image.is_some(),
+                "pullPolicy" => self.pull_policy.is_some(),
+                "registryUrl" => self.registry_url.is_some(),
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// The config a session runs with: what was sent, the backend's
+    /// defaults for the rest.
+    pub fn resolve(self, defaults: &SessionConfig) -> SessionConfig {
+        SessionConfig {
+            image: self.image.unwrap_or_else(|| defaults.image.clone()),
+            pull_policy: self.pull_policy.unwrap_or(defaults.pull_policy),
+            registry_url: self.registry_url,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BundleFile {
     #[serde(rename = "relativePath")]
@@ -411,6 +458,14 @@ pub struct RunnerCapabilities {
 pub struct ConfigSurface {
     /// The JSON Schema of the editable `SessionConfig`.
     pub schema: Value,
+    /// The config keys a request leaves out once it names a telo version
+    /// (0.17; present when the runner runs chosen versions).
+    #[serde(
+        default,
+        rename = "supersededByTelo",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub superseded_by_telo: Option<Vec<String>>,
 }
 
 /// `GET /v1/sessions`.

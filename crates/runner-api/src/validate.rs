@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use crate::app_env::refused_client_variable;
 use crate::js::js_own_key_order;
-use crate::types::{PortMapping, PullPolicy, RunBundle, SessionConfig};
+use crate::types::{PortMapping, PullPolicy, RequestedConfig, RunBundle};
 use crate::watch::{AppSpec, SessionMode, WorkspaceChangeSet};
 pub use schema::request_schemas;
 use schema::{APP_SESSION, CHANGE_SET, PROBE, SET_APPS, START_SESSION};
@@ -42,14 +42,17 @@ pub struct StartSessionBody {
     /// In JavaScript key order, as the reference would iterate it.
     pub env: Vec<(String, String)>,
     pub ports: Vec<PortMapping>,
-    /// `registry_url` is kept verbatim: whitespace-only passes validation and
-    /// is treated as unset by the caller (§2.4).
-    pub config: SessionConfig,
+    /// As sent (absent: all defaults). `registry_url` is kept verbatim:
+    /// whitespace-only passes validation and is treated as unset by the
+    /// caller (§2.4).
+    pub config: RequestedConfig,
     pub inspect: bool,
     pub mode: SessionMode,
     pub agent: Option<String>,
     /// As sent; [`crate::watch::resolve_apps`] applies the app rules.
     pub apps: Option<Vec<AppSpec>>,
+    /// The request-level telo version, as sent.
+    pub telo: Option<String>,
 }
 
 /// A validated `POST /v1/apps/:name/sessions` body.
@@ -79,7 +82,10 @@ pub fn validate_start_session(body: Option<Value>) -> Result<StartSessionBody, V
     let mut fields = into_object(body)?;
     let env = env_entries(fields.remove("env"))?;
     let ports = port_list(fields.remove("ports"))?;
-    let config: SessionConfig = typed(fields.remove("config").unwrap_or(Value::Null))?;
+    let config: RequestedConfig = match fields.remove("config") {
+        Some(config) => typed(config)?,
+        None => RequestedConfig::default(),
+    };
     // The registry URL becomes the workload's TELO_REGISTRY_URL, so it obeys
     // the rule for env values (our hardening, like `env_entries`).
     if config
@@ -105,7 +111,12 @@ pub fn validate_start_session(body: Option<Value>) -> Result<StartSessionBody, V
         Some(apps) => Some(app_list(apps)?),
         None => None,
     };
+    let telo = match fields.remove("telo") {
+        Some(telo) => Some(typed(telo)?),
+        None => None,
+    };
     Ok(StartSessionBody {
+        telo,
         bundle: typed(fields.remove("bundle").unwrap_or(Value::Null))?,
         env,
         ports,

@@ -103,6 +103,10 @@ pub struct AppSpec {
     pub ports: Vec<PortMapping>,
     #[serde(default)]
     pub io: IoMode,
+    /// The telo release the app runs (0.17); as sent, checked by
+    /// [`crate::telo::requested_versions`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telo: Option<String>,
 }
 
 /// One app as `GET /v1/sessions/:id` reports it.
@@ -310,6 +314,7 @@ mod tests {
                 .map(|&(port, protocol)| PortMapping { port, protocol })
                 .collect(),
             io: IoMode::Tty,
+            telo: None,
         }
     }
 

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use runner_api::telo::TeloVersion;
 use runner_api::types::{AvailabilityReport, PortMapping, PullPolicy, RunBundle, SessionConfig};
+use runner_api::watch::SessionMode;
 use serde_json::Value;
 
 use crate::session::SessionSink;
@@ -35,6 +37,8 @@ pub struct BackendCapabilities {
     pub config_schema: Value,
     /// The `features` object (`io`, `ports`, ...).
     pub features: Value,
+    /// What a request's `config` leaves unset runs with.
+    pub default_config: SessionConfig,
 }
 
 /// `POST /v1/probe` body's `config`.
@@ -74,6 +78,10 @@ pub struct StartSpec {
     pub app: Option<AppLaunch>,
     /// Launch the kernel with `--inspect` and relay its debug stream.
     pub inspect: bool,
+    /// The telo release the request named (checked with
+    /// [`Backend::supply_telo`]); `None` runs the backend's default kernel
+    /// (or `config.image`).
+    pub telo: Option<String>,
 }
 
 impl StartSpec {
@@ -168,6 +176,21 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Readiness for the given config, without starting anything.
     async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;
+
+    /// Whether a request may name the telo release its apps run
+    /// (`features.teloVersions`).
+    fn offers_telo_versions(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend can run telo `version` for a session of `mode`
+    /// (asked before the session exists, once per app). `Err` is the reason
+    /// a client is shown with `telo_version_unavailable`. Only cheap local
+    /// checks belong here: a pull that fails is a start failure naming the
+    /// version.
+    fn supply_telo(&self, _version: &TeloVersion, _mode: SessionMode) -> Result<(), String> {
+        Err("this runner does not run a chosen telo version".to_owned())
+    }
 
     /// Server-side check of a bundle session's config (`400 invalid_config`).
     fn validate_config(&self, _config: &SessionConfig) -> Result<(), InvalidSessionConfig> {

@@ -60,6 +60,17 @@ pub fn session_config_schema(options: &SchemaOptions) -> Value {
     })
 }
 
+/// A runner that runs chosen telo versions: the keys a version supersedes
+/// are deprecated and none is required (clients leave deprecated keys out).
+pub fn supersede_by_telo(schema: &mut Value) {
+    for key in runner_api::telo::SUPERSEDED_BY_TELO {
+        if let Some(property) = schema["properties"].get_mut(key) {
+            property["deprecated"] = json!(true);
+        }
+    }
+    schema["required"] = json!([]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

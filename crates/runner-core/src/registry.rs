@@ -177,12 +177,14 @@ impl SessionRegistry {
         &self,
         app: &str,
         ports: &[runner_api::types::PortMapping],
+        telo: Option<&str>,
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> Result<SessionCreated, AdmissionError> {
         let apps = [crate::session::SessionApp {
             name: app.to_owned(),
             io: runner_api::watch::IoMode::Tty,
             ports: ports.to_vec(),
+            telo: telo.map(str::to_owned),
         }];
         let session = self.admit_as(None, None, |id, created_at| {
             Session::with_apps(

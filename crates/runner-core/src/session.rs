@@ -665,6 +665,7 @@ impl Session {
                 name: app.name.clone(),
                 io: app.io,
                 ports: app.ports.clone(),
+                telo: app.telo.clone(),
             };
             state.channels.push(AppChannel::new(
                 &session_app,
@@ -686,8 +687,18 @@ impl Session {
                 let mut channel = channels.swap_remove(index);
                 channel.io = app.io;
                 channel.ports = app.ports.clone();
+                channel.run.kernel = app.telo.clone();
                 state.channels.push(channel);
             }
+        }
+    }
+
+    /// The telo release app `app` (`None`: the first) runs, as the backend
+    /// learned it; `run started` reports it when the kernel does not.
+    pub(crate) fn set_kernel_version(&self, app: Option<&str>, version: String) {
+        let mut state = lock(&self.state);
+        if let Some(channel) = channel_mut(&mut state.channels, app) {
+            channel.run.kernel = Some(version);
         }
     }
 
@@ -858,6 +869,8 @@ pub struct SessionApp {
     pub name: String,
     pub io: IoMode,
     pub ports: Vec<PortMapping>,
+    /// The telo release the runner runs the app with, when it chose one.
+    pub telo: Option<String>,
 }
 
 impl SessionApp {
@@ -867,6 +880,7 @@ impl SessionApp {
             name: runner_api::watch::DEFAULT_APP_NAME.to_owned(),
             io: IoMode::Tty,
             ports,
+            telo: None,
         }
     }
 }

@@ -26,7 +26,7 @@ use runner_core::backend::{
 use runner_core::bundle_path::normalize_bundle_path;
 use runner_core::http::{AppState, ServerOptions, router};
 use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};
-use runner_core::types::{AvailabilityReport, PullPolicy};
+use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::validate::{MAX_ENV_ENTRIES, MAX_PORTS};
 use serde_json::{Map, Value, json};
 use support::{
@@ -195,6 +195,11 @@ impl Backend for RecordingBackend {
             description: "hostile-input test".into(),
             config_schema: json!({}),
             features: json!({}),
+            default_config: SessionConfig {
+                image: "img".into(),
+                pull_policy: PullPolicy::Missing,
+                registry_url: None,
+            },
         }
     }
     async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {

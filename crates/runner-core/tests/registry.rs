@@ -54,6 +54,11 @@ impl Backend for GatedBackend {
             description: "test".into(),
             config_schema: json!({}),
             features: json!({}),
+            default_config: SessionConfig {
+                image: "img".into(),
+                pull_policy: PullPolicy::Missing,
+                registry_url: None,
+            },
         }
     }
     async fn probe(&self, _config: &ProbeConfig) -> AvailabilityReport {
@@ -98,6 +103,7 @@ fn spec(id: &str, created_at: &str) -> StartSpec {
         },
         app: None,
         inspect: false,
+        telo: None,
     }
 }
 

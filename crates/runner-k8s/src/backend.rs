@@ -254,6 +254,11 @@ impl Backend for KubeBackend {
                 ),
             }),
             features: json!({ "io": ["tty"], "ports": true }),
+            default_config: SessionConfig {
+                image: self.config.default_image.clone(),
+                pull_policy: PullPolicy::Missing,
+                registry_url: None,
+            },
         }
     }
 

@@ -266,6 +266,11 @@ impl Backend for LocalBackend {
                 ),
             }),
             features: json!({ "io": ["tty"], "ports": true }),
+            default_config: runner_api::types::SessionConfig {
+                image: LOCAL_IMAGE.to_owned(),
+                pull_policy: PullPolicy::Missing,
+                registry_url: None,
+            },
         }
     }
 

@@ -162,7 +162,7 @@ static PORTS: Schema = Schema::Bounded(
 static SESSION_CONFIG: Schema = Schema::Named(
     "SessionConfig",
     &Schema::Object {
-        required: &["image", "pullPolicy"],
+        required: &[],
         properties: &[
             ("image", &NON_EMPTY_STRING),
             ("pullPolicy", &PULL_POLICY),
@@ -197,6 +197,13 @@ static SESSION_APP: Schema = Schema::Named(
                     one_of: Some(&["tty", "streams"]),
                 },
             ),
+            (
+                "telo",
+                &Schema::Described(
+                    &ANY_STRING,
+                    "The telo release the app runs (see TELO_VERSION_PATTERN); needs features.teloVersions.",
+                ),
+            ),
         ],
         additional: Additional::Keep,
     },
@@ -208,7 +215,7 @@ static SESSION_APPS: Schema = Schema::Array {
 pub(super) static START_SESSION: Schema = Schema::Named(
     "StartSessionRequest",
     &Schema::Object {
-        required: &["bundle", "env", "config"],
+        required: &["bundle", "env"],
         properties: &[
             ("bundle", &BUNDLE),
             ("env", &ENV),
@@ -225,6 +232,13 @@ pub(super) static START_SESSION: Schema = Schema::Named(
             ),
             ("agent", &NON_EMPTY_STRING),
             ("apps", &SESSION_APPS),
+            (
+                "telo",
+                &Schema::Described(
+                    &ANY_STRING,
+                    "The telo release of the request's one app when `apps` is omitted; needs features.teloVersions.",
+                ),
+            ),
         ],
         additional: Additional::Keep,
     },

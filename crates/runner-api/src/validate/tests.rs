@@ -57,15 +57,16 @@ fn a_minimal_start_body_is_accepted_with_defaults() {
             },
             env: vec![],
             ports: vec![],
-            config: SessionConfig {
-                image: "telorun/node:0-slim".into(),
-                pull_policy: PullPolicy::Missing,
+            config: RequestedConfig {
+                image: Some("telorun/node:0-slim".into()),
+                pull_policy: Some(PullPolicy::Missing),
                 registry_url: None
             },
             inspect: false,
             mode: crate::watch::SessionMode::Run,
             agent: None,
             apps: None,
+            telo: None,
         }
     );
 }
@@ -100,7 +101,7 @@ fn a_full_start_body_keeps_everything_and_ignores_unknown_fields() {
             },
         ]
     );
-    assert_eq!(body.config.pull_policy, PullPolicy::Never);
+    assert_eq!(body.config.pull_policy, Some(PullPolicy::Never));
     assert_eq!(body.config.registry_url.as_deref(), Some("  "));
     assert!(body.inspect);
 }
@@ -113,7 +114,6 @@ fn a_full_start_body_keeps_everything_and_ignores_unknown_fields() {
 #[case::empty(Some(json!({})), "body must have required property 'bundle'")]
 #[case::env_only(Some(json!({"env": {}})), "body must have required property 'bundle'")]
 #[case::no_env(Some(json!({"bundle": 1, "config": 1})), "body must have required property 'env'")]
-#[case::no_config(Some(json!({"bundle": 1, "env": 1})), "body must have required property 'config'")]
 fn start_bodies_must_be_objects_with_the_required_fields(
     #[case] body: Option<Value>,
     #[case] message: &str,
@@ -169,8 +169,6 @@ fn start_bodies_must_be_objects_with_the_required_fields(
 #[case("/ports", json!([{"port": 80, "protocol": null}]), "body/ports/0/protocol must be equal to one of the allowed values")]
 #[case("/ports", json!([{"port": 80, "protocol": "tcp"}, {"port": 80, "protocol": 6}]), "body/ports/1/protocol must be equal to one of the allowed values")]
 #[case("/config", json!("img"), "body/config must be object")]
-#[case("/config", json!({"pullPolicy": "missing"}), "body/config must have required property 'image'")]
-#[case("/config", json!({"image": "x"}), "body/config must have required property 'pullPolicy'")]
 #[case("/config/image", json!(""), "body/config/image must NOT have fewer than 1 characters")]
 #[case("/config/image", json!(null), "body/config/image must NOT have fewer than 1 characters")]
 #[case("/config/image", json!({}), "body/config/image must be string")]
@@ -301,7 +299,7 @@ fn strings_are_coerced_from_scalars(
 ) {
     let body = validate_start_session(Some(start_body_with(pointer, value))).unwrap();
     let actual = if pointer.starts_with("/config") {
-        body.config.image
+        body.config.image.unwrap()
     } else {
         body.bundle.entry_relative_path
     };
@@ -313,7 +311,7 @@ fn a_wrapped_pull_policy_and_coerced_contents_are_accepted() {
     let mut body = start_body_with("/config/pullPolicy", json!(["always"]));
     set(&mut body, "/bundle/files/0/contents", json!(null));
     let body = validate_start_session(Some(body)).unwrap();
-    assert_eq!(body.config.pull_policy, PullPolicy::Always);
+    assert_eq!(body.config.pull_policy, Some(PullPolicy::Always));
     assert_eq!(body.bundle.files[0].contents, "");
 }
 
@@ -337,11 +335,10 @@ fn env_entries_a_process_cannot_hold_are_rejected(#[case] env: Value, #[case] me
 
 #[test]
 fn reference_errors_win_over_our_hardening() {
-    let body =
-        json!({"bundle": {"entryRelativePath": "a", "files": []}, "env": {"": "x"}, "config": {}});
+    let body = json!({"bundle": {"entryRelativePath": "a", "files": []}, "env": {"": "x"}, "config": {"image": ""}});
     assert_eq!(
         start_message(body),
-        "body/config must have required property 'image'"
+        "body/config/image must NOT have fewer than 1 characters"
     );
 }
 
@@ -494,7 +491,7 @@ fn the_published_schemas_come_from_the_checked_definitions() {
     }
     assert_eq!(
         schemas["StartSessionRequest"]["required"],
-        json!(["bundle", "env", "config"])
+        json!(["bundle", "env"])
     );
     assert_eq!(schemas["Env"]["maxProperties"], json!(MAX_ENV_ENTRIES));
     assert_eq!(
@@ -583,4 +580,27 @@ fn change_sets_and_app_sets_are_checked() {
         validate_set_apps(Some(json!({}))).unwrap_err().message,
         "body must have required property 'apps'"
     );
+}
+
+#[test]
+fn config_and_its_keys_are_optional_since_telo_versions() {
+    let mut body = start_body();
+    body.as_object_mut().unwrap().remove("config");
+    body["telo"] = json!("0.96.0");
+    let parsed = validate_start_session(Some(body)).unwrap();
+    assert_eq!(parsed.config, RequestedConfig::default());
+    assert_eq!(parsed.telo.as_deref(), Some("0.96.0"));
+    let mut body = start_body();
+    body["config"] = json!({});
+    body["apps"] = json!([{"name": "web", "entryRelativePath": "telo.yaml", "telo": "0.96.0"}]);
+    let parsed = validate_start_session(Some(body)).unwrap();
+    assert_eq!(parsed.config, RequestedConfig::default());
+    assert_eq!(parsed.apps.unwrap()[0].telo.as_deref(), Some("0.96.0"));
+}
+
+#[rstest]
+#[case("/telo", json!({}), "body/telo must be string")]
+#[case("/telo", json!([1, 2]), "body/telo must be string")]
+fn a_telo_version_is_a_string(#[case] pointer: &str, #[case] value: Value, #[case] message: &str) {
+    assert_eq!(start_message(start_body_with(pointer, value)), message);
 }

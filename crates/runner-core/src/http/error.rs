@@ -16,6 +16,9 @@ pub enum ApiError {
         message: String,
     },
     TermsRequired(RunnerTerms),
+    /// A refused telo version: `{error, message}` and, when it cannot be
+    /// had, the `app`, `version` and `reason` a client shows.
+    Telo(runner_api::telo::TeloRefusal),
     /// The framework-level "no such route" answer clients already know.
     RouteNotFound {
         method: String,
@@ -61,6 +64,15 @@ impl IntoResponse for ApiError {
                 }),
             )
                 .into_response(),
+            Self::Telo(refusal) => {
+                let mut body = json!({ "error": refusal.code(), "message": refusal.to_string() });
+                if let Some(details) = refusal.details() {
+                    body["app"] = json!(details.app);
+                    body["version"] = json!(details.version);
+                    body["reason"] = json!(details.reason);
+                }
+                (StatusCode::BAD_REQUEST, Json(body)).into_response()
+            }
             Self::TermsRequired(terms) => (
                 StatusCode::PRECONDITION_REQUIRED,
                 Json(ErrorBody {

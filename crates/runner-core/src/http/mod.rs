@@ -7,6 +7,7 @@ mod error;
 pub mod openapi;
 mod routes;
 mod sse;
+mod telo;
 mod watch;
 mod ws;
 

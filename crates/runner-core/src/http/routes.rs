@@ -20,6 +20,7 @@ use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec, WatchSpec};
 use crate::metrics::METRICS_CONTENT_TYPE;
 use crate::registry::AdmissionError;
+use runner_api::telo::{SUPERSEDED_BY_TELO, superseded_config_message};
 use runner_api::watch::{AppSpec, DEFAULT_APP_NAME, IoMode, SessionMode, resolve_apps};
 
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
@@ -77,11 +78,23 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
         features.insert("io".into(), json!(true));
     }
     features.insert("watch".into(), json!(state.registry.offers_watch()));
+    let telo_versions = state.registry.backend().offers_telo_versions();
+    let mut schema = backend.config_schema;
+    if telo_versions {
+        features.insert("teloVersions".into(), json!(true));
+        crate::capabilities::supersede_by_telo(&mut schema);
+    }
     Json(RunnerCapabilities {
         display_name: backend.display_name,
         description: backend.description,
         config: Some(ConfigSurface {
-            schema: backend.config_schema,
+            schema,
+            superseded_by_telo: telo_versions.then(|| {
+                SUPERSEDED_BY_TELO
+                    .iter()
+                    .map(|key| (*key).to_owned())
+                    .collect()
+            }),
         }),
         features,
         terms: state.options.terms.clone(),
@@ -130,11 +143,46 @@ pub async fn create_session(
         Ok((request, entry))
     })
     .await?;
-    state
-        .registry
-        .backend()
-        .validate_config(&request.config)
-        .map_err(|err| ApiError::bad_request("invalid_config", err.to_string()))?;
+    let backend = state.registry.backend();
+    let versions = {
+        let default_app;
+        let sent: &[AppSpec] = match &request.apps {
+            Some(apps) => apps,
+            None => {
+                default_app = [default_app_spec(entry.clone(), Vec::new())];
+                &default_app
+            }
+        };
+        super::telo::check_versions(
+            backend.as_ref(),
+            request.telo.as_deref(),
+            request.apps.is_some(),
+            sent,
+            request.mode,
+        )
+        .map_err(ApiError::Telo)?
+    };
+    let defaults = backend.capabilities().default_config;
+    let config = match &versions {
+        // The version says what runs: the keys it supersedes are refused,
+        // and the backend picks the image.
+        Some(_) => {
+            if let Some(key) = request.config.sent_among(&SUPERSEDED_BY_TELO).first() {
+                return Err(ApiError::bad_request(
+                    "invalid_config",
+                    superseded_config_message(key),
+                ));
+            }
+            request.config.clone().resolve(&defaults)
+        }
+        None => {
+            let config = request.config.clone().resolve(&defaults);
+            backend
+                .validate_config(&config)
+                .map_err(|err| ApiError::bad_request("invalid_config", err.to_string()))?;
+            config
+        }
+    };
     let watch = request.mode == SessionMode::Watch;
     if watch && !state.registry.offers_watch() {
         return Err(ApiError::bad_request(
@@ -151,16 +199,13 @@ pub async fn create_session(
     }
     let default_ports = request.ports.clone();
     let default_entry = entry.clone();
-    let apps = resolve_apps(request.apps.clone(), || AppSpec {
-        name: DEFAULT_APP_NAME.to_owned(),
-        entry_relative_path: default_entry,
-        ports: default_ports,
-        io: IoMode::Tty,
+    let mut apps = resolve_apps(request.apps.clone(), || {
+        default_app_spec(default_entry, default_ports)
     })
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
+    super::telo::pin_versions(&mut apps, versions.as_deref());
     check_io(&state, &apps)?;
-    let registry_url = request
-        .config
+    let registry_url = config
         .registry_url
         .as_deref()
         .map(str::trim)
@@ -171,7 +216,6 @@ pub async fn create_session(
         registry_url.or_else(|| state.options.default_registry_url.clone()),
     );
     if watch {
-        let config = request.config;
         let created = state
             .registry
             .create_watch(request.bundle, |session_id, created_at| WatchSpec {
@@ -187,25 +231,43 @@ pub async fn create_session(
     // A run session runs its first app (the bundle's entry when none are
     // named), under that app's name.
     let first = apps.into_iter().next();
-    let (entry, ports, name) = match first {
-        Some(app) => (app.entry_relative_path, app.ports, app.name),
-        None => (entry, request.ports, DEFAULT_APP_NAME.to_owned()),
+    let (entry, ports, name, telo) = match first {
+        Some(app) => (app.entry_relative_path, app.ports, app.name, app.telo),
+        None => (entry, request.ports, DEFAULT_APP_NAME.to_owned(), None),
     };
     let created = state
         .registry
-        .create_named(&name, &ports.clone(), |session_id, created_at| StartSpec {
-            session_id: session_id.to_owned(),
-            created_at: created_at.to_owned(),
-            bundle: request.bundle,
-            entry_relative_path: entry,
-            env,
-            ports,
-            config: request.config,
-            app: None,
-            inspect: request.inspect,
-        })
+        .create_named(
+            &name,
+            &ports.clone(),
+            telo.clone().as_deref(),
+            |session_id, created_at| StartSpec {
+                session_id: session_id.to_owned(),
+                created_at: created_at.to_owned(),
+                bundle: request.bundle,
+                entry_relative_path: entry,
+                env,
+                ports,
+                config,
+                app: None,
+                inspect: request.inspect,
+                telo,
+            },
+        )
         .map_err(admission_error)?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// The one app of a request without `apps`: the bundle's entry, the
+/// request's ports, under the default name.
+fn default_app_spec(entry: String, ports: Vec<runner_api::types::PortMapping>) -> AppSpec {
+    AppSpec {
+        name: DEFAULT_APP_NAME.to_owned(),
+        entry_relative_path: entry,
+        ports,
+        io: IoMode::Tty,
+        telo: None,
+    }
 }
 
 /// `agent` on a session request: only a watch session has one, and only a
@@ -314,6 +376,7 @@ pub async fn create_app_session(
             },
             app: Some(launch),
             inspect: request.inspect,
+            telo: None,
         })
         .map_err(admission_error)?;
     Ok((StatusCode::CREATED, Json(created)).into_response())

@@ -175,6 +175,16 @@ pub async fn set_apps(
         unreachable!("PUT /apps always names its apps")
     })
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
+    let mut apps = apps;
+    let versions = super::telo::check_versions(
+        state.registry.backend().as_ref(),
+        None,
+        true,
+        &apps,
+        SessionMode::Watch,
+    )
+    .map_err(ApiError::Telo)?;
+    super::telo::pin_versions(&mut apps, versions.as_deref());
     super::routes::check_io(&state, &apps)?;
     match state.registry.set_apps(&session, apps).await {
         Ok(names) => Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response()),

@@ -429,6 +429,7 @@ fn session_apps(apps: &[AppSpec]) -> Vec<SessionApp> {
             name: app.name.clone(),
             io: app.io,
             ports: app.ports.clone(),
+            telo: app.telo.clone(),
         })
         .collect()
 }

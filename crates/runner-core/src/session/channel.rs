@@ -39,7 +39,10 @@ impl AppChannel {
             ports: app.ports.clone(),
             output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),
             seq: Arc::new(watch::Sender::new(first_output - 1)),
-            run: RunProjection::default(),
+            run: RunProjection {
+                kernel: app.telo.clone(),
+                ..RunProjection::default()
+            },
         }
     }
 
@@ -78,6 +81,10 @@ pub struct RunProjection {
     open_since: Option<Instant>,
     /// Why the next generation starts, when the runner caused it.
     pending: Option<RunTrigger>,
+    /// The release the runner runs the app with (what it chose, or what
+    /// the backend read off the kernel): a kernel whose `Kernel.Starting`
+    /// names no version (before 0.95) is reported with it.
+    pub(crate) kernel: Option<String>,
 }
 
 impl RunProjection {
@@ -96,7 +103,8 @@ impl RunProjection {
                     .and_then(|p| p.get("telo"))
                     .and_then(Value::as_str)
                     .filter(|v| !v.is_empty())
-                    .map(str::to_owned);
+                    .map(str::to_owned)
+                    .or_else(|| self.kernel.clone());
                 let mut records = Vec::new();
                 // A start without the previous generation's stop (a kernel
                 // that died and was restarted under it) closes that one.

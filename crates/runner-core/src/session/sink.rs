@@ -89,6 +89,13 @@ impl SessionSink {
         self.session.leave_output_hole(app);
     }
 
+    /// The telo release app `app` (`None`: the first) runs, when the
+    /// backend knows it (it read it off the kernel it launched): `run
+    /// started` carries it when the kernel's own event names none.
+    pub fn kernel_version(&self, app: Option<&str>, version: impl Into<String>) {
+        self.session.set_kernel_version(app, version.into());
+    }
+
     /// Terminal output of the session's (first) app.
     pub fn output(&self, bytes: Bytes) {
         let empty = bytes.is_empty();

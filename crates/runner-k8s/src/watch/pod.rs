@@ -262,6 +262,7 @@ mod tests {
             entry_relative_path: entry.into(),
             ports,
             io: IoMode::Tty,
+            telo: None,
         }
     }
 

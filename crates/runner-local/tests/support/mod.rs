@@ -119,6 +119,7 @@ pub fn bundle_spec(script: Value) -> StartSpec {
         },
         app: None,
         inspect: false,
+        telo: None,
     }
 }
 
