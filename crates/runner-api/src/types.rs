@@ -68,6 +68,10 @@ pub struct RunnerEndpoint {
     pub protocol: PortProtocol,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The workload token of an app whose catalog entry has `tokenEnv`
+    /// (0.16): what a client presents to the app behind this endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl RunnerEndpoint {
@@ -79,6 +83,7 @@ impl RunnerEndpoint {
             port: mapping.port,
             protocol: mapping.protocol,
             url: None,
+            token: None,
         }
     }
 }

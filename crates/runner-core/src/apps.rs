@@ -31,9 +31,23 @@ pub struct AppEntry {
     /// `None` takes any name that is not a loader or runtime variable
     /// (`app_env`).
     pub accept_env: Option<Vec<String>>,
+    /// `tokenEnv` (0.16): the variable a per-session workload token is
+    /// injected under; the token is reported on the session's endpoints.
+    pub token_env: Option<String>,
 }
 
 impl AppEntry {
+    /// The environment of an app session whose entry mints a token: the
+    /// merged environment without any other value of `tokenEnv` (a client's
+    /// is dropped), then the token.
+    pub fn with_token(&self, mut env: Vec<(String, String)>, token: &str) -> Vec<(String, String)> {
+        if let Some(name) = &self.token_env {
+            env.retain(|(key, _)| key != name);
+            env.push((name.clone(), token.to_owned()));
+        }
+        env
+    }
+
     /// The workload environment of an app session: client keys the operator
     /// also defines are dropped (a client can neither override nor observe an
     /// operator value), then the operator's entries follow. Order: remaining
@@ -84,6 +98,7 @@ impl fmt::Debug for AppEntry {
             .field("description", &self.description)
             .field("command", &self.command)
             .field("accept_env", &self.accept_env)
+            .field("token_env", &self.token_env)
             .finish()
     }
 }
@@ -221,6 +236,22 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
         None => None,
         Some(value) => Some(accepted_names(value).map_err(|detail| fail(&detail))?),
     };
+    let token_env = match entry.get("tokenEnv") {
+        None => None,
+        Some(Value::String(name)) if !name.is_empty() && !name.contains(['=', '\0']) => {
+            if env.iter().any(|(key, _)| key == name) {
+                return Err(fail(&format!(
+                    "sets 'tokenEnv' to '{name}', which its own 'env' also defines \u{2014} the token would replace that value; name another variable."
+                )));
+            }
+            Some(name.clone())
+        }
+        Some(_) => {
+            return Err(fail(
+                "has an invalid 'tokenEnv' \u{2014} expected a variable name.",
+            ));
+        }
+    };
     Ok(AppEntry {
         image,
         env,
@@ -229,6 +260,7 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
         description,
         command,
         accept_env,
+        token_env,
     })
 }
 
@@ -314,6 +346,7 @@ mod tests {
             description: None,
             command: None,
             accept_env: None,
+            token_env: None,
         }
     }
 
@@ -352,6 +385,7 @@ mod tests {
                 description: Some("Writes code".into()),
                 command: None,
                 accept_env: None,
+                token_env: None,
             })
         );
         assert_eq!(catalog.get("plain"), Some(&entry("busybox")));
@@ -595,5 +629,31 @@ mod tests {
     )]
     fn a_bad_accept_env_is_a_configuration_error(#[case] raw: &str, #[case] message: &str) {
         assert_eq!(load_apps(&apps_env(raw)).unwrap_err().to_string(), message);
+    }
+
+    #[test]
+    fn token_env_names_a_variable_the_entry_does_not_set() {
+        let catalog =
+            load_apps(&apps_env(r#"{"a": {"image": "i", "tokenEnv": "TOKEN"}}"#)).unwrap();
+        let entry = catalog.get("a").unwrap();
+        assert_eq!(entry.token_env.as_deref(), Some("TOKEN"));
+        assert_eq!(
+            entry.with_token(pairs(&[("TOKEN", "client"), ("A", "1")]), "t0k"),
+            pairs(&[("A", "1"), ("TOKEN", "t0k")])
+        );
+        let err = load_apps(&apps_env(
+            r#"{"a": {"image": "i", "env": {"TOKEN": "v"}, "tokenEnv": "TOKEN"}}"#,
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sets 'tokenEnv' to 'TOKEN', which its own 'env' also defines"),
+            "{err}"
+        );
+        for bad in [r#""""#, "5", r#""A=B""#] {
+            let raw = format!(r#"{{"a": {{"image": "i", "tokenEnv": {bad}}}}}"#);
+            let err = load_apps(&apps_env(&raw)).unwrap_err();
+            assert!(err.to_string().contains("invalid 'tokenEnv'"), "{err}");
+        }
     }
 }

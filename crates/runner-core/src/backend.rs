@@ -57,6 +57,9 @@ pub struct AppLaunch {
     pub pull_policy: PullPolicy,
     /// Local backend only: the command the app runs as.
     pub command: Option<Vec<String>>,
+    /// The session's workload token (`tokenEnv`), already in the env;
+    /// the core reports it on the session's endpoints.
+    pub token: Option<String>,
 }
 
 /// Everything a backend needs to start one session.

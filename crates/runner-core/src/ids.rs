@@ -13,6 +13,18 @@ pub fn new_session_id() -> String {
         .collect()
 }
 
+/// The length of a workload token (0.16): 160 random bits.
+pub const WORKLOAD_TOKEN_LEN: usize = 32;
+
+/// A workload token: 32 characters of the session-id alphabet.
+pub fn new_workload_token() -> String {
+    let bytes: [u8; WORKLOAD_TOKEN_LEN] = rand::random();
+    bytes
+        .iter()
+        .map(|b| ALPHABET[(*b % 32) as usize] as char)
+        .collect()
+}
+
 /// Whether `id` has the shape of an id this runner generates.
 pub fn is_session_id(id: &str) -> bool {
     id.len() == SESSION_ID_LEN && id.bytes().all(|b| ALPHABET.contains(&b))

@@ -157,6 +157,9 @@ impl SessionRegistry {
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> SessionCreated {
         let spec = build_spec(&session.id, &session.created_at);
+        if let Some(token) = spec.app.as_ref().and_then(|app| app.token.clone()) {
+            session.set_endpoint_token(token);
+        }
         session.close_gate(spec.inspect);
         self.inner.metrics.session_started(spec.self_contained());
         let created = SessionCreated {

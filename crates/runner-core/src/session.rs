@@ -107,6 +107,8 @@ pub struct Session {
     /// [`StartGate::fallback`]) if nothing opened it before. The sink sets it;
     /// the registry waits for it, so the timer has an owner that joins it.
     start_fallback: watch::Sender<Option<tokio::time::Instant>>,
+    /// The workload token its app's endpoints carry (`tokenEnv`, 0.16).
+    endpoint_token: std::sync::OnceLock<String>,
 }
 
 /// The debug-stream event a kernel sends when its run is over.
@@ -203,6 +205,7 @@ impl Session {
             gated: AtomicBool::new(false),
             kernel_exit: watch::Sender::new(None),
             start_fallback: watch::Sender::new(None),
+            endpoint_token: std::sync::OnceLock::new(),
         }
     }
 
@@ -455,7 +458,38 @@ impl Session {
 
     /// Record an event; returns its id, or `None` when the session already
     /// reached a terminal status (nothing follows the terminal status).
+    /// The token every endpoint this session reports carries.
+    pub(crate) fn set_endpoint_token(&self, token: String) {
+        let _ = self.endpoint_token.set(token);
+    }
+
+    /// Stamps the workload token on the endpoints an event reports.
+    fn with_tokens(&self, mut event: RunEvent) -> RunEvent {
+        let Some(token) = self.endpoint_token.get() else {
+            return event;
+        };
+        let endpoints = match &mut event {
+            RunEvent::Status {
+                status:
+                    RunStatus::Running {
+                        endpoints: Some(endpoints),
+                        ..
+                    },
+            } => endpoints,
+            RunEvent::Endpoints {
+                added: Some(endpoints),
+                ..
+            } => endpoints,
+            _ => return event,
+        };
+        for endpoint in endpoints {
+            endpoint.token = Some(token.clone());
+        }
+        event
+    }
+
     pub(crate) fn emit(&self, event: RunEvent) -> Option<u64> {
+        let event = self.with_tokens(event);
         let terminal = matches!(&event, RunEvent::Status { status } if status.is_terminal());
         let data = match serde_json::to_vec(&event) {
             // Exactly sized: the serializer's doubling growth would otherwise

@@ -243,6 +243,7 @@ fn harness() -> Harness {
         description: None,
         command: None,
         accept_env: None,
+        token_env: None,
     };
     let options = ServerOptions {
         version: "test".into(),

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use runner_api::telo::TeloVersion;
+use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
@@ -145,6 +147,27 @@ impl LocalBackend {
         }
     }
 
+    /// The kernel that runs telo `version` (`None`: the configured Telo
+    /// CLI). A version was checked when the request came in; one removed
+    /// since fails the start, naming what the runner has now.
+    fn kernel_for(&self, version: Option<&str>) -> Result<PathBuf, StartError> {
+        match (
+            version.and_then(TeloVersion::parse),
+            &self.config.telo_versions,
+        ) {
+            (Some(version), Some(dir)) => crate::telo_versions::supply(dir, &version)
+                .map_err(|reason| StartError::new(StartStage::Start, reason)),
+            _ => resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
+                // The session's own failure says what to do, as the
+                // probe does: a user may never look at the probe.
+                StartError::new(
+                    StartStage::Start,
+                    format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
+                )
+            }),
+        }
+    }
+
     /// The command line a session runs, with its program resolved; fails
     /// before anything is created on disk.
     fn command_line(
@@ -176,15 +199,7 @@ impl LocalBackend {
                 Ok(app_argv(&program, command))
             }
             None => {
-                let telo =
-                    resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
-                        // The session's own failure says what to do, as the
-                        // probe does: a user may never look at the probe.
-                        StartError::new(
-                            StartStage::Start,
-                            format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
-                        )
-                    })?;
+                let telo = self.kernel_for(spec.telo.as_deref())?;
                 Ok(telo_argv(&telo, &spec.entry_relative_path, inspect_port))
             }
         }
@@ -339,9 +354,18 @@ impl Backend for LocalBackend {
         // an exit code to show for it: say why instead. (An app runs its own
         // program, not the Telo CLI.)
         if spec.app.is_none()
+            && spec.telo.is_none()
             && let KernelHealth::Unusable(problem) = self.kernel.health().await
         {
             return Err(StartError::new(StartStage::Start, problem.sentence()));
+        }
+        // What the default kernel said it is, for `run started` (a kernel
+        // before 0.95 does not say on its debug stream).
+        if spec.app.is_none()
+            && spec.telo.is_none()
+            && let Some(version) = self.kernel.version().await
+        {
+            sink.kernel_version(None, version);
         }
         // Moved, not copied: a big bundle is megabytes.
         let bundle = (!spec.self_contained()).then(|| RunBundle {
@@ -470,18 +494,27 @@ impl Backend for LocalBackend {
         true
     }
 
+    fn offers_telo_versions(&self) -> bool {
+        self.config.telo_versions.is_some()
+    }
+
+    fn supply_telo(&self, version: &TeloVersion, _mode: SessionMode) -> Result<(), String> {
+        match &self.config.telo_versions {
+            Some(dir) => crate::telo_versions::supply(dir, version).map(drop),
+            None => Err("this runner runs only the Telo CLI it was configured with".to_owned()),
+        }
+    }
+
     async fn start_watch(
         &self,
         spec: WatchSpec,
         start: WatchStart,
         sink: SessionSink,
     ) -> Result<Arc<dyn WatchWorkload>, StartError> {
-        let telo = resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
-            StartError::new(
-                StartStage::Start,
-                format!("{}. {TELO_NOT_FOUND_REMEDIATION}", self.telo_not_found()),
-            )
-        })?;
+        let telo = self.kernel_for(None)?;
+        for app in &spec.apps {
+            self.kernel_for(app.telo.as_deref())?;
+        }
         let sandbox = match self.sandbox.health().await {
             SandboxHealth::Unusable(problem) => {
                 return Err(StartError::new(StartStage::Start, problem.sentence()));
@@ -489,14 +522,22 @@ impl Backend for LocalBackend {
             SandboxHealth::Off => None,
             SandboxHealth::Usable(sandbox) => Some(sandbox),
         };
-        if let KernelHealth::Unusable(problem) = self.kernel.health().await {
+        if spec.apps.iter().any(|app| app.telo.is_none())
+            && let KernelHealth::Unusable(problem) = self.kernel.health().await
+        {
             return Err(StartError::new(StartStage::Start, problem.sentence()));
         }
         if let Err(err) = self.kernel_cache.create() {
             warn!(dir = %self.kernel_cache.root().display(), error = %err, "could not create the shared kernel cache");
         }
+        if let Some(version) = self.kernel.version().await {
+            for app in spec.apps.iter().filter(|app| app.telo.is_none()) {
+                sink.kernel_version(Some(&app.name), version.clone());
+            }
+        }
         let launcher = crate::watch::Launcher {
             telo,
+            telo_versions: self.config.telo_versions.clone(),
             node: resolve_executable("node", &self.config.path),
             path: self.config.path.clone(),
             sandbox,

@@ -48,6 +48,10 @@ pub struct BubblewrapConfig {
 pub struct LocalConfig {
     /// The Telo CLI: a path, or a name looked up on [`LocalConfig::path`].
     pub telo: String,
+    /// `RUNNER_LOCAL_TELO_VERSIONS`: the kernels a request may choose by
+    /// version, at `<dir>/<version>/bin/telo`. Absolute; `None` offers no
+    /// choice (`features.teloVersions` absent).
+    pub telo_versions: Option<PathBuf>,
     /// Parent of every session's private work directory. Absolute.
     pub work_root: PathBuf,
     /// A session still running after this long is stopped and reported failed.
@@ -67,6 +71,11 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_LOCAL_TELO",
         default: "telo",
         description: "The Telo CLI sessions run: a path to its executable, or a name looked up on RUNNER_LOCAL_PATH.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_TELO_VERSIONS",
+        default: "(unset)",
+        description: "Absolute directory of Telo kernels a request may choose by version (`telo`): one per release at `<dir>/<version>/bin/telo`, read at each request. Unset: `features.teloVersions` is absent and a request naming a version is `400 telo_version_unsupported`.",
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_WORK_DIR",
@@ -137,6 +146,20 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }
         None => std::env::temp_dir().join(DEFAULT_WORK_DIR_NAME),
     };
+    let telo_versions = match env_string(env, "RUNNER_LOCAL_TELO_VERSIONS") {
+        None => None,
+        Some(raw) => {
+            let dir = PathBuf::from(&raw);
+            if !dir.is_absolute() {
+                return Err(ConfigError::invalid(
+                    "RUNNER_LOCAL_TELO_VERSIONS",
+                    "be an absolute path",
+                    &raw,
+                ));
+            }
+            Some(dir)
+        }
+    };
     let max_ttl_seconds = parse_positive_int(
         env.get("RUNNER_MAX_TTL_SECONDS").map(String::as_str),
         DEFAULT_MAX_TTL_SECONDS,
@@ -186,6 +209,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
     Ok(LocalConfig {
         telo,
+        telo_versions,
         work_root,
         max_ttl: Duration::from_secs(max_ttl_seconds),
         path,
@@ -210,6 +234,7 @@ mod tests {
             config,
             LocalConfig {
                 telo: "telo".into(),
+                telo_versions: None,
                 work_root: std::env::temp_dir().join("telo-runner-sessions"),
                 max_ttl: Duration::from_secs(3600),
                 path: FALLBACK_PATH.into(),
@@ -332,6 +357,20 @@ mod tests {
     }
 
     #[test]
+    fn a_relative_versions_dir_is_refused() {
+        let env = vars(&[("RUNNER_LOCAL_TELO_VERSIONS", "kernels")]);
+        assert_eq!(
+            load_local_config(&env).map_err(|err| err.to_string()),
+            Err("RUNNER_LOCAL_TELO_VERSIONS must be an absolute path, got 'kernels'.".into())
+        );
+        let env = vars(&[("RUNNER_LOCAL_TELO_VERSIONS", " /opt/telo-versions ")]);
+        assert_eq!(
+            load_local_config(&env).unwrap().telo_versions,
+            Some(PathBuf::from("/opt/telo-versions"))
+        );
+    }
+
+    #[test]
     fn a_relative_work_dir_is_refused() {
         let env = vars(&[("RUNNER_LOCAL_WORK_DIR", "sessions")]);
         assert_eq!(
@@ -347,6 +386,7 @@ mod tests {
             names,
             [
                 "RUNNER_LOCAL_TELO",
+                "RUNNER_LOCAL_TELO_VERSIONS",
                 "RUNNER_LOCAL_WORK_DIR",
                 "RUNNER_LOCAL_PATH",
                 "RUNNER_MAX_TTL_SECONDS",

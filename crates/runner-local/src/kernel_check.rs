@@ -40,6 +40,8 @@ pub const QUOTED_LINE_CHARS: usize = 300;
 pub const RECHECK_FAILED_AFTER: Duration = Duration::from_secs(60);
 
 const NODE_VERSION_TIMEOUT: Duration = Duration::from_secs(5);
+/// `telo --version` starts Node.js and the CLI: ~0.3 s on a quiet machine.
+const TELO_VERSION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How a check run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,9 +367,41 @@ pub async fn node_version(node: &Path, search_path: &str) -> Option<String> {
     (output.status.success() && version.starts_with('v') && version.len() < 40).then_some(version)
 }
 
+/// The release a Telo CLI says it is (`telo --version` prints it bare, e.g.
+/// `0.81.0`); `None` when it prints anything else or fails.
+pub async fn telo_version(telo: &Path, search_path: &str) -> Option<String> {
+    let output = tokio::process::Command::new(telo)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", search_path)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(TELO_VERSION_TIMEOUT, output)
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    parse_telo_version(&text).filter(|_| output.status.success())
+}
+
+/// The version in `telo --version`'s output: one line that is a version.
+pub fn parse_telo_version(output: &str) -> Option<String> {
+    let line = output.trim();
+    runner_api::telo::TeloVersion::parse(line).map(|version| version.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_telo_version_is_a_bare_version_line() {
+        assert_eq!(parse_telo_version("0.81.0\n").as_deref(), Some("0.81.0"));
+        assert_eq!(parse_telo_version("fake-telo 0.1.0\n"), None);
+        assert_eq!(parse_telo_version(""), None);
+    }
 
     const NODE_20_OUTPUT: &str = "telo.yaml  error  JSON.rawJSON is unavailable, so a CEL integer (int64) cannot be serialized exactly. Telo requires Node.js >= 24 or Bun >= 1.3.\n\n1 error\n";
 

@@ -19,7 +19,7 @@ use crate::kernel_cache::KernelCache;
 use crate::kernel_check::{
     CheckEnd, KernelProblem, RECHECK_FAILED_AFTER, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST,
     SELF_CHECK_TIMEOUT, TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version,
-    run_check,
+    run_check, telo_version,
 };
 use crate::kernel_fingerprint::KernelFingerprint;
 use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
@@ -55,6 +55,8 @@ struct Verdict {
     fingerprint: KernelFingerprint,
     health: KernelHealth,
     checked_at: Instant,
+    /// What `telo --version` printed, for a usable kernel that says.
+    version: Option<String>,
 }
 
 impl Verdict {
@@ -151,6 +153,12 @@ impl KernelMonitor {
     pub async fn health(&self) -> KernelHealth {
         self.inner.health().await
     }
+
+    /// The release the kernel said it is at its last self-check (`telo
+    /// --version`), if it is usable and said one.
+    pub async fn version(&self) -> Option<String> {
+        self.inner.verdict.lock().await.as_ref()?.version.clone()
+    }
 }
 
 impl Inner {
@@ -178,11 +186,16 @@ impl Inner {
                 }
                 health = inner.check(&fingerprint) => health,
             };
+            let version = match (&health, fingerprint.telo_path()) {
+                (KernelHealth::Usable, Some(telo)) => telo_version(telo, &inner.path).await,
+                _ => None,
+            };
             if !matches!(health, KernelHealth::Unchecked(_)) {
                 *verdict = Some(Verdict {
                     fingerprint,
                     health: health.clone(),
                     checked_at: Instant::now(),
+                    version,
                 });
             }
             health
@@ -335,6 +348,7 @@ mod tests {
             fingerprint: fingerprint(1),
             health,
             checked_at,
+            version: None,
         }
     }
 

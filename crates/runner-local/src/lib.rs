@@ -38,6 +38,7 @@ pub mod sandbox;
 pub mod sandbox_check;
 pub mod session;
 pub mod spawner;
+pub mod telo_versions;
 pub mod watch;
 pub mod work_dir;
 pub mod work_root_lock;

@@ -58,7 +58,10 @@ struct Record {
 /// What starting an app process needs, shared by every app of a session.
 #[derive(Clone)]
 pub(crate) struct Launcher {
+    /// The configured Telo CLI: what an app that names no version runs.
     pub telo: PathBuf,
+    /// `RUNNER_LOCAL_TELO_VERSIONS`: where a named version's kernel is.
+    pub telo_versions: Option<PathBuf>,
     pub node: Option<PathBuf>,
     pub path: String,
     pub sandbox: Option<Arc<Sandbox>>,
@@ -67,6 +70,20 @@ pub(crate) struct Launcher {
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
     pub limits: WorkspaceLimits,
+}
+
+impl Launcher {
+    /// The kernel app `app` runs: its version's, else the configured CLI.
+    fn kernel(&self, app: &AppSpec) -> PathBuf {
+        let version = app
+            .telo
+            .as_deref()
+            .and_then(runner_api::telo::TeloVersion::parse);
+        match (version, &self.telo_versions) {
+            (Some(version), Some(dir)) => crate::telo_versions::kernel_path(dir, &version),
+            _ => self.telo.clone(),
+        }
+    }
 }
 
 /// A running watch session.
@@ -325,7 +342,7 @@ impl LocalWatch {
         let launcher = &self.launcher;
         let entry = format!("./{}", app.entry_relative_path);
         let argv = vec![
-            launcher.telo.as_os_str().to_owned(),
+            launcher.kernel(app).into_os_string(),
             "run".into(),
             "--watch".into(),
             "--inspect".into(),
@@ -350,7 +367,8 @@ impl LocalWatch {
         let spawn = match &launcher.sandbox {
             None => SpawnPlan::unsandboxed(plan),
             Some(sandbox) => {
-                let mut programs = vec![launcher.telo.as_path()];
+                let kernel = launcher.kernel(app);
+                let mut programs = vec![kernel.as_path()];
                 programs.extend(launcher.node.as_deref());
                 let read_only = sandbox.installations(&programs);
                 let read_write = vec![

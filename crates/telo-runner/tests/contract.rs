@@ -631,7 +631,7 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list(#[case] backe
     );
     assert_eq!(
         headers["access-control-allow-methods"],
-        "GET, POST, DELETE, OPTIONS"
+        "GET, POST, PUT, DELETE, OPTIONS"
     );
     assert_eq!(
         headers["access-control-allow-headers"],
@@ -649,19 +649,46 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list(#[case] backe
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(response.text().await.unwrap(), "Invalid Preflight Request");
 
+    // A narrowed list is enforced by the runner too (0.15): a foreign
+    // origin is refused before any route runs, a request without one passes.
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/health"),
+        (reqwest::Method::GET, "/v1/capabilities"),
+        (reqwest::Method::POST, "/v1/sessions"),
+        (reqwest::Method::GET, "/v1/sessions/nope/events"),
+    ] {
+        let response = runner
+            .client
+            .request(method.clone(), runner.url(path))
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method} {path}");
+        assert!(
+            response
+                .headers()
+                .get("access-control-allow-origin")
+                .is_none()
+        );
+        assert_eq!(
+            response.json::<Value>().await.unwrap(),
+            json!({
+                "error": "origin_not_allowed",
+                "message": "origin 'https://evil.example' is not allowed by this runner \u{2014} it serves https://editor.example",
+            })
+        );
+    }
     let response = runner
         .client
         .get(runner.url("/v1/health"))
-        .header("origin", "https://evil.example")
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::OK, "processed anyway");
-    assert!(
-        response
-            .headers()
-            .get("access-control-allow-origin")
-            .is_none()
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "no Origin: not a browser"
     );
 
     let id = runner.create(json!({"exitCode": 0})).await;
@@ -672,10 +699,6 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list(#[case] backe
         events.headers["access-control-allow-origin"],
         "https://editor.example"
     );
-    let events = runner
-        .events(&id, &[("origin", "https://evil.example")])
-        .await;
-    assert!(events.headers.get("access-control-allow-origin").is_none());
     runner.stop().await;
 }
 

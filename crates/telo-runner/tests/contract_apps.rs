@@ -170,3 +170,65 @@ async fn an_app_without_a_local_command_fails_with_a_clear_message() {
     );
     runner.stop().await;
 }
+
+/// `tokenEnv` (0.16): each app session gets its own 32-character token,
+/// injected under that name (a client's value of it is dropped) and
+/// reported on the endpoints of `running`. (Minting, injection and
+/// reporting are the core's; the backend only runs the env it is given.)
+#[tokio::test]
+async fn a_token_env_entry_mints_a_token_per_session_and_reports_it() {
+    let backend = Backend::Local;
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("tokened.yaml");
+    std::fs::write(
+        &manifest,
+        "kind: Telo.Application\nmetadata: { name: tokened }\nfakeTelo:\n  printEnv: [APP_TOKEN]\n  echo: true\n",
+    )
+    .unwrap();
+    let fake = test_support::fake_telo::fake_telo_path();
+    let catalog = json!({
+        "tokened": {
+            "image": "acme/tokened:1",
+            "tokenEnv": "APP_TOKEN",
+            "command": [fake.to_string_lossy(), "run", manifest.to_string_lossy()],
+        },
+    })
+    .to_string();
+    let runner = Runner::start_on(backend, &[("RUNNER_APPS", catalog.as_str())]).await;
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let (status, created) = runner
+            .post(
+                "/v1/apps/tokened/sessions",
+                &json!({"env": {"APP_TOKEN": "chosen-by-client"}, "ports": [{"port": 8080, "protocol": "tcp"}]}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let id = created["sessionId"].as_str().unwrap().to_owned();
+        let mut events = runner.events(&id, &[]).await;
+        let frames = events
+            .events_until(|f| f.status_kind().as_deref() == Some("running"))
+            .await;
+        let running = frames.last().unwrap().json();
+        let token = running["status"]["endpoints"][0]["token"]
+            .as_str()
+            .expect("the endpoint carries the token")
+            .to_owned();
+        assert_eq!(token.len(), 32);
+        assert!(
+            token
+                .bytes()
+                .all(|b| b"abcdefghijklmnopqrstuvwxyz234567".contains(&b)),
+            "{token}"
+        );
+        let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        runner.wait_terminal(&id).await;
+        let output = runner.full_output(&id).await;
+        assert!(output.contains(&format!("APP_TOKEN={token}")), "{output}");
+        assert!(!output.contains("chosen-by-client"), "{output}");
+        tokens.push(token);
+    }
+    assert_ne!(tokens[0], tokens[1], "one token per session");
+    runner.stop().await;
+}

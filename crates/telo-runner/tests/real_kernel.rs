@@ -303,3 +303,76 @@ async fn a_watch_session_reloads_in_place_on_an_edit(#[case] backend: Backend) {
     assert_eq!(status, StatusCode::NO_CONTENT);
     runner.stop().await;
 }
+
+/// The real kernel (0.81) names no version on its debug stream; a local
+/// runner reports the release its CLI printed for `--version`, and, given a
+/// directory of kernels, runs each request's release: the real one for
+/// 0.81.0, fake-telo for 0.96.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_runner_reports_and_chooses_the_real_kernels_release() {
+    async fn started(runner: &Runner, body: Value) -> (String, Value) {
+        let id = runner.create_body(body).await;
+        let mut events = runner.events(&id, &[]).await;
+        let frames = tokio::time::timeout(
+            KERNEL_WAIT,
+            events.events_until(|f| {
+                f.event.as_deref() == Some("run") && f.json()["phase"] == "started"
+            }),
+        )
+        .await
+        .expect("a generation starts");
+        (id, frames.last().unwrap().json())
+    }
+    /// A session held open under `--inspect` is stopped, then read whole.
+    async fn stopped_output(runner: &Runner, id: &str) -> String {
+        let response = runner
+            .client
+            .delete(runner.url(&format!("/v1/sessions/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+        runner.wait_terminal(id).await;
+        runner.full_output(id).await
+    }
+    // No version named: what `telo --version` said.
+    let runner = real_runner(Backend::Local, &[]).await;
+    let (_, run) = started(&runner, body("hello-world", json!({}), json!([]), true)).await;
+    assert_eq!(run["telo"], "0.81.0", "{run}");
+    runner.stop().await;
+
+    let versions = tempfile::tempdir().unwrap();
+    let fixture = telo_path().parent().unwrap().parent().unwrap().to_owned();
+    std::os::unix::fs::symlink(&fixture, versions.path().join("0.81.0")).unwrap();
+    let fake_bin = versions.path().join("0.96.0").join("bin");
+    std::fs::create_dir_all(&fake_bin).unwrap();
+    std::os::unix::fs::symlink(
+        test_support::fake_telo::fake_telo_path(),
+        fake_bin.join("telo"),
+    )
+    .unwrap();
+    let dir = versions.path().to_string_lossy().into_owned();
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[("RUNNER_LOCAL_TELO_VERSIONS", dir.as_str())],
+    )
+    .await;
+    let mut request = body("hello-world", json!({}), json!([]), true);
+    request.as_object_mut().unwrap().remove("config");
+    request["telo"] = json!("0.81.0");
+    let (id, run) = started(&runner, request).await;
+    assert_eq!(run["telo"], "0.81.0", "{run}");
+    let output = stopped_output(&runner, &id).await;
+    assert!(output.contains("Hello from Telo!"), "{output}");
+
+    let mut request =
+        test_support::bundle::start_body(json!({"stdout": ["fake kernel"], "echo": true}));
+    request.as_object_mut().unwrap().remove("config");
+    request["inspect"] = json!(true);
+    request["telo"] = json!("0.96.0");
+    let (id, run) = started(&runner, request).await;
+    assert_eq!(run["telo"], "0.96.0", "{run}");
+    let output = stopped_output(&runner, &id).await;
+    assert!(output.contains("fake kernel"), "{output}");
+    runner.stop().await;
+}

@@ -1,8 +1,15 @@
 //! CORS as the editor relies on it. Hand-written rather than tower-http's
 //! `CorsLayer` because clients observe details that layer does differently: a
-//! preflight answers `204` with an empty body, a malformed preflight is a `400`,
-//! and a disallowed origin still gets its request processed (enforcement is the
-//! browser's).
+//! preflight answers `204` with an empty body and a malformed preflight is a
+//! `400`.
+//!
+//! Since runner-core 0.15 a narrowed `RUNNER_CORS_ORIGINS` is enforced here
+//! too, not only by browsers: a request whose `Origin` is not in the list is
+//! refused with `403 origin_not_allowed` before any route sees it. Requests
+//! without `Origin` (curl, the terminal client, kubelet probes) pass;
+//! WebSocket upgrades are left to the socket's own check (close 4403); a
+//! preflight is answered as before (a browser's actual request is what gets
+//! the 403).
 
 use std::sync::Arc;
 
@@ -14,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::config::CorsOrigins;
 
-const ALLOWED_METHODS: &str = "GET, POST, DELETE, OPTIONS";
+const ALLOWED_METHODS: &str = "GET, POST, PUT, DELETE, OPTIONS";
 
 /// The `Access-Control-Allow-Origin` value for JSON routes, if any. A list that
 /// contains `*` acts as a wildcard here (but not for SSE and WebSocket).
@@ -50,6 +57,14 @@ pub async fn cors(
     if request.method() == Method::OPTIONS {
         return preflight(&origins, request.headers(), origin.as_ref());
     }
+    if let (CorsOrigins::List(list), Some(origin)) = (origins.as_ref(), origin.as_ref())
+        && !is_websocket_upgrade(request.headers())
+        && !list
+            .iter()
+            .any(|allowed| allowed.as_bytes() == origin.as_bytes())
+    {
+        return origin_not_allowed(list, origin);
+    }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
     // The event stream makes its own, stricter CORS decision.
@@ -68,6 +83,25 @@ pub async fn cors(
     }
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
     response
+}
+
+/// `upgrade: websocket`, in any case.
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+}
+
+/// The 403 for a browser origin the runner does not serve; the list is
+/// named so an operator reading a client's error knows what to change.
+fn origin_not_allowed(list: &[String], origin: &HeaderValue) -> Response {
+    let origin = String::from_utf8_lossy(origin.as_bytes());
+    let mut message = format!("origin '{origin}' is not allowed by this runner");
+    if !list.is_empty() {
+        message.push_str(" \u{2014} it serves ");
+        message.push_str(&list.join(", "));
+    }
+    super::ApiError::new(StatusCode::FORBIDDEN, "origin_not_allowed", message).into_response()
 }
 
 fn preflight(origins: &CorsOrigins, request: &HeaderMap, origin: Option<&HeaderValue>) -> Response {

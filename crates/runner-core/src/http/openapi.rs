@@ -123,7 +123,7 @@ fn operation(path: &str, method: &str) -> Value {
             });
             session_creating(&mut op["responses"]);
             op["responses"]["400"] = error(
-                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`); a bundle path escapes the bundle (`invalid_bundle`); the backend refuses the config (`invalid_config`); `mode: \"watch\"` is not offered (`watch_disabled`); `agent` without watch (`agent_requires_watch`), not in the catalog (`unknown_agent`) or without a port (`agent_port_undeclared`); an app breaks the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `port_conflict`) or asks for an io mode the runner does not offer (`io_unsupported`).",
+                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`); a bundle path escapes the bundle (`invalid_bundle`); the backend refuses the config (`invalid_config`); `mode: \"watch\"` is not offered (`watch_disabled`); `agent` without watch (`agent_requires_watch`), not in the catalog (`unknown_agent`) or without a port (`agent_port_undeclared`); an app breaks the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `port_conflict`) or asks for an io mode the runner does not offer (`io_unsupported`); a telo version is named on a runner without `features.teloVersions` (`telo_version_unsupported`), is not one or is named for only some apps (`invalid_telo_version`), or cannot be had (`telo_version_unavailable`, with `app`, `version` and `reason`).",
             );
             op["responses"]["409"] = error(
                 "The runner is at its session limit (`too_many_sessions`) or its live watch session limit (`too_many_watch_sessions`).",
@@ -264,7 +264,7 @@ fn operation(path: &str, method: &str) -> Value {
             });
             body_errors(&mut op["responses"]);
             op["responses"]["400"] = error(
-                "The body failed validation (`invalid_request`) or the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `invalid_bundle`, `port_conflict`, `io_unsupported`).",
+                "The body failed validation (`invalid_request`) or the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `invalid_bundle`, `port_conflict`, `io_unsupported`) or a telo version it names (`telo_version_unsupported`, `invalid_telo_version`, `telo_version_unavailable`).",
             );
             op
         }

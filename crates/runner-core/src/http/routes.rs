@@ -347,15 +347,22 @@ pub async fn create_app_session(
         return Err(ApiError::bad_request("invalid_request", message));
     }
     check_terms(&state.options, &headers)?;
-    let env = with_registry_url(
-        app.merge_env(&request.env),
-        state.options.default_registry_url.clone(),
-    );
+    let token = app
+        .token_env
+        .as_ref()
+        .map(|_| crate::ids::new_workload_token());
+    let merged = app.merge_env(&request.env);
+    let merged = match &token {
+        Some(token) => app.with_token(merged, token),
+        None => merged,
+    };
+    let env = with_registry_url(merged, state.options.default_registry_url.clone());
     let launch = AppLaunch {
         name: name.clone(),
         image: app.image.clone(),
         pull_policy: app.pull_policy,
         command: app.command.clone(),
+        token,
     };
     let created = state
         .registry

@@ -29,6 +29,7 @@ pub fn endpoints_for(
                     host,
                     port: mapping.port,
                     protocol: PortProtocol::Tcp,
+                    token: None,
                 }
             }
             _ => RunnerEndpoint {
@@ -36,6 +37,7 @@ pub fn endpoints_for(
                 port: mapping.port,
                 protocol: mapping.protocol,
                 url: None,
+                token: None,
             },
         })
         .collect()
@@ -64,6 +66,7 @@ mod tests {
             port,
             protocol,
             url: None,
+            token: None,
         }
     }
 
@@ -78,6 +81,7 @@ mod tests {
                     port: 8080,
                     protocol: PortProtocol::Tcp,
                     url: Some("https://8080-abc.telo.run".into()),
+                    token: None,
                 },
                 hostless(5353, PortProtocol::Udp),
             ]

@@ -29,6 +29,7 @@ pub struct Harness {
 pub fn config(work_root: &TempDir) -> LocalConfig {
     LocalConfig {
         telo: fake_telo_path().to_string_lossy().into_owned(),
+        telo_versions: None,
         work_root: work_root.path().join("sessions"),
         max_ttl: Duration::from_secs(3600),
         path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
@@ -136,6 +137,7 @@ pub fn app_spec(command: Option<&[&str]>) -> StartSpec {
             image: "unused".to_owned(),
             pull_policy: PullPolicy::Missing,
             command: command.map(|argv| argv.iter().map(|a| (*a).to_owned()).collect()),
+            token: None,
         }),
         ..bundle_spec(Value::Null)
     }
