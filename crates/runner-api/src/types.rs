@@ -101,6 +101,9 @@ pub enum RunStatus {
             skip_serializing_if = "Option::is_none"
         )]
         inspect_url: Option<String>,
+        /// A watch session's co-resident agent (0.10), where it listens.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<RunnerEndpoint>,
     },
     Exited {
         code: i64,
@@ -514,7 +517,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(RunStatus::Running {
                 endpoints: None,
-                inspect_url: None
+                inspect_url: None,
+                agent: None,
             })
             .unwrap(),
             json!({"kind": "running"})

@@ -34,6 +34,9 @@ pub struct AppEntry {
     /// `tokenEnv` (0.16): the variable a per-session workload token is
     /// injected under; the token is reported on the session's endpoints.
     pub token_env: Option<String>,
+    /// `port` (0.10): the TCP port the entry listens on; only an entry that
+    /// declares one can be a watch session's co-resident agent.
+    pub port: Option<u16>,
 }
 
 impl AppEntry {
@@ -99,6 +102,7 @@ impl fmt::Debug for AppEntry {
             .field("command", &self.command)
             .field("accept_env", &self.accept_env)
             .field("token_env", &self.token_env)
+            .field("port", &self.port)
             .finish()
     }
 }
@@ -130,6 +134,16 @@ impl AppCatalog {
 
     pub fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|(name, _)| name.as_str()).collect()
+    }
+
+    /// The entries a watch session may run as its agent: those declaring a
+    /// port (`features.agents`).
+    pub fn agents(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter(|(_, entry)| entry.port.is_some())
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// What `/v1/capabilities` advertises: identity only, never image or env.
@@ -252,6 +266,18 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
             ));
         }
     };
+    let port = match entry.get("port") {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .and_then(|port| u16::try_from(port).ok())
+                .filter(|port| *port > 0)
+                .ok_or_else(|| {
+                    fail("has an invalid 'port' \u{2014} expected the TCP port it listens on (1-65535).")
+                })?,
+        ),
+    };
     Ok(AppEntry {
         image,
         env,
@@ -261,6 +287,7 @@ fn parse_entry(name: &str, value: &Value) -> Result<AppEntry, ConfigError> {
         command,
         accept_env,
         token_env,
+        port,
     })
 }
 
@@ -347,6 +374,7 @@ mod tests {
             command: None,
             accept_env: None,
             token_env: None,
+            port: None,
         }
     }
 
@@ -386,6 +414,7 @@ mod tests {
                 command: None,
                 accept_env: None,
                 token_env: None,
+                port: None,
             })
         );
         assert_eq!(catalog.get("plain"), Some(&entry("busybox")));

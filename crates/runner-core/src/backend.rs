@@ -108,9 +108,59 @@ pub struct WatchSpec {
     pub created_at: String,
     /// Resolved: DNS-label names, normalized entries, no port clash.
     pub apps: Vec<AppSpec>,
-    /// The apps' environment (never the workspace's).
+    /// The apps' environment (never the workspace's, never the agent's).
     pub env: Vec<(String, String)>,
     pub config: SessionConfig,
+    /// The co-resident agent the session was created with (0.10): its
+    /// catalog name, port and token. Kept with the session, so a resumed
+    /// session runs it again with the same token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRef>,
+    /// The agent as this runner's catalog defines it now, filled in by the
+    /// core before every start. Never stored: the operator's env is secret,
+    /// and a session's stored record is not.
+    #[serde(skip)]
+    pub agent_launch: Option<AgentLaunch>,
+}
+
+/// A watch session's agent as the session records it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AgentRef {
+    pub name: String,
+    pub port: u16,
+    /// Its workload token, when its entry has `tokenEnv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// What a backend runs as a watch session's co-resident agent: the
+/// operator's catalog app, beside the apps, over the same workspace.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AgentLaunch {
+    pub name: String,
+    pub image: String,
+    pub pull_policy: PullPolicy,
+    /// Local backend: the program and arguments it runs.
+    pub command: Option<Vec<String>>,
+    /// The TCP port it listens on.
+    pub port: u16,
+    /// The operator's env, with the token under `tokenEnv`: the agent's
+    /// only environment besides what the backend adds (`WORKSPACE_DIR`).
+    pub env: Vec<(String, String)>,
+}
+
+/// Operator env is secret: only its keys are shown.
+impl std::fmt::Debug for AgentLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env_keys: Vec<&str> = self.env.iter().map(|(key, _)| key.as_str()).collect();
+        f.debug_struct("AgentLaunch")
+            .field("name", &self.name)
+            .field("image", &self.image)
+            .field("command", &self.command)
+            .field("port", &self.port)
+            .field("env_keys", &env_keys)
+            .finish()
+    }
 }
 
 /// How a watch workload begins.
@@ -211,6 +261,11 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Whether this backend runs watch sessions.
     fn offers_watch(&self) -> bool {
+        false
+    }
+
+    /// Whether its watch sessions can run a co-resident agent.
+    fn offers_agents(&self) -> bool {
         false
     }
 

@@ -70,6 +70,9 @@ struct RegistryInner {
     /// Whether the watch supervisor runs.
     supervising: std::sync::atomic::AtomicBool,
     metrics: Arc<Metrics>,
+    /// The operator's catalog, where a watch session's agent is looked up
+    /// at each start (set once by the server).
+    agents: std::sync::OnceLock<crate::apps::AppCatalog>,
 }
 
 impl SessionRegistry {
@@ -94,6 +97,7 @@ impl SessionRegistry {
                 recovered: watch::Sender::new(false),
                 supervising: std::sync::atomic::AtomicBool::new(false),
                 metrics,
+                agents: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -206,6 +210,25 @@ impl SessionRegistry {
 
     /// Whether `mode: "watch"` is offered: the operator enabled it and the
     /// backend runs watch sessions.
+    /// The catalog watch sessions' agents come from (`RUNNER_APPS`).
+    pub fn set_agent_catalog(&self, catalog: crate::apps::AppCatalog) {
+        let _ = self.inner.agents.set(catalog);
+    }
+
+    /// The agents a watch session may name (`features.agents`): catalog
+    /// entries with a port, when this runner runs watch sessions with
+    /// agents.
+    pub fn offered_agents(&self) -> Vec<String> {
+        if !self.offers_watch() || !self.inner.backend.offers_agents() {
+            return Vec::new();
+        }
+        self.inner
+            .agents
+            .get()
+            .map(|catalog| catalog.agents().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
     pub fn offers_watch(&self) -> bool {
         self.inner.limits.watch.enabled && self.inner.backend.offers_watch()
     }

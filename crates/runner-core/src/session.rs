@@ -109,6 +109,9 @@ pub struct Session {
     start_fallback: watch::Sender<Option<tokio::time::Instant>>,
     /// The workload token its app's endpoints carry (`tokenEnv`, 0.16).
     endpoint_token: std::sync::OnceLock<String>,
+    /// The workload token of its co-resident agent, reported on
+    /// `running.agent`.
+    agent_token: std::sync::OnceLock<String>,
 }
 
 /// The debug-stream event a kernel sends when its run is over.
@@ -206,6 +209,7 @@ impl Session {
             kernel_exit: watch::Sender::new(None),
             start_fallback: watch::Sender::new(None),
             endpoint_token: std::sync::OnceLock::new(),
+            agent_token: std::sync::OnceLock::new(),
         }
     }
 
@@ -239,12 +243,15 @@ impl Session {
     }
 
     pub fn snapshot(&self) -> SessionSnapshot {
+        let agent = self
+            .watch_state()
+            .and_then(|watch| watch.spec.agent.as_ref().map(|agent| agent.name.clone()));
         let state = lock(&self.state);
         SessionSnapshot {
             session_id: self.id.clone(),
             status: state.status.clone(),
             mode: Some(self.mode),
-            agent: None,
+            agent,
             apps: Some(state.channels.iter().map(AppChannel::snapshot).collect()),
             created_at: self.created_at.clone(),
             exited_at: state.exited_at.clone(),
@@ -463,8 +470,20 @@ impl Session {
         let _ = self.endpoint_token.set(token);
     }
 
-    /// Stamps the workload token on the endpoints an event reports.
+    /// Stamps the workload tokens on the endpoints an event reports.
     fn with_tokens(&self, mut event: RunEvent) -> RunEvent {
+        if let (
+            Some(token),
+            RunEvent::Status {
+                status:
+                    RunStatus::Running {
+                        agent: Some(agent), ..
+                    },
+            },
+        ) = (self.agent_token.get(), &mut event)
+        {
+            agent.token = Some(token.clone());
+        }
         let Some(token) = self.endpoint_token.get() else {
             return event;
         };
@@ -650,6 +669,9 @@ impl Session {
 impl Session {
     /// Makes this a watch session launched as `spec`.
     pub(crate) fn with_watch(mut self, spec: crate::backend::WatchSpec) -> Self {
+        if let Some(token) = spec.agent.as_ref().and_then(|agent| agent.token.clone()) {
+            let _ = self.agent_token.set(token);
+        }
         self.watch = Some(Mutex::new(WatchState::new(spec)));
         self
     }

@@ -186,6 +186,7 @@ mod tests {
         RunStatus::Running {
             endpoints: None,
             inspect_url: None,
+            agent: None,
         }
     }
 

@@ -77,6 +77,7 @@ impl Backend for GatedBackend {
         sink.status(RunStatus::Running {
             endpoints: None,
             inspect_url: None,
+            agent: None,
         });
         Ok(Arc::new(GatedSession {
             sink,

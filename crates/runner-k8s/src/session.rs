@@ -220,6 +220,7 @@ fn running_status(shape: &SessionShape, base_domain: Option<&str>) -> RunStatus 
     RunStatus::Running {
         endpoints: Some(endpoints_for(base_domain, &shape.session_id, &shape.ports)),
         inspect_url: None,
+        agent: None,
     }
 }
 

@@ -692,6 +692,7 @@ pub(crate) fn running_unrouted<'a>(ports: impl Iterator<Item = &'a PortMapping>)
     RunStatus::Running {
         endpoints: Some(ports.copied().map(RunnerEndpoint::unrouted).collect()),
         inspect_url: None,
+        agent: None,
     }
 }
 

@@ -35,7 +35,8 @@ async fn output_reaches_the_buffer_before_the_exit_code_is_reported() {
         events.running().await,
         RunStatus::Running {
             endpoints: Some(vec![]),
-            inspect_url: None
+            inspect_url: None,
+            agent: None,
         }
     );
     assert_eq!(events.terminal().await, RunStatus::Exited { code: 3 });
@@ -366,6 +367,7 @@ async fn declared_ports_are_endpoints_and_are_watched_for_reachability() {
                 },
             ]),
             inspect_url: None,
+            agent: None,
         }
     );
     events

@@ -93,6 +93,7 @@ impl Service {
             },
             metrics,
         );
+        registry.set_agent_catalog(core.apps.clone());
         let options = ServerOptions {
             version: VERSION.to_owned(),
             cors: core.cors_origins.clone(),

@@ -78,6 +78,10 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
         features.insert("io".into(), json!(true));
     }
     features.insert("watch".into(), json!(state.registry.offers_watch()));
+    let agents = state.registry.offered_agents();
+    if !agents.is_empty() {
+        features.insert("agents".into(), json!(agents));
+    }
     let telo_versions = state.registry.backend().offers_telo_versions();
     let mut schema = backend.config_schema;
     if telo_versions {
@@ -190,9 +194,10 @@ pub async fn create_session(
             "this runner does not offer watch sessions (see /v1/capabilities)",
         ));
     }
-    if let Some(agent) = &request.agent {
-        check_agent(&state.options, agent, watch)?;
-    }
+    let agent_port = match &request.agent {
+        Some(agent) => Some(check_agent(&state, agent, watch)?),
+        None => None,
+    };
     let watch_limit = state.registry.limits().watch.max_sessions;
     if watch && state.registry.live_watch_sessions() >= watch_limit {
         return Err(watch_admission_error(watch_limit));
@@ -205,6 +210,30 @@ pub async fn create_session(
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
     super::telo::pin_versions(&mut apps, versions.as_deref());
     check_io(&state, &apps)?;
+    // The manifest wins a port clash: the agent is dropped, and the
+    // session says why once it exists.
+    let mut agent_notice = None;
+    let agent = match (&request.agent, agent_port) {
+        (Some(name), Some(port)) => match tcp_owner(&apps, port) {
+            Some(owner) => {
+                agent_notice = Some(format!(
+                    "co-resident agent '{name}' was not started: it listens on tcp port {port}, which app '{owner}' declares"
+                ));
+                None
+            }
+            None => Some(crate::backend::AgentRef {
+                name: name.clone(),
+                port,
+                token: state
+                    .options
+                    .apps
+                    .get(name)
+                    .and_then(|entry| entry.token_env.as_ref())
+                    .map(|_| crate::ids::new_workload_token()),
+            }),
+        },
+        _ => None,
+    };
     let registry_url = config
         .registry_url
         .as_deref()
@@ -224,8 +253,20 @@ pub async fn create_session(
                 apps,
                 env,
                 config,
+                agent,
+                agent_launch: None,
             })
             .map_err(admission_error)?;
+        if let (Some(notice), Some(session)) =
+            (agent_notice, state.registry.get(&created.session_id))
+        {
+            session.emit(runner_api::types::RunEvent::Progress {
+                app: None,
+                phase: runner_api::types::RunPhase::Provision,
+                message: notice,
+                done: None,
+            });
+        }
         return Ok((StatusCode::CREATED, Json(created)).into_response());
     }
     // A run session runs its first app (the bundle's entry when none are
@@ -271,29 +312,48 @@ fn default_app_spec(entry: String, ports: Vec<runner_api::types::PortMapping>) -
 }
 
 /// `agent` on a session request: only a watch session has one, and only a
-/// catalog entry that declares the port it listens on can be one.
-fn check_agent(options: &ServerOptions, agent: &str, watch: bool) -> Result<(), ApiError> {
+/// catalog entry that declares the port it listens on can be one. Returns
+/// that port.
+fn check_agent(state: &AppState, agent: &str, watch: bool) -> Result<u16, ApiError> {
     if !watch {
         return Err(ApiError::bad_request(
             "agent_requires_watch",
             "`agent` requires `mode: \"watch\"` \u{2014} nothing would observe the agent's writes",
         ));
     }
-    // An agent is a catalog entry that declares its port; the catalog
-    // takes no `port` yet, so none is offered (and `features.agents` is
-    // absent) and a known entry is one without a port.
-    if options.apps.get(agent).is_none() {
-        return Err(ApiError::bad_request(
-            "unknown_agent",
-            format!("agent '{agent}' is not offered by this runner"),
-        ));
-    }
-    Err(ApiError::bad_request(
-        "agent_port_undeclared",
-        format!(
-            "agent '{agent}' declares no port, so this runner cannot route it \u{2014} set RUNNER_APPS.{agent}.port to the port its image listens on"
-        ),
-    ))
+    let offered = state.registry.offered_agents();
+    let entry = state
+        .options
+        .apps
+        .get(agent)
+        .filter(|_| state.registry.backend().offers_agents());
+    let Some(entry) = entry else {
+        let mut message = format!("agent '{agent}' is not offered by this runner");
+        if !offered.is_empty() {
+            message.push_str(" \u{2014} offered: ");
+            message.push_str(&offered.join(", "));
+        }
+        return Err(ApiError::bad_request("unknown_agent", message));
+    };
+    entry.port.ok_or_else(|| {
+        ApiError::bad_request(
+            "agent_port_undeclared",
+            format!(
+                "agent '{agent}' declares no port, so this runner cannot route it \u{2014} set RUNNER_APPS.{agent}.port to the port its image listens on"
+            ),
+        )
+    })
+}
+
+/// The app declaring tcp `port`, if one does.
+fn tcp_owner(apps: &[AppSpec], port: u16) -> Option<&str> {
+    apps.iter()
+        .find(|app| {
+            app.ports.iter().any(|mapping| {
+                mapping.port == port && mapping.protocol == runner_api::types::PortProtocol::Tcp
+            })
+        })
+        .map(|app| app.name.as_str())
 }
 
 /// An app whose `io` the backend does not offer is refused before anything

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use runner_api::types::{RunBundle, RunEvent, RunStatus, SessionCreated};
+use runner_api::types::{RunBundle, RunEvent, RunPhase, RunStatus, SessionCreated};
 use runner_api::watch::{AppSpec, RunTrigger, SessionMode};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{AdmissionError, Launched, SessionRegistry};
-use crate::backend::{SuspendedSession, WatchSpec, WatchStart};
+use crate::backend::{AgentLaunch, SuspendedSession, WatchSpec, WatchStart};
 use crate::session::{Session, SessionApp};
 use crate::time::iso_now;
 
@@ -74,6 +74,8 @@ impl SessionRegistry {
             created_at: session.created_at.clone(),
         };
         let backend = self.inner.backend.clone();
+        let mut spec = spec;
+        self.resolve_agent(&session, &mut spec);
         self.spawn_launch(session, move |sink| async move {
             backend
                 .start_watch(spec, WatchStart::Seed(bundle), sink)
@@ -111,6 +113,8 @@ impl SessionRegistry {
             status: RunStatus::Starting,
         });
         info!(session_id = %id, "resuming a suspended watch session");
+        let mut spec = spec;
+        self.resolve_agent(&session, &mut spec);
         let backend = self.inner.backend.clone();
         let resumed = session.clone();
         self.spawn_start(session, move |sink| async move {
@@ -215,6 +219,8 @@ impl SessionRegistry {
                 status: RunStatus::Starting,
             });
             info!(session_id = %session.id, "adopting a watch session whose workload still runs");
+            let mut spec = spec.clone();
+            self.resolve_agent(&session, &mut spec);
             let backend = self.inner.backend.clone();
             let adopted = session.clone();
             self.spawn_watch(session.clone());
@@ -420,6 +426,48 @@ async fn checkpoint(session: &Arc<Session>) {
             }
         }
         Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
+    }
+}
+
+impl SessionRegistry {
+    /// Looks the session's agent up in the catalog as it is now: what the
+    /// backend runs. An agent the operator withdrew since is not started,
+    /// and the session says so.
+    fn resolve_agent(&self, session: &Session, spec: &mut WatchSpec) {
+        let Some(agent) = &spec.agent else {
+            return;
+        };
+        let entry = self
+            .inner
+            .agents
+            .get()
+            .and_then(|catalog| catalog.get(&agent.name))
+            .filter(|entry| entry.port.is_some() && self.inner.backend.offers_agents());
+        spec.agent_launch = match entry {
+            Some(entry) => Some(AgentLaunch {
+                name: agent.name.clone(),
+                image: entry.image.clone(),
+                pull_policy: entry.pull_policy,
+                command: entry.command.clone(),
+                port: entry.port.unwrap_or(agent.port),
+                env: match &agent.token {
+                    Some(token) => entry.with_token(entry.env.clone(), token),
+                    None => entry.env.clone(),
+                },
+            }),
+            None => {
+                session.emit(RunEvent::Progress {
+                    app: None,
+                    phase: RunPhase::Provision,
+                    message: format!(
+                        "co-resident agent '{}' was not started: this runner no longer offers it",
+                        agent.name
+                    ),
+                    done: None,
+                });
+                None
+            }
+        };
     }
 }
 

@@ -59,6 +59,7 @@ fn live_a_while(session: &Arc<Session>, generations: u64, lines: usize) {
     sink.status(RunStatus::Running {
         endpoints: None,
         inspect_url: None,
+        agent: None,
     });
     for generation in 0..generations {
         for event in ["Kernel.Starting", "Kernel.Started"] {

@@ -354,6 +354,7 @@ impl KubeWatch {
         sink.status(RunStatus::Running {
             endpoints: Some(endpoints_for(base_domain, &self.id, &ports)),
             inspect_url: None,
+            agent: None,
         });
         if let Some(routes) = routes {
             routes.follow_until(sink.clone(), teardown.clone());

@@ -36,6 +36,7 @@ pub fn running_lines(status: &RunStatus, runner_host: &str) -> Vec<String> {
     let RunStatus::Running {
         endpoints,
         inspect_url,
+        ..
     } = status
     else {
         return Vec::new();

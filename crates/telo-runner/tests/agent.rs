@@ -1,0 +1,227 @@
+//! The co-resident agent (runner-core 0.10) and its workload token (0.16),
+//! black-box on the local backend: a watch session names an operator
+//! catalog entry that declares its port; the runner runs it beside the
+//! session's apps over the same workspace, with the operator's env and its
+//! token and nothing of the session's, and reports where it listens.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{Backend, Runner};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::fake_telo::fake_telo_path;
+use test_support::free_port;
+use test_support::sse::SseStream;
+
+/// A catalog whose `helper` agent writes what it was given into the
+/// workspace, then serves on `port`; `portless` declares no port.
+fn catalog(dir: &Path, port: u16) -> String {
+    let manifest = dir.join("agent.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "kind: Telo.Application\nmetadata: {{ name: agent }}\nfakeTelo:\n  listen: [{port}]\n"
+        ),
+    )
+    .unwrap();
+    let script = r#"printf '%s|%s|%s|%s' "$AGENT_SECRET" "$AGENT_TOKEN" "${SESSION_VALUE-unset}" "$(pwd)" > "$WORKSPACE_DIR/agent.txt"; exec "$0" run "$1""#;
+    json!({
+        "helper": {
+            "image": "acme/agent:1",
+            "port": port,
+            "tokenEnv": "AGENT_TOKEN",
+            "env": {"AGENT_SECRET": "operator-secret"},
+            "command": ["/bin/sh", "-c", script, fake_telo_path().to_string_lossy(), manifest.to_string_lossy()],
+        },
+        "portless": {"image": "acme/portless:1", "command": ["/bin/true"]},
+    })
+    .to_string()
+}
+
+fn watch_body(agent: &str, app_ports: Value) -> Value {
+    let mut body = test_support::bundle::start_body(
+        json!({"printEnv": ["AGENT_SECRET", "AGENT_TOKEN", "SESSION_VALUE"]}),
+    );
+    body["mode"] = json!("watch");
+    body["agent"] = json!(agent);
+    body["env"] = json!({"SESSION_VALUE": "from-the-session"});
+    body["ports"] = app_ports;
+    body
+}
+
+async fn running(events: &mut SseStream) -> Value {
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    frames.last().unwrap().json()["status"].clone()
+}
+
+async fn workspace_file(runner: &Runner, id: &str, path: &str) -> Option<String> {
+    let (status, body) = runner
+        .get(&format!("/v1/sessions/{id}/workspace/file?path={path}"))
+        .await;
+    (status == StatusCode::OK).then(|| body["content"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let catalog = catalog(dir.path(), port);
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+            ("RUNNER_APPS", catalog.as_str()),
+        ],
+    )
+    .await;
+    let (_, caps) = runner.get("/v1/capabilities").await;
+    assert_eq!(caps["features"]["agents"], json!(["helper"]));
+
+    let id = runner.create_body(watch_body("helper", json!([]))).await;
+    let mut events = runner.events(&id, &[]).await;
+    let status = running(&mut events).await;
+    let agent = &status["agent"];
+    assert_eq!(agent["host"], "");
+    assert_eq!(agent["port"], json!(port));
+    assert_eq!(agent["protocol"], "tcp");
+    let token = agent["token"].as_str().unwrap().to_owned();
+    assert_eq!(token.len(), 32);
+    let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(snapshot["agent"], "helper");
+
+    // The agent wrote into the session's workspace what it was given.
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    let written = loop {
+        if let Some(text) = workspace_file(&runner, &id, "agent.txt").await {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let fields: Vec<&str> = written.split('|').collect();
+    assert_eq!(fields[..3], ["operator-secret", token.as_str(), "unset"]);
+    // And it listens where `running.agent` says.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("the agent listens");
+    // The apps got the session's env and nothing of the agent's.
+    let mut socket = runner.io(&id, "?app=app").await;
+    let frames = test_support::ws::read_until_output(&mut socket, "SESSION_VALUE=").await;
+    let mut output = String::new();
+    for frame in frames {
+        if let test_support::ws::IoFrame::Output { bytes, .. } = frame {
+            output.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    drop(socket);
+    assert!(
+        output.contains("SESSION_VALUE=from-the-session"),
+        "{output}"
+    );
+    assert!(output.contains("AGENT_SECRET=<unset>"), "{output}");
+    assert!(output.contains("AGENT_TOKEN=<unset>"), "{output}");
+
+    // Suspended and resumed, it runs again with the same token.
+    drop(events);
+    let resumed = loop {
+        let (status, body) = runner
+            .post(&format!("/v1/sessions/{id}/resume"), &json!({}))
+            .await;
+        if status == StatusCode::ACCEPTED {
+            break body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline + test_support::WAIT,
+            "never suspended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(resumed["sessionId"], json!(id));
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running") && f.id.unwrap_or(0) > 0)
+        .await;
+    let last_running = frames
+        .iter()
+        .rev()
+        .find(|f| f.status_kind().as_deref() == Some("running"))
+        .unwrap()
+        .json();
+    assert_eq!(last_running["status"]["agent"]["token"], json!(token));
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_wins_a_port_clash_and_bad_agents_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let catalog = catalog(dir.path(), port);
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_APPS", catalog.as_str()),
+        ],
+    )
+    .await;
+    let id = runner
+        .create_body(watch_body(
+            "helper",
+            json!([{"port": port, "protocol": "tcp"}]),
+        ))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let notice = frames
+        .iter()
+        .find(|f| f.event.as_deref() == Some("progress"))
+        .expect("a notice")
+        .json();
+    assert_eq!(
+        notice,
+        json!({
+            "type": "progress",
+            "phase": "provision",
+            "message": format!("co-resident agent 'helper' was not started: it listens on tcp port {port}, which app 'app' declares"),
+        })
+    );
+    assert!(
+        frames.last().unwrap().json()["status"]
+            .get("agent")
+            .is_none()
+    );
+    let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
+    assert!(snapshot.get("agent").is_none(), "{snapshot}");
+
+    for (agent, code, message) in [
+        (
+            "nobody",
+            "unknown_agent",
+            "agent 'nobody' is not offered by this runner \u{2014} offered: helper".to_owned(),
+        ),
+        (
+            "portless",
+            "agent_port_undeclared",
+            "agent 'portless' declares no port, so this runner cannot route it \u{2014} set RUNNER_APPS.portless.port to the port its image listens on".to_owned(),
+        ),
+    ] {
+        let (status, body) = runner
+            .post("/v1/sessions", &watch_body(agent, json!([])))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body, json!({"error": code, "message": message}));
+    }
+    runner.stop().await;
+}
