@@ -175,7 +175,7 @@ pub async fn set_apps(
         unreachable!("PUT /apps always names its apps")
     })
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
-    super::routes::check_io(&state, &apps)?;
+    super::routes::check_io(&state, &apps, true)?;
     match state.registry.set_apps(&session, apps).await {
         Ok(names) => Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response()),
         Err(SetAppsError::NotRunning) => Err(not_running(NO_LIVE_WORKLOAD)),
