@@ -27,6 +27,22 @@ pub fn stdout_bytes(bytes: &[u8]) {
     let _ = out.write_all(bytes).and_then(|()| out.flush());
 }
 
+/// An echoed stdin line (with its own line ending, if any) to stdout and,
+/// with `to_stderr`, as `stderr: <line>` to stderr after it.
+pub fn echo_line(line: &[u8], to_stderr: bool) {
+    {
+        let mut out = io::stdout().lock();
+        let _ = out.write_all(line).and_then(|()| out.flush());
+    }
+    if to_stderr {
+        let mut err = io::stderr().lock();
+        let _ = err
+            .write_all(b"stderr: ")
+            .and_then(|()| err.write_all(line))
+            .and_then(|()| err.flush());
+    }
+}
+
 pub fn stderr_line(line: &str) {
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "{line}").and_then(|()| err.flush());

@@ -5,7 +5,7 @@
 use std::env;
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -180,7 +180,8 @@ fn run_loops(
     }
     if echo_ends {
         let endings = endings.clone();
-        spawn("echo", move || echo_stdin(&endings))?;
+        let to_stderr = script.echo_stderr;
+        spawn("echo", move || echo_stdin(&endings, to_stderr))?;
     }
     if let Some(every_ms) = script.line_every_ms {
         let count = script.lines;
@@ -213,8 +214,9 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), RunErro
         })
 }
 
-/// Copies stdin to stdout a line at a time until a line `exit` or EOF.
-fn echo_stdin(endings: &Sender<Ending>) {
+/// Copies stdin to stdout (and, with `to_stderr`, stderr) a line at a time
+/// until a line `exit` or EOF.
+fn echo_stdin(endings: &Sender<Ending>, to_stderr: bool) {
     let mut stdin = io::stdin().lock();
     let mut line = Vec::new();
     loop {
@@ -229,8 +231,7 @@ fn echo_stdin(endings: &Sender<Ending>) {
                     let _ = endings.send(Ending::EchoReadExit);
                     return;
                 }
-                let mut out = io::stdout().lock();
-                let _ = out.write_all(&line).and_then(|()| out.flush());
+                output::echo_line(&line, to_stderr);
             }
         }
     }

@@ -27,6 +27,10 @@ pub struct Script {
     pub listen: Vec<u16>,
     #[serde(default)]
     pub echo: bool,
+    /// With `echo`: each echoed line is also written to stderr, as
+    /// `stderr: <line>`, after its stdout copy.
+    #[serde(default)]
+    pub echo_stderr: bool,
     pub exit_after_ms: Option<u64>,
     #[serde(default)]
     pub exit_code: u8,
@@ -218,6 +222,7 @@ fakeTelo:
   printEnv: ["FOO"]
   listen: [8080, 0]
   echo: true
+  echoStderr: true
   exitAfterMs: 200
   exitCode: 3
   debugEvents: ["Kernel.Starting", "Kernel.Started"]
@@ -236,6 +241,7 @@ fakeTelo:
             print_env: vec!["FOO".to_owned()],
             listen: vec![8080, 0],
             echo: true,
+            echo_stderr: true,
             exit_after_ms: Some(200),
             exit_code: 3,
             debug_events: vec!["Kernel.Starting".into(), "Kernel.Started".into()],

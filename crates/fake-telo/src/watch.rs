@@ -9,7 +9,7 @@
 //! by the events the watcher, the timers, stdin and the signals send it.
 
 use std::env;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -449,12 +449,11 @@ impl Session {
     fn stdin_line(&mut self, line: &[u8]) {
         match &self.state {
             State::Waiting(_) => self.start_waiting_script(),
-            State::Running { echo: true, .. } => {
+            State::Running { echo: true, script } => {
                 if trim_line_ending(line) == ECHO_EXIT_LINE {
                     self.script_ended();
                 } else {
-                    let mut out = io::stdout().lock();
-                    let _ = out.write_all(line).and_then(|()| out.flush());
+                    output::echo_line(line, script.echo_stderr);
                 }
             }
             _ => {}

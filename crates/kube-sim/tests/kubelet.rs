@@ -689,3 +689,107 @@ async fn attach_to_a_missing_container_is_a_400() {
     assert_eq!(code, 400);
     assert_eq!(body["message"], "container nope is not valid for pod one");
 }
+
+/// The frames of a raw attach to pod `name` with `query` that sends `sent`
+/// (`(channel, payload)`), until the server closes: `(channel, payload)`,
+/// the announcing frame included.
+async fn raw_attach(
+    sim: &kube_sim::KubeSim,
+    name: &str,
+    query: &str,
+    sent: &[(u8, &[u8])],
+) -> Vec<(u8, Vec<u8>)> {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!(
+        "ws://{}/api/v1/namespaces/default/pods/{name}/attach?container=session&{query}",
+        sim.addr()
+    );
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v5.channel.k8s.io".parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    for (channel, payload) in sent {
+        let mut frame = vec![*channel];
+        frame.extend_from_slice(payload);
+        ws.send(Message::binary(frame)).await.unwrap();
+    }
+    let mut frames = Vec::new();
+    while let Some(Ok(msg)) = tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+        if let Message::Binary(b) = msg
+            && let Some((&channel, payload)) = b.split_first()
+        {
+            frames.push((channel, payload.to_vec()));
+        }
+    }
+    frames
+}
+
+#[tokio::test]
+async fn stderr_apart_from_a_tty_container_is_refused_after_the_upgrade() {
+    let sim = sim().await;
+    run_app(&sim, "tty", "  echo: true\n", true).await;
+    sim.wait_for::<Pod>("default", "tty", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let frames = raw_attach(
+        &sim,
+        "tty",
+        "stdin=true&stdout=true&stderr=true&tty=false",
+        &[],
+    )
+    .await;
+    let (channel, status) = frames.last().expect("a final status");
+    assert_eq!(*channel, 3);
+    let status: serde_json::Value = serde_json::from_slice(status).unwrap();
+    assert_eq!(status["status"], "Failure");
+    assert_eq!(status["code"], 500);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("tty and stderr cannot both be true"),
+        "{status}"
+    );
+    assert!(frames.iter().all(|(channel, _)| *channel != 2));
+}
+
+#[tokio::test]
+async fn a_tty_asked_of_a_container_without_one_attaches_stdout_only() {
+    let sim = sim().await;
+    run_app(&sim, "piped", "  echo: true\n", false).await;
+    sim.wait_for::<Pod>("default", "piped", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    // Stdin echoed, then "exit" ends the container: the attach shows the
+    // echo on stdout (no PTY: no "\r\n") and ends with success.
+    let frames = raw_attach(
+        &sim,
+        "piped",
+        "stdin=true&stdout=true&stderr=true&tty=true",
+        &[
+            (4, &br#"{"Width":100,"Height":30}"#[..]),
+            (0, &b"ping\n"[..]),
+            (0, &b"exit\n"[..]),
+        ],
+    )
+    .await;
+    let stdout: Vec<u8> = frames
+        .iter()
+        .filter(|(channel, _)| *channel == 1)
+        .flat_map(|(_, payload)| payload.clone())
+        .collect();
+    assert!(
+        String::from_utf8_lossy(&stdout).contains("ping\n"),
+        "{frames:?}"
+    );
+    assert!(
+        frames.iter().all(|(channel, _)| *channel != 2),
+        "{frames:?}"
+    );
+    let (channel, status) = frames.last().unwrap();
+    assert_eq!(*channel, 3);
+    assert!(String::from_utf8_lossy(status).contains("Success"));
+}

@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::AttachParams;
 use kube::core::Status;
 use kube::{Api, Error};
+use runner_core::watch_types::StreamTag;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::client::generate_key;
@@ -40,7 +41,9 @@ pub type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 /// What came out of the attach stream.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Incoming {
-    Output(Bytes),
+    /// Output on the stdout (`StreamTag::Stdout`) or stderr channel; with a
+    /// TTY everything comes on stdout.
+    Output(StreamTag, Bytes),
     /// The container ended (its final status arrived).
     Ended,
     /// Nothing the relay needs (pings, empty frames, unknown channels).
@@ -49,9 +52,31 @@ pub enum Incoming {
     Closed,
 }
 
-/// Opens the attach (stdin, stdout, tty) to `container` of the pod.
-pub async fn attach(pods: &Api<Pod>, pod_name: &str, container: &str) -> Result<Socket, Error> {
-    let params = AttachParams::interactive_tty().container(container);
+/// What an attach asks for: stdin and stdout, then either the TTY the
+/// container was given (`tty`) or stderr apart — a kubelet attaches with
+/// the container's own TTY setting and drops stderr from a request that
+/// asks for a TTY.
+pub fn attach_params(container: &str, tty: bool) -> AttachParams {
+    let params = if tty {
+        AttachParams::interactive_tty()
+    } else {
+        AttachParams::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+    };
+    params.container(container)
+}
+
+/// Opens the attach to `container` of the pod: stdin, stdout and, for a
+/// container with a TTY (`tty`), that TTY, else stderr apart.
+pub async fn attach(
+    pods: &Api<Pod>,
+    pod_name: &str,
+    container: &str,
+    tty: bool,
+) -> Result<Socket, Error> {
+    let params = attach_params(container, tty);
     let request = kube::core::Request::new(pods.resource_url())
         .attach(pod_name, &params)
         .map_err(Error::BuildRequest)?;
@@ -138,7 +163,8 @@ pub fn incoming(
 ) -> Incoming {
     match message {
         Some(Ok(Message::Binary(data))) => match data.first() {
-            Some(&(STDOUT | STDERR)) if data.len() > 1 => Incoming::Output(data.slice(1..)),
+            Some(&STDOUT) if data.len() > 1 => Incoming::Output(StreamTag::Stdout, data.slice(1..)),
+            Some(&STDERR) if data.len() > 1 => Incoming::Output(StreamTag::Stderr, data.slice(1..)),
             Some(&STATUS) => Incoming::Ended,
             _ => Incoming::Other,
         },
@@ -180,7 +206,11 @@ mod tests {
         );
         assert_eq!(
             incoming(Some(Ok(Message::Binary(Bytes::from_static(b"\x01hi"))))),
-            Incoming::Output(Bytes::from_static(b"hi"))
+            Incoming::Output(StreamTag::Stdout, Bytes::from_static(b"hi"))
+        );
+        assert_eq!(
+            incoming(Some(Ok(Message::Binary(Bytes::from_static(b"\x02oops"))))),
+            Incoming::Output(StreamTag::Stderr, Bytes::from_static(b"oops"))
         );
         assert_eq!(
             incoming(Some(Ok(Message::Binary(Bytes::from_static(b"\x03{}"))))),
@@ -191,5 +221,15 @@ mod tests {
             Incoming::Other
         );
         assert_eq!(incoming(None), Incoming::Closed);
+    }
+
+    #[test]
+    fn a_tty_attach_asks_for_the_tty_and_a_piped_one_for_stderr_apart() {
+        let tty = attach_params("app-web", true);
+        assert!(tty.stdin && tty.stdout && tty.tty && !tty.stderr);
+        assert_eq!(tty.container.as_deref(), Some("app-web"));
+        let piped = attach_params("app-worker", false);
+        assert!(piped.stdin && piped.stdout && piped.stderr && !piped.tty);
+        assert_eq!(piped.container.as_deref(), Some("app-worker"));
     }
 }

@@ -253,7 +253,7 @@ impl Backend for KubeBackend {
                         .to_owned(),
                 ),
             }),
-            features: json!({ "io": ["tty"], "ports": true }),
+            features: json!({ "io": ["tty", "streams"], "ports": true }),
             default_config: SessionConfig {
                 image: self.config.default_image.clone(),
                 pull_policy: PullPolicy::Missing,

@@ -132,6 +132,9 @@ pub struct Splice {
     /// Whether the last search found the attach maybe wholly in a line the
     /// log has not written yet.
     beyond: bool,
+    /// How many bytes of what the last call returned came from the window
+    /// (its last part): live bytes rather than the log's.
+    window_relayed: usize,
 }
 
 impl Default for Splice {
@@ -144,6 +147,7 @@ impl Default for Splice {
             searched: 0,
             guessed: false,
             beyond: false,
+            window_relayed: 0,
         }
     }
 }
@@ -167,6 +171,14 @@ impl Splice {
 
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// How many bytes at the end of what was last returned (by
+    /// [`Splice::log_read`], [`Splice::finish`] or [`Splice::place_unseen`])
+    /// are the attach's own — the end of its window, passed on when it was
+    /// placed — rather than the log's; then zero until the next placement.
+    pub fn take_window_relayed(&mut self) -> usize {
+        std::mem::take(&mut self.window_relayed)
     }
 
     /// Attach bytes waiting to be placed.
@@ -312,10 +324,12 @@ impl Splice {
 
     fn take_window(&mut self) -> Option<Bytes> {
         let window = Bytes::from(std::mem::take(&mut self.window));
-        match &mut self.state {
+        let passed = match &mut self.state {
             State::Placed(skip) if !window.is_empty() => skip.pass(window),
             _ => None,
-        }
+        };
+        self.window_relayed = passed.as_ref().map_or(0, Bytes::len);
+        passed
     }
 }
 
@@ -794,6 +808,38 @@ mod tests {
         other.log_read(b"up\r\n", &Delivered::default(), 0, false);
         other.attach_output(Bytes::from_static(b"bye\r\n"));
         assert_eq!(other.finish(None, &delivered).concat(), b"bye\r\n");
+    }
+
+    #[test]
+    fn what_a_placement_passes_on_from_the_window_is_told_apart_from_the_log() {
+        let mut delivered = Delivered::default();
+        let mut splice = Splice::default();
+        let parts = splice.log_read(b"a\n", &delivered, 0, false);
+        assert_eq!(splice.take_window_relayed(), 0);
+        for part in &parts {
+            delivered.record(part);
+        }
+        splice.attach_output(Bytes::from_static(b"out\n"));
+        splice.attach_output(Bytes::from_static(b"err\n"));
+        // The log holds the attach's start once: the log up to it, then the
+        // window less what the log already relayed.
+        let parts = splice.log_read(b"a\nb\nout\nerr\n", &delivered, 8, false);
+        assert!(splice.is_placed());
+        assert_eq!(parts.concat(), b"b\nout\nerr\n");
+        assert_eq!(splice.take_window_relayed(), 8);
+        assert_eq!(parts.last().map(Bytes::len), Some(8));
+        assert_eq!(splice.take_window_relayed(), 0);
+        // A window the log had already relayed whole passes nothing on.
+        let mut delivered = Delivered::default();
+        let mut splice = Splice::default();
+        for part in splice.log_read(b"x\ny\n", &delivered, 0, false) {
+            delivered.record(&part);
+        }
+        splice.attach_output(Bytes::from_static(b"y\n"));
+        let parts = splice.log_read(b"x\ny\n", &delivered, 2, true);
+        assert!(splice.is_placed());
+        assert!(parts.is_empty());
+        assert_eq!(splice.take_window_relayed(), 0);
     }
 
     #[test]

@@ -16,7 +16,15 @@
 //! again, the output written meanwhile taken from the log: the terminal lives
 //! as long as the container. A container that ended before it could be
 //! attached to still has its output read from the log.
+//!
+//! A container without a TTY (an app with `io: "streams"`) is attached with
+//! stdout and stderr apart, and its live output keeps the stream it came
+//! on. Its log interleaves both with no mark of which is which (the log API
+//! does not say), so what only the log holds — output from before the live
+//! stream was placed in it, from a re-attach's gap, or from before a
+//! runner restart — is relayed as stdout.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,7 +36,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, TerminalSize};
 use runner_core::SessionSink;
-use runner_core::watch_types::StreamTag;
+use runner_core::watch_types::{IoMode, StreamTag};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -75,6 +83,8 @@ pub struct Output {
     sink: SessionSink,
     app: Option<String>,
     container: String,
+    /// Whether the container has a TTY (`tty`) or stdout and stderr apart.
+    io: IoMode,
 }
 
 impl Output {
@@ -84,23 +94,42 @@ impl Output {
             sink,
             app: None,
             container: SESSION_CONTAINER.to_owned(),
+            io: IoMode::Tty,
         }
     }
 
-    /// App `app` of a watch session, from container `container`.
-    pub fn app(sink: SessionSink, app: &str, container: String) -> Self {
+    /// App `app` of a watch session, from container `container`, which
+    /// runs with `io`.
+    pub fn app(sink: SessionSink, app: &str, container: String, io: IoMode) -> Self {
         Self {
             sink,
             app: Some(app.to_owned()),
             container,
+            io,
         }
     }
 
-    fn output(&self, bytes: Bytes) {
+    fn tty(&self) -> bool {
+        self.io == IoMode::Tty
+    }
+
+    /// What output from `stream` (of the attach, or the log's
+    /// [`StreamTag::Stdout`]) is tagged in the session: all of it `tty` on
+    /// a TTY.
+    fn tag(&self, stream: StreamTag) -> StreamTag {
+        session_tag(self.io, stream)
+    }
+
+    fn output(&self, stream: StreamTag, bytes: Bytes) {
         match &self.app {
             None => self.sink.output(bytes),
-            Some(app) => self.sink.app_output(app, StreamTag::Tty, bytes),
+            Some(app) => self.sink.app_output(app, self.tag(stream), bytes),
         }
+    }
+
+    /// A note of the runner's own: on the terminal, or stderr.
+    fn note(&self, text: String) {
+        self.output(StreamTag::Stderr, Bytes::from(text));
     }
 
     fn output_lost(&self) {
@@ -111,6 +140,8 @@ impl Output {
 /// The live half of a session's terminal.
 pub struct Terminal {
     stdin: mpsc::Sender<Bytes>,
+    /// A container without a TTY has no size to set.
+    tty: bool,
     resize: Arc<Mutex<Resize>>,
     /// Resolves when the container's output stream ended.
     pub output_done: Mutex<Option<oneshot::Receiver<()>>>,
@@ -133,6 +164,9 @@ impl Terminal {
     }
 
     pub fn resize(&self, cols: u16, rows: u16) {
+        if !self.tty {
+            return;
+        }
         let mut resize = self.resize.lock().unwrap_or_else(|p| p.into_inner());
         resize.last = Some((cols, rows));
         if let Some(tx) = resize.tx.as_mut() {
@@ -204,6 +238,7 @@ pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> T
     ));
     Terminal {
         stdin: stdin_tx,
+        tty: output.tty(),
         resize,
         output_done: Mutex::new(Some(done_rx)),
         tasks: vec![relay],
@@ -214,7 +249,7 @@ pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> T
 async fn attach_with_retries(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> Option<Socket> {
     let mut attempt = 1;
     loop {
-        match attach::attach(pods, pod_name, &sink.container).await {
+        match attach::attach(pods, pod_name, &sink.container, sink.tty()).await {
             Ok(attached) => return Some(attached),
             // An ended container cannot be attached to; its log has it all.
             Err(err) if !container_may_run(pods, pod_name, &sink.container).await => {
@@ -223,10 +258,11 @@ async fn attach_with_retries(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> 
             }
             Err(err) if attempt >= ATTACH_ATTEMPTS => {
                 warn!(pod = pod_name, error = %err, "attach failed");
-                sink.output(Bytes::from(format!(
-                    "\r\n[runner] failed to attach PTY: {}\r\n",
+                let what = if sink.tty() { "attach PTY" } else { "attach" };
+                sink.note(format!(
+                    "\r\n[runner] failed to {what}: {}\r\n",
                     api_reason(&err)
-                )));
+                ));
                 return None;
             }
             Err(err) => {
@@ -278,7 +314,7 @@ async fn relay_terminal(
                     .position_in(&log)
                     .filter(|&at| at < log.len())
                     .map(|at| Bytes::copy_from_slice(&log[at..]));
-                relay(rest, &mut delivered, &sink);
+                relay(rest.map(from_log), &mut delivered, &sink);
             }
             break;
         };
@@ -321,7 +357,7 @@ async fn relay_one_attach(
     // bounded: while the first log read runs, a workload writing faster than
     // it is relayed is held back by the attach stream's flow control instead
     // of growing the runner's memory.
-    let (live_tx, mut live) = mpsc::channel::<Bytes>(LIVE_QUEUE_CHUNKS);
+    let (live_tx, mut live) = mpsc::channel::<(StreamTag, Bytes)>(LIVE_QUEUE_CHUNKS);
     let (mut tx, mut rx) = attached.split();
     let (resize_tx, mut resize_rx) = futures_channel::mpsc::channel::<TerminalSize>(8);
     {
@@ -344,8 +380,8 @@ async fn relay_one_attach(
         let ended = loop {
             tokio::select! {
                 message = rx.next() => match attach::incoming(message) {
-                    Incoming::Output(bytes) => {
-                        if live_tx.send(bytes).await.is_err() {
+                    Incoming::Output(stream, bytes) => {
+                        if live_tx.send((stream, bytes)).await.is_err() {
                             break false;
                         }
                     }
@@ -377,10 +413,13 @@ async fn relay_one_attach(
     }));
 
     let mut splice = Splice::default();
+    // The streams of the live bytes the splice holds until it is placed.
+    let mut window = WindowStreams::default();
     // What the container wrote up to about now; the first read also tells
     // where the output relayed before this attach ends in the log.
     if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
-        relay(splice.log_read(&log, delivered, 0, false), delivered, sink);
+        let parts = splice.log_read(&log, delivered, 0, false);
+        relay(window.tag(parts, &mut splice), delivered, sink);
     }
     // One log read at a time.
     let mut reading: Option<BoxFuture<'_, LogRead>> = None;
@@ -431,12 +470,17 @@ async fn relay_one_attach(
         }
         tokio::select! {
             chunk = live.recv() => match chunk {
-                Some(chunk) => {
+                Some((stream, chunk)) => {
                     first_live_at.get_or_insert(Instant::now());
-                    relay(splice.attach_output(chunk), delivered, sink);
+                    if !splice.is_placed() {
+                        window.push(stream, chunk.len());
+                    }
+                    // Once placed, what passes is the end of this chunk.
+                    relay(splice.attach_output(chunk).map(|part| (stream, part)), delivered, sink);
                     if splice.window_len() > MAX_WINDOW_BYTES {
                         warn!(pod = pod_name, "live output could not be placed in the container log; relaying it as it came");
-                        relay(splice.place_unseen(), delivered, sink);
+                        let parts = splice.place_unseen();
+                        relay(window.tag(parts, &mut splice), delivered, sink);
                     }
                 }
                 None => break,
@@ -451,7 +495,7 @@ async fn relay_one_attach(
                     None if read.window > 0 => splice.place_unseen(),
                     None => Vec::new(),
                 };
-                relay(parts, delivered, sink);
+                relay(window.tag(parts, &mut splice), delivered, sink);
                 if !was_placed && searched && splice.guessed() {
                     warn!(pod = pod_name, attempts = splice.attempts(), "live output fits the container log in several places; joined at the last (output may show twice)");
                 }
@@ -473,7 +517,8 @@ async fn relay_one_attach(
     let relayed_all = splice.is_placed() || (settle_read_done && splice.window_len() == 0);
     if !relayed_all {
         let log = read_log_or_gap(pods, pod_name, sink).await;
-        relay(splice.finish(log.as_deref(), delivered), delivered, sink);
+        let parts = splice.finish(log.as_deref(), delivered);
+        relay(window.tag(parts, &mut splice), delivered, sink);
     }
     ended_rx.await.unwrap_or(false)
 }
@@ -488,14 +533,99 @@ struct LogRead {
     decide: bool,
 }
 
-/// Relays output to the session, counting it.
-fn relay(parts: impl IntoIterator<Item = Bytes>, delivered: &mut Delivered, sink: &Output) {
-    for part in parts {
+/// Relays output to the session, each part with the stream it came from,
+/// counting it.
+fn relay(
+    parts: impl IntoIterator<Item = (StreamTag, Bytes)>,
+    delivered: &mut Delivered,
+    sink: &Output,
+) {
+    for (stream, part) in parts {
         if !part.is_empty() {
             delivered.record(&part);
-            sink.output(part);
+            sink.output(stream, part);
         }
     }
+}
+
+/// How output from `stream` is tagged for an app with `io`.
+fn session_tag(io: IoMode, stream: StreamTag) -> StreamTag {
+    match io {
+        IoMode::Tty => StreamTag::Tty,
+        IoMode::Streams => stream,
+    }
+}
+
+/// Output read from the log, which does not say which stream it came on.
+fn from_log(bytes: Bytes) -> (StreamTag, Bytes) {
+    (StreamTag::Stdout, bytes)
+}
+
+/// The stream of every live byte the splice holds while unplaced, as runs
+/// in arrival order, so that the part of them a placement passes on (their
+/// end) is relayed with the streams they came on.
+#[derive(Debug, Default)]
+struct WindowStreams(VecDeque<(StreamTag, usize)>);
+
+impl WindowStreams {
+    fn push(&mut self, stream: StreamTag, len: usize) {
+        match self.0.back_mut() {
+            Some((last, run)) if *last == stream => *run += len,
+            _ if len > 0 => self.0.push_back((stream, len)),
+            _ => {}
+        }
+    }
+
+    /// `parts`, as the splice returned them: the log's (stdout), except
+    /// that the last part is the window's end when the splice says so.
+    fn tag(&mut self, parts: Vec<Bytes>, splice: &mut Splice) -> Vec<(StreamTag, Bytes)> {
+        let from_window = splice.take_window_relayed();
+        if splice.is_placed() {
+            // The window is spent: what it held was passed on or skipped.
+            let held = std::mem::take(&mut self.0);
+            return tag_parts(parts, from_window, &held);
+        }
+        parts.into_iter().map(from_log).collect()
+    }
+}
+
+/// `parts` tagged: the last part, when `from_window` is its length, split
+/// by the streams of the end of `held` (the window's runs, in order); every
+/// other part is the log's.
+fn tag_parts(
+    mut parts: Vec<Bytes>,
+    from_window: usize,
+    held: &VecDeque<(StreamTag, usize)>,
+) -> Vec<(StreamTag, Bytes)> {
+    let window_part = match parts.last() {
+        Some(last) if from_window > 0 && last.len() == from_window => parts.pop(),
+        _ => None,
+    };
+    let mut tagged: Vec<(StreamTag, Bytes)> = parts.into_iter().map(from_log).collect();
+    if let Some(part) = window_part {
+        // The part is the last `len` bytes of the window: walk its runs
+        // back from the end to find whose they are.
+        let mut runs: Vec<(StreamTag, usize)> = Vec::new();
+        let mut left = part.len();
+        for &(stream, run) in held.iter().rev() {
+            if left == 0 {
+                break;
+            }
+            let take = run.min(left);
+            runs.push((stream, take));
+            left -= take;
+        }
+        if left > 0 {
+            // More than the window held (it cannot be): the rest as stdout.
+            runs.push((StreamTag::Stdout, left));
+        }
+        let mut at = 0;
+        for (stream, len) in runs.into_iter().rev() {
+            tagged.push((stream, part.slice(at..at + len)));
+            at += len;
+        }
+    }
+    tagged
 }
 
 /// Attempts at reading the container log when the apiserver fails.
@@ -556,5 +686,79 @@ async fn read_log(pods: &Api<Pod>, pod_name: &str, container: &str) -> Option<Ve
         debug!(pod = pod_name, error = %failure, attempt, "container log read failed; retrying");
         tokio::time::sleep(ATTACH_RETRY_DELAY * attempt).await;
         attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagged(parts: &[(StreamTag, &'static [u8])]) -> Vec<(StreamTag, Bytes)> {
+        parts
+            .iter()
+            .map(|(stream, bytes)| (*stream, Bytes::from_static(bytes)))
+            .collect()
+    }
+
+    #[test]
+    fn the_window_part_of_a_placement_keeps_the_streams_it_came_on() {
+        let mut window = WindowStreams::default();
+        window.push(StreamTag::Stdout, 4);
+        window.push(StreamTag::Stdout, 2);
+        window.push(StreamTag::Stderr, 4);
+        window.push(StreamTag::Stdout, 0);
+        window.push(StreamTag::Stdout, 3);
+        assert_eq!(
+            window.0,
+            [
+                (StreamTag::Stdout, 6),
+                (StreamTag::Stderr, 4),
+                (StreamTag::Stdout, 3)
+            ]
+        );
+        // The log up to the attach, then the window less its first 4 bytes
+        // (which the log had relayed already).
+        let parts = vec![
+            Bytes::from_static(b"log\n"),
+            Bytes::from_static(b"o\nerr\nok\n"),
+        ];
+        assert_eq!(
+            tag_parts(parts, 9, &window.0),
+            tagged(&[
+                (StreamTag::Stdout, b"log\n"),
+                (StreamTag::Stdout, b"o\n"),
+                (StreamTag::Stderr, b"err\n"),
+                (StreamTag::Stdout, b"ok\n"),
+            ])
+        );
+    }
+
+    #[test]
+    fn parts_from_the_log_alone_are_stdout() {
+        let held = VecDeque::from([(StreamTag::Stderr, 4)]);
+        // Nothing came from the window: the one part is the log's, even
+        // when its length happens to be the window's.
+        assert_eq!(
+            tag_parts(vec![Bytes::from_static(b"err\n")], 0, &held),
+            tagged(&[(StreamTag::Stdout, b"err\n")])
+        );
+        assert_eq!(
+            tag_parts(vec![Bytes::from_static(b"err\n")], 4, &held),
+            tagged(&[(StreamTag::Stderr, b"err\n")])
+        );
+    }
+
+    #[test]
+    fn a_tty_tags_everything_tty_and_streams_keep_theirs() {
+        assert_eq!(session_tag(IoMode::Tty, StreamTag::Stderr), StreamTag::Tty);
+        assert_eq!(session_tag(IoMode::Tty, StreamTag::Stdout), StreamTag::Tty);
+        assert_eq!(
+            session_tag(IoMode::Streams, StreamTag::Stderr),
+            StreamTag::Stderr
+        );
+        assert_eq!(
+            session_tag(IoMode::Streams, StreamTag::Stdout),
+            StreamTag::Stdout
+        );
     }
 }

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use runner_api::telo::TeloVersion;
 use runner_api::watch::SessionMode;
+use runner_api::watch::StreamTag;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
@@ -34,8 +35,9 @@ use crate::kernel_cache::KernelCache;
 use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
+use crate::pipes::Started;
 use crate::process_group::{Members, ProcessGroup};
-use crate::pty::{PtyProcess, pump_input, pump_output_to, spawn_in_pty};
+use crate::pty::{pump_input, pump_output_to, spawn_in_pty};
 use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 use crate::session::{LocalSession, Supervision, supervise};
 use crate::spawner::on_spawner_thread;
@@ -253,7 +255,12 @@ impl LocalBackend {
         let mut read_only = sandbox.installations(programs);
         read_only.extend(extra_read_only.iter().cloned());
         sandbox
-            .spawn_plan(plan, &read_only, read_write, true)
+            .spawn_plan(
+                plan,
+                &read_only,
+                read_write,
+                crate::sandbox::WorkloadSession::Terminal,
+            )
             .map_err(|err| {
                 StartError::new(
                     StartStage::Start,
@@ -280,7 +287,7 @@ impl Backend for LocalBackend {
                     "Ignored by the local runner: sessions use the Telo CLI installed on the runner's host.".to_owned(),
                 ),
             }),
-            features: json!({ "io": ["tty"], "ports": true }),
+            features: json!({ "io": ["tty", "streams"], "ports": true }),
             default_config: runner_api::types::SessionConfig {
                 image: LOCAL_IMAGE.to_owned(),
                 pull_policy: PullPolicy::Missing,
@@ -423,7 +430,7 @@ impl Backend for LocalBackend {
                 }
             };
         let members = spawn.members;
-        let launched = on_spawner_thread(move || spawn_in_pty(spawn))
+        let launched = on_spawner_thread(move || spawn_in_pty(spawn).map(Started::from))
             .await
             .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
             .flatten()
@@ -583,7 +590,7 @@ const TASKS_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 /// supervisor. On failure the process group is killed.
 fn wire_session(
     spec: &StartSpec,
-    process: PtyProcess,
+    process: Started,
     members: Members,
     sink: &SessionSink,
     max_ttl: Duration,
@@ -594,7 +601,7 @@ fn wire_session(
         &spec.session_id,
         process,
         members,
-        move |bytes| output_sink.output(bytes),
+        move |_, bytes| output_sink.output(bytes),
         stop_grace,
     )?;
     let supervision = Supervision {
@@ -612,24 +619,36 @@ pub(crate) struct WiredProcess {
     pub session: Arc<LocalSession>,
     /// The exit code, once the process ended and was reaped.
     pub exited: oneshot::Receiver<i64>,
-    /// Fires once all terminal output was delivered.
+    /// Fires once all of its output was delivered.
     pub output_drained: oneshot::Receiver<()>,
 }
 
+/// Fires its channel when the last output thread holding it is done.
+struct DrainNotice(Option<oneshot::Sender<()>>);
+
+impl Drop for DrainNotice {
+    fn drop(&mut self) {
+        if let Some(drained) = self.0.take() {
+            let _ = drained.send(());
+        }
+    }
+}
+
 /// Starts the waiter, output and input threads of a freshly spawned process;
-/// its output goes to `emit`. On failure the process group is killed.
+/// its output goes to `emit`, each chunk with the stream it came from. On
+/// failure the process group is killed.
 pub(crate) fn wire_process(
     id: &str,
-    process: PtyProcess,
+    process: Started,
     members: Members,
-    emit: impl FnMut(Bytes) + Send + 'static,
+    emit: impl Fn(StreamTag, Bytes) + Send + Sync + 'static,
     stop_grace: Duration,
 ) -> Result<WiredProcess, StartError> {
-    let PtyProcess {
+    let Started {
         pid,
         child,
-        master,
-        output,
+        terminal,
+        outputs,
         input,
         args_file,
     } = process;
@@ -657,16 +676,31 @@ pub(crate) fn wire_process(
         })?;
 
     let (drained_tx, output_drained) = oneshot::channel();
+    let drained = Arc::new(DrainNotice(Some(drained_tx)));
+    let emit = Arc::new(emit);
     let (input_queue, input_rx) = std::sync::mpsc::sync_channel(STDIN_QUEUE_CHUNKS);
-    let session_id = id.to_owned();
-    let threads = std::thread::Builder::new()
-        .name(format!("out-{id}"))
-        .spawn(move || pump_output_to(output, &session_id, emit, drained_tx))
-        .and_then(|_| {
+    let mut threads = Ok(());
+    for (tag, output) in outputs {
+        let session_id = id.to_owned();
+        let emit = emit.clone();
+        let drained = drained.clone();
+        threads = threads.and_then(|()| {
             std::thread::Builder::new()
-                .name(format!("in-{id}"))
-                .spawn(move || pump_input(input, input_rx))
+                .name(format!("out-{id}"))
+                .spawn(move || {
+                    pump_output_to(output, &session_id, |bytes| emit(tag, bytes));
+                    drop(drained);
+                })
+                .map(drop)
         });
+    }
+    drop(drained);
+    let threads = threads.and_then(|()| {
+        std::thread::Builder::new()
+            .name(format!("in-{id}"))
+            .spawn(move || pump_input(input, input_rx))
+            .map(drop)
+    });
     if let Err(err) = threads {
         let _ = group.kill();
         return Err(thread_error(err));
@@ -676,7 +710,7 @@ pub(crate) fn wire_process(
         id.to_owned(),
         group,
         stop_grace,
-        master,
+        terminal,
         input_queue,
         args_file,
     ));

@@ -233,7 +233,12 @@ impl Inner {
                     scratch.clone(),
                     KernelCache::under(&self.work_root).root().to_owned(),
                 ];
-                match sandbox.spawn_plan(plan, &read_only, &read_write, false) {
+                match sandbox.spawn_plan(
+                    plan,
+                    &read_only,
+                    &read_write,
+                    crate::sandbox::WorkloadSession::Shared,
+                ) {
                     Ok(spawn) => spawn,
                     Err(err) => {
                         remove_scratch(&scratch);

@@ -125,6 +125,19 @@ pub fn workload_env(
     env
 }
 
+/// `env` (a [`workload_env`]) for a workload on pipes rather than a
+/// terminal: the `FORCE_COLOR` default is dropped, so colour is what the
+/// program decides for a pipe — unless `session_env` itself sets it.
+pub fn without_forced_colour(
+    mut env: Vec<(String, String)>,
+    session_env: &[(String, String)],
+) -> Vec<(String, String)> {
+    if !session_env.iter().any(|(name, _)| name == "FORCE_COLOR") {
+        env.retain(|(name, _)| name != "FORCE_COLOR");
+    }
+    env
+}
+
 const NPM_CACHE_VAR: &str = "npm_config_cache";
 
 fn set_var(env: &mut Vec<(String, String)>, name: &str, value: &str, overwrite: bool) {
@@ -223,6 +236,26 @@ mod tests {
                 ("SHELL", "/bin/sh"),
             ])
         );
+    }
+
+    #[test]
+    fn a_workload_on_pipes_gets_no_forced_colour_unless_the_session_asks() {
+        let session = pairs(&[("FOO", "1")]);
+        let env = workload_env(&session, Path::new("/w/id/home"), "/usr/bin", None);
+        assert_eq!(
+            without_forced_colour(env, &session),
+            pairs(&[
+                ("FOO", "1"),
+                ("HOME", "/w/id/home"),
+                ("PATH", "/usr/bin"),
+                ("TERM", "xterm-256color"),
+                ("SHELL", "/bin/sh"),
+            ])
+        );
+        let session = pairs(&[("FORCE_COLOR", "3")]);
+        let env = workload_env(&session, Path::new("/w/id/home"), "/usr/bin", None);
+        let kept = without_forced_colour(env, &session);
+        assert!(kept.contains(&("FORCE_COLOR".to_owned(), "3".to_owned())));
     }
 
     #[test]

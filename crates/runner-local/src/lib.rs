@@ -13,7 +13,7 @@
 //! `sandbox` what a sandbox shows and how it is started, `sandbox_check`
 //! whether this host can start one, `work_dir` owns the per-session
 //! directories and `kernel_cache` the cache their kernels share, `spawner`,
-//! `pty`, `process_group` and `proc_tree` do the process work, `session`
+//! `pty`, `pipes`, `process_group` and `proc_tree` do the process work, `session`
 //! turns the process's end into one terminal status, `kernel_check`,
 //! `kernel_fingerprint` and `kernel_monitor` find out whether the Telo CLI
 //! can run at all, `watch` runs watch sessions (one process per app over a
@@ -31,6 +31,7 @@ pub mod kernel_check;
 pub mod kernel_fingerprint;
 pub mod kernel_monitor;
 pub mod launch;
+pub mod pipes;
 pub mod proc_tree;
 pub mod process_group;
 pub mod pty;

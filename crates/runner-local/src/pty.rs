@@ -11,8 +11,6 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use bytes::Bytes;
 use nix::unistd::Pid;
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize, native_pty_system};
-use runner_core::SessionSink;
-use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::args_file::ArgsFile;
@@ -114,19 +112,12 @@ fn abandon(mut child: Box<dyn Child + Send + Sync>) {
     let _ = child.wait();
 }
 
-/// Copies terminal output into the session until end-of-file, which arrives
-/// once every process holding the terminal is gone; then signals `drained`.
-pub fn pump_output(output: Box<dyn Read + Send>, sink: SessionSink, drained: oneshot::Sender<()>) {
-    let id = sink.session_id().to_owned();
-    pump_output_to(output, &id, move |bytes| sink.output(bytes), drained);
-}
-
-/// [`pump_output`] into `emit` (one app of a watch session).
+/// Copies output (of a terminal, or a pipe) into `emit` until end-of-file,
+/// which arrives once every process holding it open is gone.
 pub fn pump_output_to(
     mut output: Box<dyn Read + Send>,
     session_id: &str,
     mut emit: impl FnMut(Bytes),
-    drained: oneshot::Sender<()>,
 ) {
     let mut buf = vec![0u8; OUTPUT_CHUNK_BYTES];
     loop {
@@ -140,7 +131,6 @@ pub fn pump_output_to(
             }
         }
     }
-    let _ = drained.send(());
 }
 
 /// Writes queued stdin chunks to the terminal until the queue is closed (the

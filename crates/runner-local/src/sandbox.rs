@@ -259,14 +259,26 @@ pub struct SandboxPrograms {
     pub setsid: PathBuf,
 }
 
+/// Which session the workload runs in, inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadSession {
+    /// A session of its own whose controlling terminal is the PTY it was
+    /// started on (`setsid --ctty`).
+    Terminal,
+    /// A session of its own with no controlling terminal (`setsid`): a
+    /// workload on pipes.
+    Detached,
+    /// The sandbox's (a short check).
+    Shared,
+}
+
 /// What the runner executes: `sh -c EXEC_BWRAP bwrap <args file> [setsid
-/// --ctty] <argv>`. With `terminal`, the workload gets the PTY as its
-/// controlling terminal in a session of its own.
+/// [--ctty]] <argv>`, the workload in `session`.
 pub fn host_command(
     programs: &SandboxPrograms,
     args_file: &Path,
     argv: &[OsString],
-    terminal: bool,
+    session: WorkloadSession,
 ) -> Vec<OsString> {
     let mut command: Vec<OsString> = vec![
         programs.sh.clone().into(),
@@ -275,9 +287,13 @@ pub fn host_command(
         programs.bwrap.clone().into(),
         args_file.into(),
     ];
-    if terminal {
-        command.push(programs.setsid.clone().into());
-        command.push("--ctty".into());
+    match session {
+        WorkloadSession::Terminal => {
+            command.push(programs.setsid.clone().into());
+            command.push("--ctty".into());
+        }
+        WorkloadSession::Detached => command.push(programs.setsid.clone().into()),
+        WorkloadSession::Shared => {}
     }
     command.extend(argv.iter().cloned());
     command
@@ -316,13 +332,13 @@ impl Sandbox {
     }
 
     /// What runs `plan` in this sandbox, with `read_only` and `read_write`
-    /// shown besides the system; `terminal` when it runs on a PTY.
+    /// shown besides the system, the workload in `session`.
     pub fn spawn_plan(
         &self,
         plan: LaunchPlan,
         read_only: &[PathBuf],
         read_write: &[PathBuf],
-        terminal: bool,
+        session: WorkloadSession,
     ) -> std::io::Result<SpawnPlan> {
         let read_only: Vec<PathBuf> = read_only.iter().chain(&self.read_only).cloned().collect();
         let args = bwrap_args(&SandboxSpec {
@@ -336,7 +352,7 @@ impl Sandbox {
         });
         let args_file = ArgsFile::new(&args)?;
         Ok(SpawnPlan {
-            argv: host_command(&self.programs, &args_file.path(), &plan.argv, terminal),
+            argv: host_command(&self.programs, &args_file.path(), &plan.argv, session),
             cwd: plan.cwd,
             // Nothing of the session's environment reaches `sh` and `bwrap`.
             env: Vec::new(),
@@ -603,7 +619,12 @@ mod tests {
             setsid: "/usr/bin/setsid".into(),
         };
         let argv: Vec<OsString> = vec!["/opt/telo/bin/telo".into(), "run".into()];
-        let with_terminal = host_command(&programs, Path::new("/proc/7/fd/9"), &argv, true);
+        let with_terminal = host_command(
+            &programs,
+            Path::new("/proc/7/fd/9"),
+            &argv,
+            WorkloadSession::Terminal,
+        );
         assert_eq!(
             strings(&with_terminal),
             [
@@ -618,8 +639,23 @@ mod tests {
                 "run"
             ]
         );
-        let without = host_command(&programs, Path::new("/proc/7/fd/9"), &argv, false);
-        assert_eq!(strings(&without)[5..], ["/opt/telo/bin/telo", "run"]);
+        let detached = host_command(
+            &programs,
+            Path::new("/proc/7/fd/9"),
+            &argv,
+            WorkloadSession::Detached,
+        );
+        assert_eq!(
+            strings(&detached)[5..],
+            ["/usr/bin/setsid", "/opt/telo/bin/telo", "run"]
+        );
+        let shared = host_command(
+            &programs,
+            Path::new("/proc/7/fd/9"),
+            &argv,
+            WorkloadSession::Shared,
+        );
+        assert_eq!(strings(&shared)[5..], ["/opt/telo/bin/telo", "run"]);
     }
 
     #[test]

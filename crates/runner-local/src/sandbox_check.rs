@@ -222,7 +222,8 @@ impl SandboxMonitor {
             env: vec![("PATH".to_owned(), SANDBOX_SYSTEM_PATH.to_owned())],
         };
         let started = std::time::Instant::now();
-        let run = match sandbox.spawn_plan(plan, &[], &[], false) {
+        let run = match sandbox.spawn_plan(plan, &[], &[], crate::sandbox::WorkloadSession::Shared)
+        {
             Ok(spawn) => run_check(spawn, SANDBOX_CHECK_TIMEOUT).await,
             Err(err) => CheckRun {
                 end: CheckEnd::SpawnFailed(format!(

@@ -45,7 +45,8 @@ pub struct LocalSession {
 }
 
 struct Terminal {
-    master: Box<dyn MasterPty + Send>,
+    /// `None` for a process on pipes, which has no size.
+    master: Option<Box<dyn MasterPty + Send>>,
     input: InputQueue,
     /// The sandbox's arguments, readable while the session lives.
     _args_file: Option<ArgsFile>,
@@ -62,7 +63,7 @@ impl LocalSession {
         id: String,
         group: Arc<ProcessGroup>,
         stop_grace: Duration,
-        master: Box<dyn MasterPty + Send>,
+        master: Option<Box<dyn MasterPty + Send>>,
         input: InputQueue,
         args_file: Option<ArgsFile>,
     ) -> Self {
@@ -141,7 +142,7 @@ impl BackendSession for LocalSession {
             return;
         }
         let terminal = lock(&self.terminal);
-        let Some(terminal) = terminal.as_ref() else {
+        let Some(master) = terminal.as_ref().and_then(|t| t.master.as_ref()) else {
             return;
         };
         let size = PtySize {
@@ -150,7 +151,7 @@ impl BackendSession for LocalSession {
             pixel_width: 0,
             pixel_height: 0,
         };
-        if let Err(err) = terminal.master.resize(size) {
+        if let Err(err) = master.resize(size) {
             debug!(session_id = %self.id, error = %format!("{err:#}"), "terminal resize failed");
         }
     }

@@ -34,9 +34,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
 use crate::backend::{WiredProcess, free_loopback_port, running_unrouted, wire_process};
-use crate::launch::{LaunchPlan, SpawnPlan, workload_env};
+use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
+use crate::pipes::{Started, spawn_with_pipes};
 use crate::pty::spawn_in_pty;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, WorkloadSession};
 use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
 use crate::spawner::on_spawner_thread;
 use crate::work_dir::WorkDir;
@@ -350,19 +351,26 @@ impl LocalWatch {
             "--no-open".into(),
             entry.into(),
         ];
+        let terminal = app.io == IoMode::Tty;
         let mut env = lock(&self.env).clone();
-        if app.io == IoMode::Tty {
+        if terminal {
             env.push(("CLICOLOR_FORCE".to_owned(), "1".to_owned()));
+        }
+        let mut env = workload_env(
+            &env,
+            &self.work.home(),
+            &launcher.path,
+            Some(&launcher.kernel_cache),
+        );
+        if !terminal {
+            // Its output goes to pipes a client shows as it is: no colour
+            // unless the session asks for it.
+            env = without_forced_colour(env, &lock(&self.env));
         }
         let plan = LaunchPlan {
             argv,
             cwd: self.work.app(),
-            env: workload_env(
-                &env,
-                &self.work.home(),
-                &launcher.path,
-                Some(&launcher.kernel_cache),
-            ),
+            env,
         };
         let spawn = match &launcher.sandbox {
             None => SpawnPlan::unsandboxed(plan),
@@ -375,8 +383,13 @@ impl LocalWatch {
                     self.work.root().to_owned(),
                     launcher.kernel_cache.root().to_owned(),
                 ];
+                let session = if terminal {
+                    WorkloadSession::Terminal
+                } else {
+                    WorkloadSession::Detached
+                };
                 sandbox
-                    .spawn_plan(plan, &read_only, &read_write, true)
+                    .spawn_plan(plan, &read_only, &read_write, session)
                     .map_err(|err| {
                         StartError::new(
                             StartStage::Start,
@@ -387,17 +400,23 @@ impl LocalWatch {
             }
         };
         let members = spawn.members;
-        let process = on_spawner_thread(move || spawn_in_pty(spawn))
-            .await
-            .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-            .flatten()
-            .map_err(|err| {
-                StartError::new(
-                    StartStage::Start,
-                    format!("could not start app '{}': {err}", app.name),
-                )
-                .with_source(err)
-            })?;
+        let process = on_spawner_thread(move || {
+            if terminal {
+                spawn_in_pty(spawn).map(Started::from)
+            } else {
+                spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            }
+        })
+        .await
+        .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+        .flatten()
+        .map_err(|err| {
+            StartError::new(
+                StartStage::Start,
+                format!("could not start app '{}': {err}", app.name),
+            )
+            .with_source(err)
+        })?;
         let sink = self.sink.clone();
         let name = app.name.clone();
         let WiredProcess {
@@ -408,7 +427,7 @@ impl LocalWatch {
             &format!("{}-{index}", self.id),
             process,
             members,
-            move |bytes: Bytes| sink.app_output(&name, StreamTag::Tty, bytes),
+            move |tag: StreamTag, bytes: Bytes| sink.app_output(&name, tag, bytes),
             launcher.stop_grace,
         )?;
         let teardown = self.sink.ended().child_token();
@@ -416,6 +435,11 @@ impl LocalWatch {
         launcher.tasks.spawn(
             supervise_app(AppEnd {
                 name: app.name.clone(),
+                note_tag: if terminal {
+                    StreamTag::Tty
+                } else {
+                    StreamTag::Stderr
+                },
                 process: session.clone(),
                 sink: self.sink.clone(),
                 teardown: teardown.clone(),
@@ -518,6 +542,9 @@ async fn end_apps(session_id: &str, apps: Vec<RunningApp>) {
 
 struct AppEnd {
     name: String,
+    /// Where the runner's own note about the app's end goes: its terminal,
+    /// or the stderr of an app on pipes.
+    note_tag: StreamTag,
     process: Arc<LocalSession>,
     sink: SessionSink,
     teardown: CancellationToken,
@@ -533,6 +560,7 @@ struct AppEnd {
 async fn supervise_app(end: AppEnd) {
     let AppEnd {
         name,
+        note_tag,
         process,
         sink,
         teardown,
@@ -575,7 +603,7 @@ async fn supervise_app(end: AppEnd) {
         }
         sink.app_output(
             &name,
-            StreamTag::Tty,
+            note_tag,
             Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
         );
     }

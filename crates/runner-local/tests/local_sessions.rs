@@ -424,7 +424,7 @@ async fn capabilities_describe_a_fixed_local_image() {
     assert_eq!(capabilities.display_name, "Local runner");
     assert_eq!(
         capabilities.features,
-        json!({ "io": ["tty"], "ports": true })
+        json!({ "io": ["tty", "streams"], "ports": true })
     );
     let image = &capabilities.config_schema["properties"]["image"];
     assert_eq!(image["default"], json!("local"));

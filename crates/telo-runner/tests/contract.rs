@@ -42,7 +42,7 @@ async fn capabilities_describe_the_backend_without_terms_or_apps_by_default(
     assert_eq!(status, StatusCode::OK);
     assert!(body["displayName"].is_string());
     assert!(body["description"].is_string());
-    assert_eq!(body["features"]["io"], json!(["tty"]));
+    assert_eq!(body["features"]["io"], json!(["tty", "streams"]));
     assert_eq!(
         body["config"]["schema"]["required"],
         json!(["image", "pullPolicy"])

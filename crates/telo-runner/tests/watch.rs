@@ -119,7 +119,7 @@ async fn an_editor_edits_reloads_suspends_resumes_and_changes_apps(#[case] backe
     .await;
     let (_, capabilities) = runner.get("/v1/capabilities").await;
     assert_eq!(capabilities["features"]["watch"], json!(true));
-    assert_eq!(capabilities["features"]["io"], json!(["tty"]));
+    assert_eq!(capabilities["features"]["io"], json!(["tty", "streams"]));
 
     let id = runner
         .create_body(watch_body(json!({"stdout": ["generation one"]})))
@@ -394,11 +394,6 @@ async fn every_watch_route_refuses_with_the_references_codes() {
             json!([{"name": "a", "entryRelativePath": "a.yaml", "ports": [{"port": 80, "protocol": "tcp"}]}, {"name": "b", "entryRelativePath": "b.yaml", "ports": [{"port": 80, "protocol": "tcp"}]}]),
             "port_conflict",
             "apps 'a' and 'b' both declare tcp port 80; session hosts carry no app name, so the two would be indistinguishable",
-        ),
-        (
-            json!([{"name": "a", "entryRelativePath": "a.yaml", "io": "streams"}]),
-            "io_unsupported",
-            "app 'a' asks for io 'streams', which this runner does not offer; it offers: tty",
         ),
     ] {
         let mut body = watch_body(json!({}));

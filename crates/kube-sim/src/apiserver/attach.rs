@@ -8,6 +8,15 @@
 //! sends the empty frame that announces the connection), then dials the
 //! kubelet, which has the runtime attach to the container. Output written in
 //! between is in the container log and in no attach.
+//!
+//! Whether the attach has a TTY is the container's own setting (`tty` in
+//! its spec), whatever the request says, as the kubelet decides it: a
+//! request asking for a TTY has its stderr dropped (everything would come on
+//! stdout), so attaching to a container without one that way shows stdout
+//! only; and stderr asked for apart from a container that has a TTY is
+//! refused by the runtime — the upgrade succeeds, then a `Failure` status
+//! ends the stream. Without a TTY, stdout and stderr come apart on channels
+//! 1 and 2, and resizes do nothing.
 
 use std::sync::Arc;
 
@@ -83,6 +92,7 @@ async fn prepare(
             "you must specify at least 1 of stdin, stdout, stderr",
         ));
     }
+    let opts = kubelet_options(opts);
     let offered: Vec<String> = req
         .headers()
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -116,6 +126,40 @@ async fn prepare(
     Ok(ws
         .protocols([protocol])
         .on_upgrade(move |socket| session(ctx, socket, streams, opts, v5)))
+}
+
+/// What the kubelet makes of the request's options: with a TTY asked for,
+/// stderr is dropped (a TTY has one output).
+fn kubelet_options(mut opts: Options) -> Options {
+    if opts.tty && opts.stderr {
+        opts.stderr = false;
+    }
+    opts
+}
+
+/// Why the runtime refuses to attach with `opts` to a container whose TTY
+/// setting is `tty` (which is what the attach gets, not `opts.tty`).
+fn runtime_refusal(opts: Options, tty: bool) -> Option<&'static str> {
+    if tty && opts.stderr {
+        Some("tty and stderr cannot both be true")
+    } else if !opts.stdin && !opts.stdout && !opts.stderr {
+        Some("one of stdin, stdout, and stderr must be set")
+    } else {
+        None
+    }
+}
+
+/// The status that ends an attach the kubelet could not make.
+fn failure_status(reason: &str) -> serde_json::Value {
+    let message = format!("Internal error occurred: unable to upgrade connection: {reason}");
+    json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "InternalError",
+        "details": {"causes": [{"message": format!("unable to upgrade connection: {reason}")}]},
+        "code": 500,
+    })
 }
 
 /// A normal closure: clients treat it as end-of-stream on every channel
@@ -166,6 +210,12 @@ async fn session(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    if let Some(reason) = runtime_refusal(opts, streams.tty) {
+        let status = failure_status(reason);
+        let _ = tx.send(frame(ERROR, status.to_string().as_bytes())).await;
+        let _ = tx.send(normal_close()).await;
+        return;
+    }
     let (_, mut cursor, _) = streams.read_from(u64::MAX);
 
     // A container that ended before the runtime attached changes its log no
@@ -173,10 +223,10 @@ async fn session(
     // that never comes (a real runtime ends the attach of an exited
     // container).
     log_seq.mark_changed();
+    // With a TTY everything arrives on stdout (and no stderr is attached).
     let wants = |kind: StreamKind| match kind {
         StreamKind::Stdout => opts.stdout.then_some(STDOUT),
-        // With a TTY everything arrives on stdout.
-        StreamKind::Stderr => (opts.stderr && !opts.tty).then_some(STDERR),
+        StreamKind::Stderr => opts.stderr.then_some(STDERR),
     };
     loop {
         tokio::select! {
@@ -224,4 +274,53 @@ async fn session(
     let status = json!({"metadata": {}, "status": "Success"});
     let _ = tx.send(frame(ERROR, status.to_string().as_bytes())).await;
     let _ = tx.send(normal_close()).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Options {
+        Options {
+            stdin,
+            stdout,
+            stderr,
+            tty,
+        }
+    }
+
+    #[test]
+    fn the_containers_tty_decides_and_a_tty_request_drops_stderr() {
+        // A TTY asked for: stderr is dropped, whatever the container has.
+        let asked_tty = kubelet_options(opts(true, true, true, true));
+        assert!(!asked_tty.stderr && asked_tty.stdout && asked_tty.stdin);
+        assert_eq!(runtime_refusal(asked_tty, false), None);
+        assert_eq!(runtime_refusal(asked_tty, true), None);
+        // Stdout and stderr apart: fine without a TTY, refused with one.
+        let apart = kubelet_options(opts(true, true, true, false));
+        assert!(apart.stderr);
+        assert_eq!(runtime_refusal(apart, false), None);
+        assert_eq!(
+            runtime_refusal(apart, true),
+            Some("tty and stderr cannot both be true")
+        );
+        // Only stderr, with a TTY asked for: nothing is left to attach.
+        let nothing = kubelet_options(opts(false, false, true, true));
+        assert_eq!(
+            runtime_refusal(nothing, false),
+            Some("one of stdin, stdout, and stderr must be set")
+        );
+    }
+
+    #[test]
+    fn a_refused_attach_ends_with_an_internal_error_status() {
+        let status = failure_status("tty and stderr cannot both be true");
+        assert_eq!(status["status"], "Failure");
+        assert_eq!(status["code"], 500);
+        assert_eq!(status["reason"], "InternalError");
+        assert_eq!(
+            status["message"],
+            "Internal error occurred: unable to upgrade connection: tty and stderr cannot both be true"
+        );
+    }
 }

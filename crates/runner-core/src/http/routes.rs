@@ -209,7 +209,7 @@ pub async fn create_session(
     })
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
     super::telo::pin_versions(&mut apps, versions.as_deref());
-    check_io(&state, &apps)?;
+    check_io(&state, &apps, watch)?;
     // The manifest wins a port clash: the agent is dropped, and the
     // session says why once it exists.
     let mut agent_notice = None;
@@ -357,22 +357,33 @@ fn tcp_owner(apps: &[AppSpec], port: u16) -> Option<&str> {
 }
 
 /// An app whose `io` the backend does not offer is refused before anything
-/// starts.
-pub(super) fn check_io(state: &AppState, apps: &[AppSpec]) -> Result<(), ApiError> {
+/// starts. A run session is always on a terminal: `streams` is offered to
+/// watch sessions only.
+pub(super) fn check_io(state: &AppState, apps: &[AppSpec], watch: bool) -> Result<(), ApiError> {
     let features = state.registry.backend().capabilities().features;
     let offered: Vec<&str> = features["io"]
         .as_array()
         .map(|modes| modes.iter().filter_map(Value::as_str).collect())
         .unwrap_or_else(|| vec!["tty"]);
-    match apps.iter().find(|app| !offered.contains(&app.io.as_str())) {
-        None => Ok(()),
-        Some(app) => Err(ApiError::bad_request(
+    if let Some(app) = apps.iter().find(|app| !offered.contains(&app.io.as_str())) {
+        return Err(ApiError::bad_request(
             "io_unsupported",
             format!(
                 "app '{}' asks for io '{}', which this runner does not offer; it offers: {}",
                 app.name,
                 app.io.as_str(),
                 offered.join(", ")
+            ),
+        ));
+    }
+    match apps.iter().find(|app| !watch && app.io != IoMode::Tty) {
+        None => Ok(()),
+        Some(app) => Err(ApiError::bad_request(
+            "io_unsupported",
+            format!(
+                "app '{}' asks for io '{}', which this runner offers to watch sessions only (`mode: \"watch\"`); a run session runs on a terminal (io 'tty')",
+                app.name,
+                app.io.as_str(),
             ),
         )),
     }

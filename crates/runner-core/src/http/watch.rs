@@ -185,7 +185,7 @@ pub async fn set_apps(
     )
     .map_err(ApiError::Telo)?;
     super::telo::pin_versions(&mut apps, versions.as_deref());
-    super::routes::check_io(&state, &apps)?;
+    super::routes::check_io(&state, &apps, true)?;
     match state.registry.set_apps(&session, apps).await {
         Ok(names) => Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response()),
         Err(SetAppsError::NotRunning) => Err(not_running(NO_LIVE_WORKLOAD)),

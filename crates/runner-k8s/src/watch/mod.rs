@@ -333,7 +333,7 @@ impl KubeWatch {
         let teardown = sink.ended().child_token();
         let mut terminals = Vec::with_capacity(apps.len());
         for app in &apps {
-            let output = Output::app(sink.clone(), &app.name, app_container(&app.name));
+            let output = Output::app(sink.clone(), &app.name, app_container(&app.name), app.io);
             terminals.push((
                 app.name.clone(),
                 terminal::attach_output(&ctx.pods, name, output).await,

@@ -351,4 +351,45 @@ mod tests {
         );
         assert!(spec.containers[1].ports.is_some());
     }
+
+    #[test]
+    fn a_streams_app_has_no_tty_but_its_stdin_and_no_forced_colour() {
+        let mut worker = app("worker", "worker.yaml", vec![]);
+        worker.io = IoMode::Streams;
+        let apps = [app("web", "telo.yaml", vec![]), worker];
+        let resources = Resources {
+            cpu: "500m".into(),
+            memory: "512Mi".into(),
+            ephemeral_storage: "1Gi".into(),
+            ttl_seconds: 21600,
+        };
+        let pod = build_watch_pod(
+            &settings(),
+            &WatchPodInput {
+                session_id: "abc234defghi",
+                apps: &apps,
+                env: &[],
+                image: "",
+                pull_policy: PullPolicy::Missing,
+                workspace_image: "telo-runner:test",
+                token: "t0ken",
+                workspace_limits: &[],
+                resources: &resources,
+            },
+        );
+        let spec = pod.spec.expect("spec");
+        let (web, worker) = (&spec.containers[1], &spec.containers[2]);
+        assert_eq!(
+            (web.tty, web.stdin, web.stdin_once),
+            (Some(true), Some(true), Some(false))
+        );
+        assert_eq!(
+            (worker.tty, worker.stdin, worker.stdin_once),
+            (Some(false), Some(true), Some(false))
+        );
+        let forced = |c: &Container| env_of(c).iter().any(|(n, _)| n == "CLICOLOR_FORCE");
+        assert!(forced(web));
+        assert!(!forced(worker));
+        assert!(!env_of(worker).iter().any(|(n, _)| n == "FORCE_COLOR"));
+    }
 }
