@@ -32,9 +32,10 @@ pub use runner_api::watch as watch_types;
 pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
-    AppLaunch, Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig,
-    Readiness, RecoveredSession, StartError, StartSpec, StartStage, StopError, SuspendedSession,
-    WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
+    AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession,
+    InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartError, StartSpec,
+    StartStage, StopError, SuspendedSession, WatchSpec, WatchStart, WatchWorkload,
+    WorkspaceFailure,
 };
 pub use registry::{RegistryLimits, SessionRegistry};
 pub use session::SessionSink;

@@ -501,6 +501,10 @@ impl Backend for LocalBackend {
         true
     }
 
+    fn offers_agents(&self) -> bool {
+        true
+    }
+
     fn offers_telo_versions(&self) -> bool {
         self.config.telo_versions.is_some()
     }

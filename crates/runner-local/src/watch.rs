@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use runner_api::types::{PortProtocol, RunBundle, RunStatus};
+use runner_api::types::{PortMapping, PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
 use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
@@ -24,8 +24,8 @@ use runner_core::reachability::watch_app_reachability;
 use runner_core::sync::lock;
 use runner_core::tasks::OwnedTasks;
 use runner_core::{
-    BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession, WatchSpec,
-    WatchStart, WatchWorkload, WorkspaceFailure,
+    AgentLaunch, BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession,
+    WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
 };
 use runner_workspace::{Workspace, WorkspaceError, WorkspaceLimits};
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,10 @@ use crate::sandbox::{Sandbox, WorkloadSession};
 use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
 use crate::spawner::on_spawner_thread;
 use crate::work_dir::WorkDir;
+
+/// The name the agent's process goes by among the apps: reserved, so no
+/// app of a session has it, and no client reaches its stdin.
+const AGENT_NAME: &str = "agent";
 
 /// The session record beside the workspace.
 pub const RECORD_FILE: &str = "watch.json";
@@ -97,6 +101,9 @@ pub(crate) struct LocalWatch {
     env: Mutex<Vec<(String, String)>>,
     record: Mutex<Record>,
     apps: Mutex<Vec<RunningApp>>,
+    /// The co-resident agent it runs (started after the apps, taken down
+    /// with them).
+    agent: Mutex<Option<AgentLaunch>>,
     /// A client stopped it: the end is `stopped`.
     stopping: AtomicBool,
 }
@@ -180,16 +187,22 @@ pub(crate) async fn start(
         env: Mutex::new(spec.env.clone()),
         record: Mutex::new(record),
         apps: Mutex::new(Vec::new()),
+        agent: Mutex::new(None),
         stopping: AtomicBool::new(false),
     });
-    if let Err(err) = watch.launch_apps(&spec.apps).await {
+    let launched = match watch.launch_apps(&spec.apps).await {
+        Ok(()) => watch.launch_agent(spec.agent_launch.as_ref()).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = launched {
         watch.take_down().await;
         if seeding {
             watch.work.discard();
         }
         return Err(err);
     }
-    sink.status(running_status(&spec.apps));
+    *lock(&watch.agent) = spec.agent_launch.clone();
+    sink.status(running_status(&spec.apps, spec.agent_launch.as_ref()));
     info!(session_id = %spec.session_id, apps = spec.apps.len(), "watch session running");
     Ok(watch)
 }
@@ -299,8 +312,15 @@ pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession
     kept
 }
 
-fn running_status(apps: &[AppSpec]) -> RunStatus {
-    running_unrouted(apps.iter().flat_map(|app| app.ports.iter()))
+fn running_status(apps: &[AppSpec], agent: Option<&AgentLaunch>) -> RunStatus {
+    let mut status = running_unrouted(apps.iter().flat_map(|app| app.ports.iter()));
+    if let (RunStatus::Running { agent: slot, .. }, Some(agent)) = (&mut status, agent) {
+        *slot = Some(RunnerEndpoint::unrouted(PortMapping {
+            port: agent.port,
+            protocol: PortProtocol::Tcp,
+        }));
+    }
+    status
 }
 
 impl LocalWatch {
@@ -379,8 +399,11 @@ impl LocalWatch {
                 let mut programs = vec![kernel.as_path()];
                 programs.extend(launcher.node.as_deref());
                 let read_only = sandbox.installations(&programs);
+                // The app and home directories, not the session's root: the
+                // record beside them names the agent's token.
                 let read_write = vec![
-                    self.work.root().to_owned(),
+                    self.work.app(),
+                    self.work.home(),
                     launcher.kernel_cache.root().to_owned(),
                 ];
                 let session = if terminal {
@@ -502,6 +525,132 @@ impl LocalWatch {
             teardown,
             gone: Some(gone),
         })
+    }
+
+    /// Starts the co-resident agent: the operator's program, over the
+    /// workspace, with the operator's env (its token included) and nothing
+    /// of the session's. It runs on pipes in a sandbox of its own; its
+    /// output is not a session channel, so it goes to the runner's log.
+    async fn launch_agent(&self, agent: Option<&AgentLaunch>) -> Result<(), StartError> {
+        let Some(agent) = agent else {
+            return Ok(());
+        };
+        let launcher = &self.launcher;
+        let Some(command) = agent.command.as_deref().filter(|c| !c.is_empty()) else {
+            return Err(StartError::new(
+                StartStage::Start,
+                format!(
+                    "agent '{}' has no 'command' configured for the local backend",
+                    agent.name
+                ),
+            ));
+        };
+        let program = crate::executable::resolve_executable(&command[0], &launcher.path)
+            .ok_or_else(|| {
+                StartError::new(
+                    StartStage::Start,
+                    format!(
+                        "command '{}' of agent '{}' was not found on this runner's host",
+                        command[0], agent.name
+                    ),
+                )
+            })?;
+        let workspace = self.work.app();
+        let mut env = agent.env.clone();
+        env.push((
+            "WORKSPACE_DIR".to_owned(),
+            workspace.to_string_lossy().into_owned(),
+        ));
+        let plan = LaunchPlan {
+            argv: crate::launch::app_argv(&program, command),
+            cwd: workspace.clone(),
+            env: workload_env(&env, &self.work.home(), &launcher.path, None),
+        };
+        let spawn = match &launcher.sandbox {
+            None => SpawnPlan::unsandboxed(plan),
+            Some(sandbox) => {
+                let read_only: Vec<PathBuf> = sandbox
+                    .installations(&[program.as_path()])
+                    .into_iter()
+                    .chain(
+                        command
+                            .iter()
+                            .skip(1)
+                            .map(std::path::Path::new)
+                            .filter(|arg| arg.is_absolute() && arg.is_file())
+                            .map(std::path::Path::to_path_buf),
+                    )
+                    .collect();
+                let read_write = vec![workspace, self.work.home()];
+                sandbox
+                    .spawn_plan(plan, &read_only, &read_write, WorkloadSession::Detached)
+                    .map_err(|err| {
+                        StartError::new(
+                            StartStage::Start,
+                            format!("could not hand the agent's sandbox its arguments: {err}"),
+                        )
+                        .with_source(err)
+                    })?
+            }
+        };
+        let members = spawn.members;
+        let process = on_spawner_thread(move || {
+            spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+        })
+        .await
+        .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+        .flatten()
+        .map_err(|err| {
+            StartError::new(
+                StartStage::Start,
+                format!("could not start agent '{}': {err}", agent.name),
+            )
+            .with_source(err)
+        })?;
+        let session_id = self.id.clone();
+        let name = agent.name.clone();
+        let WiredProcess {
+            session,
+            exited,
+            output_drained,
+        } = wire_process(
+            &format!("{}-agent", self.id),
+            process,
+            members,
+            move |_tag: StreamTag, bytes: Bytes| {
+                debug!(session_id = %session_id, agent = %name, output = %String::from_utf8_lossy(&bytes), "agent output");
+            },
+            launcher.stop_grace,
+        )?;
+        let teardown = self.sink.ended().child_token();
+        let (gone_tx, gone) = oneshot::channel();
+        launcher.tasks.spawn(
+            supervise_app(AppEnd {
+                name: AGENT_NAME.to_owned(),
+                note_tag: StreamTag::Stderr,
+                process: session.clone(),
+                sink: self.sink.clone(),
+                teardown: teardown.clone(),
+                exited,
+                output_drained,
+                gone: gone_tx,
+            })
+            .instrument(Span::current()),
+        );
+        info!(session_id = %self.id, agent = %agent.name, port = agent.port, "co-resident agent started");
+        lock(&self.apps).push(RunningApp {
+            spec: AppSpec {
+                name: AGENT_NAME.to_owned(),
+                entry_relative_path: String::new(),
+                ports: Vec::new(),
+                io: IoMode::Streams,
+                telo: None,
+            },
+            process: session,
+            teardown,
+            gone: Some(gone),
+        });
+        Ok(())
     }
 
     /// Ends every app process and waits for them to be gone; ends the
@@ -702,11 +851,16 @@ impl WatchWorkload for LocalWatch {
         if let Err(err) = self.save_record() {
             warn!(session_id = %self.id, error = %err, "could not record the new app set");
         }
-        if let Err(err) = self.launch_apps(&apps).await {
+        let agent = lock(&self.agent).clone();
+        let launched = match self.launch_apps(&apps).await {
+            Ok(()) => self.launch_agent(agent.as_ref()).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = launched {
             self.take_down().await;
             return Err(err);
         }
-        self.sink.status(running_status(&apps));
+        self.sink.status(running_status(&apps, agent.as_ref()));
         Ok(())
     }
 
