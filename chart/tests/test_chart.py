@@ -447,6 +447,9 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
         "session": {
             "image": "telorun/node:1.2.3-slim", "initImage": "registry.example.com/busybox:1",
             "imagePullSecret": "regcred", "runtimeClass": "gvisor",
+            "teloImages": {"repository": "registry.example.com/telo", "variant": "bookworm",
+                           "unreleased": "registry.example.com/telo:dev",
+                           "pullPolicy": "always"},
             "baseImages": {"repository": "acme/node", "pinnedOnly": False,
                            "excludeSha": False, "excludePrerelease": False,
                            "include": "^1\\.", "exclude": "-rc", "limit": 5,
@@ -487,6 +490,10 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
         "RUNNER_WORKSPACE_IMAGE": "registry.example.com/telo-runner:dev",
         "RUNNER_IMAGE_PULL_SECRET": "regcred",
         "RUNNER_RUNTIME_CLASS": "gvisor",
+        "RUNNER_TELO_IMAGE_REPOSITORY": "registry.example.com/telo",
+        "RUNNER_TELO_IMAGE_VARIANT": "bookworm",
+        "RUNNER_TELO_UNRELEASED_IMAGE": "registry.example.com/telo:dev",
+        "RUNNER_PULL_POLICY": "always",
         "RUNNER_MAX_CPU": "1",
         "RUNNER_MAX_MEMORY": "1Gi",
         "RUNNER_MAX_TTL_SECONDS": "7200",
@@ -515,6 +522,21 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
     }
     service = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/services/{NAME}")
     assert service["spec"]["ports"][0]["port"] == 9000
+
+
+def test_telo_image_values_are_rendered_only_when_set(cluster):
+    cluster.install({"session": {"teloImages": {"unreleased": "registry.example.com/telo:dev"}}})
+    env = env_values(cluster)
+    assert env["RUNNER_TELO_UNRELEASED_IMAGE"] == "registry.example.com/telo:dev"
+    for unset in ("RUNNER_TELO_IMAGE_REPOSITORY", "RUNNER_TELO_IMAGE_VARIANT",
+                  "RUNNER_PULL_POLICY"):
+        assert unset not in env, unset
+
+
+def test_default_values_leave_the_telo_images_to_the_runner(cluster):
+    cluster.install({})
+    env = env_values(cluster)
+    assert not [k for k in env if k.startswith("RUNNER_TELO_") or k == "RUNNER_PULL_POLICY"]
 
 
 def test_a_disabled_base_image_catalog_sets_only_the_switch(cluster):
@@ -744,9 +766,12 @@ def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
          "runner.orphanPolicy must be adopt or reap (got 'keep')."),
         ({"apps": {"catalogSecret": "apps", "catalogSecretKey": ""}},
          "apps.catalogSecret is set but apps.catalogSecretKey is empty"),
+        ({"session": {"teloImages": {"pullPolicy": "IfNotPresent"}}},
+         "session.teloImages.pullPolicy must be one of missing, always, never "
+         "(got 'IfNotPresent')."),
     ],
     ids=["mode-typo", "gateway-without-name", "cert-without-key", "orphan-policy",
-         "secret-without-key"],
+         "secret-without-key", "telo-pull-policy"],
 )
 def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
     assert fragment in cluster.install_error(values)

@@ -32,6 +32,11 @@ struct Args {
     /// defaults.
     #[arg(long = "image", value_name = "GLOB=BEHAVIOUR")]
     images: Vec<String>,
+    /// An image glob the registry holds (repeatable). Once any is given,
+    /// every other image fails to pull as not found; without any, every
+    /// image the --image table knows exists.
+    #[arg(long = "published-image", value_name = "GLOB")]
+    published_images: Vec<String>,
     /// The fake-telo binary (default: next to kube-sim, else on PATH).
     #[arg(long)]
     fake_telo: Option<PathBuf>,
@@ -76,6 +81,9 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("--image expects <glob>=<behaviour>, got {spec:?}"))?;
         let behaviour = ImageBehaviour::parse(behaviour).map_err(anyhow::Error::msg)?;
         builder = builder.image(glob, behaviour);
+    }
+    for glob in &args.published_images {
+        builder = builder.published_image(glob);
     }
     if let Some(ms) = args.pull_delay_ms {
         builder = builder.pull_delay(std::time::Duration::from_millis(ms));

@@ -133,6 +133,18 @@ impl KubeSimBuilder {
         self
     }
 
+    /// Declares that the registry holds the images matching `glob`. Once
+    /// any is declared, every other image fails to pull as a registry
+    /// without it does (`ErrImagePull` "not found", then
+    /// `ImagePullBackOff`), whatever [`Self::image`] says it would run as.
+    /// Without any, every image the image table knows exists.
+    pub fn published_image(mut self, glob: &str) -> Self {
+        if let Err(e) = self.images.publish(glob) {
+            self.image_errors.push(e);
+        }
+        self
+    }
+
     /// The `fake-telo` binary (default: next to this executable or on PATH).
     pub fn fake_telo(mut self, path: impl Into<PathBuf>) -> Self {
         self.fake_telo = Some(path.into());

@@ -314,6 +314,78 @@ async fn an_unknown_image_fails_to_pull_like_a_real_registry() {
 }
 
 #[tokio::test]
+async fn with_published_images_an_unpublished_tag_fails_to_pull_and_a_published_one_runs() {
+    let sim = builder()
+        .published_image("telorun/node:0.96.*")
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    for (name, image) in [
+        ("published", "telorun/node:0.96.0-slim"),
+        ("unpublished", "telorun/node:0.99.0-slim"),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": image,
+            "command": ["sh", "-c", "exit 0"]}]}}))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let waiting_reason = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c[0].state.as_ref())
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone())
+    };
+    let failed = sim
+        .wait_for::<Pod>(
+            "default",
+            "unpublished",
+            |p| waiting_reason(p).as_deref() == Some("ImagePullBackOff"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(phase(&failed), "Pending");
+    let message = failed.status.unwrap().container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap()
+        .message
+        .unwrap();
+    assert!(
+        message.contains(
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"docker.io/telorun/node:0.99.0-slim\""
+        ),
+        "{message}"
+    );
+    let events: Api<Event> = Api::namespaced(sim.client(), "default");
+    let list = events
+        .list(&ListParams::default().fields("involvedObject.name=unpublished,reason=Failed"))
+        .await
+        .unwrap();
+    let messages: Vec<String> = list.items.into_iter().filter_map(|e| e.message).collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("Failed to pull image \"telorun/node:0.99.0-slim\"")),
+        "{messages:?}"
+    );
+    sim.wait_for::<Pod>("default", "published", |p| phase(p) == "Succeeded", WAIT)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_bad_published_image_glob_stops_the_start() {
+    assert!(builder().published_image("[").start().await.is_err());
+}
+
+#[tokio::test]
 async fn active_deadline_fails_the_pod_with_deadline_exceeded() {
     let sim = sim().await;
     let cm: ConfigMap = serde_json::from_value(app_configmap("slow", "  listen: [0]\n")).unwrap();

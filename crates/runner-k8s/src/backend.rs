@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
+use runner_api::telo::TeloVersion;
+use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
 use runner_core::tasks::OwnedTasks;
@@ -25,13 +27,15 @@ use crate::config::{K8sConfig, OrphanPolicy};
 use crate::event_watcher::EventWatcher;
 use crate::limits::clamp_limits;
 use crate::pod_spec::{
-    AppPodInput, PodSettings, Resources, RunPodInput, build_app_pod, build_session_pod,
+    AppPodInput, PodSettings, Resources, RunPodInput, SESSION_CONTAINER, build_app_pod,
+    build_session_pod,
 };
 use crate::pod_watcher::PodWatcher;
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
 use crate::session::{SessionContext, SessionShape, bring_up, watch_session};
 use crate::session_record::SessionKind;
+use crate::telo_images::TeloPins;
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
 
@@ -137,6 +141,7 @@ impl KubeBackend {
                 },
                 workspace_image: config.workspace_image.clone(),
                 workspace_limits: config.workspace_limits,
+                telo_images: config.telo_images.clone(),
             })
         });
         Self {
@@ -170,9 +175,12 @@ impl KubeBackend {
         }
     }
 
-    fn build_pod(&self, spec: &StartSpec) -> Result<Pod, StartError> {
-        match &spec.app {
-            Some(app) => Ok(build_app_pod(
+    /// The pod of `spec`, and the containers of it that run a chosen telo
+    /// release.
+    fn build_pod(&self, spec: &StartSpec) -> Result<(Pod, TeloPins), StartError> {
+        let mut pins = TeloPins::default();
+        let pod = match &spec.app {
+            Some(app) => build_app_pod(
                 &self.settings,
                 &AppPodInput {
                     session_id: &spec.session_id,
@@ -185,30 +193,49 @@ impl KubeBackend {
                     inspect: spec.inspect,
                     resources: &self.resources(true),
                 },
-            )),
+            ),
             None => {
                 let bundle_url = self
                     .ctx
                     .bundles
                     .stage(&spec.session_id, &spec.bundle)
                     .map_err(|err| StartError::new(StartStage::Bundle, err.to_string()))?;
-                Ok(build_session_pod(
+                // A named release replaces the config's image and pull
+                // policy: core refuses a request that sends both.
+                let (image, pull_policy) = match &spec.telo {
+                    Some(version) => {
+                        let pin = self
+                            .config
+                            .telo_images
+                            .pin(SESSION_CONTAINER, version)
+                            .map_err(|reason| {
+                                self.ctx.bundles.drop_bundle(&spec.session_id);
+                                StartError::new(StartStage::Start, reason)
+                            })?;
+                        let chosen = (pin.image.clone(), pin.pull_policy);
+                        pins.push(pin);
+                        chosen
+                    }
+                    None => (spec.config.image.clone(), spec.config.pull_policy),
+                };
+                build_session_pod(
                     &self.settings,
                     &RunPodInput {
                         session_id: &spec.session_id,
                         created_at: &spec.created_at,
                         bundle_url: &bundle_url,
                         entry_relative_path: &spec.entry_relative_path,
-                        image: &spec.config.image,
-                        pull_policy: spec.config.pull_policy,
+                        image: &image,
+                        pull_policy,
                         env: &spec.env,
                         ports: &spec.ports,
                         inspect: spec.inspect,
                         resources: &self.resources(false),
                     },
-                ))
+                )
             }
-        }
+        };
+        Ok((pod, pins))
     }
 }
 
@@ -282,6 +309,17 @@ impl Backend for KubeBackend {
         }
     }
 
+    fn offers_telo_versions(&self) -> bool {
+        true
+    }
+
+    /// Only what the configuration decides: whether a published tag exists
+    /// is the kubelet's to find out, and a pull that fails fails the start
+    /// naming the release.
+    fn supply_telo(&self, version: &TeloVersion, _mode: SessionMode) -> Result<(), String> {
+        self.config.telo_images.image_for(version).map(|_| ())
+    }
+
     fn validate_config(&self, config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
         match &self.catalog {
             Some(catalog) if !catalog.is_allowed(&config.image) => {
@@ -296,8 +334,8 @@ impl Backend for KubeBackend {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
-        let pod = self.build_pod(&spec)?;
-        let watching = watch_session(&self.ctx, &spec.session_id);
+        let (pod, pins) = self.build_pod(&spec)?;
+        let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
         if let Err(err) = self.ctx.pods.create(&PostParams::default(), &pod).await {
             self.ctx.bundles.drop_bundle(&spec.session_id);
             return Err(api_failure(

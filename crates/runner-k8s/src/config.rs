@@ -15,6 +15,11 @@ use runner_core::config::{
     ConfigError, CoreConfig, Env, EnvVarDoc, IntegerRange, env_string, load_core_config,
     parse_bool, parse_positive_int,
 };
+use runner_core::types::PullPolicy;
+
+use crate::telo_images::{
+    DEFAULT_TELO_IMAGE_REPOSITORY, DEFAULT_TELO_IMAGE_VARIANT, TeloImageSource,
+};
 
 /// The port the Kubernetes runner listens on when `PORT` is unset; the core
 /// default (8061) belongs to the Docker runner, and the chart's Service
@@ -93,6 +98,9 @@ pub struct K8sConfig {
     pub app_limits: LimitCeilings,
     pub routing: RoutingConfig,
     pub base_image_catalog: BaseImageCatalogConfig,
+    /// Where the image of a named telo release comes from, and the pull
+    /// policy of every image the runner chooses itself.
+    pub telo_images: TeloImageSource,
     pub orphan_policy: OrphanPolicy,
     pub start_deadline: Duration,
 }
@@ -253,6 +261,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     let limits = load_ceilings(env, "RUNNER_MAX", DEFAULT_MAX_TTL_SECONDS)?;
     let app_limits = load_ceilings(env, "RUNNER_APP_MAX", DEFAULT_APP_MAX_TTL_SECONDS)?;
     let base_image_catalog = load_base_image_catalog(env)?;
+    let telo_images = load_telo_images(env)?;
     // Our additions come last so they never change which reference error an
     // environment produces.
     let orphan_policy = load_orphan_policy(env)?;
@@ -278,6 +287,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         app_limits,
         routing,
         base_image_catalog,
+        telo_images,
         orphan_policy,
         start_deadline,
     })
@@ -464,6 +474,30 @@ fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
     }
 }
 
+/// `RUNNER_TELO_IMAGE_*`, `RUNNER_TELO_UNRELEASED_IMAGE` and
+/// `RUNNER_PULL_POLICY`. A mistyped pull policy stops the boot: read as the
+/// default it would pull (or not) against what the operator asked for.
+fn load_telo_images(env: &Env) -> Result<TeloImageSource, ConfigError> {
+    let pull_policy = match env_string(env, "RUNNER_PULL_POLICY") {
+        None => PullPolicy::Missing,
+        Some(raw) => PullPolicy::parse(&raw).ok_or_else(|| ConfigError::Invalid {
+            var: "RUNNER_PULL_POLICY".to_owned(),
+            rule: format!("be one of {}", PullPolicy::ALL.join(", ")),
+            value: raw,
+        })?,
+    };
+    Ok(TeloImageSource {
+        repository: string_or(
+            env,
+            "RUNNER_TELO_IMAGE_REPOSITORY",
+            DEFAULT_TELO_IMAGE_REPOSITORY,
+        ),
+        variant: string_or(env, "RUNNER_TELO_IMAGE_VARIANT", DEFAULT_TELO_IMAGE_VARIANT),
+        unreleased: env_string(env, "RUNNER_TELO_UNRELEASED_IMAGE"),
+        pull_policy,
+    })
+}
+
 fn load_orphan_policy(env: &Env) -> Result<OrphanPolicy, ConfigError> {
     let Some(raw) = env_string(env, "RUNNER_ORPHAN_POLICY") else {
         return Ok(OrphanPolicy::default());
@@ -625,6 +659,26 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_DOCKER_HUB_URL",
         default: DEFAULT_DOCKER_HUB_URL,
         description: "Base URL the tag list is read from; point it at a mirror or a local server.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_TELO_IMAGE_REPOSITORY",
+        default: DEFAULT_TELO_IMAGE_REPOSITORY,
+        description: "Repository of the kernel images of named telo releases: a session whose apps name `telo` version V runs `<repository>:V-<variant>`.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_TELO_IMAGE_VARIANT",
+        default: DEFAULT_TELO_IMAGE_VARIANT,
+        description: "Tag suffix of those images (`slim` → `telorun/node:0.96.0-slim`).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_TELO_UNRELEASED_IMAGE",
+        default: "(unset)",
+        description: "Kernel image an unreleased telo build (a version with `+`) runs; unset refuses such a version with 400 telo_version_unavailable.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_PULL_POLICY",
+        default: "missing",
+        description: "imagePullPolicy of the images the runner chooses itself (those of named telo releases): missing, always or never.",
     },
     EnvVarDoc {
         name: "SESSION_ROUTING_MODE",

@@ -21,6 +21,7 @@ pub mod session;
 pub mod session_record;
 pub mod setup;
 pub mod splice;
+pub mod telo_images;
 pub mod terminal;
 pub mod watch;
 pub mod watch_cache;

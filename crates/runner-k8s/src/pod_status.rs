@@ -7,6 +7,7 @@ use runner_core::types::RunStatus;
 
 use crate::event_watcher::ContainerKind;
 use crate::progress::{Line, Stage};
+use crate::telo_images::{IMAGE_WAIT_REASONS, TeloPins, unavailable_release_message};
 
 /// Longest excerpt of a kubelet or pod message quoted in a failure; image pull
 /// errors can run to kilobytes of registry response.
@@ -184,6 +185,14 @@ pub fn pod_failure_message(pod: Option<&Pod>) -> String {
 /// autoscaler does; a session start does not outlive a node scale-up, so it
 /// is reported rather than waited on.
 pub fn start_blocker(pod: &Pod) -> Option<String> {
+    start_blocker_naming(pod, &TeloPins::default())
+}
+
+/// [`start_blocker`] of a pod some of whose containers run an image chosen
+/// for a telo release: when such an image cannot be pulled, the failure
+/// names the release first, since that is what the user picked and what
+/// they must change (the tag is the runner's choice, not theirs).
+pub fn start_blocker_naming(pod: &Pod, pins: &TeloPins) -> Option<String> {
     let status = pod.status.as_ref()?;
     if is_finished(pod) {
         return None;
@@ -192,11 +201,13 @@ pub fn start_blocker(pod: &Pod) -> Option<String> {
         let waiting = container.state.as_ref()?.waiting.as_ref()?;
         let reason = non_blank(waiting.reason.as_deref())?;
         START_BLOCKING_WAIT_REASONS.contains(&reason).then(|| {
-            format!(
-                "{label} \"{}\" {}",
-                container.name,
-                waiting_problem(reason, waiting.message.as_deref())
-            )
+            let problem = waiting_problem(reason, waiting.message.as_deref());
+            match pins.of_container(&container.name) {
+                Some(pin) if IMAGE_WAIT_REASONS.contains(&reason) => {
+                    unavailable_release_message(pin, &problem)
+                }
+                _ => format!("{label} \"{}\" {problem}", container.name),
+            }
         })
     });
     blocked_container.or_else(|| unschedulable(status))
@@ -656,6 +667,57 @@ mod tests {
             Some(format!(
                 "container \"session\" waiting: {reason}: the kubelet says why"
             ))
+        );
+    }
+
+    fn pins() -> TeloPins {
+        let mut pins = TeloPins::default();
+        pins.push(
+            crate::telo_images::TeloImageSource::default()
+                .pin("app-web", "0.99.0")
+                .expect("a release"),
+        );
+        pins
+    }
+
+    #[rstest]
+    #[case("ErrImagePull")]
+    #[case("ImagePullBackOff")]
+    #[case("ErrImageNeverPull")]
+    fn a_release_image_that_cannot_be_pulled_names_the_release(#[case] reason: &str) {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [
+                waiting("workspace", "ContainerCreating", None),
+                waiting("app-web", reason, Some("not found")),
+            ],
+        }));
+        assert_eq!(
+            start_blocker_naming(&pod, &pins()),
+            Some(format!(
+                "telo 0.99.0 is not available to this runner: image \"telorun/node:0.99.0-slim\" \
+                 of container \"app-web\" could not be pulled (waiting: {reason}: not found)"
+            ))
+        );
+    }
+
+    #[test]
+    fn an_unpinned_container_or_a_config_error_keeps_the_kubelet_account() {
+        let unpinned = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("workspace", "ErrImagePull", Some("not found"))],
+        }));
+        assert_eq!(
+            start_blocker_naming(&unpinned, &pins()).as_deref(),
+            Some("container \"workspace\" waiting: ErrImagePull: not found")
+        );
+        let config_error = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("app-web", "CreateContainerConfigError", Some("no secret"))],
+        }));
+        assert_eq!(
+            start_blocker_naming(&config_error, &pins()).as_deref(),
+            Some("container \"app-web\" waiting: CreateContainerConfigError: no secret")
         );
     }
 

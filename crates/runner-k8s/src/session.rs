@@ -21,14 +21,15 @@ use crate::bundle_store::BundleStore;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::INSPECT_PORT;
 use crate::pod_status::{
-    PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line, start_blocker,
-    terminal_status,
+    PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line,
+    start_blocker_naming, terminal_status,
 };
 use crate::pod_watcher::{PodState, PodWatcher};
 use crate::progress::{Line, ProgressOrder, Stage, event_line};
 use crate::routing::SessionRouter;
 use crate::routing::endpoints::endpoints_for;
 use crate::session_record::pod_name;
+use crate::telo_images::TeloPins;
 use crate::terminal::{self, Terminal};
 
 /// How long, after the pod finished, its last output may take to arrive
@@ -100,6 +101,9 @@ pub struct Watching {
     /// The pod was not known when the session subscribed: it is one the
     /// runner is about to create, not one it adopts.
     fresh: bool,
+    /// Containers of the pod that run a chosen telo release; a start that
+    /// fails on their image names the release.
+    telo_pins: TeloPins,
     _guard: Subscriptions,
 }
 
@@ -117,6 +121,7 @@ pub fn watch_pod(ctx: &Arc<SessionContext>, session_id: &str, pod_name: &str) ->
         pods,
         fresh,
         events: ctx.event_watcher.subscribe_pod(pod_name),
+        telo_pins: TeloPins::default(),
         _guard: Subscriptions {
             ctx: ctx.clone(),
             session_id: session_id.to_owned(),
@@ -129,6 +134,12 @@ impl Watching {
     /// Another reader of the pod's state, valid while this subscription is.
     pub fn pods(&self) -> watch::Receiver<PodState> {
         self.pods.clone()
+    }
+
+    /// The pod's containers that run a chosen telo release.
+    pub fn naming_telo(mut self, pins: TeloPins) -> Self {
+        self.telo_pins = pins;
+        self
     }
 }
 
@@ -254,7 +265,7 @@ pub(crate) async fn wait_until_running(
         let state = watching.pods.borrow_and_update().clone();
         match state {
             PodState::Present(pod) => {
-                if let Some(blocker) = start_blocker(&pod) {
+                if let Some(blocker) = start_blocker_naming(&pod, &watching.telo_pins) {
                     return Err(start_failed(blocker));
                 }
                 match PodPhase::of(&pod) {

@@ -67,10 +67,17 @@ struct Rule {
 
 /// Image glob → behaviour; the first matching rule wins, rules added by the
 /// user before the defaults.
+///
+/// The table says what an image *does*; the registry says whether it
+/// *exists*. With no published globs every image the table knows can be
+/// pulled, as before. Once any is given the registry is closed: an image
+/// that matches none is not found, whatever its behaviour, so a test can
+/// say "this tag was never published" the way a real registry would.
 #[derive(Debug, Clone, Default)]
 pub struct ImageTable {
     rules: Vec<Rule>,
     defaults: Vec<Rule>,
+    published: Vec<(String, GlobMatcher)>,
 }
 
 fn rule(pattern: &str, behaviour: ImageBehaviour) -> Result<Rule, String> {
@@ -98,7 +105,44 @@ impl ImageTable {
         Self {
             rules: Vec::new(),
             defaults,
+            published: Vec::new(),
         }
+    }
+
+    /// Declares that the registry holds the images matching `pattern` (and,
+    /// from the first call on, only what such patterns match).
+    pub fn publish(&mut self, pattern: &str) -> Result<(), String> {
+        let glob = Glob::new(pattern)
+            .map_err(|e| format!("invalid published-image glob {pattern:?}: {e}"))?;
+        self.published
+            .push((pattern.to_string(), glob.compile_matcher()));
+        Ok(())
+    }
+
+    /// Whether a registry holds `image`: always, unless published globs
+    /// were given and none matches it.
+    pub fn is_published(&self, image: &str) -> bool {
+        if self.published.is_empty() {
+            return true;
+        }
+        let short = short_reference(image);
+        let full = normalize(image);
+        self.published.iter().any(|(_, matcher)| {
+            matcher.is_match(image) || matcher.is_match(&short) || matcher.is_match(&full)
+        })
+    }
+
+    /// What a pull of `image` yields: its behaviour when the registry holds
+    /// it and the table knows it, `None` (not found) otherwise.
+    pub fn pullable(&self, image: &str) -> Option<&ImageBehaviour> {
+        if !self.is_published(image) {
+            return None;
+        }
+        self.lookup(image)
+    }
+
+    pub fn published_patterns(&self) -> Vec<String> {
+        self.published.iter().map(|(p, _)| p.clone()).collect()
     }
 
     pub fn add(&mut self, pattern: &str, behaviour: ImageBehaviour) -> Result<(), String> {
@@ -251,6 +295,43 @@ mod tests {
             t.lookup("telo-runner:1"),
             Some(&ImageBehaviour::Binaries(PathBuf::from("/opt/bin")))
         );
+    }
+
+    #[test]
+    fn without_published_globs_every_known_image_can_be_pulled() {
+        let t = ImageTable::with_defaults();
+        assert!(t.is_published("telorun/node:0.99.0-slim"));
+        assert_eq!(
+            t.pullable("telorun/node:0.99.0-slim"),
+            Some(&ImageBehaviour::FakeTelo)
+        );
+        assert_eq!(t.pullable("nginx:1.27"), None);
+    }
+
+    #[test]
+    fn published_globs_close_the_registry_to_everything_else() {
+        let mut t = ImageTable::with_defaults();
+        t.publish("telorun/node:0.96.*").expect("parses");
+        t.publish("docker.io/library/busybox:*").expect("parses");
+        assert_eq!(
+            t.pullable("telorun/node:0.96.0-slim"),
+            Some(&ImageBehaviour::FakeTelo)
+        );
+        assert_eq!(
+            t.pullable("docker.io/telorun/node:0.96.1-slim"),
+            Some(&ImageBehaviour::FakeTelo)
+        );
+        assert_eq!(
+            t.pullable("busybox:stable"),
+            Some(&ImageBehaviour::BundleFetcher)
+        );
+        assert_eq!(t.pullable("telorun/node:0.99.0-slim"), None);
+        assert_eq!(
+            t.lookup("telorun/node:0.99.0-slim"),
+            Some(&ImageBehaviour::FakeTelo),
+            "what an image does is unchanged; only whether it exists"
+        );
+        assert!(t.publish("[").is_err());
     }
 
     #[test]

@@ -63,7 +63,7 @@ impl Kubelet {
             return Err(PullFailure::Invalid(msg));
         }
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
-        let behaviour = self.images.lookup(&image).cloned();
+        let behaviour = self.images.pullable(&image).cloned();
         let present = self
             .pulled
             .lock()

@@ -69,6 +69,15 @@ fn only_the_self_url_is_required_and_everything_else_has_its_default() {
         }
     );
     assert_eq!(
+        config.telo_images,
+        TeloImageSource {
+            repository: "telorun/node".into(),
+            variant: "slim".into(),
+            unreleased: None,
+            pull_policy: PullPolicy::Missing,
+        }
+    );
+    assert_eq!(
         config.base_image_catalog,
         BaseImageCatalogConfig {
             enabled: true,
@@ -126,8 +135,21 @@ fn every_variable_overrides_its_default() {
         ("SESSION_ROUTE_READY_TIMEOUT_SECONDS", "5"),
         ("RUNNER_ORPHAN_POLICY", "reap"),
         ("RUNNER_START_DEADLINE_SECONDS", "30"),
+        ("RUNNER_TELO_IMAGE_REPOSITORY", " registry.lab/telo "),
+        ("RUNNER_TELO_IMAGE_VARIANT", "bookworm"),
+        ("RUNNER_TELO_UNRELEASED_IMAGE", "registry.lab/telo:dev"),
+        ("RUNNER_PULL_POLICY", "always"),
     ])
     .unwrap();
+    assert_eq!(
+        config.telo_images,
+        TeloImageSource {
+            repository: "registry.lab/telo".into(),
+            variant: "bookworm".into(),
+            unreleased: Some("registry.lab/telo:dev".into()),
+            pull_policy: PullPolicy::Always,
+        }
+    );
     assert_eq!(config.core.port, 9000);
     assert_eq!(config.display_name, "Cluster");
     assert_eq!(config.description, "Runs in the lab");
@@ -504,6 +526,45 @@ fn variables_of_removed_features_are_neither_required_nor_read() {
     assert_eq!(with_removed.routing.base_domain, None);
 }
 
+#[rstest]
+#[case(None, PullPolicy::Missing)]
+#[case(Some(" "), PullPolicy::Missing)]
+#[case(Some("missing"), PullPolicy::Missing)]
+#[case(Some("always"), PullPolicy::Always)]
+#[case(Some(" never "), PullPolicy::Never)]
+fn the_pull_policy_is_missing_always_or_never(
+    #[case] raw: Option<&str>,
+    #[case] policy: PullPolicy,
+) {
+    let pairs: Vec<(&str, &str)> = raw
+        .map(|raw| ("RUNNER_PULL_POLICY", raw))
+        .into_iter()
+        .collect();
+    assert_eq!(load(&pairs).unwrap().telo_images.pull_policy, policy);
+}
+
+#[rstest]
+#[case("Always", "Always")]
+#[case("IfNotPresent", "IfNotPresent")]
+#[case(" sometimes ", "sometimes")]
+fn an_unknown_pull_policy_is_refused(#[case] raw: &str, #[case] shown: &str) {
+    assert_eq!(
+        error(&[("RUNNER_PULL_POLICY", raw)]),
+        format!("RUNNER_PULL_POLICY must be one of missing, always, never, got '{shown}'.")
+    );
+}
+
+#[test]
+fn blank_telo_image_variables_keep_their_defaults() {
+    let config = load(&[
+        ("RUNNER_TELO_IMAGE_REPOSITORY", "  "),
+        ("RUNNER_TELO_IMAGE_VARIANT", ""),
+        ("RUNNER_TELO_UNRELEASED_IMAGE", " "),
+    ])
+    .unwrap();
+    assert_eq!(config.telo_images, TeloImageSource::default());
+}
+
 #[test]
 fn the_documentation_table_names_each_variable_once() {
     let mut names: Vec<&str> = K8S_ENV_VARS.iter().map(|doc| doc.name).collect();
@@ -556,6 +617,10 @@ fn the_documentation_table_names_each_variable_once() {
         "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
         "RUNNER_ORPHAN_POLICY",
         "RUNNER_START_DEADLINE_SECONDS",
+        "RUNNER_TELO_IMAGE_REPOSITORY",
+        "RUNNER_TELO_IMAGE_VARIANT",
+        "RUNNER_TELO_UNRELEASED_IMAGE",
+        "RUNNER_PULL_POLICY",
         "KUBECONFIG",
     ] {
         assert!(names.contains(&name), "{name} is undocumented");

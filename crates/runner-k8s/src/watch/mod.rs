@@ -49,6 +49,7 @@ use crate::session::{
     Arrival, DELETED_OUTSIDE, SessionContext, Watching, delete_pod, start_failed,
     wait_until_running, watch_pod,
 };
+use crate::telo_images::{TeloImageSource, TeloPins};
 use crate::terminal::{self, Output, Terminal};
 use checkpoint::{Checkpoints, WatchRecord};
 use pod::{
@@ -76,6 +77,30 @@ pub struct WatchContext {
     pub workspace_image: String,
     /// What a workspace may hold; the workspace service enforces it.
     pub workspace_limits: runner_workspace::WorkspaceLimits,
+    /// The images of named telo releases.
+    pub telo_images: TeloImageSource,
+}
+
+/// The app containers that run a named release. A version admitted once can
+/// stop being runnable only through the runner's own configuration (a
+/// resume under a runner without `RUNNER_TELO_UNRELEASED_IMAGE`), and then
+/// the start fails saying so.
+fn pin_releases(source: &TeloImageSource, apps: &[AppSpec]) -> Result<TeloPins, StartError> {
+    let mut pins = TeloPins::default();
+    for app in apps {
+        if let Some(version) = &app.telo {
+            let pin = source
+                .pin(&app_container(&app.name), version)
+                .map_err(|reason| {
+                    StartError::new(
+                        StartStage::Start,
+                        format!("app '{}' cannot run telo {version}: {reason}", app.name),
+                    )
+                })?;
+            pins.push(pin);
+        }
+    }
+    Ok(pins)
 }
 
 /// How a new pod's workspace is filled once its service answers.
@@ -213,6 +238,7 @@ impl KubeWatch {
                 record.token.clone(),
             )
         };
+        let telo_pins = pin_releases(&self.wctx.telo_images, &apps)?;
         let pod = build_watch_pod(
             &self.wctx.settings,
             &WatchPodInput {
@@ -221,13 +247,14 @@ impl KubeWatch {
                 env: &env,
                 image: &image,
                 pull_policy,
+                telo_pins: &telo_pins,
                 workspace_image: &self.wctx.workspace_image,
                 token: &token,
                 workspace_limits: &limit_env(&self.wctx.workspace_limits),
                 resources: &self.wctx.resources,
             },
         );
-        let mut watching = watch_pod(&ctx, &self.id, &name);
+        let mut watching = watch_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
         if let Err(err) = ctx.pods.create(&PostParams::default(), &pod).await {
             return Err(api_failure(
                 err,

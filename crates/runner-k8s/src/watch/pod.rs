@@ -27,6 +27,7 @@ use crate::pod_spec::{
     image_pull_secrets, mount, non_root_pod_security, pull_policy_to_k8s, resource_requirements,
 };
 use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::telo_images::TeloPins;
 
 /// The container serving the workspace to the runner.
 pub const WORKSPACE_CONTAINER: &str = "workspace";
@@ -63,6 +64,8 @@ pub struct WatchPodInput<'a> {
     /// The apps' kernel image; empty means [`PodSettings::default_image`].
     pub image: &'a str,
     pub pull_policy: PullPolicy,
+    /// App containers that run a named telo release, on its image instead.
+    pub telo_pins: &'a TeloPins,
     /// `RUNNER_WORKSPACE_IMAGE`.
     pub workspace_image: &'a str,
     /// The bearer token the workspace service demands.
@@ -217,10 +220,14 @@ fn app_container_spec(
     let name = app_container(&app.name);
     let mut mounts = vec![mount("workspace", WORKSPACE_DIR)];
     mounts.extend(scratch_mounts(&name));
+    let (image, pull_policy) = match input.telo_pins.of_container(&name) {
+        Some(pin) => (pin.image.clone(), pin.pull_policy),
+        None => (image_or_default(input.image, settings), input.pull_policy),
+    };
     Container {
         name,
-        image: Some(image_or_default(input.image, settings)),
-        image_pull_policy: Some(pull_policy_to_k8s(input.pull_policy).to_owned()),
+        image: Some(image),
+        image_pull_policy: Some(pull_policy_to_k8s(pull_policy).to_owned()),
         working_dir: Some(WORK_DIR.to_owned()),
         command: Some(vec![
             "sh".to_owned(),
@@ -302,6 +309,7 @@ mod tests {
                 env: &env,
                 image: "",
                 pull_policy: PullPolicy::Missing,
+                telo_pins: &TeloPins::default(),
                 workspace_image: "telo-runner:test",
                 token: "t0ken",
                 workspace_limits: &[("RUNNER_WORKSPACE_MAX_FILES".into(), "10".into())],
