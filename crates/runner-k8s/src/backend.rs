@@ -309,6 +309,10 @@ impl Backend for KubeBackend {
         }
     }
 
+    fn offers_agents(&self) -> bool {
+        true
+    }
+
     fn offers_telo_versions(&self) -> bool {
         true
     }

@@ -1,5 +1,5 @@
 //! The co-resident agent (runner-core 0.10) and its workload token (0.16),
-//! black-box on the local backend: a watch session names an operator
+//! black-box on both backends: a watch session names an operator
 //! catalog entry that declares its port; the runner runs it beside the
 //! session's apps over the same workspace, with the operator's env and its
 //! token and nothing of the session's, and reports where it listens.
@@ -7,10 +7,9 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::{Backend, Runner};
 use reqwest::StatusCode;
+use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::fake_telo::fake_telo_path;
 use test_support::free_port;
@@ -18,23 +17,19 @@ use test_support::sse::SseStream;
 
 /// A catalog whose `helper` agent writes what it was given into the
 /// workspace, then serves on `port`; `portless` declares no port.
-fn catalog(dir: &Path, port: u16) -> String {
-    let manifest = dir.join("agent.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "kind: Telo.Application\nmetadata: {{ name: agent }}\nfakeTelo:\n  listen: [{port}]\n"
-        ),
-    )
-    .unwrap();
-    let script = r#"printf '%s|%s|%s|%s' "$AGENT_SECRET" "$AGENT_TOKEN" "${SESSION_VALUE-unset}" "$(pwd)" > "$WORKSPACE_DIR/agent.txt"; exec "$0" run "$1""#;
+fn catalog(port: u16) -> String {
+    // The agent writes its own manifest into its home (a host path would
+    // be rewritten inside a pod's /tmp mount), then serves it.
+    let script = format!(
+        r#"printf '%s|%s|%s' "$AGENT_SECRET" "$AGENT_TOKEN" "${{SESSION_VALUE-unset}}" > "$WORKSPACE_DIR/agent.txt"; printf 'kind: Telo.Application\nmetadata: {{ name: agent }}\nfakeTelo:\n  listen: [{port}]\n' > "$HOME/agent.yaml"; exec "$0" run "$HOME/agent.yaml""#
+    );
     json!({
         "helper": {
             "image": "acme/agent:1",
             "port": port,
             "tokenEnv": "AGENT_TOKEN",
             "env": {"AGENT_SECRET": "operator-secret"},
-            "command": ["/bin/sh", "-c", script, fake_telo_path().to_string_lossy(), manifest.to_string_lossy()],
+            "command": ["/bin/sh", "-c", script, fake_telo_path().to_string_lossy()],
         },
         "portless": {"image": "acme/portless:1", "command": ["/bin/true"]},
     })
@@ -66,20 +61,47 @@ async fn workspace_file(runner: &Runner, id: &str, path: &str) -> Option<String>
     (status == StatusCode::OK).then(|| body["content"].as_str().unwrap().to_owned())
 }
 
+/// A runner on `backend` offering `catalog`; on Kubernetes the agent's
+/// image runs its command on the host, as kube-sim runs a `host` image.
+async fn runner(backend: Backend, catalog: &str, idle: bool) -> Runner {
+    let mut vars = vec![("RUNNER_WATCH_SESSIONS", "true"), ("RUNNER_APPS", catalog)];
+    if idle {
+        vars.push(("RUNNER_WATCH_IDLE_SECONDS", "1"));
+    }
+    match backend {
+        Backend::Local => Runner::start_on(Backend::Local, &vars).await,
+        Backend::Kubernetes => {
+            let sim = common::cluster().image("acme/agent:*", kube_sim::ImageBehaviour::Host);
+            Runner::start_kube(sim, &vars).await
+        }
+    }
+}
+
+/// Where the agent of session `id` listens: loopback locally, the pod's
+/// IP on Kubernetes.
+fn agent_address(runner: &Runner, id: &str, port: u16) -> std::net::SocketAddr {
+    let ip = match &runner.sim {
+        None => std::net::IpAddr::from([127, 0, 0, 1]),
+        Some(sim) => {
+            let pod = sim
+                .get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+                .expect("the watch pod");
+            pod["status"]["podIP"].as_str().unwrap().parse().unwrap()
+        }
+    };
+    std::net::SocketAddr::new(ip, port)
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token() {
-    let dir = tempfile::tempdir().unwrap();
+async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token(
+    #[case] backend: Backend,
+) {
     let port = free_port();
-    let catalog = catalog(dir.path(), port);
-    let runner = Runner::start_on(
-        Backend::Local,
-        &[
-            ("RUNNER_WATCH_SESSIONS", "true"),
-            ("RUNNER_WATCH_IDLE_SECONDS", "1"),
-            ("RUNNER_APPS", catalog.as_str()),
-        ],
-    )
-    .await;
+    let catalog = catalog(port);
+    let runner = runner(backend, &catalog, true).await;
     let (_, caps) = runner.get("/v1/capabilities").await;
     assert_eq!(caps["features"]["agents"], json!(["helper"]));
 
@@ -110,10 +132,15 @@ async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token
     let fields: Vec<&str> = written.split('|').collect();
     assert_eq!(fields[..3], ["operator-secret", token.as_str(), "unset"]);
     // And it listens where `running.agent` says.
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("the agent listens");
+    let addr = agent_address(&runner, &id, port);
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never listened on {addr}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // The apps got the session's env and nothing of the agent's.
     let mut socket = runner.io(&id, "?app=app").await;
     let frames = test_support::ws::read_until_output(&mut socket, "SESSION_VALUE=").await;
@@ -161,19 +188,14 @@ async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_manifest_wins_a_port_clash_and_bad_agents_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
+async fn the_manifest_wins_a_port_clash_and_bad_agents_are_refused(#[case] backend: Backend) {
     let port = free_port();
-    let catalog = catalog(dir.path(), port);
-    let runner = Runner::start_on(
-        Backend::Local,
-        &[
-            ("RUNNER_WATCH_SESSIONS", "true"),
-            ("RUNNER_APPS", catalog.as_str()),
-        ],
-    )
-    .await;
+    let catalog = catalog(port);
+    let runner = runner(backend, &catalog, false).await;
     let id = runner
         .create_body(watch_body(
             "helper",

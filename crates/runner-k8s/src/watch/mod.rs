@@ -229,13 +229,14 @@ impl KubeWatch {
     async fn bring_up(&self, apps: Vec<AppSpec>, fill: Fill) -> Result<(), StartError> {
         let ctx = self.ctx().clone();
         let name = watch_pod_name(&self.id);
-        let (env, image, pull_policy, token) = {
+        let (env, image, pull_policy, token, agent) = {
             let record = lock(&self.record);
             (
                 record.spec.env.clone(),
                 record.spec.config.image.clone(),
                 record.spec.config.pull_policy,
                 record.token.clone(),
+                record.spec.agent_launch.clone(),
             )
         };
         let telo_pins = pin_releases(&self.wctx.telo_images, &apps)?;
@@ -252,6 +253,7 @@ impl KubeWatch {
                 token: &token,
                 workspace_limits: &limit_env(&self.wctx.workspace_limits),
                 resources: &self.wctx.resources,
+                agent: agent.as_ref(),
             },
         );
         let mut watching = watch_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
@@ -370,10 +372,25 @@ impl KubeWatch {
             self.relay_app(ctx, ip, index, app, &teardown);
         }
         let ports: Vec<PortMapping> = apps.iter().flat_map(|a| a.ports.iter().copied()).collect();
+        // The agent's port joins the session's routes (the manifest won
+        // any clash before the session existed).
+        let agent_port = lock(&self.record)
+            .spec
+            .agent_launch
+            .as_ref()
+            .map(|agent| PortMapping {
+                port: agent.port,
+                protocol: runner_core::types::PortProtocol::Tcp,
+            });
+        let published: Vec<PortMapping> = ports.iter().copied().chain(agent_port).collect();
         let routes = match &ctx.router {
-            Some(router) if !ports.is_empty() => {
+            Some(router) if !published.is_empty() => {
                 let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                Some(router.publish_session(&self.id, &ports, name, uid).await)
+                Some(
+                    router
+                        .publish_session(&self.id, &published, name, uid)
+                        .await,
+                )
             }
             _ => None,
         };
@@ -381,7 +398,11 @@ impl KubeWatch {
         sink.status(RunStatus::Running {
             endpoints: Some(endpoints_for(base_domain, &self.id, &ports)),
             inspect_url: None,
-            agent: None,
+            agent: agent_port.and_then(|port| {
+                endpoints_for(base_domain, &self.id, &[port])
+                    .into_iter()
+                    .next()
+            }),
         });
         if let Some(routes) = routes {
             routes.follow_until(sink.clone(), teardown.clone());

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use runner_core::types::PullPolicy;
+use runner_core::AgentLaunch;
+use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 use runner_core::watch_types::{AppSpec, IoMode};
 
 use crate::pod_spec::{
@@ -75,7 +76,12 @@ pub struct WatchPodInput<'a> {
     pub workspace_limits: &'a [(String, String)],
     /// Per container; `ttl_seconds` is `RUNNER_WATCH_MAX_TTL_SECONDS`.
     pub resources: &'a Resources,
+    /// The co-resident agent, when the session runs one.
+    pub agent: Option<&'a AgentLaunch>,
 }
+
+/// The agent's container: a name no app container can have (`app-…`).
+pub const AGENT_CONTAINER: &str = "agent";
 
 /// The script of an app container: wait until the entry exists (the
 /// workspace is seeded once the pod runs), then become the kernel. Paths
@@ -92,6 +98,7 @@ pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod
             .enumerate()
             .map(|(index, app)| app_container_spec(settings, input, index, app)),
     );
+    containers.extend(input.agent.map(|agent| agent_container(input, agent)));
     Pod {
         metadata: ObjectMeta {
             name: Some(watch_pod_name(input.session_id)),
@@ -246,10 +253,39 @@ fn app_container_spec(
     }
 }
 
+/// The co-resident agent: the operator's image (its `command`, when the
+/// entry has one, replaces the image's entrypoint) over the shared
+/// workspace, with the operator's env and its token, and `WORKSPACE_DIR`;
+/// never the session's env. Not attached: it has no terminal.
+fn agent_container(input: &WatchPodInput<'_>, agent: &AgentLaunch) -> Container {
+    let runner_env = [
+        ("WORKSPACE_DIR", WORKSPACE_DIR.to_owned()),
+        ("HOME", HOME_DIR.to_owned()),
+        ("CLICOLOR_FORCE", "1".to_owned()),
+    ];
+    let mut mounts = vec![mount("workspace", WORKSPACE_DIR)];
+    mounts.extend(scratch_mounts(AGENT_CONTAINER));
+    Container {
+        name: AGENT_CONTAINER.to_owned(),
+        image: Some(agent.image.clone()),
+        image_pull_policy: Some(pull_policy_to_k8s(agent.pull_policy).to_owned()),
+        working_dir: Some(WORKSPACE_DIR.to_owned()),
+        command: agent.command.clone(),
+        env: Some(container_env(&agent.env, &runner_env)),
+        ports: container_ports(&[PortMapping {
+            port: agent.port,
+            protocol: PortProtocol::Tcp,
+        }]),
+        resources: Some(resource_requirements(input.resources)),
+        volume_mounts: Some(mounts),
+        security_context: Some(hardened_container_security()),
+        ..Container::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runner_core::types::{PortMapping, PortProtocol};
 
     fn settings() -> PodSettings {
         PodSettings {
@@ -314,6 +350,7 @@ mod tests {
                 token: "t0ken",
                 workspace_limits: &[("RUNNER_WORKSPACE_MAX_FILES".into(), "10".into())],
                 resources: &resources,
+                agent: None,
             },
         );
         let spec = pod.spec.expect("spec");
@@ -379,10 +416,12 @@ mod tests {
                 env: &[],
                 image: "",
                 pull_policy: PullPolicy::Missing,
+                telo_pins: &TeloPins::default(),
                 workspace_image: "telo-runner:test",
                 token: "t0ken",
                 workspace_limits: &[],
                 resources: &resources,
+                agent: None,
             },
         );
         let spec = pod.spec.expect("spec");
@@ -399,5 +438,72 @@ mod tests {
         assert!(forced(web));
         assert!(!forced(worker));
         assert!(!env_of(worker).iter().any(|(n, _)| n == "FORCE_COLOR"));
+    }
+
+    #[test]
+    fn the_agent_gets_the_operators_env_and_the_workspace_never_the_sessions() {
+        let apps = [app("web", "telo.yaml", vec![])];
+        let resources = Resources {
+            cpu: "500m".into(),
+            memory: "512Mi".into(),
+            ephemeral_storage: "1Gi".into(),
+            ttl_seconds: 21600,
+        };
+        let agent = AgentLaunch {
+            name: "helper".into(),
+            image: "acme/agent:1".into(),
+            pull_policy: PullPolicy::Always,
+            command: None,
+            port: 7000,
+            env: vec![
+                ("API_KEY".into(), "operator".into()),
+                ("AGENT_TOKEN".into(), "t".repeat(32)),
+            ],
+        };
+        let pod = build_watch_pod(
+            &settings(),
+            &WatchPodInput {
+                session_id: "abc234defghi",
+                apps: &apps,
+                env: &[("SESSION_ONLY".into(), "x".into())],
+                image: "",
+                pull_policy: PullPolicy::Missing,
+                telo_pins: &TeloPins::default(),
+                workspace_image: "telo-runner:test",
+                token: "t0ken",
+                workspace_limits: &[],
+                resources: &resources,
+                agent: Some(&agent),
+            },
+        );
+        let spec = pod.spec.expect("spec");
+        let agent_container = spec.containers.last().expect("containers");
+        assert_eq!(agent_container.name, AGENT_CONTAINER);
+        assert_eq!(agent_container.image.as_deref(), Some("acme/agent:1"));
+        assert_eq!(agent_container.image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(agent_container.command, None, "the image's own entrypoint");
+        let env = env_of(agent_container);
+        let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        assert!(names.contains(&"API_KEY") && names.contains(&"AGENT_TOKEN"));
+        assert!(names.contains(&"WORKSPACE_DIR"));
+        assert!(!names.contains(&"SESSION_ONLY"), "{names:?}");
+        for other in &spec.containers[..spec.containers.len() - 1] {
+            let names: Vec<String> = env_of(other).into_iter().map(|(name, _)| name).collect();
+            assert!(
+                !names.iter().any(|n| n == "API_KEY" || n == "AGENT_TOKEN"),
+                "{names:?}"
+            );
+        }
+        let mounts = agent_container.volume_mounts.as_ref().expect("mounts");
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == "workspace" && m.mount_path == "/workspace")
+        );
+        assert_eq!(
+            agent_container.ports.as_ref().expect("ports")[0].container_port,
+            7000
+        );
+        assert!(agent_container.tty.is_none() && agent_container.stdin.is_none());
     }
 }
