@@ -244,6 +244,7 @@ fn harness() -> Harness {
         command: None,
         accept_env: None,
         token_env: None,
+        port: None,
     };
     let options = ServerOptions {
         version: "test".into(),

@@ -158,6 +158,23 @@ async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token
     assert!(output.contains("AGENT_SECRET=<unset>"), "{output}");
     assert!(output.contains("AGENT_TOKEN=<unset>"), "{output}");
 
+    // A new app set may not take the agent's port.
+    let response = runner
+        .client
+        .put(runner.url(&format!("/v1/sessions/{id}/apps")))
+        .json(&json!({"apps": [{"name": "web", "entryRelativePath": "telo.yaml", "ports": [{"port": port, "protocol": "tcp"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        response.json::<Value>().await.unwrap(),
+        json!({
+            "error": "port_conflict",
+            "message": format!("app 'web' declares tcp port {port}, which this session's co-resident agent 'helper' listens on"),
+        })
+    );
+
     // Suspended and resumed, it runs again with the same token.
     drop(events);
     let resumed = loop {

@@ -346,7 +346,7 @@ fn check_agent(state: &AppState, agent: &str, watch: bool) -> Result<u16, ApiErr
 }
 
 /// The app declaring tcp `port`, if one does.
-fn tcp_owner(apps: &[AppSpec], port: u16) -> Option<&str> {
+pub(super) fn tcp_owner(apps: &[AppSpec], port: u16) -> Option<&str> {
     apps.iter()
         .find(|app| {
             app.ports.iter().any(|mapping| {

@@ -175,6 +175,23 @@ pub async fn set_apps(
         unreachable!("PUT /apps always names its apps")
     })
     .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
+    // The session's agent keeps its port: a new app set that declares it
+    // is refused (the manifest won the clash when the session began; an
+    // agent already running is not dropped under a client's feet).
+    let agent = session
+        .watch_state()
+        .and_then(|watch| watch.spec.agent.clone());
+    if let Some(agent) = agent
+        && let Some(owner) = super::routes::tcp_owner(&apps, agent.port)
+    {
+        return Err(ApiError::bad_request(
+            "port_conflict",
+            format!(
+                "app '{owner}' declares tcp port {}, which this session's co-resident agent '{}' listens on",
+                agent.port, agent.name
+            ),
+        ));
+    }
     let mut apps = apps;
     let versions = super::telo::check_versions(
         state.registry.backend().as_ref(),
