@@ -351,7 +351,14 @@ fn read_into(mut reader: impl Read, tail: &Mutex<Tail>) {
 /// What `node --version` prints (`v20.20.2`), or `None` when it does not
 /// answer like Node.js.
 pub async fn node_version(node: &Path, search_path: &str) -> Option<String> {
-    let output = tokio::process::Command::new(node)
+    let version = version_output(node, search_path, NODE_VERSION_TIMEOUT).await?;
+    (version.starts_with('v') && version.len() < 40).then_some(version)
+}
+
+/// What `program --version` printed (trimmed) when it succeeded in time,
+/// run with nothing of the runner's environment but `PATH`.
+async fn version_output(program: &Path, search_path: &str, timeout: Duration) -> Option<String> {
+    let output = tokio::process::Command::new(program)
         .arg("--version")
         .env_clear()
         .env("PATH", search_path)
@@ -359,31 +366,17 @@ pub async fn node_version(node: &Path, search_path: &str) -> Option<String> {
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(NODE_VERSION_TIMEOUT, output)
-        .await
-        .ok()?
-        .ok()?;
-    let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    (output.status.success() && version.starts_with('v') && version.len() < 40).then_some(version)
+    let output = tokio::time::timeout(timeout, output).await.ok()?.ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// The release a Telo CLI says it is (`telo --version` prints it bare, e.g.
 /// `0.81.0`); `None` when it prints anything else or fails.
 pub async fn telo_version(telo: &Path, search_path: &str) -> Option<String> {
-    let output = tokio::process::Command::new(telo)
-        .arg("--version")
-        .env_clear()
-        .env("PATH", search_path)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(TELO_VERSION_TIMEOUT, output)
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
-    parse_telo_version(&text).filter(|_| output.status.success())
+    parse_telo_version(&version_output(telo, search_path, TELO_VERSION_TIMEOUT).await?)
 }
 
 /// The version in `telo --version`'s output: one line that is a version.

@@ -423,23 +423,7 @@ impl LocalWatch {
             }
         };
         let members = spawn.members;
-        let process = on_spawner_thread(move || {
-            if terminal {
-                spawn_in_pty(spawn).map(Started::from)
-            } else {
-                spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-            }
-        })
-        .await
-        .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-        .flatten()
-        .map_err(|err| {
-            StartError::new(
-                StartStage::Start,
-                format!("could not start app '{}': {err}", app.name),
-            )
-            .with_source(err)
-        })?;
+        let process = start_process(spawn, terminal, &format!("app '{}'", app.name)).await?;
         let sink = self.sink.clone();
         let name = app.name.clone();
         let WiredProcess {
@@ -594,19 +578,7 @@ impl LocalWatch {
             }
         };
         let members = spawn.members;
-        let process = on_spawner_thread(move || {
-            spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-        })
-        .await
-        .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-        .flatten()
-        .map_err(|err| {
-            StartError::new(
-                StartStage::Start,
-                format!("could not start agent '{}': {err}", agent.name),
-            )
-            .with_source(err)
-        })?;
+        let process = start_process(spawn, false, &format!("agent '{}'", agent.name)).await?;
         let session_id = self.id.clone();
         let name = agent.name.clone();
         let WiredProcess {
@@ -673,6 +645,29 @@ impl LocalWatch {
             WorkspaceFailure::unavailable(format!("could not record the session: {err}"))
         })
     }
+}
+
+/// Starts `spawn` on the spawner thread, in a terminal or on pipes; `what`
+/// names it in the failure ("app 'web'").
+async fn start_process(
+    spawn: SpawnPlan,
+    terminal: bool,
+    what: &str,
+) -> Result<Started, StartError> {
+    on_spawner_thread(move || {
+        if terminal {
+            spawn_in_pty(spawn).map(Started::from)
+        } else {
+            spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+        }
+    })
+    .await
+    .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+    .flatten()
+    .map_err(|err| {
+        StartError::new(StartStage::Start, format!("could not start {what}: {err}"))
+            .with_source(err)
+    })
 }
 
 /// Takes `apps` down at once and waits (bounded) for each to be gone.
