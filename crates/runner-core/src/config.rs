@@ -375,7 +375,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_APPS",
         default: "(unset)",
-        description: "JSON object of operator-defined apps launchable by name (`image`, `env`, `pullPolicy`, `title`, `description`, `command` for the local backend, `acceptEnv`: the only client variables it takes); treat it as a secret, its env may hold keys.",
+        description: "JSON object of operator-defined apps launchable by name (`image`, `env`, `pullPolicy`, `title`, `description`, `command` for the local backend (on Kubernetes it replaces an agent image's entrypoint), `acceptEnv`: the only client variables it takes, `port`: the TCP port it listens on, which makes it a watch session's co-resident agent, `tokenEnv`: the variable a per-session token is injected under); treat it as a secret, its env may hold keys.",
     },
     EnvVarDoc {
         name: "RUNNER_AUTH_TOKENS_FILE",
