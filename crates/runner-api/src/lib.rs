@@ -20,6 +20,7 @@ pub mod app_env;
 pub mod bundle_path;
 pub mod io;
 pub mod js;
+pub mod ports;
 pub mod sse;
 pub mod telo;
 pub mod types;

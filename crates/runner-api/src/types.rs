@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::ports::{PortMapping, PortProtocol};
 use crate::watch::{AppSnapshot, RejectedPort, RunTrigger, SessionMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -36,28 +37,6 @@ impl PullPolicy {
             Self::Never => "never",
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PortProtocol {
-    Tcp,
-    Udp,
-}
-
-impl PortProtocol {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Tcp => "tcp",
-            Self::Udp => "udp",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PortMapping {
-    pub port: u16,
-    pub protocol: PortProtocol,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +97,22 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// `running` with `ports` published as they are, on the host the client
+    /// reached the runner on (no routing layer in front).
+    pub fn running_unrouted<'a>(ports: impl IntoIterator<Item = &'a PortMapping>) -> Self {
+        Self::Running {
+            endpoints: Some(
+                ports
+                    .into_iter()
+                    .copied()
+                    .map(RunnerEndpoint::unrouted)
+                    .collect(),
+            ),
+            inspect_url: None,
+            agent: None,
+        }
+    }
+
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,

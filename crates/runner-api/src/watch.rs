@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bundle_path::normalize_bundle_path;
-use crate::types::PortMapping;
+use crate::ports::PortMapping;
 
 /// The one app of a session that names none (every run session).
 pub const DEFAULT_APP_NAME: &str = "app";
@@ -302,7 +302,7 @@ pub fn resolve_apps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::PortProtocol;
+    use crate::ports::PortProtocol;
     use serde_json::json;
 
     fn app(name: &str, entry: &str, ports: &[(u16, PortProtocol)]) -> AppSpec {

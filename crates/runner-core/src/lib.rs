@@ -15,6 +15,7 @@ pub mod errors;
 pub mod http;
 pub mod http_client;
 pub mod ids;
+pub mod launch;
 pub mod metrics;
 pub mod reachability;
 pub mod registry;
@@ -34,7 +35,7 @@ pub use runner_api::{app_env, bundle_path, js, types, validate};
 pub use backend::{
     AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession,
     InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartError, StartSpec,
-    StartStage, StopError, SuspendedSession, WatchSpec, WatchStart, WatchWorkload,
+    StartStage, StopError, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
     WorkspaceFailure,
 };
 pub use registry::{RegistryLimits, SessionRegistry};

@@ -15,8 +15,8 @@ use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig, Readiness,
-    RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession, WatchSpec,
-    WatchStart, WatchWorkload,
+    RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession,
+    TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
 };
 use serde_json::json;
 
@@ -320,7 +320,11 @@ impl Backend for KubeBackend {
     /// Only what the configuration decides: whether a published tag exists
     /// is the kubelet's to find out, and a pull that fails fails the start
     /// naming the release.
-    fn supply_telo(&self, version: &TeloVersion, _mode: SessionMode) -> Result<(), String> {
+    fn supply_telo(
+        &self,
+        version: &TeloVersion,
+        _mode: SessionMode,
+    ) -> Result<(), TeloUnavailable> {
         self.config.telo_images.image_for(version).map(|_| ())
     }
 

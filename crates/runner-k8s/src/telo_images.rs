@@ -3,6 +3,7 @@
 //! pulled under the operator's policy. Plain functions over the configuration.
 
 use runner_api::telo::TeloVersion;
+use runner_core::TeloUnavailable;
 use runner_core::types::PullPolicy;
 
 pub const DEFAULT_TELO_IMAGE_REPOSITORY: &str = "telorun/node";
@@ -34,14 +35,12 @@ impl TeloImageSource {
     /// The image of `version`, or why there is none. An unreleased build has
     /// no published tag: the only image that can run it is one the operator
     /// built from that same tree.
-    pub fn image_for(&self, version: &TeloVersion) -> Result<String, String> {
+    pub fn image_for(&self, version: &TeloVersion) -> Result<String, TeloUnavailable> {
         if version.is_unreleased() {
             return self.unreleased.clone().ok_or_else(|| {
-                format!(
-                    "{version} is an unreleased build, which has no published image. Pin a \
-                     released telo version for this workspace, or have the runner's operator set \
-                     RUNNER_TELO_UNRELEASED_IMAGE to a kernel image built from that same tree"
-                )
+                TeloUnavailable::UnreleasedWithoutImage {
+                    version: version.to_string(),
+                }
             });
         }
         Ok(format!("{}:{version}-{}", self.repository, self.variant))
@@ -55,7 +54,9 @@ impl TeloImageSource {
         Ok(TeloPin {
             container: container.to_owned(),
             version: parsed.to_string(),
-            image: self.image_for(&parsed)?,
+            image: self
+                .image_for(&parsed)
+                .map_err(|reason| reason.to_string())?,
             pull_policy: self.pull_policy,
         })
     }
@@ -140,7 +141,7 @@ mod tests {
             .image_for(&version("0.97.0+unreleased"))
             .unwrap_err();
         assert_eq!(
-            reason,
+            reason.to_string(),
             "0.97.0+unreleased is an unreleased build, which has no published image. Pin a \
              released telo version for this workspace, or have the runner's operator set \
              RUNNER_TELO_UNRELEASED_IMAGE to a kernel image built from that same tree"

@@ -3,30 +3,25 @@
 //! and — unless the operator opted out — its own sandbox, with nothing of
 //! the runner's environment but a `PATH`.
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use runner_api::telo::TeloVersion;
 use runner_api::watch::SessionMode;
-use runner_api::watch::StreamTag;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
 use runner_core::reachability::watch_reachability;
 use runner_core::tasks::OwnedTasks;
-use runner_core::types::{
-    AvailabilityReport, PortMapping, PullPolicy, RunBundle, RunStatus, RunnerEndpoint,
-};
+use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
-    StartStage, SuspendedSession, WatchSpec, WatchStart, WatchWorkload,
+    StartStage, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
 };
 use serde_json::json;
-use tokio::sync::oneshot;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
@@ -36,11 +31,12 @@ use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
 use crate::pipes::Started;
-use crate::process_group::{Members, ProcessGroup};
-use crate::pty::{pump_input, pump_output_to, spawn_in_pty};
+use crate::process_group::Members;
+use crate::pty::spawn_in_pty;
 use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
-use crate::session::{LocalSession, Supervision, supervise};
+use crate::session::{Supervision, supervise};
 use crate::spawner::on_spawner_thread;
+use crate::wiring::{free_loopback_port, wire_process};
 use crate::work_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
 use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
 
@@ -50,8 +46,6 @@ pub const LOCAL_IMAGE: &str = "local";
 /// Bundles up to this many files are written at once, whatever else is
 /// being written (see `with_bulk_file_work`).
 pub const SMALL_BUNDLE_FILES: usize = 64;
-/// Stdin chunks queued for a session before further input is dropped.
-pub const STDIN_QUEUE_CHUNKS: usize = 256;
 const WORK_DIR_REMEDIATION: &str =
     "Set RUNNER_LOCAL_WORK_DIR to a directory the runner can write to.";
 
@@ -158,7 +152,7 @@ impl LocalBackend {
             &self.config.telo_versions,
         ) {
             (Some(version), Some(dir)) => crate::telo_versions::supply(dir, &version)
-                .map_err(|reason| StartError::new(StartStage::Start, reason)),
+                .map_err(|reason| StartError::new(StartStage::Start, reason.to_string())),
             _ => resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
                 // The session's own failure says what to do, as the
                 // probe does: a user may never look at the probe.
@@ -465,7 +459,7 @@ impl Backend for LocalBackend {
         };
         info!(session_id = %spec.session_id, dir = %work.root().display(), "session process started");
 
-        sink.status(running_unrouted(spec.ports.iter()));
+        sink.status(RunStatus::running_unrouted(spec.ports.iter()));
         // Only now: the terminal status must never overtake `running`.
         self.tasks
             .spawn(supervise(supervision).instrument(Span::current()));
@@ -509,10 +503,14 @@ impl Backend for LocalBackend {
         self.config.telo_versions.is_some()
     }
 
-    fn supply_telo(&self, version: &TeloVersion, _mode: SessionMode) -> Result<(), String> {
+    fn supply_telo(
+        &self,
+        version: &TeloVersion,
+        _mode: SessionMode,
+    ) -> Result<(), TeloUnavailable> {
         match &self.config.telo_versions {
             Some(dir) => crate::telo_versions::supply(dir, version).map(drop),
-            None => Err("this runner runs only the Telo CLI it was configured with".to_owned()),
+            None => Err(TeloUnavailable::OnlyConfiguredKernel),
         }
     }
 
@@ -616,128 +614,6 @@ fn wire_session(
         max_ttl,
     };
     Ok((wired.session, supervision))
-}
-
-/// A started process with its waiter and terminal threads running.
-pub(crate) struct WiredProcess {
-    pub session: Arc<LocalSession>,
-    /// The exit code, once the process ended and was reaped.
-    pub exited: oneshot::Receiver<i64>,
-    /// Fires once all of its output was delivered.
-    pub output_drained: oneshot::Receiver<()>,
-}
-
-/// Fires its channel when the last output thread holding it is done.
-struct DrainNotice(Option<oneshot::Sender<()>>);
-
-impl Drop for DrainNotice {
-    fn drop(&mut self) {
-        if let Some(drained) = self.0.take() {
-            let _ = drained.send(());
-        }
-    }
-}
-
-/// Starts the waiter, output and input threads of a freshly spawned process;
-/// its output goes to `emit`, each chunk with the stream it came from. On
-/// failure the process group is killed.
-pub(crate) fn wire_process(
-    id: &str,
-    process: Started,
-    members: Members,
-    emit: impl Fn(StreamTag, Bytes) + Send + Sync + 'static,
-    stop_grace: Duration,
-) -> Result<WiredProcess, StartError> {
-    let Started {
-        pid,
-        child,
-        terminal,
-        outputs,
-        input,
-        args_file,
-    } = process;
-    let group = Arc::new(ProcessGroup::new(pid, members));
-    let thread_error = |err: std::io::Error| {
-        StartError::new(
-            StartStage::Start,
-            format!("could not start a session thread: {err}"),
-        )
-        .with_source(err)
-    };
-
-    let (exited_tx, exited) = oneshot::channel();
-    let waiter = group.clone();
-    std::thread::Builder::new()
-        .name(format!("wait-{id}"))
-        .spawn(move || {
-            let _ = exited_tx.send(waiter.wait(child));
-        })
-        .map_err(|err| {
-            // Without a waiter nobody would reap it: kill it, and let the
-            // dropped child handle leave a zombie only until the runner exits.
-            let _ = group.kill();
-            thread_error(err)
-        })?;
-
-    let (drained_tx, output_drained) = oneshot::channel();
-    let drained = Arc::new(DrainNotice(Some(drained_tx)));
-    let emit = Arc::new(emit);
-    let (input_queue, input_rx) = std::sync::mpsc::sync_channel(STDIN_QUEUE_CHUNKS);
-    let mut threads = Ok(());
-    for (tag, output) in outputs {
-        let session_id = id.to_owned();
-        let emit = emit.clone();
-        let drained = drained.clone();
-        threads = threads.and_then(|()| {
-            std::thread::Builder::new()
-                .name(format!("out-{id}"))
-                .spawn(move || {
-                    pump_output_to(output, &session_id, |bytes| emit(tag, bytes));
-                    drop(drained);
-                })
-                .map(drop)
-        });
-    }
-    drop(drained);
-    let threads = threads.and_then(|()| {
-        std::thread::Builder::new()
-            .name(format!("in-{id}"))
-            .spawn(move || pump_input(input, input_rx))
-            .map(drop)
-    });
-    if let Err(err) = threads {
-        let _ = group.kill();
-        return Err(thread_error(err));
-    }
-
-    let session = Arc::new(LocalSession::new(
-        id.to_owned(),
-        group,
-        stop_grace,
-        terminal,
-        input_queue,
-        args_file,
-    ));
-    Ok(WiredProcess {
-        session,
-        exited,
-        output_drained,
-    })
-}
-
-/// `running` with `ports` published on this host as they are.
-pub(crate) fn running_unrouted<'a>(ports: impl Iterator<Item = &'a PortMapping>) -> RunStatus {
-    RunStatus::Running {
-        endpoints: Some(ports.copied().map(RunnerEndpoint::unrouted).collect()),
-        inspect_url: None,
-        agent: None,
-    }
-}
-
-/// A loopback port that was free a moment ago, for the CLI's `--inspect`.
-pub(crate) fn free_loopback_port() -> std::io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
 }
 
 impl std::fmt::Debug for LocalBackend {

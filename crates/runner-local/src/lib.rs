@@ -41,6 +41,7 @@ pub mod session;
 pub mod spawner;
 pub mod telo_versions;
 pub mod watch;
+pub mod wiring;
 pub mod work_dir;
 pub mod work_root_lock;
 

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use runner_api::telo::TeloVersion;
+use runner_core::TeloUnavailable;
 
 /// Where a release's kernel lives under the versions directory.
 pub fn kernel_path(dir: &Path, version: &TeloVersion) -> PathBuf {
@@ -33,19 +34,17 @@ pub fn available(dir: &Path) -> Vec<TeloVersion> {
 
 /// The kernel of `version`, or the reason there is none (naming what the
 /// runner has, so a client can pick one).
-pub fn supply(dir: &Path, version: &TeloVersion) -> Result<PathBuf, String> {
+pub fn supply(dir: &Path, version: &TeloVersion) -> Result<PathBuf, TeloUnavailable> {
     let path = kernel_path(dir, version);
     if is_executable(&path) {
         return Ok(path);
     }
     let have: Vec<String> = available(dir).iter().map(ToString::to_string).collect();
+    let version = version.to_string();
     Err(if have.is_empty() {
-        format!("this runner has no telo {version}, and no chosen release at all")
+        TeloUnavailable::NoReleases { version }
     } else {
-        format!(
-            "this runner has no telo {version} \u{2014} it has {}",
-            have.join(", ")
-        )
+        TeloUnavailable::NotInstalled { version, have }
     })
 }
 
@@ -88,12 +87,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wanted = TeloVersion::parse("0.99.0").unwrap();
         assert_eq!(
-            supply(dir.path(), &wanted).unwrap_err(),
+            supply(dir.path(), &wanted).unwrap_err().to_string(),
             "this runner has no telo 0.99.0, and no chosen release at all"
         );
         install(dir.path(), "0.96.0", 0o755);
         assert_eq!(
-            supply(dir.path(), &wanted).unwrap_err(),
+            supply(dir.path(), &wanted).unwrap_err().to_string(),
             "this runner has no telo 0.99.0 \u{2014} it has 0.96.0"
         );
         let have = TeloVersion::parse("0.96.0").unwrap();

@@ -33,21 +33,19 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
-use crate::backend::{WiredProcess, free_loopback_port, running_unrouted, wire_process};
 use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
 use crate::pipes::{Started, spawn_with_pipes};
 use crate::pty::spawn_in_pty;
 use crate::sandbox::{Sandbox, WorkloadSession};
 use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
 use crate::spawner::on_spawner_thread;
-use crate::work_dir::WorkDir;
+use crate::wiring::{WiredProcess, free_loopback_port, wire_process};
+use crate::work_dir::{RECORD_FILE, WorkDir};
 
 /// The name the agent's process goes by among the apps: reserved, so no
 /// app of a session has it, and no client reaches its stdin.
 const AGENT_NAME: &str = "agent";
 
-/// The session record beside the workspace.
-pub const RECORD_FILE: &str = "watch.json";
 /// How long a torn-down app's output may take to drain.
 const TEARDOWN_BOUND: Duration = Duration::from_secs(30);
 
@@ -313,7 +311,7 @@ pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession
 }
 
 fn running_status(apps: &[AppSpec], agent: Option<&AgentLaunch>) -> RunStatus {
-    let mut status = running_unrouted(apps.iter().flat_map(|app| app.ports.iter()));
+    let mut status = RunStatus::running_unrouted(apps.iter().flat_map(|app| app.ports.iter()));
     if let (RunStatus::Running { agent: slot, .. }, Some(agent)) = (&mut status, agent) {
         *slot = Some(RunnerEndpoint::unrouted(PortMapping {
             port: agent.port,

@@ -181,6 +181,10 @@ pub fn bulk_file_workers() -> usize {
         .max(1)
 }
 
+/// A watch session's record beside its workspace: a directory holding one
+/// is a kept session, which the boot sweep leaves alone.
+pub const RECORD_FILE: &str = "watch.json";
+
 /// Names of directories being deleted (see [`WorkDir::discard`]); a dot
 /// first, so never a session id. The boot sweep removes what a runner that
 /// died mid-delete left.
@@ -230,7 +234,7 @@ pub fn sweep_work_root(work_root: &Path) -> usize {
         let path = entry.path();
         // A watch session's directory is its checkpoint: the registry
         // lists it suspended and a resume starts from it.
-        if path.join(crate::watch::RECORD_FILE).is_file() {
+        if path.join(RECORD_FILE).is_file() {
             continue;
         }
         if remove_dir(&path) {

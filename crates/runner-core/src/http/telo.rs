@@ -47,7 +47,7 @@ pub(super) fn check_versions(
     for (app, version) in apps.iter().zip(&versions) {
         backend
             .supply_telo(version, mode)
-            .map_err(|reason| TeloRefusal::unavailable(&app.name, version, reason))?;
+            .map_err(|reason| TeloRefusal::unavailable(&app.name, version, reason.to_string()))?;
     }
     Ok(Some(versions))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use runner_api::watch::AppSpec;
 use tokio::time::Instant;
 
-use crate::backend::WatchSpec;
+use crate::launch::WatchSpec;
 use crate::watch::ReloadBudget;
 use crate::workload::WatchWorkload;
 

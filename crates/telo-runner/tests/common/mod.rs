@@ -1,6 +1,8 @@
 //! A real runner on an ephemeral loopback port, with fake-telo as its kernel.
 #![allow(dead_code)]
 
+pub mod watch;
+
 use std::collections::HashMap;
 
 use reqwest::StatusCode;

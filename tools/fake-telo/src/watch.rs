@@ -111,7 +111,7 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
     })
     .map_err(|error| RunError::Start {
         what: "the file watcher",
-        source: io::Error::other(crate::error_chain(&error)),
+        source: io::Error::other(output::error_chain(&error)),
     })?;
     let mut session = Session {
         entry: options.entry.clone(),
@@ -274,7 +274,7 @@ impl Session {
     }
 
     fn fail(&mut self, phase: &str, error: &dyn std::error::Error) {
-        let message = crate::error_chain(error);
+        let message = output::error_chain(error);
         output::stderr_line(&format!("fake-telo: {message}"));
         self.publish_with(
             "Kernel.RunFailed",

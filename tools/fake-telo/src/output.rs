@@ -78,6 +78,18 @@ pub fn spew(total: u64) {
     let _ = out.flush();
 }
 
+/// Joins an error with its sources, so "cannot read entry" also says *why*.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,6 @@ use crate::output;
 use crate::script::{self, Script, ScriptError};
 use crate::signals;
 use crate::terminal;
-use crate::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -48,11 +47,8 @@ pub enum RunError {
 /// The line echo treats as "end the run" (after trimming the line ending).
 pub const ECHO_EXIT_LINE: &[u8] = b"exit";
 
-/// Runs the entry and returns the exit code of a normal end.
+/// Runs the entry once and returns the exit code of a normal end.
 pub fn run(options: &RunOptions) -> Result<u8, RunError> {
-    if options.watch {
-        return watch::run(options);
-    }
     let Some(script) = load_script(&options.entry)? else {
         output::stdout_line(&format!("fake-telo: ran {}", options.entry));
         return Ok(0);

@@ -37,7 +37,7 @@ pub fn default_telo_path(kernel_dir: Option<&str>, home: Option<&str>) -> Option
 /// The repository's copy of the fixture (`<workspace>/../shared/telo`).
 pub fn fixture_source_dir() -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // crates/bench → the workspace → the directory holding it.
+    // tools/bench → the workspace → the directory holding it.
     let beside_workspace = crate_dir
         .ancestors()
         .nth(3)

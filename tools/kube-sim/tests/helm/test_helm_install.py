@@ -6,7 +6,7 @@ release, uninstalls it and checks that everything is gone. Helm writes its
 release Secrets with Kubernetes protobuf, so this also exercises kube-sim's
 protobuf request bodies.
 
-Run by crates/kube-sim/tests/helm.rs with KUBE_SIM_BIN set; needs
+Run by tools/kube-sim/tests/helm.rs with KUBE_SIM_BIN set; needs
 `pip install --ignore-requires-python helm-sdkpy pytest`.
 """
 

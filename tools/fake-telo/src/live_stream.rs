@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use time::OffsetDateTime;
 
-use crate::debug_stream::{BOOT_LOG_LINE, event_frame, frame_timestamp, log_frame};
+use crate::debug_frames::{BOOT_LOG_LINE, event_frame, frame_timestamp, log_frame};
 use crate::script::DebugEvent;
 
 /// Every frame published so far, and how far each subscriber has written.

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod debug_frames;
 mod debug_stream;
 mod http;
 mod lifetime;
@@ -45,10 +46,10 @@ fn main() -> ExitCode {
             output::stdout_line(cli::USAGE);
             ExitCode::SUCCESS
         }
-        Command::Run(options) => match run::run(&options) {
+        Command::Run(options) => match run_entry(&options) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {
-                output::stderr_line(&format!("fake-telo: {}", error_chain(&error)));
+                output::stderr_line(&format!("fake-telo: {}", output::error_chain(&error)));
                 ExitCode::from(EXIT_FAILURE)
             }
         },
@@ -60,14 +61,11 @@ fn usage_error(error: &UsageError) -> ExitCode {
     ExitCode::from(EXIT_USAGE)
 }
 
-/// Joins an error with its sources, so "cannot read entry" also says *why*.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
+/// A plain run, or under `--watch` a series of generations.
+fn run_entry(options: &cli::RunOptions) -> Result<u8, run::RunError> {
+    if options.watch {
+        watch::run(options)
+    } else {
+        run::run(options)
     }
-    message
 }
