@@ -24,3 +24,12 @@ pub struct PortMapping {
     pub port: u16,
     pub protocol: PortProtocol,
 }
+
+/// The tcp ports among `ports`, in order: what can be probed and routed.
+pub fn tcp_ports(ports: &[PortMapping]) -> Vec<u16> {
+    ports
+        .iter()
+        .filter(|mapping| mapping.protocol == PortProtocol::Tcp)
+        .map(|mapping| mapping.port)
+        .collect()
+}

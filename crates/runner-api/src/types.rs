@@ -406,6 +406,27 @@ pub struct RunBundle {
     pub files: Vec<BundleFile>,
 }
 
+/// A `POST /v1/sessions` body as a client writes it: the bundle, its
+/// environment in the order given, the ports to publish, the container
+/// config and whether to relay the kernel's debug stream.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartSessionRequest<'a> {
+    pub bundle: &'a RunBundle,
+    #[serde(serialize_with = "env_object")]
+    pub env: &'a [(String, String)],
+    pub ports: Vec<PortMapping>,
+    pub config: RequestedConfig,
+    pub inspect: bool,
+}
+
+/// An environment as the wire's JSON object, keys in the order given.
+fn env_object<S: serde::Serializer>(
+    env: &&[(String, String)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(env.iter().map(|(key, value)| (key, value)))
+}
+
 /// Response of both session-creating routes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionCreated {

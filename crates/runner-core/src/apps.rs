@@ -190,8 +190,9 @@ pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
         reason: err.to_string(),
     })?;
     let Value::Object(catalog) = parsed else {
-        return Err(ConfigError::Other(
-            "RUNNER_APPS must be a JSON object mapping app name \u{2192} app config.".to_owned(),
+        return Err(ConfigError::must_be(
+            "RUNNER_APPS",
+            "a JSON object mapping app name \u{2192} app config",
         ));
     };
     let mut entries = Vec::with_capacity(catalog.len());

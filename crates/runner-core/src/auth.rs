@@ -79,9 +79,10 @@ pub fn load_auth_tokens(env: &Env) -> Result<Option<AuthTokens>, ConfigError> {
     })?;
     let tokens = AuthTokens::parse(&text);
     if tokens.is_empty() {
-        return Err(ConfigError::Other(format!(
-            "{AUTH_TOKENS_FILE_VAR} '{path}' holds no token (one per line; blank lines and # comments are ignored)."
-        )));
+        return Err(ConfigError::NoTokens {
+            var: AUTH_TOKENS_FILE_VAR.to_owned(),
+            path: path.clone(),
+        });
     }
     Ok(Some(tokens))
 }

@@ -71,10 +71,60 @@ pub enum ConfigError {
     /// `action` completes "could not …" (`build the HTTP client`).
     #[error("could not {action}: {reason}")]
     Setup { action: String, reason: String },
-    /// A message with a shape of its own.
-    #[error("{0}")]
-    Other(String),
+    /// A variable that must hold something it does not; `what` completes
+    /// "must be …" (`set to the session's token`).
+    #[error("{var} must be {what}.")]
+    MustBe { var: String, what: String },
+    /// A tokens file with no token in it.
+    #[error(
+        "{var} '{path}' holds no token (one per line; blank lines and # comments are ignored)."
+    )]
+    NoTokens { var: String, path: String },
+    /// A file a variable names that cannot be read, in the sentence that
+    /// variable's message has always had.
+    #[error("{var} could not be read at '{path}': {reason}")]
+    UnreadableAt {
+        var: String,
+        path: String,
+        reason: String,
+    },
+    /// A refusal a backend or the binary words itself, as its own typed
+    /// error (routing that cannot be resolved, an unusable kubeconfig, a
+    /// backend that cannot be built).
+    #[error(transparent)]
+    Refused(RefusedBy),
 }
+
+/// A typed error from outside this crate carried by [`ConfigError`]: its
+/// text is the message, and two are equal when they say the same.
+#[derive(Debug, Clone)]
+pub struct RefusedBy(pub std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl RefusedBy {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(error))
+    }
+}
+
+impl std::fmt::Display for RefusedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RefusedBy {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for RefusedBy {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for RefusedBy {}
 
 /// What a whole-number variable accepts, as its refusal puts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +151,19 @@ impl std::fmt::Display for IntegerRange {
 }
 
 impl ConfigError {
+    /// `var` must be `what`.
+    pub fn must_be(var: &str, what: impl Into<String>) -> Self {
+        ConfigError::MustBe {
+            var: var.to_owned(),
+            what: what.into(),
+        }
+    }
+
+    /// A refusal worded by its own typed error.
+    pub fn refused(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ConfigError::Refused(RefusedBy::new(error))
+    }
+
     /// `var` refused with `wanted`, quoting the value as the operator wrote it.
     pub fn invalid_integer(var: &str, wanted: IntegerRange, value: &str) -> Self {
         ConfigError::InvalidInteger {

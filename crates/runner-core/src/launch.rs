@@ -110,11 +110,7 @@ impl StartSpec {
     }
 
     pub fn tcp_ports(&self) -> Vec<u16> {
-        self.ports
-            .iter()
-            .filter(|p| p.protocol == runner_api::types::PortProtocol::Tcp)
-            .map(|p| p.port)
-            .collect()
+        runner_api::ports::tcp_ports(&self.ports)
     }
 }
 

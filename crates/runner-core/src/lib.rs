@@ -17,6 +17,7 @@ pub mod http_client;
 pub mod ids;
 pub mod launch;
 pub mod metrics;
+pub mod observe;
 pub mod reachability;
 pub mod registry;
 pub mod replay;

@@ -42,10 +42,10 @@ fn terms_body(env: &Env) -> Result<Option<String>, ConfigError> {
     let Some(file) = env_string(env, "RUNNER_TERMS_FILE") else {
         return Ok(env.get("RUNNER_TERMS_BODY").cloned());
     };
-    let bytes = std::fs::read(&file).map_err(|err| {
-        ConfigError::Other(format!(
-            "RUNNER_TERMS_FILE could not be read at '{file}': {err}"
-        ))
+    let bytes = std::fs::read(&file).map_err(|err| ConfigError::UnreadableAt {
+        var: "RUNNER_TERMS_FILE".to_owned(),
+        path: file.clone(),
+        reason: err.to_string(),
     })?;
     // Decoded like Node's `readFileSync(path, "utf8")`: invalid sequences become
     // U+FFFD instead of failing, so a stray byte cannot take the runner down.

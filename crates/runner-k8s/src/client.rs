@@ -12,6 +12,15 @@ use runner_core::metrics::Metrics;
 use tower::util::MapRequestLayer;
 
 /// A client whose every request is counted in `metrics` by verb and resource.
+/// Why no client to the cluster could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeClientRefusal {
+    #[error("KUBECONFIG '{path}' is not usable: {reason}")]
+    UnusableKubeconfig { path: String, reason: String },
+    #[error("no Kubernetes configuration found (not in a cluster, no KUBECONFIG): {reason}")]
+    NoConfiguration { reason: String },
+}
+
 pub async fn kube_client(env: &Env, metrics: Arc<Metrics>) -> Result<Client, ConfigError> {
     let config = if env_string(env, "KUBERNETES_SERVICE_HOST").is_some() {
         Config::incluster().map_err(|err| {
@@ -27,13 +36,16 @@ pub async fn kube_client(env: &Env, metrics: Arc<Metrics>) -> Result<Client, Con
         Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
             .map_err(|err| {
-                ConfigError::Other(format!("KUBECONFIG '{path}' is not usable: {err}"))
+                ConfigError::refused(KubeClientRefusal::UnusableKubeconfig {
+                    path: path.clone(),
+                    reason: err.to_string(),
+                })
             })?
     } else {
         Config::infer().await.map_err(|err| {
-            ConfigError::Other(format!(
-                "no Kubernetes configuration found (not in a cluster, no KUBECONFIG): {err}"
-            ))
+            ConfigError::refused(KubeClientRefusal::NoConfiguration {
+                reason: err.to_string(),
+            })
         })?
     };
     let counting = MapRequestLayer::new(move |request: Request<Body>| {

@@ -62,9 +62,24 @@ pub const DEFAULT_ROUTE_READY_TIMEOUT_SECONDS: u64 = 60;
 /// stuck in `Pending` needs this runner-side deadline.
 pub const DEFAULT_START_DEADLINE_SECONDS: u64 = 120;
 
-const SELF_URL_REQUIRED: &str = "RUNNER_SELF_URL env var is required. Set it to the runner's \
-     in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session \
-     initContainers can fetch the bundle.";
+/// Kubernetes settings refused for a reason of their own (not one shape
+/// of value among many).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeConfigRefusal {
+    /// The init containers fetch the bundle from the runner's own URL.
+    #[error(
+        "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. \
+         http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle."
+    )]
+    SelfUrlRequired,
+    /// Gateway routing without a Gateway to attach routes to.
+    #[error(
+        "SESSION_ROUTING_MODE=gateway requires SESSION_GATEWAY_NAME \u{2014} the Gateway each \
+         session's HTTPRoute attaches to. Set it (and SESSION_GATEWAY_NAMESPACE when the Gateway \
+         is not in '{session_namespace}')."
+    )]
+    GatewayNameRequired { session_namespace: String },
+}
 
 /// Everything the Kubernetes backend is configured with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,7 +315,7 @@ fn load_self_url(env: &Env) -> Result<String, ConfigError> {
     env_string(env, "RUNNER_SELF_URL")
         .map(|url| url.trim_end_matches('/').to_owned())
         .filter(|url| !url.is_empty())
-        .ok_or_else(|| ConfigError::Other(SELF_URL_REQUIRED.to_owned()))
+        .ok_or_else(|| ConfigError::refused(KubeConfigRefusal::SelfUrlRequired))
 }
 
 /// `SESSION_*` routing variables. Mode and the gateway-mode requirements are
@@ -357,11 +372,9 @@ pub fn load_routing_config(
 /// The refusal of gateway mode without a Gateway to attach routes to; shared
 /// with the routing decision, which can meet a hand-built config.
 pub(crate) fn gateway_name_required(session_namespace: &str) -> ConfigError {
-    ConfigError::Other(format!(
-        "SESSION_ROUTING_MODE=gateway requires SESSION_GATEWAY_NAME — the Gateway each session's \
-         HTTPRoute attaches to. Set it (and SESSION_GATEWAY_NAMESPACE when the Gateway is not in \
-         '{session_namespace}')."
-    ))
+    ConfigError::refused(KubeConfigRefusal::GatewayNameRequired {
+        session_namespace: session_namespace.to_owned(),
+    })
 }
 
 /// An unknown mode is refused rather than read as `auto`: a typo that silently
@@ -468,9 +481,10 @@ fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
     if has_host {
         Ok(url.to_owned())
     } else {
-        Err(ConfigError::Other(format!(
-            "RUNNER_DOCKER_HUB_URL must be an http:// or https:// URL (got '{raw}')."
-        )))
+        Err(ConfigError::must_be(
+            "RUNNER_DOCKER_HUB_URL",
+            format!("an http:// or https:// URL (got '{raw}')"),
+        ))
     }
 }
 

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
-use runner_core::reachability::watch_reachability;
+use runner_api::ports::tcp_ports;
+use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
-use runner_core::types::{PortMapping, PortProtocol, RunPhase, RunStatus};
+use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError};
 use tokio::sync::{OnceCell, mpsc, watch};
 use tracing::{debug, info, warn};
@@ -326,38 +327,22 @@ fn start_watchers(
     sink: &SessionSink,
     pod_ip: Option<std::net::IpAddr>,
 ) {
-    let tcp_ports: Vec<u16> = shape
-        .ports
-        .iter()
-        .filter(|p| p.protocol == PortProtocol::Tcp)
-        .map(|p| p.port)
-        .collect();
+    let tcp_ports = tcp_ports(&shape.ports);
     let ended = sink.ended();
     match pod_ip {
-        Some(ip) => {
-            if !tcp_ports.is_empty() {
-                ctx.tasks.spawn(watch_reachability(
-                    ip,
-                    tcp_ports,
-                    sink.clone(),
-                    ended.clone(),
-                ));
-            }
-            if shape.inspect {
-                let sink = sink.clone();
-                let url = format!(
-                    "http://{}/events",
-                    std::net::SocketAddr::new(ip, INSPECT_PORT)
-                );
-                ctx.tasks
-                    .spawn(runner_core::debug_relay::relay_debug_stream(
-                        ctx.http.clone(),
-                        url,
-                        move |frame| sink.debug(frame),
-                        ended,
-                    ));
-            }
+        Some(ip) => Observer {
+            tasks: &ctx.tasks,
+            http: &ctx.http,
+            sink,
+            host: ip,
+            stop: &ended,
         }
+        .run_session(
+            tcp_ports,
+            shape
+                .inspect
+                .then(|| std::net::SocketAddr::new(ip, INSPECT_PORT)),
+        ),
         None => {
             for port in tcp_ports {
                 sink.reachability(port, runner_core::types::ReachabilityState::Unreachable);

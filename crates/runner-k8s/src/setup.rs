@@ -56,7 +56,7 @@ async fn catalog(config: &K8sConfig) -> Result<Arc<BaseImageCatalog>, ConfigErro
     let compile = |source: &Option<String>| -> Result<Vec<regex::Regex>, ConfigError> {
         source
             .iter()
-            .map(|s| regex::Regex::new(s).map_err(|err| ConfigError::Other(err.to_string())))
+            .map(|s| regex::Regex::new(s).map_err(ConfigError::refused))
             .collect()
     };
     let client = runner_core::http_client::client_builder()
@@ -73,9 +73,7 @@ async fn catalog(config: &K8sConfig) -> Result<Arc<BaseImageCatalog>, ConfigErro
     };
     options.limit = settings.limit;
     options.hub_url = settings.hub_url.clone();
-    let catalog = Arc::new(
-        BaseImageCatalog::new(options).map_err(|err| ConfigError::Other(err.to_string()))?,
-    );
+    let catalog = Arc::new(BaseImageCatalog::new(options).map_err(ConfigError::refused)?);
     if let Err(err) = catalog.refresh().await {
         warn!(error = %err, "initial base-image catalog refresh failed; serving the default image only");
     }

@@ -3,7 +3,7 @@
 //! and — unless the operator opted out — its own sandbox, with nothing of
 //! the runner's environment but a `PATH`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +12,8 @@ use async_trait::async_trait;
 use runner_api::telo::TeloVersion;
 use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
-use runner_core::debug_relay::relay_debug_stream;
 use runner_core::errors::error_chain;
-use runner_core::reachability::watch_reachability;
+use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus};
 use runner_core::{
@@ -464,30 +463,17 @@ impl Backend for LocalBackend {
         self.tasks
             .spawn(supervise(supervision).instrument(Span::current()));
 
-        let tcp_ports = spec.tcp_ports();
-        if !tcp_ports.is_empty() {
-            self.tasks.spawn(
-                watch_reachability(
-                    IpAddr::V4(Ipv4Addr::LOCALHOST),
-                    tcp_ports,
-                    sink.clone(),
-                    sink.ended(),
-                )
-                .instrument(Span::current()),
-            );
+        Observer {
+            tasks: &self.tasks,
+            http: &self.http,
+            sink: &sink,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            stop: &sink.ended(),
         }
-        if let Some(port) = inspect_port {
-            let frames = sink.clone();
-            self.tasks.spawn(
-                relay_debug_stream(
-                    self.http.clone(),
-                    format!("http://127.0.0.1:{port}/events"),
-                    move |frame| frames.debug(frame),
-                    sink.ended(),
-                )
-                .instrument(Span::current()),
-            );
-        }
+        .run_session(
+            spec.tcp_ports(),
+            inspect_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
+        );
         Ok(session)
     }
 

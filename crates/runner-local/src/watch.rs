@@ -7,6 +7,7 @@
 //! whose processes a runner crash took down — is found by the next runner
 //! and resumes with its files.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,8 +20,7 @@ use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
 };
-use runner_core::debug_relay::relay_debug_stream;
-use runner_core::reachability::watch_app_reachability;
+use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::tasks::OwnedTasks;
 use runner_core::{
@@ -454,52 +454,14 @@ impl LocalWatch {
             })
             .instrument(Span::current()),
         );
-        let debug_sink = self.sink.clone();
-        let debug_name = app.name.clone();
-        let probes = launcher.tasks.clone();
-        let probe_stop = teardown.clone();
-        launcher.tasks.spawn(
-            relay_debug_stream(
-                launcher.http.clone(),
-                format!("http://127.0.0.1:{inspect_port}/events"),
-                move |frame| {
-                    // The kernel's own account of its ports wins over the
-                    // request's; new tcp ports get probed.
-                    if let Some(tcp) = debug_sink.ports_resolved(&debug_name, &frame)
-                        && !tcp.is_empty()
-                    {
-                        probes.spawn(watch_app_reachability(
-                            std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-                            debug_name.clone(),
-                            tcp,
-                            debug_sink.clone(),
-                            probe_stop.clone(),
-                        ));
-                    }
-                    debug_sink.app_debug(&debug_name, frame);
-                },
-                teardown.clone(),
-            )
-            .instrument(Span::current()),
-        );
-        let tcp: Vec<u16> = app
-            .ports
-            .iter()
-            .filter(|p| p.protocol == PortProtocol::Tcp)
-            .map(|p| p.port)
-            .collect();
-        if !tcp.is_empty() {
-            launcher.tasks.spawn(
-                watch_app_reachability(
-                    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-                    app.name.clone(),
-                    tcp,
-                    self.sink.clone(),
-                    teardown.clone(),
-                )
-                .instrument(Span::current()),
-            );
+        Observer {
+            tasks: &launcher.tasks,
+            http: &launcher.http,
+            sink: &self.sink,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            stop: &teardown,
         }
+        .watch_app(app, SocketAddr::from((Ipv4Addr::LOCALHOST, inspect_port)));
         debug!(session_id = %self.id, app = %app.name, "watch app started");
         Ok(RunningApp {
             spec: app.clone(),

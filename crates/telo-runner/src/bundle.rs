@@ -20,7 +20,6 @@ use std::path::{Component, Path, PathBuf};
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use serde::Serialize;
 
 /// The body limit a runner applies when its operator did not change it
 /// (`RUNNER_MAX_BODY_BYTES`): the request's JSON size, not the files' sum.
@@ -80,19 +79,9 @@ pub enum BundleError {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BundleFile {
-    pub relative_path: String,
-    pub contents: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Bundle {
-    pub entry_relative_path: String,
-    pub files: Vec<BundleFile>,
-}
+/// The bundle is the contract's own type: what this collects is exactly
+/// what the runner validates.
+pub use runner_api::types::{BundleFile, RunBundle};
 
 /// Where an application lives: the directory that becomes the bundle root and
 /// its entry manifest relative to it.
@@ -161,7 +150,7 @@ pub fn bundle_relative_path(root: &Path, path: &Path) -> Option<String> {
 /// A bundle and what its ignore files left out of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Collected {
-    pub bundle: Bundle,
+    pub bundle: RunBundle,
     /// Bundle paths the ignore files left out, in walk order; a directory
     /// ends with `/` (what is under it was not looked at).
     pub ignored: Vec<String>,
@@ -195,7 +184,7 @@ pub fn collect(entry: &EntryPoint) -> Result<Collected, BundleError> {
     } = walk;
     files.sort_by(|a, b| a.relative_path.cmp(&b.relative_path));
     Ok(Collected {
-        bundle: Bundle {
+        bundle: RunBundle {
             entry_relative_path: entry.entry_relative_path.clone(),
             files,
         },
@@ -361,7 +350,7 @@ pub fn entry_ignored_line(entry_relative_path: &str) -> String {
 
 /// Refuses a request the runner would answer with 413, naming what to remove.
 pub fn check_body_limit(
-    bundle: &Bundle,
+    bundle: &RunBundle,
     request_bytes: usize,
     limit_bytes: usize,
 ) -> Result<(), BundleError> {
@@ -408,7 +397,7 @@ mod tests {
         fs::write(path, contents).unwrap();
     }
 
-    fn paths(bundle: &Bundle) -> Vec<&str> {
+    fn paths(bundle: &RunBundle) -> Vec<&str> {
         bundle
             .files
             .iter()
@@ -599,7 +588,7 @@ mod tests {
 
     #[test]
     fn a_request_within_the_limit_passes() {
-        let bundle = Bundle {
+        let bundle = RunBundle {
             entry_relative_path: "telo.yaml".into(),
             files: vec![],
         };
@@ -612,7 +601,7 @@ mod tests {
             relative_path: path.into(),
             contents: "x".repeat(size),
         };
-        let bundle = Bundle {
+        let bundle = RunBundle {
             entry_relative_path: "telo.yaml".into(),
             files: vec![
                 file("telo.yaml", 10),

@@ -19,9 +19,13 @@ const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 /// it is refused.
 pub fn parse_level(raw: &str) -> Result<EnvFilter, ConfigError> {
     let refuse = || {
-        ConfigError::Other(format!(
-            "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got '{raw}')."
-        ))
+        ConfigError::must_be(
+            "LOG_LEVEL",
+            format!(
+                "one of trace | debug | info | warn | error | off, or a filter such as \
+                 'info,runner_k8s=debug' (got '{raw}')"
+            ),
+        )
     };
     for directive in raw.split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let level = directive

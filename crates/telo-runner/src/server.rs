@@ -64,8 +64,7 @@ impl Service {
                     let core = load_core_config(env, LOCAL_DEFAULT_PORT)?;
                     let mut local_config = load_local_config(env)?;
                     local_config.stop_grace = core.stop_grace;
-                    let local = LocalBackend::new(local_config)
-                        .map_err(|err| ConfigError::Other(err.to_string()))?;
+                    let local = LocalBackend::new(local_config).map_err(ConfigError::refused)?;
                     local.sweep_work_root();
                     (core, Arc::new(local), axum::Router::new())
                 }

@@ -67,9 +67,10 @@ impl Config {
     pub fn from_env(env: &Env) -> Result<Config, ConfigError> {
         let dir = match env_string(env, DIR_VAR) {
             None => {
-                return Err(ConfigError::Other(format!(
-                    "{DIR_VAR} must be set to the absolute workspace directory to serve."
-                )));
+                return Err(ConfigError::must_be(
+                    DIR_VAR,
+                    "set to the absolute workspace directory to serve",
+                ));
             }
             Some(raw) if !PathBuf::from(&raw).is_absolute() => {
                 return Err(ConfigError::invalid(DIR_VAR, "be an absolute path", &raw));
@@ -87,15 +88,19 @@ impl Config {
         // Not trimmed: the token is compared exactly as the runner sends it.
         let token = match env.get(TOKEN_VAR).filter(|token| !token.is_empty()) {
             None => {
-                return Err(ConfigError::Other(format!(
-                    "{TOKEN_VAR} must be set to the session's token (at least {MIN_TOKEN_CHARS} characters)."
-                )));
+                return Err(ConfigError::must_be(
+                    TOKEN_VAR,
+                    format!("set to the session's token (at least {MIN_TOKEN_CHARS} characters)"),
+                ));
             }
             Some(token) if token.chars().count() < MIN_TOKEN_CHARS => {
-                return Err(ConfigError::Other(format!(
-                    "{TOKEN_VAR} must be at least {MIN_TOKEN_CHARS} characters, got {}.",
-                    token.chars().count()
-                )));
+                return Err(ConfigError::must_be(
+                    TOKEN_VAR,
+                    format!(
+                        "at least {MIN_TOKEN_CHARS} characters, got {}",
+                        token.chars().count()
+                    ),
+                ));
             }
             Some(token) => token.clone(),
         };

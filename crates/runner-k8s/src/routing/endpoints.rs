@@ -43,14 +43,7 @@ pub fn endpoints_for(
         .collect()
 }
 
-/// The tcp ports of a session, in declaration order: the ones that get routes.
-pub fn tcp_ports(ports: &[PortMapping]) -> Vec<u16> {
-    ports
-        .iter()
-        .filter(|mapping| mapping.protocol == PortProtocol::Tcp)
-        .map(|mapping| mapping.port)
-        .collect()
-}
+pub use runner_api::ports::tcp_ports;
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,33 @@ use runner_core::config::ConfigError;
 
 use crate::config::{GatewayParent, RoutingConfig, RoutingMode, gateway_name_required};
 
+/// Why routing cannot be resolved against what the cluster serves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoutingRefusal {
+    /// Gateway mode on a cluster without the Gateway API.
+    #[error(
+        "SESSION_ROUTING_MODE=gateway but the cluster does not serve '{GATEWAY_API_GROUP}'. \
+         Install the Gateway API CRDs, or set SESSION_ROUTING_MODE=ingress."
+    )]
+    NoGatewayApi,
+    /// Auto mode with both routing APIs usable and nothing saying which.
+    #[error(
+        "SESSION_ROUTING_MODE=auto cannot choose: this cluster serves '{GATEWAY_API_GROUP}' \
+         AND has {class_count} IngressClass(es) with none marked default, and nothing says \
+         which should carry session traffic. Set SESSION_ROUTING_MODE=ingress (with \
+         SESSION_INGRESS_CLASS) or SESSION_ROUTING_MODE=gateway (with SESSION_GATEWAY_NAME)."
+    )]
+    AutoCannotChoose { class_count: usize },
+    /// Auto mode that landed on the Gateway API with no Gateway named.
+    #[error(
+        "SESSION_ROUTING_MODE=auto resolved to Gateway API, but SESSION_GATEWAY_NAME is unset \
+         \u{2014} a route has to name the Gateway it attaches to, and picking one of several \
+         would fail as silently as publishing none. Set SESSION_GATEWAY_NAME (and \
+         SESSION_GATEWAY_NAMESPACE when the Gateway is not in '{session_namespace}')."
+    )]
+    AutoWithoutGatewayName { session_namespace: String },
+}
+
 /// The API group of HTTPRoute and Gateway.
 pub const GATEWAY_API_GROUP: &str = "gateway.networking.k8s.io";
 
@@ -119,11 +146,7 @@ fn decide_layer(
         RoutingMode::Ingress => return Ok(ingress()),
         RoutingMode::Gateway => {
             let Some(api_version) = gateway_version else {
-                return Err(ConfigError::Other(format!(
-                    "SESSION_ROUTING_MODE=gateway but the cluster does not serve \
-                     '{GATEWAY_API_GROUP}'. Install the Gateway API CRDs, or set \
-                     SESSION_ROUTING_MODE=ingress."
-                )));
+                return Err(ConfigError::refused(RoutingRefusal::NoGatewayApi));
             };
             // Config loading refuses gateway mode without a name; this only
             // meets a hand-built config, and answers it the same way.
@@ -172,20 +195,16 @@ fn decide_layer(
     let gateway_usable = gateway_version.is_some();
     let ingress_usable = class_count > 0;
     if gateway_usable && ingress_usable {
-        return Err(ConfigError::Other(format!(
-            "SESSION_ROUTING_MODE=auto cannot choose: this cluster serves '{GATEWAY_API_GROUP}' \
-             AND has {class_count} IngressClass(es) with none marked default, and nothing says \
-             which should carry session traffic. Set SESSION_ROUTING_MODE=ingress (with \
-             SESSION_INGRESS_CLASS) or SESSION_ROUTING_MODE=gateway (with SESSION_GATEWAY_NAME)."
-        )));
+        return Err(ConfigError::refused(RoutingRefusal::AutoCannotChoose {
+            class_count,
+        }));
     }
     if gateway_usable {
-        return Err(ConfigError::Other(format!(
-            "SESSION_ROUTING_MODE=auto resolved to Gateway API, but SESSION_GATEWAY_NAME is unset \
-             — a route has to name the Gateway it attaches to, and picking one of several would \
-             fail as silently as publishing none. Set SESSION_GATEWAY_NAME (and \
-             SESSION_GATEWAY_NAMESPACE when the Gateway is not in '{session_namespace}')."
-        )));
+        return Err(ConfigError::refused(
+            RoutingRefusal::AutoWithoutGatewayName {
+                session_namespace: session_namespace.to_owned(),
+            },
+        ));
     }
     if ingress_usable {
         return Ok(ingress());

@@ -23,8 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
-use runner_core::debug_relay::relay_debug_stream;
-use runner_core::reachability::watch_app_reachability;
+use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::watch_types::{
@@ -44,7 +43,7 @@ use crate::api_error::{api_failure, api_reason};
 use crate::pod_spec::{PodSettings, Resources};
 use crate::pod_status::{PodPhase, is_finished};
 use crate::pod_watcher::PodState;
-use crate::routing::endpoints::{endpoints_for, tcp_ports};
+use crate::routing::endpoints::endpoints_for;
 use crate::session::{
     Arrival, DELETED_OUTSIDE, SessionContext, Watching, delete_pod, start_failed,
     wait_until_running, watch_pod,
@@ -434,42 +433,14 @@ impl KubeWatch {
         app: &AppSpec,
         teardown: &CancellationToken,
     ) {
-        let sink = self.sink.clone();
-        let name = app.name.clone();
-        let probes = ctx.tasks.clone();
-        let probe_stop = teardown.clone();
-        ctx.tasks.spawn(relay_debug_stream(
-            ctx.http.clone(),
-            format!(
-                "http://{}/events",
-                SocketAddr::new(ip, inspect_port_for(index))
-            ),
-            move |frame| {
-                if let Some(tcp) = sink.ports_resolved(&name, &frame)
-                    && !tcp.is_empty()
-                {
-                    probes.spawn(watch_app_reachability(
-                        ip,
-                        name.clone(),
-                        tcp,
-                        sink.clone(),
-                        probe_stop.clone(),
-                    ));
-                }
-                sink.app_debug(&name, frame);
-            },
-            teardown.clone(),
-        ));
-        let tcp = tcp_ports(&app.ports);
-        if !tcp.is_empty() {
-            ctx.tasks.spawn(watch_app_reachability(
-                ip,
-                app.name.clone(),
-                tcp,
-                self.sink.clone(),
-                teardown.clone(),
-            ));
+        Observer {
+            tasks: &ctx.tasks,
+            http: &ctx.http,
+            sink: &self.sink,
+            host: ip,
+            stop: teardown,
         }
+        .watch_app(app, SocketAddr::new(ip, inspect_port_for(index)));
     }
 
     /// Takes over the pod a previous runner left running, if it still runs

@@ -7,7 +7,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use runner_api::io::FrameFormat;
 use runner_api::types::{
-    ErrorBody, RunnerCapabilities, RunnerTerms, SessionCreated, SessionList, SessionSnapshot,
+    ErrorBody, PullPolicy, RequestedConfig, RunnerCapabilities, RunnerTerms, SessionCreated,
+    SessionList, SessionSnapshot,
 };
 use serde_json::Value;
 
@@ -290,23 +291,30 @@ impl RunnerApi {
 
 /// The `SessionConfig` the runner proposes: the schema's defaults for the
 /// required fields, as the editor fills its form.
-pub fn default_config(capabilities: &RunnerCapabilities) -> Value {
+pub fn default_config(capabilities: &RunnerCapabilities) -> RequestedConfig {
     let properties = capabilities
         .config
         .as_ref()
         .and_then(|config| config.schema.get("properties"));
-    let default_of = |name: &str, fallback: &str| {
+    let default_of = |name: &str| {
         properties
             .and_then(|p| p.get(name))
             .and_then(|p| p.get("default"))
             .and_then(Value::as_str)
-            .unwrap_or(fallback)
-            .to_owned()
     };
-    serde_json::json!({
-        "image": default_of("image", "telorun/node:0-slim"),
-        "pullPolicy": default_of("pullPolicy", "missing"),
-    })
+    RequestedConfig {
+        image: Some(
+            default_of("image")
+                .unwrap_or("telorun/node:0-slim")
+                .to_owned(),
+        ),
+        pull_policy: Some(
+            default_of("pullPolicy")
+                .and_then(PullPolicy::parse)
+                .unwrap_or(PullPolicy::Missing),
+        ),
+        registry_url: None,
+    }
 }
 
 #[cfg(test)]
@@ -325,7 +333,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            default_config(&capabilities),
+            serde_json::to_value(default_config(&capabilities)).unwrap(),
             json!({"image": "example/kernel:1", "pullPolicy": "never"})
         );
     }

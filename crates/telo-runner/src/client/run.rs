@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use runner_api::io::{CLOSE_NO_STATUS, ServerMessage, parse_server_message};
-use runner_api::types::{RunEvent, RunStatus, RunnerTerms};
-use serde_json::{Value, json};
+use runner_api::types::{
+    PortMapping, PortProtocol, RunEvent, RunStatus, RunnerTerms, StartSessionRequest,
+};
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -86,23 +88,24 @@ async fn start_and_attach(options: RunOptions) -> Result<u8, String> {
     let app = collected.bundle;
     let api = RunnerApi::new(&options.runner, options.token.clone());
     let capabilities = api.capabilities().await.map_err(|e| e.to_string())?;
-    let env: serde_json::Map<String, Value> = options
-        .env
-        .iter()
-        .map(|(key, value)| (key.clone(), Value::String(value.clone())))
-        .collect();
-    let ports: Vec<Value> = options
-        .ports
-        .iter()
-        .map(|(port, protocol)| json!({ "port": port, "protocol": protocol }))
-        .collect();
-    let body = json!({
-        "bundle": app,
-        "env": env,
-        "ports": ports,
-        "config": default_config(&capabilities),
-        "inspect": options.inspect,
-    });
+    let body = StartSessionRequest {
+        bundle: &app,
+        env: &options.env,
+        ports: options
+            .ports
+            .iter()
+            .map(|(port, protocol)| PortMapping {
+                port: *port,
+                protocol: if protocol == "udp" {
+                    PortProtocol::Udp
+                } else {
+                    PortProtocol::Tcp
+                },
+            })
+            .collect(),
+        config: default_config(&capabilities),
+        inspect: options.inspect,
+    };
     let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
     bundle::check_body_limit(&app, body.len(), options.max_body_bytes)
         .map_err(|e| e.to_string())?;

@@ -1,0 +1,106 @@
+//! Watching a workload from the outside while it runs: its tcp ports
+//! probed (`reachability` events) and its kernel's debug stream relayed.
+//! Both backends do this the same way once they know where the workload
+//! listens; only the address differs (loopback, a pod IP).
+
+use std::net::{IpAddr, SocketAddr};
+
+use runner_api::ports::tcp_ports;
+use runner_api::watch::AppSpec;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
+
+use crate::debug_relay::relay_debug_stream;
+use crate::reachability::{watch_app_reachability, watch_reachability};
+use crate::session::SessionSink;
+use crate::tasks::OwnedTasks;
+
+/// Where a workload can be watched from and what stops the watching.
+pub struct Observer<'a> {
+    pub tasks: &'a OwnedTasks,
+    pub http: &'a reqwest::Client,
+    pub sink: &'a SessionSink,
+    /// Where the workload's ports are dialed.
+    pub host: IpAddr,
+    pub stop: &'a CancellationToken,
+}
+
+impl Observer<'_> {
+    /// A run session: `tcp_ports` probed, and the kernel's debug stream at
+    /// `inspect` relayed as the session's `debug` events.
+    pub fn run_session(&self, tcp_ports: Vec<u16>, inspect: Option<SocketAddr>) {
+        if !tcp_ports.is_empty() {
+            self.tasks.spawn(
+                watch_reachability(self.host, tcp_ports, self.sink.clone(), self.stop.clone())
+                    .instrument(Span::current()),
+            );
+        }
+        if let Some(inspect) = inspect {
+            let frames = self.sink.clone();
+            self.tasks.spawn(
+                relay_debug_stream(
+                    self.http.clone(),
+                    events_url(inspect),
+                    move |frame| frames.debug(frame),
+                    self.stop.clone(),
+                )
+                .instrument(Span::current()),
+            );
+        }
+    }
+
+    /// One app of a watch session: its kernel's debug stream relayed as
+    /// the app's (the ports the kernel resolves announced, and new tcp ones
+    /// probed: the kernel's own account of its ports wins over the
+    /// request's), and the tcp ports it declares probed.
+    pub fn watch_app(&self, app: &AppSpec, inspect: SocketAddr) {
+        let sink = self.sink.clone();
+        let name = app.name.clone();
+        let probes = self.tasks.clone();
+        let probe_stop = self.stop.clone();
+        let host = self.host;
+        self.tasks.spawn(
+            relay_debug_stream(
+                self.http.clone(),
+                events_url(inspect),
+                move |frame| {
+                    if let Some(tcp) = sink.ports_resolved(&name, &frame)
+                        && !tcp.is_empty()
+                    {
+                        probes.spawn(
+                            watch_app_reachability(
+                                host,
+                                name.clone(),
+                                tcp,
+                                sink.clone(),
+                                probe_stop.clone(),
+                            )
+                            .instrument(Span::current()),
+                        );
+                    }
+                    sink.app_debug(&name, frame);
+                },
+                self.stop.clone(),
+            )
+            .instrument(Span::current()),
+        );
+        let tcp = tcp_ports(&app.ports);
+        if !tcp.is_empty() {
+            self.tasks.spawn(
+                watch_app_reachability(
+                    self.host,
+                    app.name.clone(),
+                    tcp,
+                    self.sink.clone(),
+                    self.stop.clone(),
+                )
+                .instrument(Span::current()),
+            );
+        }
+    }
+}
+
+/// The kernel debug stream's address on its `--inspect` listener.
+fn events_url(inspect: SocketAddr) -> String {
+    format!("http://{inspect}/events")
+}
