@@ -67,6 +67,19 @@ impl SseFrame {
     pub fn is_event(&self) -> bool {
         self.event.is_some() || self.data.is_some()
     }
+
+    /// The data as JSON, when it is JSON.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(self.data.as_deref()?).ok()
+    }
+
+    /// `status.kind` of a `status` event (`running`, `exited`, …).
+    pub fn status_kind(&self) -> Option<String> {
+        if self.event.as_deref() != Some("status") {
+            return None;
+        }
+        self.json()?["status"]["kind"].as_str().map(str::to_owned)
+    }
 }
 
 /// Splits an SSE byte stream into frames, whatever the chunking. Linear in

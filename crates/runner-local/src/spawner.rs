@@ -22,6 +22,9 @@ pub enum SpawnerError {
     Gone,
 }
 
+/// The job queue needs no bound of its own: every job is a caller awaiting
+/// its reply ([`on_spawner_thread`]), so it holds at most one job per start
+/// the registry admitted.
 fn spawner() -> Result<&'static Sender<Job>, SpawnerError> {
     static SPAWNER: OnceLock<Result<Sender<Job>, String>> = OnceLock::new();
     SPAWNER

@@ -127,6 +127,9 @@ impl WorkDir {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
+                // Not joined, on purpose: the directory is already out of
+                // every session's way, and one a runner exits before removing
+                // keeps its trash name, which the next boot sweep removes.
                 runtime.spawn_blocking(move || with_bulk_file_work(|| remove_dir(&trash)));
             }
             Err(_) => {

@@ -176,8 +176,10 @@ async fn serve_on(
     info!(addr = %bound, "telo-runner serving");
     serving(bound);
     let shutdown = CancellationToken::new();
-    tokio::spawn(wait_for_signal(shutdown.clone()));
-    match service.serve(listener, shutdown).await {
+    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let served = service.serve(listener, shutdown).await;
+    stop_waiting(signals).await;
+    match served {
         Ok(()) => {
             info!("shut down");
             ExitCode::SUCCESS
@@ -216,8 +218,10 @@ fn workspace(env: &HashMap<String, String>) -> ExitCode {
                 }
             }
             let shutdown = CancellationToken::new();
-            tokio::spawn(wait_for_signal(shutdown.clone()));
-            match runner_workspace_service::serve_on(listener, config, shutdown).await {
+            let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+            let served = runner_workspace_service::serve_on(listener, config, shutdown).await;
+            stop_waiting(signals).await;
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
                     error!(error = %err, "workspace service failed");
@@ -304,6 +308,13 @@ fn dev(
             code
         })
     })
+}
+
+/// Ends the signal listener once the server is done (a server that failed
+/// leaves it waiting), so no task outlives `main`'s runtime unjoined.
+async fn stop_waiting(signals: tokio::task::JoinHandle<()>) {
+    signals.abort();
+    let _ = signals.await;
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

@@ -181,6 +181,8 @@ impl Service {
         let stop_recovery = async move {
             drained_for_recovery.cancelled().await;
             recovery.abort();
+            // Joined, so no adoption outlives the server.
+            let _ = recovery.await;
         };
         let (served, (), ()) = tokio::join!(server, stop_sessions, stop_recovery);
         served

@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, Stream, StreamExt};
+use futures_util::{SinkExt, StreamExt};
 use runner_api::io::{FrameFormat, ServerMessage, parse_server_message, split_output_frame};
-use runner_api::sse::SseParser;
 use serde_json::{Value, json};
+use test_support::sse::SseReader;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -105,15 +105,8 @@ impl SseEvent {
     }
 }
 
-type ByteStream = std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
-/// Larger than any frame a runner sends.
-const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
-
 pub struct Sse {
-    body: ByteStream,
-    parser: SseParser,
-    ready: std::collections::VecDeque<SseEvent>,
+    reader: SseReader,
 }
 
 impl Sse {
@@ -132,31 +125,22 @@ impl Sse {
             bail!("SSE answered {}", resp.status());
         }
         Ok(Sse {
-            body: Box::pin(resp.bytes_stream()),
-            parser: SseParser::new(MAX_FRAME_BYTES),
-            ready: std::collections::VecDeque::new(),
+            reader: SseReader::new(resp),
         })
     }
 
     /// The next event (comments skipped); `None` when the stream ended.
     pub async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Ok(Some(event));
-            }
-            let chunk = match tokio::time::timeout(STEP, self.body.next()).await {
-                Err(_) => bail!("no SSE frame within {STEP:?}"),
-                Ok(None) => return Ok(None),
-                Ok(Some(chunk)) => chunk?,
+            let frame = tokio::time::timeout(STEP, self.reader.next_frame())
+                .await
+                .map_err(|_| anyhow!("no SSE frame within {STEP:?}"))??;
+            let Some(frame) = frame else {
+                return Ok(None);
             };
-            for frame in self.parser.push(&chunk) {
-                if let Some(event) = frame.event {
-                    let data = frame
-                        .data
-                        .and_then(|data| serde_json::from_str(&data).ok())
-                        .unwrap_or(Value::Null);
-                    self.ready.push_back(SseEvent { event, data });
-                }
+            if let Some(event) = frame.event.clone() {
+                let data = frame.json().unwrap_or(Value::Null);
+                return Ok(Some(SseEvent { event, data }));
             }
         }
     }

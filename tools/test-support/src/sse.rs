@@ -28,25 +28,46 @@ impl std::ops::Deref for SseFrame {
 
 impl SseFrame {
     pub fn json(&self) -> Value {
-        serde_json::from_str(self.data.as_deref().expect("frame has data")).expect("data is JSON")
+        self.0.json().expect("frame data is JSON")
+    }
+}
+
+/// An SSE response body read frame by frame with the contract's parser:
+/// what the tests' [`SseStream`] and the benchmark harness both read with.
+pub struct SseReader {
+    body: std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    parser: SseParser,
+    /// Frames parsed and not yet read.
+    ready: std::collections::VecDeque<runner_api::sse::SseFrame>,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        SseReader {
+            body: Box::pin(response.bytes_stream()),
+            parser: SseParser::new(MAX_FRAME_BYTES),
+            ready: std::collections::VecDeque::new(),
+        }
     }
 
-    /// `status.kind` of a status frame.
-    pub fn status_kind(&self) -> Option<String> {
-        if self.event.as_deref() != Some("status") {
-            return None;
+    /// The next frame (comments included); `None` once the body ended.
+    pub async fn next_frame(&mut self) -> reqwest::Result<Option<runner_api::sse::SseFrame>> {
+        loop {
+            if let Some(frame) = self.ready.pop_front() {
+                return Ok(Some(frame));
+            }
+            match self.body.next().await {
+                Some(bytes) => self.ready.extend(self.parser.push(&bytes?)),
+                None => return Ok(None),
+            }
         }
-        self.json()["status"]["kind"].as_str().map(str::to_owned)
     }
 }
 
 pub struct SseStream {
     pub status: reqwest::StatusCode,
     pub headers: reqwest::header::HeaderMap,
-    body: std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    parser: SseParser,
-    /// Frames parsed and not yet read.
-    ready: std::collections::VecDeque<SseFrame>,
+    reader: SseReader,
     ended: bool,
 }
 
@@ -64,9 +85,7 @@ impl SseStream {
         SseStream {
             status: response.status(),
             headers: response.headers().clone(),
-            body: Box::pin(response.bytes_stream()),
-            parser: SseParser::new(MAX_FRAME_BYTES),
-            ready: std::collections::VecDeque::new(),
+            reader: SseReader::new(response),
             ended: false,
         }
     }
@@ -116,25 +135,21 @@ impl SseStream {
     }
 
     async fn read_frame(&mut self) -> Option<SseFrame> {
-        loop {
-            if let Some(frame) = self.ready.pop_front() {
-                return Some(frame);
+        if self.ended {
+            return None;
+        }
+        match self.reader.next_frame().await {
+            Ok(Some(frame)) => {
+                assert!(
+                    frame.unexpected.is_empty(),
+                    "unexpected SSE lines {:?}",
+                    frame.unexpected
+                );
+                Some(SseFrame(frame))
             }
-            if self.ended {
-                return None;
-            }
-            match self.body.next().await {
-                Some(Ok(bytes)) => {
-                    for frame in self.parser.push(&bytes) {
-                        assert!(
-                            frame.unexpected.is_empty(),
-                            "unexpected SSE lines {:?}",
-                            frame.unexpected
-                        );
-                        self.ready.push_back(SseFrame(frame));
-                    }
-                }
-                Some(Err(_)) | None => self.ended = true,
+            Ok(None) | Err(_) => {
+                self.ended = true;
+                None
             }
         }
     }
