@@ -10,9 +10,9 @@ use runner_api::types::{AvailabilityReport, SessionConfig};
 use runner_api::watch::SessionMode;
 
 pub use crate::launch::{
-    AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, InvalidSessionConfig, ProbeConfig,
-    Readiness, RecoveredSession, StartSpec, SuspendedSession, TeloUnavailable, WatchSpec,
-    WatchStart,
+    AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, HeldSessions, InvalidSessionConfig,
+    ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession, TeloUnavailable,
+    WatchSpec, WatchStart,
 };
 use crate::session::SessionSink;
 pub use crate::workload::{
@@ -99,14 +99,17 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Watch sessions kept from before this runner started (once, at boot).
-    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+    /// Sessions `held` by this runner are neither listed nor touched.
+    async fn recover_suspended(&self, _held: HeldSessions) -> Vec<SuspendedSession> {
         Vec::new()
     }
 
     /// Sessions a previous runner process left running that this backend can
-    /// take over (called once at boot, before serving). Finished or expired
-    /// workloads are cleaned up here instead of being returned.
-    async fn recover(&self) -> Vec<RecoveredSession> {
+    /// take over (called once at boot, while the API already serves).
+    /// Finished or expired workloads are cleaned up here instead of being
+    /// returned; sessions `held` by this runner are neither listed nor
+    /// touched.
+    async fn recover(&self, _held: HeldSessions) -> Vec<RecoveredSession> {
         Vec::new()
     }
 

@@ -205,6 +205,12 @@ pub struct SuspendedSession {
     pub running: bool,
 }
 
+/// Whether this runner process already holds a session by that id. A
+/// boot-time recovery leaves such a session alone: the API serves while the
+/// recovery lists what earlier runners left, so a session a client created
+/// a moment ago may be listed beside them.
+pub type HeldSessions = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// A session that outlived the runner process that started it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveredSession {

@@ -34,7 +34,7 @@ pub use runner_api::watch as watch_types;
 pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
-    AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession,
+    AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession, HeldSessions,
     InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartError, StartSpec,
     StartStage, StopError, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
     WorkspaceFailure,

@@ -244,7 +244,7 @@ impl SessionRegistry {
     /// Take over the sessions a previous runner process left running (once,
     /// at boot). Returns how many were adopted.
     pub async fn recover(&self) -> usize {
-        let recovered = self.inner.backend.recover().await;
+        let recovered = self.inner.backend.recover(self.held_sessions()).await;
         let count = recovered.len();
         for session in recovered {
             let Ok(admitted) = self.admit(Some(&session)) else {
@@ -259,6 +259,13 @@ impl SessionRegistry {
         let kept = self.recover_suspended().await;
         self.inner.recovered.send_replace(true);
         count + kept
+    }
+
+    /// What the backend's recovery must leave alone: the sessions this
+    /// runner holds when it asks. Borrowed for the recovery only.
+    pub(crate) fn held_sessions(&self) -> crate::launch::HeldSessions {
+        let registry = self.clone();
+        std::sync::Arc::new(move |id: &str| lock(&registry.inner.sessions).contains_key(id))
     }
 
     /// Whether boot-time adoption has finished.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use runner_core::HeldSessions;
 use runner_core::RecoveredSession;
 use runner_core::sync::lock;
 use serde_json::json;
@@ -48,13 +49,22 @@ impl Adoption {
     }
 
     /// Adopts or deletes every session pod the first full list shows.
-    pub async fn recover(&self, watcher: &PodWatcher, pods: &Api<Pod>) -> Vec<RecoveredSession> {
+    pub async fn recover(
+        &self,
+        watcher: &PodWatcher,
+        pods: &Api<Pod>,
+        held: &HeldSessions,
+    ) -> Vec<RecoveredSession> {
         watcher.wait_synced().await;
         let mut recovered = Vec::new();
         for pod in watcher.pods() {
             // Watch pods are the watch sessions' own (their records are
             // Secrets): `recover_suspended` takes them.
             if crate::watch::is_watch_pod(&pod) {
+                continue;
+            }
+            // A session this runner started since it booted.
+            if crate::pod_watcher::session_id_of(&pod).is_some_and(|id| held(&id)) {
                 continue;
             }
             let name = pod.metadata.name.clone().unwrap_or_default();

@@ -14,8 +14,8 @@ use runner_core::metrics::Metrics;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, InvalidSessionConfig, ProbeConfig, Readiness,
-    RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession,
+    Backend, BackendCapabilities, BackendSession, HeldSessions, InvalidSessionConfig, ProbeConfig,
+    Readiness, RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession,
     TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
 };
 use serde_json::json;
@@ -360,9 +360,9 @@ impl Backend for KubeBackend {
         bring_up(self.ctx.clone(), shape, sink, watching).await
     }
 
-    async fn recover(&self) -> Vec<RecoveredSession> {
+    async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
         self.adoption
-            .recover(&self.ctx.pod_watcher, &self.ctx.pods)
+            .recover(&self.ctx.pod_watcher, &self.ctx.pods, &held)
             .await
     }
 
@@ -410,9 +410,9 @@ impl Backend for KubeBackend {
         }
     }
 
-    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+    async fn recover_suspended(&self, held: HeldSessions) -> Vec<SuspendedSession> {
         match &self.watch {
-            Some(watch) => crate::watch::recover_suspended(watch).await,
+            Some(watch) => crate::watch::recover_suspended(watch, &held).await,
             None => Vec::new(),
         }
     }

@@ -33,7 +33,7 @@ pub enum PodState {
 /// The shared pod watch: each session follows the pod labelled with its id.
 pub type PodWatcher = WatchCache<Pod, watch::Sender<PodState>>;
 
-fn session_id_of(pod: &Pod) -> Option<String> {
+pub(crate) fn session_id_of(pod: &Pod) -> Option<String> {
     pod.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned()
 }
 

@@ -17,8 +17,9 @@ use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, ProbeConfig, SessionSink, StartError, StartSpec,
-    StartStage, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
+    Backend, BackendCapabilities, BackendSession, HeldSessions, ProbeConfig, SessionSink,
+    StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart,
+    WatchWorkload,
 };
 use serde_json::json;
 use tracing::{Instrument, Span, error, info, warn};
@@ -551,9 +552,9 @@ impl Backend for LocalBackend {
         crate::watch::has_checkpoint(&self.config.work_root, session_id)
     }
 
-    async fn recover_suspended(&self) -> Vec<SuspendedSession> {
+    async fn recover_suspended(&self, held: HeldSessions) -> Vec<SuspendedSession> {
         let root = self.config.work_root.clone();
-        tokio::task::spawn_blocking(move || crate::watch::kept_sessions(&root))
+        tokio::task::spawn_blocking(move || crate::watch::kept_sessions(&root, &held))
             .await
             .unwrap_or_default()
     }

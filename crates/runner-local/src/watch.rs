@@ -24,8 +24,8 @@ use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::tasks::OwnedTasks;
 use runner_core::{
-    AgentLaunch, BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession,
-    WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
+    AgentLaunch, BackendSession, HeldSessions, SessionSink, StartError, StartStage, StopError,
+    SuspendedSession, WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
 };
 use runner_workspace::{Workspace, WorkspaceError, WorkspaceLimits};
 use serde::{Deserialize, Serialize};
@@ -278,7 +278,10 @@ pub(crate) fn has_checkpoint(work_root: &std::path::Path, id: &str) -> bool {
 /// Every watch session kept under the work root (boot): each record is
 /// rewritten with its generation bumped, so this runner's event ids and
 /// sequence numbers start past the last one's.
-pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession> {
+pub(crate) fn kept_sessions(
+    work_root: &std::path::Path,
+    held: &HeldSessions,
+) -> Vec<SuspendedSession> {
     let Ok(entries) = std::fs::read_dir(work_root) else {
         return Vec::new();
     };
@@ -287,6 +290,10 @@ pub(crate) fn kept_sessions(work_root: &std::path::Path) -> Vec<SuspendedSession
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
+        if held(&name) {
+            // Started by this runner since it booted: not a leftover.
+            continue;
+        }
         let Ok(work) = WorkDir::for_session(work_root, &name) else {
             continue;
         };

@@ -175,9 +175,11 @@ async fn an_app_without_a_local_command_fails_with_a_clear_message() {
 /// injected under that name (a client's value of it is dropped) and
 /// reported on the endpoints of `running`. (Minting, injection and
 /// reporting are the core's; the backend only runs the env it is given.)
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn a_token_env_entry_mints_a_token_per_session_and_reports_it() {
-    let backend = Backend::Local;
+async fn a_token_env_entry_mints_a_token_per_session_and_reports_it(#[case] backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("tokened.yaml");
     std::fs::write(
@@ -194,7 +196,18 @@ async fn a_token_env_entry_mints_a_token_per_session_and_reports_it() {
         },
     })
     .to_string();
-    let runner = Runner::start_on(backend, &[("RUNNER_APPS", catalog.as_str())]).await;
+    let vars = [("RUNNER_APPS", catalog.as_str())];
+    let runner = match backend {
+        Backend::Local => Runner::start_on(backend, &vars).await,
+        // The catalog image's own entrypoint runs the scripted app.
+        Backend::Kubernetes => {
+            let sim = common::cluster().image(
+                "acme/tokened:*",
+                kube_sim::ImageBehaviour::FakeTeloEntry(manifest.clone()),
+            );
+            Runner::start_kube(sim, &vars).await
+        }
+    };
     let mut tokens = Vec::new();
     for _ in 0..2 {
         let (status, created) = runner
@@ -214,6 +227,19 @@ async fn a_token_env_entry_mints_a_token_per_session_and_reports_it() {
             .as_str()
             .expect("the endpoint carries the token")
             .to_owned();
+        if let Some(sim) = &runner.sim {
+            // The pod is given the token as its entry's variable, in place
+            // of the client's value.
+            let pod = sim
+                .get_value("pods", "telo-sessions", &format!("telo-run-{id}"))
+                .unwrap();
+            let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
+            assert!(
+                env.contains(&json!({"name": "APP_TOKEN", "value": token})),
+                "{env:?}"
+            );
+            assert!(!pod.to_string().contains("chosen-by-client"), "{pod}");
+        }
         assert_eq!(token.len(), 32);
         assert!(
             token

@@ -9,6 +9,7 @@ use common::{Backend, Runner};
 use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::{Value, json};
+use test_support::WAIT;
 use test_support::sse::SseStream;
 use test_support::ws::{self};
 
@@ -404,4 +405,74 @@ async fn a_runner_killed_at_any_step_leaves_the_session_to_the_next_one(
         frames.last().unwrap().json()["status"],
         json!({"kind": "stopped"})
     );
+}
+
+/// The API serves while a booting runner lists what earlier runners left.
+/// A watch session a client creates meanwhile is this runner's own, even
+/// when the listing sees its record before its first checkpoint (the
+/// interleaving is held in place here): it is neither dropped as a session
+/// that was never checkpointed nor taken over as a leftover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_created_while_the_runner_recovers_is_not_taken_for_a_leftover() {
+    use common::RunnerProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .start()
+        .await
+        .expect("kube-sim starts");
+    // The recovery's listing, and the new session's first checkpoint.
+    sim.faults().hold("list", "secrets");
+    sim.faults().hold("patch", "secrets");
+    let runner = RunnerProcess::spawn(Backend::Kubernetes, dir.path(), Some(&sim), WATCH).await;
+    tokio::time::timeout(WAIT, sim.faults().wait_held(1))
+        .await
+        .expect("the recovery lists the kept sessions");
+    let client = runner_core::http_client::client();
+    let (status, created) = request_at(
+        &client,
+        &runner.base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(watch_body(json!({"stdout": ["created during recovery"]}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events =
+        SseStream::connect(&format!("{}/v1/sessions/{id}/events", runner.base), &[]).await;
+    tokio::time::timeout(WAIT, sim.faults().wait_held(2))
+        .await
+        .expect("the session stores its first checkpoint");
+
+    // The listing goes on and sees a record without a checkpoint.
+    sim.faults().release_matching(Some("list"), Some("secrets"));
+    ready(&runner.base).await;
+    sim.faults().release();
+    run_event(&mut events, "app", "started", 1).await;
+    let secret = format!("telo-watch-{id}");
+    sim.wait_for_value(
+        "secrets",
+        "telo-sessions",
+        &secret,
+        |s| s["data"].get("workspace.json.gz").is_some(),
+        WAIT,
+    )
+    .await
+    .expect("its record is kept, with the first checkpoint");
+    let snapshot = until_status_at(&client, &runner.base, &id, "running").await;
+    assert_eq!(snapshot["apps"][0]["generation"], 1, "{snapshot}");
+    let (status, _) = request_at(
+        &client,
+        &runner.base,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "telo.yaml", "content": manifest(json!({"stdout": ["edited"]}))}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let started = run_event(&mut events, "app", "started", 2).await;
+    assert_eq!(started["trigger"], "watch");
+    drop(runner);
+    sim.shutdown().await;
 }

@@ -44,8 +44,34 @@ pub enum FaultCommand {
     /// healthy backend: every open stream closes now and every API request
     /// is answered `503 ServiceUnavailable` for the next `ms` milliseconds.
     Unavailable { ms: u64 },
-    /// Remove every rule and the latency.
+    /// Hold every matching request before it is served (absent verb or
+    /// resource: any) until a `release`, as an apiserver that answers late:
+    /// what the request reads or writes is decided when it is let go.
+    #[serde(rename_all = "camelCase")]
+    Hold {
+        #[serde(default)]
+        verb: Option<String>,
+        #[serde(default)]
+        resource: Option<String>,
+    },
+    /// Let the requests of the matching holds go (absent verb or
+    /// resource: every hold), and hold those no more.
+    #[serde(rename_all = "camelCase")]
+    Release {
+        #[serde(default)]
+        verb: Option<String>,
+        #[serde(default)]
+        resource: Option<String>,
+    },
+    /// Remove every rule and the latency, and release what is held.
     Clear,
+}
+
+/// Requests of one verb/resource held back until a release.
+#[derive(Debug, Clone, PartialEq)]
+struct HoldRule {
+    verb: Option<String>,
+    resource: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -62,6 +88,11 @@ pub struct FaultState {
 
 pub struct Faults {
     state: Mutex<FaultState>,
+    holds: Mutex<Vec<HoldRule>>,
+    /// Counts up at every release; a held request waits for it to change.
+    releases: watch::Sender<u64>,
+    /// How many requests are held right now.
+    held: watch::Sender<usize>,
     /// When the current outage ends.
     unavailable_until: Mutex<Option<Instant>>,
     watch_epoch: watch::Sender<u64>,
@@ -72,6 +103,9 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             state: Mutex::new(FaultState::default()),
+            holds: Mutex::new(Vec::new()),
+            releases: watch::channel(0).0,
+            held: watch::channel(0).0,
             unavailable_until: Mutex::new(None),
             watch_epoch: watch::channel(0).0,
             stream_epoch: watch::channel(0).0,
@@ -91,12 +125,17 @@ impl Faults {
             FaultCommand::DropWatches => self.drop_watches(),
             FaultCommand::Restart => self.restart(),
             FaultCommand::Unavailable { ms } => self.unavailable_for(Duration::from_millis(ms)),
+            FaultCommand::Hold { verb, resource } => self.holds().push(HoldRule { verb, resource }),
+            FaultCommand::Release { verb, resource } => {
+                self.release_matching(verb.as_deref(), resource.as_deref());
+            }
             FaultCommand::Clear => {
                 let mut s = self.lock();
                 s.fail.clear();
                 s.latency_ms = 0;
                 drop(s);
                 *self.outage() = None;
+                self.release();
             }
         }
     }
@@ -110,6 +149,62 @@ impl Faults {
             code,
             message: None,
         }));
+    }
+
+    /// Holds every `verb` request on `resource` until [`Self::release`].
+    pub fn hold(&self, verb: &str, resource: &str) {
+        self.apply(FaultCommand::Hold {
+            verb: Some(verb.to_string()),
+            resource: Some(resource.to_string()),
+        });
+    }
+
+    /// Lets every held request go and holds no more.
+    pub fn release(&self) {
+        self.release_matching(None, None);
+    }
+
+    /// Lets the requests of the holds on `verb`/`resource` go (`None`: any).
+    pub fn release_matching(&self, verb: Option<&str>, resource: Option<&str>) {
+        self.holds().retain(|rule| {
+            let released = verb.is_none_or(|v| rule.verb.as_deref() == Some(v))
+                && resource.is_none_or(|r| rule.resource.as_deref() == Some(r));
+            !released
+        });
+        self.releases.send_modify(|n| *n += 1);
+    }
+
+    /// Resolves once at least `count` requests are held.
+    pub async fn wait_held(&self, count: usize) {
+        let mut held = self.held.subscribe();
+        let _ = held.wait_for(|now| *now >= count).await;
+    }
+
+    /// Waits while a hold matches this request; returns at once otherwise.
+    pub async fn pass_holds(&self, verb: &str, resource: &str) {
+        let matches = |rules: &[HoldRule]| {
+            rules.iter().any(|r| {
+                r.verb.as_deref().is_none_or(|v| v == verb)
+                    && r.resource.as_deref().is_none_or(|x| x == resource)
+            })
+        };
+        let mut releases = self.releases.subscribe();
+        if !matches(&self.holds()) {
+            return;
+        }
+        self.held.send_modify(|n| *n += 1);
+        // Held until no hold matches any more (a release of another rule
+        // wakes it too, and it goes back to waiting).
+        while matches(&self.holds()) {
+            if releases.changed().await.is_err() {
+                break;
+            }
+        }
+        self.held.send_modify(|n| *n -= 1);
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, Vec<HoldRule>> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn set_latency(&self, latency: Duration) {
@@ -204,6 +299,25 @@ impl Faults {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn held_requests_wait_for_the_release_and_others_pass() {
+        let f = std::sync::Arc::new(Faults::default());
+        f.hold("list", "secrets");
+        f.pass_holds("list", "pods").await;
+        let held = tokio::spawn({
+            let f = f.clone();
+            async move { f.pass_holds("list", "secrets").await }
+        });
+        f.wait_held(1).await;
+        f.hold("patch", "secrets");
+        f.release_matching(Some("patch"), None);
+        tokio::task::yield_now().await;
+        assert!(!held.is_finished(), "released by another rule's release");
+        f.release();
+        held.await.unwrap();
+        f.pass_holds("list", "secrets").await;
+    }
 
     #[test]
     fn failures_are_consumed_in_order() {

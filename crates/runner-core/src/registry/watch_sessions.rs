@@ -173,7 +173,11 @@ impl SessionRegistry {
     /// Lists the watch sessions a backend kept from before this runner (a
     /// restart, a crash) as `suspended`: resumable with their files.
     pub(super) async fn recover_suspended(&self) -> usize {
-        let kept = self.inner.backend.recover_suspended().await;
+        let kept = self
+            .inner
+            .backend
+            .recover_suspended(self.held_sessions())
+            .await;
         let count = kept.len();
         for record in kept {
             self.restore_suspended(record);
@@ -195,6 +199,12 @@ impl SessionRegistry {
             running,
         } = record;
         let id = spec.session_id.clone();
+        if self.get(&id).is_some() {
+            // A backend that listed one of this runner's own sessions: it
+            // runs here already, and replacing it would lose it.
+            warn!(session_id = %id, "recovery listed a session this runner holds; left as it is");
+            return;
+        }
         let session = Arc::new(
             Session::with_apps(
                 id.clone(),

@@ -31,8 +31,8 @@ use runner_core::watch_types::{
     WorkspaceFileContent, WorkspaceTree,
 };
 use runner_core::{
-    BackendSession, SessionSink, StartError, StartStage, StopError, SuspendedSession, WatchSpec,
-    WatchStart, WatchWorkload, WorkspaceFailure,
+    BackendSession, HeldSessions, SessionSink, StartError, StartStage, StopError, SuspendedSession,
+    WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
 };
 use runner_workspace_service::client::WorkspaceClient;
 use tokio::sync::watch;
@@ -829,7 +829,10 @@ impl WatchWorkload for KubeWatch {
 /// from that pod (its newest files) and adopted as it runs; any other is
 /// listed `suspended` (its pod, if any, taken down), resumable from its
 /// checkpoint.
-pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession> {
+pub async fn recover_suspended(
+    wctx: &Arc<WatchContext>,
+    held: &HeldSessions,
+) -> Vec<SuspendedSession> {
     let ctx = wctx.session.clone();
     ctx.pod_watcher.wait_synced().await;
     let listed = match wctx.checkpoints.list().await {
@@ -844,6 +847,10 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
     for (mut record, mut has_files) in listed {
         let id = record.spec.session_id.clone();
         known.push(id.clone());
+        if held(&id) {
+            // Created by this runner since it booted: not a leftover.
+            continue;
+        }
         let name = watch_pod_name(&id);
         let live = ctx
             .pod_watcher
@@ -917,7 +924,7 @@ pub async fn recover_suspended(wctx: &Arc<WatchContext>) -> Vec<SuspendedSession
             .and_then(|l| l.get(crate::session_record::SESSION_ID_LABEL))
             .cloned()
             .unwrap_or_default();
-        if is_watch && !known.contains(&session) {
+        if is_watch && !known.contains(&session) && !held(&session) {
             let name = pod.metadata.name.clone().unwrap_or_default();
             info!(pod = %name, "deleting a watch pod without a session record");
             if let Err(err) = delete_pod(&ctx.pods, &name).await {

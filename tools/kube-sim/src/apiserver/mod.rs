@@ -211,6 +211,7 @@ async fn dispatch(State(ctx): State<Arc<ApiContext>>, req: Request) -> Response 
     }) {
         return e.into_response();
     }
+    ctx.faults.pass_holds(verb, &resource_label).await;
     if let Some(err) = ctx.faults.take_failure(verb, &resource_label) {
         return err.into_response();
     }
