@@ -87,6 +87,8 @@ engine_start() {
     return 1
   fi
   rm -f "$ENGINE_PIDFILE"
+  # One log per start; the previous one is kept as dockerd.log.1.
+  [ ! -e "$ENGINE_LOG" ] || mv -f "$ENGINE_LOG" "$ENGINE_LOG.1"
   # --iptables=false: the machine may lack iptables/nf_tables rights, and
   # nothing here needs NAT (tests use the host network or the bridge's own
   # addresses). The storage driver is dockerd's choice (overlay2 where the
