@@ -29,7 +29,8 @@
 # scripts/engine.sh), TELO_RUNNER_IMAGE_CACHE (staging, default
 # ~/.cache/telo-runner-images), TELO_FIXTURE_DIR (default ../shared/telo),
 # DEBIAN_MIRROR (default: the bookworm mirror apt uses), TELO_RUNNER_IMAGE_RUNNER
-# (the runner image's tag, default telo-runner:dev).
+# (the runner image's tag, default telo-runner:dev), TELO_RUNNER_BUILD_CACHE_KEEP
+# (BuildKit cache kept after a build, default 2GB).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -59,6 +60,21 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
 present() { "$DOCKER" image inspect "$1" >/dev/null 2>&1; }
 label() { "$DOCKER" image inspect --format "{{ index .Config.Labels \"$2\" }}" "$1" 2>/dev/null || true; }
 build() { DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain "$@"; }
+image_id() { "$DOCKER" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+
+# After a rebuild: remove the image the tag pointed at before when nothing
+# else names it, and bound BuildKit's cache (each runner build adds the
+# binary to it about three times) to TELO_RUNNER_BUILD_CACHE_KEEP, least
+# recently used first.
+tidy() { # tidy OLD_IMAGE_ID NEW_TAG
+  local old=$1 new
+  new=$(image_id "$2")
+  if [ -n "$old" ] && [ "$old" != "$new" ] \
+    && [ "$("$DOCKER" image inspect --format '{{len .RepoTags}}' "$old" 2>/dev/null)" = 0 ]; then
+    "$DOCKER" image rm "$old" >/dev/null 2>&1 || true
+  fi
+  "$DOCKER" builder prune -f --keep-storage "${TELO_RUNNER_BUILD_CACHE_KEEP:-2GB}" >/dev/null 2>&1 || true
+}
 
 # Output of a build step goes to a log that is shown only when it fails.
 quietly() { # quietly LOGFILE CMD...
@@ -158,7 +174,7 @@ base_busybox() {
 
 # --- session -----------------------------------------------------------------
 session_image() {
-  local t0 ctx stamp have
+  local t0 ctx stamp have old
   t0=$(now)
   [ -f "$FIXTURE/install.sh" ] || die "no Telo fixture at $FIXTURE (set TELO_FIXTURE_DIR)"
   present "$BASE_IMAGE" || die "$BASE_IMAGE is missing: run \`$0 bases\` first"
@@ -190,17 +206,19 @@ session_image() {
   cp "$ROOT/scripts/session-image/dockerignore" "$ctx/.dockerignore"
   cp -p "$ROOT/scripts/session-image/telo.sh" "$ctx/telo.sh"
   log "session: building $SESSION_IMAGE (staged in $ctx after $(since "$t0"))"
+  old=$(image_id "$SESSION_IMAGE")
   quietly "$CACHE/session-build.log" build \
     --build-arg BASE_IMAGE="$BASE_IMAGE" \
     --build-arg TELO_VERSION="$TELO_VERSION" \
     --build-arg FIXTURE_STAMP="$stamp" \
     -t "$SESSION_IMAGE" -t "$SESSION_LATEST" "$ctx"
+  tidy "$old" "$SESSION_IMAGE"
   log "session: built $SESSION_IMAGE and $SESSION_LATEST (fixture stamp $stamp, $("$DOCKER" image inspect --format '{{.Size}}' "$SESSION_IMAGE" | awk '{ printf "%d MB", $1 / 1e6 }') in $(since "$t0"))"
 }
 
 # --- build -------------------------------------------------------------------
 runner_image() {
-  local t0 ctx sum have
+  local t0 ctx sum have old
   t0=$(now)
   [ -x "$BINARY" ] || die "no telo-runner binary at $BINARY (cargo build -p telo-runner, or --binary PATH)"
   present "$BASE_IMAGE" || die "$BASE_IMAGE is missing: run \`$0 bases\` first"
@@ -223,12 +241,14 @@ runner_image() {
   mkdir -p "$ctx"
   ln "$BINARY" "$ctx/telo-runner" 2>/dev/null || cp "$BINARY" "$ctx/telo-runner"
   log "build: building $RUNNER_IMAGE from $BINARY"
+  old=$(image_id "$RUNNER_IMAGE")
   quietly "$CACHE/runner-build.log" build -f "$ROOT/Dockerfile" \
     --build-arg BINARY=prebuilt \
     --build-arg RUNTIME_IMAGE="$BASE_IMAGE" \
     --label run.telo.runner-stamp="$sum" \
     -t "$RUNNER_IMAGE" "$ctx"
   rm -rf "$ctx"
+  tidy "$old" "$RUNNER_IMAGE"
   log "build: built $RUNNER_IMAGE ($(since "$t0"))"
 }
 
