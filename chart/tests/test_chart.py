@@ -644,6 +644,28 @@ def test_ingress_routing_with_an_existing_secret_only_names_it(cluster):
     assert len(network_policy(cluster)["spec"]["ingress"]) == 1
 
 
+def test_session_ingress_annotations_and_the_nginx_token_check_reach_the_runner(cluster):
+    cluster.install({"sessionRouting": {
+        "mode": "ingress",
+        "baseDomain": "run.example.com",
+        "ingress": {
+            "annotations": {"example.com/owner": "team-a"},
+            "nginxTokenAuth": True,
+        },
+    }})
+    annotations = json.loads(env_values(cluster)["SESSION_INGRESS_ANNOTATIONS"])
+    assert annotations == {
+        "example.com/owner": "team-a",
+        "nginx.ingress.kubernetes.io/auth-url":
+            f"http://{NAME}.{RUNNER_NS}.svc:8062/internal/sessions/{{sessionId}}/access",
+    }
+
+
+def test_without_ingress_annotations_none_are_passed(cluster):
+    cluster.install({"sessionRouting": {"mode": "ingress", "baseDomain": "run.example.com"}})
+    assert "SESSION_INGRESS_ANNOTATIONS" not in env_values(cluster)
+
+
 CATALOG = {"hello": {"image": "ghcr.io/example/hello:1", "title": "Hello"}}
 
 
@@ -769,9 +791,12 @@ def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
         ({"session": {"teloImages": {"pullPolicy": "IfNotPresent"}}},
          "session.teloImages.pullPolicy must be one of missing, always, never "
          "(got 'IfNotPresent')."),
+        ({"sessionRouting": {"mode": "gateway", "gateway": {"name": "public"},
+                             "ingress": {"nginxTokenAuth": True}}},
+         "sessionRouting.ingress.annotations and nginxTokenAuth apply to session Ingresses"),
     ],
     ids=["mode-typo", "gateway-without-name", "cert-without-key", "orphan-policy",
-         "secret-without-key", "telo-pull-policy"],
+         "secret-without-key", "telo-pull-policy", "ingress-auth-under-gateway"],
 )
 def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
     assert fragment in cluster.install_error(values)

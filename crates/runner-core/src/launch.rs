@@ -221,6 +221,10 @@ pub struct RecoveredSession {
     /// every earlier one, so a client resuming from before the restart is told
     /// it missed something instead of silently skipping output.
     pub generation: u32,
+    /// SHA-256 of its workload token, when its record kept one: the token
+    /// itself is not kept (it was the previous runner's to report), but the
+    /// edge can still check it ([`crate::session::Session::edge_access`]).
+    pub token_digest: Option<[u8; 32]>,
 }
 
 /// What keeps a backend from taking traffic (`/readyz`).

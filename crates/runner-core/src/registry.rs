@@ -250,6 +250,9 @@ impl SessionRegistry {
             let Ok(admitted) = self.admit(Some(&session)) else {
                 continue;
             };
+            if let Some(digest) = session.token_digest {
+                admitted.guard_with_token_digest(None, digest);
+            }
             info!(session_id = %session.session_id, generation = session.generation, "adopting a session from a previous runner");
             let backend = self.inner.backend.clone();
             self.spawn_launch(admitted, move |sink| async move {

@@ -36,6 +36,8 @@ use crate::workload::BackendSession;
 
 mod channel;
 #[cfg(test)]
+mod edge_tests;
+#[cfg(test)]
 mod retention_tests;
 mod sink;
 mod watch_session;
@@ -113,6 +115,29 @@ pub struct Session {
     /// The workload token of its co-resident agent, reported on
     /// `running.agent`.
     agent_token: std::sync::OnceLock<String>,
+    /// SHA-256 of every workload token a request to its published ports
+    /// must present ([`Session::edge_access`]), with the one port it guards
+    /// (`None`: every port, an app session's token); empty when it has none.
+    edge_digests: Mutex<Vec<(Option<u16>, [u8; 32])>>,
+}
+
+/// What an edge in front of a session's published ports is told about a
+/// request ([`Session::edge_access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeAccess {
+    /// The session has no workload token: its hosts are public, as the
+    /// reference runner's are.
+    Open,
+    /// The request presents one of the session's tokens.
+    Granted,
+    /// The session has a token and the request does not present it.
+    Denied,
+}
+
+/// SHA-256 of a workload token: what is kept and compared of it.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
 }
 
 /// The debug-stream event a kernel sends when its run is over.
@@ -211,6 +236,7 @@ impl Session {
             start_fallback: watch::Sender::new(None),
             endpoint_token: std::sync::OnceLock::new(),
             agent_token: std::sync::OnceLock::new(),
+            edge_digests: Mutex::new(Vec::new()),
         }
     }
 
@@ -464,11 +490,52 @@ impl Session {
         self.start_fallback.subscribe()
     }
 
-    /// Record an event; returns its id, or `None` when the session already
-    /// reached a terminal status (nothing follows the terminal status).
     /// The token every endpoint this session reports carries.
     pub(crate) fn set_endpoint_token(&self, token: String) {
+        self.guard_with_token_digest(None, token_digest(&token));
         let _ = self.endpoint_token.set(token);
+    }
+
+    /// A token's digest the edge requires on `port` (`None`: on every
+    /// port): a token this runner minted, or one an adopted session's
+    /// record kept (its token itself is not kept).
+    pub(crate) fn guard_with_token_digest(&self, port: Option<u16>, digest: [u8; 32]) {
+        let mut digests = lock(&self.edge_digests);
+        if !digests.contains(&(port, digest)) {
+            digests.push((port, digest));
+        }
+    }
+
+    /// Whether a request to this session's published `port` (`None`: not
+    /// known, so every token of the session applies) that presents
+    /// `presented` may pass: an app session's token guards all its ports,
+    /// an agent's token its own port, and a watch session's apps are
+    /// public. Compared by digest, in constant time.
+    pub fn edge_access(&self, presented: Option<&str>, port: Option<u16>) -> EdgeAccess {
+        use subtle::ConstantTimeEq;
+        let digests = lock(&self.edge_digests);
+        let guarding: Vec<&[u8; 32]> = digests
+            .iter()
+            .filter(|(guarded, _)| guarded.is_none() || port.is_none() || *guarded == port)
+            .map(|(_, digest)| digest)
+            .collect();
+        if guarding.is_empty() {
+            return EdgeAccess::Open;
+        }
+        let Some(presented) = presented else {
+            return EdgeAccess::Denied;
+        };
+        let presented = token_digest(presented);
+        let matched = guarding
+            .iter()
+            .fold(subtle::Choice::from(0), |any, digest| {
+                any | digest.ct_eq(&presented)
+            });
+        if bool::from(matched) {
+            EdgeAccess::Granted
+        } else {
+            EdgeAccess::Denied
+        }
     }
 
     /// Stamps the workload tokens on the endpoints an event reports.

@@ -94,6 +94,7 @@ impl Adoption {
                         session_id: record.session_id.clone(),
                         created_at: record.created_at.clone(),
                         generation,
+                        token_digest: record.token_digest,
                     });
                     lock(&self.adopted).insert(record.session_id.clone(), record);
                 }

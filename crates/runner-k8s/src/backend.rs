@@ -191,6 +191,7 @@ impl KubeBackend {
                     env: &spec.env,
                     ports: &spec.ports,
                     inspect: spec.inspect,
+                    token: app.token.as_deref(),
                     resources: &self.resources(true),
                 },
             ),

@@ -8,6 +8,7 @@
 //! exit code 2 at the binary: a runner that boots on a typo and then fails
 //! every session is harder to diagnose than one that does not boot.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -193,6 +194,10 @@ pub struct RoutingConfig {
     /// `kubernetes.io/tls` Secret the session Ingress presents. Ingress only:
     /// under Gateway API the certificate belongs to the Gateway's listener.
     pub tls_secret_name: Option<String>,
+    /// Annotations every session Ingress carries (`SESSION_INGRESS_ANNOTATIONS`),
+    /// `{sessionId}` in a value standing for the session's id: how an
+    /// operator has the ingress controller check workload tokens.
+    pub ingress_annotations: BTreeMap<String, String>,
     pub gateway: Option<GatewayParent>,
     /// How long a published route may stay unclaimed by any controller before
     /// it is reported `unprogrammed`.
@@ -359,14 +364,86 @@ pub fn load_routing_config(
         DEFAULT_ROUTE_READY_TIMEOUT_SECONDS,
         "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
     )?);
+    let ingress_annotations = load_ingress_annotations(env)?;
+    if mode == RoutingMode::Gateway && !ingress_annotations.is_empty() {
+        return Err(ingress_annotations_under_gateway());
+    }
     Ok(RoutingConfig {
         mode,
         base_domain,
         ingress_class_name,
         tls_secret_name,
+        ingress_annotations,
         gateway,
         route_ready_timeout,
     })
+}
+
+/// `SESSION_INGRESS_ANNOTATIONS`: a JSON object of annotation keys to
+/// string values. Keys are checked as the apiserver checks them, so a typo
+/// stops the boot instead of failing every session's Ingress.
+fn load_ingress_annotations(env: &Env) -> Result<BTreeMap<String, String>, ConfigError> {
+    const VAR: &str = "SESSION_INGRESS_ANNOTATIONS";
+    let Some(raw) = env_string(env, VAR) else {
+        return Ok(BTreeMap::new());
+    };
+    let annotations: BTreeMap<String, String> =
+        serde_json::from_str(&raw).map_err(|err| ConfigError::Malformed {
+            var: VAR.to_owned(),
+            expected: "a JSON object of annotation names to strings".to_owned(),
+            reason: err.to_string(),
+        })?;
+    if let Some(key) = annotations.keys().find(|key| !is_qualified_name(key)) {
+        return Err(ConfigError::invalid(
+            VAR,
+            "name each annotation as Kubernetes does ([prefix/]name: a DNS subdomain prefix, a name of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            key,
+        ));
+    }
+    Ok(annotations)
+}
+
+/// A Kubernetes qualified name: `[prefix/]name`, the prefix a DNS-1123
+/// subdomain, the name at most 63 characters of `[A-Za-z0-9_.-]` that start
+/// and end alphanumeric.
+fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let prefix_ok = prefix.is_none_or(|prefix| {
+        !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && label.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
+    name_ok && prefix_ok
+}
+
+/// Ingress annotations where no Ingress is made: a token check the operator
+/// meant to have would be silently missing.
+pub(crate) fn ingress_annotations_under_gateway() -> ConfigError {
+    ConfigError::conflict(
+        "SESSION_INGRESS_ANNOTATIONS",
+        "session routing is Gateway API, which makes no Ingress to carry them (the token check \
+         they configure would be silently missing). Configure the check on the Gateway, or set \
+         SESSION_ROUTING_MODE=ingress."
+            .to_owned(),
+    )
 }
 
 /// The refusal of gateway mode without a Gateway to attach routes to; shared
@@ -713,6 +790,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "SESSION_INGRESS_TLS_SECRET",
         default: "(unset)",
         description: "TLS Secret session Ingresses present for *.<domain>; refused when routing is Gateway API.",
+    },
+    EnvVarDoc {
+        name: "SESSION_INGRESS_ANNOTATIONS",
+        default: "(unset)",
+        description: "JSON object of annotations every session Ingress carries; `{sessionId}` in a value is the session's id (e.g. an ingress controller's external-auth URL pointing at the runner's `/internal/sessions/{sessionId}/access`). Refused when routing is Gateway API.",
     },
     EnvVarDoc {
         name: "SESSION_GATEWAY_NAME",

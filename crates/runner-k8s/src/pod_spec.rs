@@ -108,6 +108,9 @@ pub struct AppPodInput<'a> {
     /// Only recorded: the image's own entrypoint decides whether anything
     /// listens on the inspect port, so the pod itself does not change.
     pub inspect: bool,
+    /// The session's workload token (`tokenEnv`), already in `env`; its
+    /// digest is recorded so a later runner can still check it at the edge.
+    pub token: Option<&'a str>,
     pub resources: &'a Resources,
 }
 
@@ -138,6 +141,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
         ports: run.ports.to_vec(),
         inspect: run.inspect,
         app: None,
+        token_digest: None,
     };
 
     let mut command = vec!["telo".to_owned(), "run".to_owned()];
@@ -237,6 +241,7 @@ pub fn build_app_pod(settings: &PodSettings, app: &AppPodInput<'_>) -> Pod {
         ports: app.ports.to_vec(),
         inspect: app.inspect,
         app: Some(app.app_name.to_owned()),
+        token_digest: app.token.map(runner_core::session::token_digest),
     };
 
     let session = Container {

@@ -25,6 +25,9 @@ pub const KIND_ANNOTATION: &str = "telo.run/kind";
 pub const PORTS_ANNOTATION: &str = "telo.run/ports";
 pub const INSPECT_ANNOTATION: &str = "telo.run/inspect";
 pub const APP_ANNOTATION: &str = "telo.run/app";
+/// SHA-256 (hex) of an app session's workload token: enough for a later
+/// runner to check the token at the edge, never the token itself.
+pub const TOKEN_DIGEST_ANNOTATION: &str = "telo.run/token-sha256";
 /// How many times a session was taken over by a restarted runner.
 pub const GENERATION_ANNOTATION: &str = "telo.run/generation";
 
@@ -78,6 +81,8 @@ pub struct SessionRecord {
     pub inspect: bool,
     /// The catalog app name; present exactly for [`SessionKind::App`].
     pub app: Option<String>,
+    /// SHA-256 of the session's workload token (`tokenEnv`), if it has one.
+    pub token_digest: Option<[u8; 32]>,
 }
 
 /// A pod that does not carry a well-formed [`SessionRecord`]: not ours, made
@@ -115,6 +120,8 @@ pub enum RecordError {
     MissingApp,
     #[error("a run session pod must not carry a '{APP_ANNOTATION}' annotation")]
     UnexpectedApp,
+    #[error("annotation '{TOKEN_DIGEST_ANNOTATION}' is not a SHA-256 in hex: '{0}'")]
+    InvalidTokenDigest(String),
 }
 
 /// The annotations that carry `record` on its pod.
@@ -139,6 +146,9 @@ pub fn record_annotations(record: &SessionRecord) -> BTreeMap<String, String> {
     ]);
     if let Some(app) = &record.app {
         annotations.insert(APP_ANNOTATION.to_owned(), app.clone());
+    }
+    if let Some(digest) = &record.token_digest {
+        annotations.insert(TOKEN_DIGEST_ANNOTATION.to_owned(), hex::encode(digest));
     }
     annotations
 }
@@ -215,6 +225,16 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
         (SessionKind::Run, None) => None,
     };
 
+    let token_digest = match annotations.and_then(|a| a.get(TOKEN_DIGEST_ANNOTATION)) {
+        None => None,
+        Some(text) => {
+            let mut digest = [0_u8; 32];
+            hex::decode_to_slice(text, &mut digest)
+                .map_err(|_| RecordError::InvalidTokenDigest(text.clone()))?;
+            Some(digest)
+        }
+    };
+
     Ok(SessionRecord {
         session_id: session_id.clone(),
         created_at: created_at.clone(),
@@ -222,6 +242,7 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
         ports,
         inspect,
         app,
+        token_digest,
     })
 }
 
@@ -250,6 +271,7 @@ mod tests {
             ],
             inspect: true,
             app: (kind == SessionKind::App).then(|| "tool".to_owned()),
+            token_digest: None,
         }
     }
 
@@ -304,6 +326,33 @@ mod tests {
         assert_eq!(run["telo.run/ports"], "[]");
         assert_eq!(run["telo.run/inspect"], "false");
         assert!(!run.contains_key("telo.run/app"));
+    }
+
+    #[test]
+    fn a_token_digest_is_recorded_in_hex_and_read_back_checked() {
+        let record = SessionRecord {
+            token_digest: Some(runner_core::session::token_digest("secret")),
+            ..record(SessionKind::App)
+        };
+        let annotations = record_annotations(&record);
+        assert_eq!(
+            annotations[TOKEN_DIGEST_ANNOTATION],
+            "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+        );
+        assert_eq!(
+            session_record_from_pod(&pod_carrying(&record)).unwrap(),
+            record
+        );
+        let mut pod = pod_carrying(&record);
+        pod.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(TOKEN_DIGEST_ANNOTATION.to_owned(), "not hex".to_owned());
+        assert!(matches!(
+            session_record_from_pod(&pod),
+            Err(RecordError::InvalidTokenDigest(_))
+        ));
     }
 
     #[test]

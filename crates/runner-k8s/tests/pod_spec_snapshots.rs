@@ -100,6 +100,7 @@ fn app_input<'a>(
         env,
         ports,
         inspect: false,
+        token: None,
         resources,
     }
 }
@@ -513,6 +514,7 @@ fn record() -> impl Strategy<Value = SessionRecord> {
                 ports,
                 inspect,
                 app,
+                token_digest: None,
             },
         )
 }

@@ -89,6 +89,9 @@ async fn serving(mut command: Command) -> (ChildGuard, String) {
 #[case(&[("LOG_LEVEL", "loud")], "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got 'loud').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]
 #[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_ROUTING_MODE", "Ingress")], "SESSION_ROUTING_MODE must be one of auto | ingress | gateway | none (got 'Ingress').")]
+#[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_INGRESS_ANNOTATIONS", "[1]")], "SESSION_INGRESS_ANNOTATIONS is not a JSON object of annotation names to strings: invalid type: sequence, expected a map at line 1 column 0")]
+#[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_INGRESS_ANNOTATIONS", r#"{"auth url": "x"}"#)], "SESSION_INGRESS_ANNOTATIONS must name each annotation as Kubernetes does ([prefix/]name: a DNS subdomain prefix, a name of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), got 'auth url'.")]
+#[case(&[("RUNNER_BACKEND", "kubernetes"), ("RUNNER_SELF_URL", "http://runner:8062"), ("SESSION_ROUTING_MODE", "gateway"), ("SESSION_GATEWAY_NAME", "public"), ("SESSION_INGRESS_ANNOTATIONS", r#"{"a/b": "c"}"#)], "SESSION_INGRESS_ANNOTATIONS is set but session routing is Gateway API, which makes no Ingress to carry them (the token check they configure would be silently missing). Configure the check on the Gateway, or set SESSION_ROUTING_MODE=ingress.")]
 fn bad_configuration_exits_2_with_the_exact_message(
     #[case] vars: &[(&str, &str)],
     #[case] message: &str,

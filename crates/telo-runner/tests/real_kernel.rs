@@ -376,3 +376,44 @@ async fn a_local_runner_reports_and_chooses_the_real_kernels_release() {
     assert!(output.contains("fake kernel"), "{output}");
     runner.stop().await;
 }
+
+/// On Kubernetes a named release runs its image (`telorun/node:0.81.0-slim`,
+/// here the real kernel) and `run started` names it: the 0.81 kernel's
+/// `Kernel.Starting` carries no version, so the runner reports the release
+/// it launched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_runner_runs_and_reports_the_named_release() {
+    let runner = real_runner(Backend::Kubernetes, &[]).await;
+    let mut request = body("hello-world", json!({}), json!([]), true);
+    request.as_object_mut().unwrap().remove("config");
+    request["telo"] = json!("0.81.0");
+    let id = runner.create_body(request).await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = tokio::time::timeout(
+        KERNEL_WAIT,
+        events
+            .events_until(|f| f.event.as_deref() == Some("run") && f.json()["phase"] == "started"),
+    )
+    .await
+    .expect("a generation starts");
+    assert_eq!(frames.last().unwrap().json()["telo"], "0.81.0");
+    let sim = runner.sim.as_ref().unwrap();
+    let pod = sim
+        .get_value("pods", "telo-sessions", &format!("telo-run-{id}"))
+        .unwrap();
+    assert_eq!(
+        pod["spec"]["containers"][0]["image"],
+        "telorun/node:0.81.0-slim"
+    );
+    let response = runner
+        .client
+        .delete(runner.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    runner.wait_terminal(&id).await;
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("Hello from Telo!"), "{output}");
+    runner.stop().await;
+}

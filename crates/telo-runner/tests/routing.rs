@@ -37,6 +37,7 @@ fn config(mode: RoutingMode) -> RoutingConfig {
         base_domain: Some(DOMAIN.into()),
         ingress_class_name: None,
         tls_secret_name: None,
+        ingress_annotations: Default::default(),
         gateway: None,
         route_ready_timeout: Duration::from_secs(60),
     }

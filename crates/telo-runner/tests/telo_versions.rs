@@ -1,8 +1,8 @@
-//! Telo version selection (runner-core 0.17) on the local backend, black-box:
-//! a runner given a directory of kernels runs each request's version, and
-//! refuses before a session exists what it cannot run exactly. (The
-//! Kubernetes backend's images are tested in `telo_versions_k8s`; the real
-//! kernel by version in `real_kernel`.)
+//! Telo version selection (runner-core 0.17), black-box: a local runner
+//! given a directory of kernels runs each request's version, and both
+//! backends refuse before a session exists what they cannot run exactly.
+//! (The Kubernetes backend's images are tested in `telo_versions_k8s`; the
+//! real kernel by version in `real_kernel`.)
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,6 +11,7 @@ use std::path::Path;
 
 use common::{Backend, Runner};
 use reqwest::StatusCode;
+use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::fake_telo::fake_telo_path;
 
@@ -121,25 +122,53 @@ async fn a_run_session_runs_the_named_release_and_reports_it() {
     runner.stop().await;
 }
 
+/// The version gate is the core's; what a backend cannot supply is its
+/// own (a kernel missing from the directory, an unreleased build without
+/// an operator's image). Every refusal comes before a session exists.
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test]
-async fn versions_are_checked_before_a_session_exists() {
+async fn versions_are_checked_before_a_session_exists(#[case] backend: Backend) {
     let dir = kernels(&["0.96.0", "0.100.0"]);
-    let runner = runner_with(dir.path(), true).await;
-    let cases: Vec<(Value, Value)> = vec![
-        (
-            {
-                let mut b = body(json!({}));
-                b["telo"] = json!("0.99.0");
-                b
-            },
-            json!({
-                "error": "telo_version_unavailable",
-                "message": "telo 0.99.0 cannot be run for app 'app': this runner has no telo 0.99.0 \u{2014} it has 0.96.0, 0.100.0",
-                "app": "app",
-                "version": "0.99.0",
-                "reason": "this runner has no telo 0.99.0 \u{2014} it has 0.96.0, 0.100.0",
-            }),
+    let (runner, unavailable) = match backend {
+        Backend::Local => (
+            runner_with(dir.path(), true).await,
+            (
+                {
+                    let mut b = body(json!({}));
+                    b["telo"] = json!("0.99.0");
+                    b
+                },
+                json!({
+                    "error": "telo_version_unavailable",
+                    "message": "telo 0.99.0 cannot be run for app 'app': this runner has no telo 0.99.0 \u{2014} it has 0.96.0, 0.100.0",
+                    "app": "app",
+                    "version": "0.99.0",
+                    "reason": "this runner has no telo 0.99.0 \u{2014} it has 0.96.0, 0.100.0",
+                }),
+            ),
         ),
+        Backend::Kubernetes => (
+            Runner::start_on(backend, &[("RUNNER_WATCH_SESSIONS", "true")]).await,
+            (
+                {
+                    let mut b = body(json!({}));
+                    b["telo"] = json!("0.97.0+unreleased");
+                    b
+                },
+                json!({
+                    "error": "telo_version_unavailable",
+                    "message": "telo 0.97.0+unreleased cannot be run for app 'app': 0.97.0+unreleased is an unreleased build, which has no published image. Pin a released telo version for this workspace, or have the runner's operator set RUNNER_TELO_UNRELEASED_IMAGE to a kernel image built from that same tree",
+                    "app": "app",
+                    "version": "0.97.0+unreleased",
+                    "reason": "0.97.0+unreleased is an unreleased build, which has no published image. Pin a released telo version for this workspace, or have the runner's operator set RUNNER_TELO_UNRELEASED_IMAGE to a kernel image built from that same tree",
+                }),
+            ),
+        ),
+    };
+    let cases: Vec<(Value, Value)> = vec![
+        unavailable,
         (
             {
                 let mut b = body(json!({}));

@@ -95,6 +95,11 @@ pub static ROUTES: &[ApiRoute] = &[
         handler: || get(routes::metrics),
     },
     ApiRoute {
+        path: "/internal/sessions/{id}/access",
+        methods: &["GET"],
+        handler: || get(routes::edge_access),
+    },
+    ApiRoute {
         path: "/v1/health",
         methods: &["GET"],
         handler: || get(routes::health),

@@ -91,6 +91,14 @@ fn operation(path: &str, method: &str) -> Value {
             "summary": "Prometheus metrics in the text exposition format.",
             "responses": { "200": {"description": "The metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}} }
         }),
+        ("/internal/sessions/{id}/access", "get") => json!({
+            "summary": "The edge's check of a request to a session's published ports (an ingress controller's external authentication): 204 when the session has no workload token or the request's `Authorization: Bearer` is one of its tokens; never needs the runner's own token.",
+            "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": {
+                "204": {"description": "The request may pass."},
+                "401": error("The session has a token the request does not present, or no such session runs.")
+            }
+        }),
         ("/v1/health", "get") => json!({
             "summary": "Liveness and version; always 200 (use /v1/probe for the backend).",
             "responses": { "200": response("Alive.", schema_ref("Health")) }

@@ -20,6 +20,7 @@ use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::backend::{AppLaunch, ProbeConfig, StartSpec, WatchSpec};
 use crate::metrics::METRICS_CONTENT_TYPE;
 use crate::registry::AdmissionError;
+use crate::session::EdgeAccess;
 use runner_api::telo::{SUPERSEDED_BY_TELO, superseded_config_message};
 use runner_api::watch::{AppSpec, DEFAULT_APP_NAME, IoMode, SessionMode, resolve_apps};
 
@@ -535,9 +536,95 @@ fn admission_error(err: AdmissionError) -> ApiError {
     }
 }
 
+/// The edge's check of a request to a session's published ports: an
+/// ingress controller's external authentication calls it with the
+/// request's headers (README, "Workload tokens at the edge"). `204` when the
+/// request may pass (the session has no workload token, or the request's
+/// `Authorization: Bearer` is one of its tokens), else `401`. Outside `/v1`
+/// and not gated by `RUNNER_AUTH_TOKENS_FILE`: the session's token is the
+/// credential here, and the answer says nothing but yes or no.
+pub async fn edge_access(
+    State(state): State<AppState>,
+    PathParam(id): PathParam,
+    headers: HeaderMap,
+) -> Response {
+    let port = requested_port(&id, &headers);
+    let access = state
+        .registry
+        .get(&id)
+        .filter(|session| !session.is_terminal())
+        .map(|session| session.edge_access(super::auth::bearer_token(&headers), port));
+    match access {
+        Some(EdgeAccess::Open | EdgeAccess::Granted) => StatusCode::NO_CONTENT.into_response(),
+        Some(EdgeAccess::Denied) => edge_refusal("this session's workload token is required"),
+        None => edge_refusal("no session by that id runs here"),
+    }
+}
+
+/// The session port a checked request is for, read from the host it was
+/// sent to (`<port>-<session id>.<domain>`) as the edge passes it on:
+/// `X-Original-URL` (ingress-nginx), else `X-Forwarded-Host`. `None` when
+/// neither names a host of this session: every token of the session then
+/// applies.
+fn requested_port(id: &str, headers: &HeaderMap) -> Option<u16> {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let host = header("x-original-url")
+        .and_then(|url| url.split_once("://").map(|(_, rest)| rest))
+        .map(|rest| rest.split(['/', '?']).next().unwrap_or(rest))
+        .or_else(|| header("x-forwarded-host"))?;
+    let label = host.split('.').next()?;
+    let (port, session) = label.split_once('-')?;
+    (session == id).then(|| port.parse().ok()).flatten()
+}
+
+fn edge_refusal(message: &'static str) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer realm=\"telo session\""),
+    );
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_checked_port_comes_from_the_host_the_request_was_sent_to() {
+        let with = |name: &'static str, value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(name, axum::http::HeaderValue::from_static(value));
+            headers
+        };
+        assert_eq!(
+            requested_port(
+                "abc234defghi",
+                &with(
+                    "x-original-url",
+                    "https://7070-abc234defghi.run.example.com/ws?x=1"
+                )
+            ),
+            Some(7070)
+        );
+        assert_eq!(
+            requested_port(
+                "abc234defghi",
+                &with("x-forwarded-host", "8080-abc234defghi.run.example.com")
+            ),
+            Some(8080)
+        );
+        // Another session's host, or none: no port is taken from it.
+        assert_eq!(
+            requested_port(
+                "abc234defghi",
+                &with("x-forwarded-host", "8080-zzzzzzzzzzzz.run.example.com")
+            ),
+            None
+        );
+        assert_eq!(requested_port("abc234defghi", &HeaderMap::new()), None);
+    }
 
     #[test]
     fn the_registry_url_is_added_only_when_the_env_does_not_name_it() {

@@ -7,7 +7,10 @@ use super::*;
 impl Session {
     /// Makes this a watch session launched as `spec`.
     pub(crate) fn with_watch(mut self, spec: crate::launch::WatchSpec) -> Self {
-        if let Some(token) = spec.agent.as_ref().and_then(|agent| agent.token.clone()) {
+        if let Some(agent) = &spec.agent
+            && let Some(token) = agent.token.clone()
+        {
+            self.guard_with_token_digest(Some(agent.port), token_digest(&token));
             let _ = self.agent_token.set(token);
         }
         self.watch = Some(Mutex::new(WatchState::new(spec)));

@@ -64,6 +64,7 @@ fn only_the_self_url_is_required_and_everything_else_has_its_default() {
             base_domain: None,
             ingress_class_name: None,
             tls_secret_name: None,
+            ingress_annotations: Default::default(),
             gateway: None,
             route_ready_timeout: Duration::from_secs(60),
         }
@@ -201,6 +202,7 @@ fn every_variable_overrides_its_default() {
             base_domain: Some("telo.run".into()),
             ingress_class_name: Some("nginx".into()),
             tls_secret_name: Some("origin-tls".into()),
+            ingress_annotations: Default::default(),
             gateway: None,
             route_ready_timeout: Duration::from_secs(5),
         }

@@ -2,6 +2,8 @@
 //! a rule per tcp port, programmed once a controller writes its load-balancer
 //! status.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
     IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
@@ -21,7 +23,13 @@ pub struct IngressSettings {
     pub class: Option<String>,
     /// The `kubernetes.io/tls` Secret presented for every session host.
     pub tls_secret: Option<String>,
+    /// Annotations every session Ingress carries, `{sessionId}` replaced by
+    /// the session's id.
+    pub annotations: BTreeMap<String, String>,
 }
+
+/// What an annotation value says where the session's id goes.
+pub const SESSION_ID_PLACEHOLDER: &str = "{sessionId}";
 
 /// `telo-run-<sessionId>`, like the pod and the Service.
 pub fn ingress_name(session_id: &str) -> String {
@@ -72,8 +80,23 @@ pub fn build_session_ingress(
             secret_name: Some(secret.clone()),
         }]
     });
+    let mut metadata = objects.metadata(ingress_name(&objects.session_id));
+    if !settings.annotations.is_empty() {
+        metadata.annotations = Some(
+            settings
+                .annotations
+                .iter()
+                .map(|(key, value)| {
+                    (
+                        key.clone(),
+                        value.replace(SESSION_ID_PLACEHOLDER, &objects.session_id),
+                    )
+                })
+                .collect(),
+        );
+    }
     Some(Ingress {
-        metadata: objects.metadata(ingress_name(&objects.session_id)),
+        metadata,
         spec: Some(IngressSpec {
             ingress_class_name: settings.class.clone(),
             tls,
@@ -144,6 +167,7 @@ mod tests {
         IngressSettings {
             class: class.map(str::to_owned),
             tls_secret: tls_secret.map(str::to_owned),
+            annotations: BTreeMap::new(),
         }
     }
 

@@ -116,6 +116,7 @@ impl SessionRouter {
                 RoutingLayer::Ingress(IngressSettings {
                     class,
                     tls_secret: config.routing.tls_secret_name.clone(),
+                    annotations: config.routing.ingress_annotations.clone(),
                 }),
                 ApiResource::erase::<Ingress>(&()),
             ),

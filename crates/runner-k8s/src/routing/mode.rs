@@ -239,6 +239,10 @@ fn refuse_tls_under_gateway(
     config: &RoutingConfig,
     resolved: &ResolvedRouting,
 ) -> Result<(), ConfigError> {
+    if matches!(resolved, ResolvedRouting::Gateway { .. }) && !config.ingress_annotations.is_empty()
+    {
+        return Err(crate::config::ingress_annotations_under_gateway());
+    }
     if matches!(resolved, ResolvedRouting::Gateway { .. }) && config.tls_secret_name.is_some() {
         return Err(ConfigError::conflict(
             "SESSION_INGRESS_TLS_SECRET",
@@ -267,6 +271,7 @@ mod tests {
             base_domain: Some("telo.run".into()),
             ingress_class_name: None,
             tls_secret_name: None,
+            ingress_annotations: Default::default(),
             gateway: None,
             route_ready_timeout: Duration::from_secs(60),
         }
