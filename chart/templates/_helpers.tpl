@@ -26,7 +26,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The address session init containers fetch their bundle from. */}}
 {{- define "telo-runner.selfUrl" -}}
-http://{{ include "telo-runner.name" . }}.{{ .Values.runnerNamespace }}.svc:{{ .Values.runner.port }}
+http://{{ include "telo-runner.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.runner.port }}
 {{- end -}}
 
 {{/*

@@ -37,8 +37,10 @@ import yaml
 
 CHART = Path(__file__).resolve().parent.parent
 RELEASE = "telo"
-RELEASE_NAMESPACE = "default"
 RUNNER_NS = "telo-runner"
+# The runner lives in the release's namespace: the tests install as the
+# README does, `helm install … -n telo-runner --create-namespace`.
+RELEASE_NAMESPACE = RUNNER_NS
 SESSION_NS = "telo-sessions"
 NAME = "telo-k8s-runner"
 
@@ -140,15 +142,21 @@ class Cluster:
             if err.code != 404:
                 raise
 
-    def config(self) -> helm_sdkpy.Configuration:
+    def config(self, namespace: str = RELEASE_NAMESPACE) -> helm_sdkpy.Configuration:
         return helm_sdkpy.Configuration(
-            namespace=RELEASE_NAMESPACE, kubeconfig=self.kubeconfig, plain_http=True
+            namespace=namespace, kubeconfig=self.kubeconfig, plain_http=True
         )
 
-    def install(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    def install(
+        self,
+        values: dict[str, Any] | None = None,
+        namespace: str = RELEASE_NAMESPACE,
+        create_namespace: bool = True,
+    ) -> dict[str, Any]:
         return asyncio.run(
-            helm_sdkpy.Install(self.config()).run(
-                RELEASE, str(CHART), values=values or {}, wait=False, timeout=60
+            helm_sdkpy.Install(self.config(namespace)).run(
+                RELEASE, str(CHART), values=values or {}, wait=False, timeout=60,
+                create_namespace=create_namespace,
             )
         )
 
@@ -767,6 +775,44 @@ def test_namespaces_are_left_alone_when_managed_elsewhere(cluster):
 
 
 # --- refusals --------------------------------------------------------------------
+
+
+def test_the_plain_install_puts_the_runner_in_the_current_namespace(cluster):
+    # `helm install telo-runner ./chart`, with `default` as the current namespace.
+    release = cluster.install(namespace="default", create_namespace=False)
+    assert release["info"]["status"] == "deployed"
+    assert cluster.must_get(f"/apis/apps/v1/namespaces/default/deployments/{NAME}")
+    env = {e["name"]: e.get("value") for e in cluster.must_get(
+        f"/apis/apps/v1/namespaces/default/deployments/{NAME}"
+    )["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RUNNER_SELF_URL"] == f"http://{NAME}.default.svc:8062"
+    assert cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}")
+    binding = cluster.must_get(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{SESSION_NS}/rolebindings/{NAME}"
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": NAME, "namespace": "default"}
+    ]
+
+
+def test_an_existing_session_namespace_is_used_as_it_is(cluster):
+    request = urllib.request.Request(
+        f"{cluster.base}/api/v1/namespaces",
+        data=json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": SESSION_NS}}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    release = cluster.install()
+    assert release["info"]["status"] == "deployed"
+    assert "kind: Namespace" not in release["manifest"]
+    assert cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}/resourcequotas/{NAME}-sessions")
+
+
+def test_the_old_runner_namespace_value_is_refused_with_the_way_forward(cluster):
+    message = cluster.install_error({"runnerNamespace": "elsewhere"})
+    assert "runnerNamespace is gone: the runner lives in the release's namespace" in message
 
 
 def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
