@@ -332,6 +332,8 @@ async fn with_a_token_file_only_discovery_and_probes_answer_anonymously(#[case] 
         "/metrics",
         "/v1/health",
         "/v1/capabilities",
+        // The edge's token check: its credential is the session's own token.
+        "/internal/sessions/{id}/access",
     ];
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");

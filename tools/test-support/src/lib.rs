@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod bundle;
+pub mod containers;
 pub mod fake_telo;
 pub mod real_kernel;
 pub mod sse;
