@@ -165,9 +165,18 @@ pub fn pod_failure_message(pod: Option<&Pod>) -> String {
         return "pod failed".to_owned();
     };
     let container_problem = container_statuses(status).find_map(|(label, container)| {
-        let problem = state_problem(container.state.as_ref())
-            .or_else(|| state_problem(container.last_state.as_ref()))?;
-        Some(format!("{label} \"{}\" {problem}", container.name))
+        let state = container
+            .state
+            .as_ref()
+            .filter(|state| state_problem(Some(state)).is_some())
+            .or(container.last_state.as_ref());
+        let problem = state_problem(state)?;
+        let limit = pod.and_then(|pod| memory_limit_of(pod, &container.name));
+        Some(format!(
+            "{label} \"{}\" {problem}{}",
+            container.name,
+            oom_explanation(state, limit.as_deref())
+        ))
     });
     container_problem
         .or_else(|| non_blank(status.message.as_deref()).map(truncate_detail))
@@ -237,6 +246,37 @@ fn container_statuses(
 }
 
 /// A non-zero exit, or a waiting reason other than the benign start-up ones.
+/// What an OOM kill means, said plainly: the reason alone reads like a crash
+/// of the platform, while the fix is the workload's memory or the limit.
+fn oom_explanation(state: Option<&ContainerState>, limit: Option<&str>) -> String {
+    let killed = state
+        .and_then(|state| state.terminated.as_ref())
+        .is_some_and(|t| {
+            t.reason.as_deref() == Some("OOMKilled") && non_blank(t.message.as_deref()).is_none()
+        });
+    match (killed, limit) {
+        (true, Some(limit)) => {
+            format!(": it used more memory than its limit of {limit} and was killed")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The memory limit the pod spec gives container `name`, as written.
+fn memory_limit_of(pod: &Pod, name: &str) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|container| container.name == name)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("memory")
+        .map(|quantity| quantity.0.clone())
+}
+
 fn state_problem(state: Option<&ContainerState>) -> Option<String> {
     let state = state?;
     if let Some(terminated) = state.terminated.as_ref().filter(|t| t.exit_code != 0) {
@@ -431,6 +471,24 @@ mod tests {
         assert_eq!(
             pod_failure_message(Some(&pod)),
             "container \"session\" failed: OOMKilled (exit code 137)"
+        );
+    }
+
+    #[test]
+    fn an_oom_kill_names_the_memory_limit_it_went_over() {
+        let mut pod = pod(json!({
+            "phase": "Failed",
+            "containerStatuses": [status_of("session", json!({ "terminated": { "exitCode": 137, "reason": "OOMKilled" } }))],
+        }));
+        pod.spec = Some(
+            serde_json::from_value(json!({
+                "containers": [{"name": "session", "resources": {"limits": {"memory": "256Mi"}}}],
+            }))
+            .unwrap(),
+        );
+        assert_eq!(
+            pod_failure_message(Some(&pod)),
+            "container \"session\" failed: OOMKilled (exit code 137): it used more memory than its limit of 256Mi and was killed"
         );
     }
 
