@@ -1,7 +1,8 @@
 //! kube-sim: a simulated Kubernetes apiserver and kubelet for tests,
 //! benchmarks and demos. The apiserver answers real clients (kube-rs,
 //! kubectl) with real error bodies and watch semantics; the kubelet runs
-//! containers as local processes. See the README for what is simulated.
+//! containers as local processes, or as real containers of a docker engine
+//! (`Runtime::Docker`). See the README for what is simulated.
 
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,7 @@ pub mod timeline;
 pub use apiserver::authz::Denial;
 pub use errors::ApiError;
 pub use faults::{FaultCommand, Faults};
+pub use kubelet::engine::Runtime;
 pub use kubelet::images::{ImageBehaviour, ImageTable};
 pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};
 pub use stats::Stats;

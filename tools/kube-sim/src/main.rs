@@ -6,9 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use kube_sim::{ImageBehaviour, KubeSim};
+use kube_sim::{ImageBehaviour, KubeSim, Runtime};
 
-/// A simulated Kubernetes apiserver + kubelet running pods as local processes.
+/// A simulated Kubernetes apiserver + kubelet running pods as local processes
+/// (or as real containers of a docker engine, `--runtime docker`).
 #[derive(Debug, Parser)]
 #[command(name = "kube-sim", version)]
 struct Args {
@@ -58,6 +59,21 @@ struct Args {
     /// namespace, e.g. `--namespace telo-sessions`.
     #[arg(long = "namespace", value_name = "NAME")]
     namespaces: Vec<String>,
+    /// How containers run: `process` (local processes, the image table
+    /// says which) or `docker` (real containers of a docker engine; the
+    /// securityContext and resource limits are enforced, images must be
+    /// local).
+    #[arg(long, value_name = "process|docker", default_value = "process", value_parser = parse_runtime)]
+    runtime: Runtime,
+    /// The docker client of `--runtime docker` (default: the
+    /// TELO_RUNNER_CONTAINER_ENGINE environment variable, else `docker` on
+    /// PATH).
+    #[arg(long, value_name = "PATH")]
+    container_engine: Option<PathBuf>,
+}
+
+fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    s.parse()
 }
 
 #[tokio::main]
@@ -104,6 +120,10 @@ async fn main() -> anyhow::Result<()> {
     }
     for name in &args.namespaces {
         builder = builder.namespace(name);
+    }
+    builder = builder.runtime(args.runtime);
+    if let Some(client) = args.container_engine {
+        builder = builder.container_engine(client);
     }
     let sim = builder.start().await?;
     sim.write_kubeconfig(&args.kubeconfig)

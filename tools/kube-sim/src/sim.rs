@@ -22,6 +22,7 @@ use crate::errors::ApiError;
 use crate::events::EventRecorder;
 use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
+use crate::kubelet::engine::{Engine, Runtime};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
 use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
 use crate::stats::{Stats, StatsCollector};
@@ -46,6 +47,8 @@ pub enum StartError {
     Sandbox(#[source] std::io::Error),
     #[error("invalid image rule: {0}")]
     Image(String),
+    #[error("the docker runtime needs a container engine: {0}")]
+    Engine(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +83,8 @@ pub struct KubeSimBuilder {
     pull_delay: Duration,
     attach_delay: Duration,
     ingress_classes: Vec<(String, bool)>,
+    runtime: Runtime,
+    container_engine: Option<PathBuf>,
 }
 
 impl Default for KubeSimBuilder {
@@ -98,6 +103,8 @@ impl Default for KubeSimBuilder {
             pull_delay: DEFAULT_PULL_DELAY,
             attach_delay: DEFAULT_ATTACH_DELAY,
             ingress_classes: Vec::new(),
+            runtime: Runtime::Process,
+            container_engine: None,
         }
     }
 }
@@ -182,6 +189,21 @@ impl KubeSimBuilder {
         self
     }
 
+    /// How containers run: local processes (the default) or real
+    /// containers of a docker engine ([`Runtime::Docker`]).
+    pub fn runtime(mut self, runtime: Runtime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// The docker client of [`Runtime::Docker`] (default: the
+    /// `TELO_RUNNER_CONTAINER_ENGINE` environment variable, else `docker`
+    /// on `PATH`).
+    pub fn container_engine(mut self, client: impl Into<PathBuf>) -> Self {
+        self.container_engine = Some(client.into());
+        self
+    }
+
     /// Creates an IngressClass handled by the simulated controller.
     pub fn ingress_class(mut self, name: &str, default: bool) -> Self {
         self.ingress_classes.push((name.to_string(), default));
@@ -221,6 +243,27 @@ impl KubeSimBuilder {
             let _ = registry.create(kinds::id("ingressclasses"), "", class, false);
         }
         let recorder = Arc::new(EventRecorder::new(registry.clone()));
+        let engine = match self.runtime {
+            Runtime::Process => None,
+            Runtime::Docker => Some(
+                Engine::connect(self.container_engine.as_deref(), shutdown.clone())
+                    .await
+                    .map_err(StartError::Engine)?,
+            ),
+        };
+        if let Some(engine) = &engine {
+            // The node reports the runtime its pods run in.
+            registry.mutate(
+                kinds::id("nodes"),
+                "",
+                crate::storage::defaults::NODE_NAME,
+                |n| {
+                    *crate::meta::path_mut(n, "status.nodeInfo.containerRuntimeVersion") =
+                        json!(format!("docker://{}", engine.server_version()));
+                    true
+                },
+            );
+        }
         let fake_telo = self.fake_telo.or_else(find_fake_telo);
         let kubelet = Kubelet::new(
             registry.clone(),
@@ -230,6 +273,7 @@ impl KubeSimBuilder {
                 fake_telo,
                 root: root.path().to_path_buf(),
                 pull_delay: self.pull_delay,
+                engine,
             },
             shutdown.clone(),
         )
@@ -317,7 +361,8 @@ pub fn find_fake_telo() -> Option<PathBuf> {
 }
 
 /// A running simulator. Dropping it stops the server and kills every
-/// container process it started.
+/// container process it started (and has every container it started in
+/// the docker runtime removed).
 pub struct KubeSim {
     addr: SocketAddr,
     ctx: Arc<ApiContext>,
@@ -360,6 +405,22 @@ impl KubeSim {
 
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         crate::kubeconfig::write(path, &self.url(), "default")
+    }
+
+    /// How this simulator runs containers.
+    pub fn runtime(&self) -> Runtime {
+        if self.kubelet.engine().is_some() {
+            Runtime::Docker
+        } else {
+            Runtime::Process
+        }
+    }
+
+    /// `kube-sim.instance=<id>`, the label every container of this
+    /// simulator carries in the docker runtime (`docker ps --filter
+    /// label=…`); `None` in the process runtime.
+    pub fn container_label(&self) -> Option<String> {
+        self.kubelet.engine().map(|e| e.label())
     }
 
     /// The simulator's sandbox directory (pod volumes live under it).
@@ -533,13 +594,16 @@ impl KubeSim {
         }
     }
 
-    /// Stops the server and kills every process, waiting for the tasks.
+    /// Stops the server and kills every process, waiting for the tasks;
+    /// in the docker runtime, every container this simulator started is
+    /// removed before it returns.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();
         self.kubelet.kill_all();
         for t in self.tasks.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        self.kubelet.close_engine().await;
     }
 }
 
@@ -550,5 +614,8 @@ impl Drop for KubeSim {
         for t in &self.tasks {
             t.abort();
         }
+        // Containers are removed in the background (already done after
+        // `shutdown`).
+        self.kubelet.close_engine_now();
     }
 }

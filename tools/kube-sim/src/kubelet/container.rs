@@ -15,10 +15,14 @@ pub(super) struct Target<'a> {
 }
 
 /// How a launched container ended.
-enum Outcome {
+pub(super) enum Outcome {
     Exited(i32),
+    /// Exited with a reason other than its exit code's (`OOMKilled`).
+    ExitedWith(i32, &'static str),
     /// The runtime could not start it; its status already says why.
     StartFailed,
+    /// Never started: the pod began terminating first.
+    Abandoned,
 }
 
 impl Kubelet {
@@ -41,7 +45,7 @@ impl Kubelet {
         // The kubelet retries a container whose config is not there yet
         // (a missing Secret, say) from the pull on, as it would a new one.
         let (launch, streams) = loop {
-            let Some(behaviour) = self.pull_until_present(&t, &c).await else {
+            let Some(pulled) = self.pull_until_present(&t, &c).await else {
                 return 137;
             };
             if w.is_terminating() {
@@ -51,15 +55,22 @@ impl Kubelet {
                 c.tty.unwrap_or(false),
                 c.stdin.unwrap_or(false),
             ));
-            match self.launch_plan(&w, &ctx, &c, &behaviour).await {
+            let plan = match &pulled {
+                Pulled::Behaviour(behaviour) => self.launch_plan(&w, &ctx, &c, behaviour).await,
+                Pulled::Engine(image) => self.engine_plan(&w, &ctx, &c, image).await,
+            };
+            match plan {
                 Ok(l) => break (l, streams),
-                Err(LaunchError::Config(msg)) => {
-                    self.report_config_error(&t, &msg);
+                Err(e) => {
+                    self.report_config_error(&t, &e);
                     w.back_off(Duration::from_secs(2)).await;
                 }
             }
         };
-        let container_id = format!("containerd://{}", meta::random_hex(32));
+        let container_id = match &launch {
+            Launch::Engine(run) => format!("docker://{}", run.id),
+            _ => format!("containerd://{}", meta::random_hex(32)),
+        };
         {
             let mut slots = w.slots();
             let slot = slots.entry(c.name.clone()).or_default();
@@ -73,16 +84,18 @@ impl Kubelet {
             "Created",
             &format!("Created container: {}", c.name),
         );
-        let started_at = meta::now_timestamp();
-        let exit_code = match self
-            .execute(&t, launch, &streams, &container_id, &started_at)
+        let mut started_at = meta::now_timestamp();
+        let (exit_code, reason) = match self
+            .execute(&t, launch, &streams, &container_id, &mut started_at)
             .await
         {
-            Outcome::Exited(code) => code,
+            Outcome::Exited(code) => (code, None),
+            Outcome::ExitedWith(code, reason) => (code, Some(reason)),
             Outcome::StartFailed => return 128,
+            Outcome::Abandoned => return 137,
         };
         streams.close();
-        self.record_exit(&t, &ctx, exit_code, &started_at, &container_id);
+        self.record_exit(&t, &ctx, exit_code, reason, &started_at, &container_id);
         exit_code
     }
 
@@ -90,14 +103,24 @@ impl Kubelet {
     /// kubelet does, until it is there. `None`: the pod began terminating.
     /// An image that can never be pulled (an invalid name, `Never` with no
     /// image) leaves the container waiting until the pod terminates.
-    async fn pull_until_present(&self, t: &Target<'_>, c: &Container) -> Option<ImageBehaviour> {
+    async fn pull_until_present(&self, t: &Target<'_>, c: &Container) -> Option<Pulled> {
         let image = cimage(c);
         loop {
             if t.w.is_terminating() {
                 return None;
             }
-            match self.pull(t.w, c, t.init, t.idx).await {
-                Ok(b) => return Some(b),
+            let pulled = match &self.engine {
+                Some(engine) => self
+                    .pull_engine(engine, t.w, c, t.init, t.idx)
+                    .await
+                    .map(Pulled::Engine),
+                None => self
+                    .pull(t.w, c, t.init, t.idx)
+                    .await
+                    .map(Pulled::Behaviour),
+            };
+            match pulled {
+                Ok(p) => return Some(p),
                 Err(PullFailure::Invalid(msg)) => {
                     self.report_pull_failure(
                         t.w,
@@ -174,11 +197,13 @@ impl Kubelet {
         t.w.back_off(delay).await;
     }
 
-    /// A container whose environment or mounts cannot be built yet.
-    fn report_config_error(&self, t: &Target<'_>, msg: &str) {
+    /// A container whose environment or mounts cannot be built yet, or
+    /// that the runtime refused to create.
+    fn report_config_error(&self, t: &Target<'_>, e: &LaunchError) {
+        let msg = e.message();
         self.container_model(t.w, t.init, t.idx, |m| {
             m.state = ContainerState::Waiting {
-                reason: "CreateContainerConfigError".into(),
+                reason: e.reason().into(),
                 message: Some(msg.to_string()),
             };
         });
@@ -199,11 +224,15 @@ impl Kubelet {
         launch: Launch,
         streams: &Arc<ContainerStreams>,
         container_id: &str,
-        started_at: &str,
+        started_at: &mut String,
     ) -> Outcome {
         let w = t.w;
         let name = t.name;
         match launch {
+            Launch::Engine(run) => {
+                self.execute_engine(t, run, streams, container_id, started_at)
+                    .await
+            }
             Launch::Process(spec) => {
                 let running = match process::spawn(&spec, streams.clone(), self.processes.clone()) {
                     Ok(running) => running,
@@ -252,7 +281,7 @@ impl Kubelet {
 
     /// The runtime refused to start the process: the container is
     /// terminated with `StartError`, as containerd reports a bad binary.
-    fn report_start_error(
+    pub(super) fn report_start_error(
         &self,
         t: &Target<'_>,
         error: &str,
@@ -262,6 +291,18 @@ impl Kubelet {
         let msg = format!(
             "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: {error}: unknown"
         );
+        self.report_start_failure(t, &msg, streams, container_id);
+    }
+
+    /// A container that never started: terminated with `StartError` and
+    /// the runtime's `msg`.
+    pub(super) fn report_start_failure(
+        &self,
+        t: &Target<'_>,
+        msg: &str,
+        streams: &ContainerStreams,
+        container_id: &str,
+    ) {
         self.event(
             t.w,
             Some(t.fp.to_string()),
@@ -274,7 +315,7 @@ impl Kubelet {
             m.state = ContainerState::Terminated {
                 exit_code: 128,
                 reason: "StartError".into(),
-                message: Some(msg.clone()),
+                message: Some(msg.to_string()),
                 started_at: "1970-01-01T00:00:00Z".into(),
                 finished_at: meta::now_timestamp(),
                 container_id: container_id.to_string(),
@@ -291,6 +332,7 @@ impl Kubelet {
         t: &Target<'_>,
         ctx: &PodCtx,
         exit_code: i32,
+        reason: Option<&str>,
         started_at: &str,
         container_id: &str,
     ) {
@@ -298,7 +340,9 @@ impl Kubelet {
             m.ready = false;
             m.state = ContainerState::Terminated {
                 exit_code,
-                reason: status::terminated_reason(exit_code).into(),
+                reason: reason
+                    .unwrap_or(status::terminated_reason(exit_code))
+                    .into(),
                 message: None,
                 started_at: started_at.to_string(),
                 finished_at: meta::now_timestamp(),

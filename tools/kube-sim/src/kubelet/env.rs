@@ -74,21 +74,50 @@ impl Kubelet {
         if c.tty == Some(true) {
             env.set("TERM", "xterm".into());
         }
-        for from in c.env_from.iter().flatten() {
-            self.add_env_from(w, from, &mut env)?;
-        }
-        for e in c.env.iter().flatten() {
-            if let Some(v) = self.env_value(w, ctx, e, &env)? {
-                let mapped = mounts
-                    .map_path(&v)
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or(v);
-                env.set(&e.name, mapped);
-            }
-        }
+        self.add_declared_env(w, ctx, c, &mut env, |v| {
+            mounts
+                .map_path(&v)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or(v)
+        })?;
         // Processes bind to the pod IP (fake-telo's `HOST` rule).
         env.set("HOST", ctx.ip.to_string());
         Ok(env.0)
+    }
+
+    /// A real container's environment (the docker runtime): only what the
+    /// container declares, resolved as the kubelet resolves it, its paths
+    /// the container's own. The image's environment, `PATH` and `HOME`
+    /// come from the image and the engine.
+    pub(super) fn container_env(
+        &self,
+        w: &PodWorker,
+        ctx: &PodCtx,
+        c: &Container,
+    ) -> Result<Vec<(String, String)>, LaunchError> {
+        let mut env = Env::default();
+        self.add_declared_env(w, ctx, c, &mut env, |v| v)?;
+        Ok(env.0)
+    }
+
+    /// `envFrom`, then `env` (each value passed through `map`).
+    fn add_declared_env(
+        &self,
+        w: &PodWorker,
+        ctx: &PodCtx,
+        c: &Container,
+        env: &mut Env,
+        map: impl Fn(String) -> String,
+    ) -> Result<(), LaunchError> {
+        for from in c.env_from.iter().flatten() {
+            self.add_env_from(w, from, env)?;
+        }
+        for e in c.env.iter().flatten() {
+            if let Some(v) = self.env_value(w, ctx, e, env)? {
+                env.set(&e.name, map(v));
+            }
+        }
+        Ok(())
     }
 
     /// One `envFrom` entry: every key of the ConfigMap and/or Secret, with

@@ -50,6 +50,11 @@ impl Kubelet {
                     }
                 });
                 self.publish(&w);
+                // A real kubelet has removed the pod's containers by the
+                // time the pod is gone.
+                if let Some(engine) = &self.engine {
+                    engine.remove_pod(&w.uid).await;
+                }
                 self.registry
                     .remove_now(kinds::pods(), &w.ns, &w.name, &w.uid);
             }
@@ -85,6 +90,9 @@ impl Kubelet {
                 self.wait_for_deletion(&w).await;
             }
         }
+        if let Some(engine) = &self.engine {
+            engine.remove_pod(&w.uid).await;
+        }
         ips::release(ip);
         let _ = tokio::fs::remove_dir_all(&sandbox).await;
     }
@@ -100,9 +108,13 @@ impl Kubelet {
         }
     }
 
-    /// SIGTERM every container, SIGKILL after `grace`, wait for exits.
+    /// SIGTERM every container, SIGKILL after `grace`, wait for exits
+    /// (through the engine in the docker runtime).
     async fn stop_containers(&self, w: &PodWorker, grace: Duration) {
         w.terminating.cancel();
+        if let Some(engine) = &self.engine {
+            return self.stop_engine_containers(engine, w, grace).await;
+        }
         let (groups, stops): (Vec<i32>, Vec<CancellationToken>) = {
             let slots = w.slots();
             (
@@ -203,6 +215,9 @@ impl Kubelet {
         if let Err(msg) = self.prepare_volumes(&w, &ctx).await {
             self.event(&w, None, EventType::Warning, "FailedMount", &msg);
             std::future::pending::<()>().await;
+        }
+        if self.engine.is_some() {
+            self.prepare_engine_volumes(&ctx).await;
         }
         let ctx = Arc::new(ctx);
         for (idx, c) in ctx.pod.init_containers().iter().enumerate() {

@@ -1,11 +1,15 @@
 //! The kubelet simulator: schedules pods onto the one node, runs their
-//! containers as real local processes (init containers in order, then the
+//! containers as real local processes — or, with the docker runtime, as
+//! real containers of a docker engine — (init containers in order, then the
 //! main containers), reports status like a kubelet, enforces
-//! `activeDeadlineSeconds` and restart policies, and kills process groups
+//! `activeDeadlineSeconds` and restart policies, and stops every container
 //! when a pod is deleted.
 
 pub mod bundle_fetch;
 mod container;
+pub mod engine;
+mod engine_launch;
+mod engine_spec;
 mod env;
 pub mod images;
 pub mod ips;
@@ -26,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use engine::{Engine, ImageInfo};
 use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
@@ -63,6 +68,8 @@ pub struct KubeletConfig {
     pub fake_telo: Option<PathBuf>,
     pub root: PathBuf,
     pub pull_delay: Duration,
+    /// The docker runtime's engine; `None` runs containers as processes.
+    pub engine: Option<Arc<Engine>>,
 }
 
 /// One container's streams: the current instance and the previous one
@@ -74,6 +81,9 @@ struct ContainerSlot {
     pgid: Option<i32>,
     /// Stops a container without a process (virtual, built-in).
     stop: Option<CancellationToken>,
+    /// The engine's name of the running container (docker runtime): it is
+    /// stopped through the engine, not by signalling its client.
+    engine: Option<String>,
 }
 
 struct PodWorker {
@@ -138,6 +148,7 @@ pub struct Kubelet {
     root: PathBuf,
     shim_dir: PathBuf,
     pull_delay: Duration,
+    engine: Option<Arc<Engine>>,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
     /// Every pod's task, so that stopping the kubelet waits for each pod to
@@ -174,6 +185,7 @@ impl Kubelet {
             root: config.root,
             shim_dir,
             pull_delay: config.pull_delay,
+            engine: config.engine,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
             pods: Mutex::new(JoinSet::new()),
@@ -215,6 +227,27 @@ impl Kubelet {
             w.kill.cancel();
         }
         self.processes.kill_all();
+    }
+
+    /// The docker runtime's engine, if containers run in one.
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        self.engine.as_ref()
+    }
+
+    /// Removes every container the engine still holds for this simulator
+    /// and creates none after (shutdown, after the pods have stopped).
+    pub async fn close_engine(&self) {
+        if let Some(e) = &self.engine {
+            e.close().await;
+        }
+    }
+
+    /// [`Kubelet::close_engine`] for `Drop`: the removal happens in the
+    /// background (by the engine's guardian).
+    pub fn close_engine_now(&self) {
+        if let Some(e) = &self.engine {
+            e.close_now();
+        }
     }
 
     /// Follows the pod store until shutdown.
@@ -524,11 +557,45 @@ enum PullFailure {
 }
 
 enum LaunchError {
+    /// `CreateContainerConfigError`: the kubelet cannot build the config.
     Config(String),
+    /// `CreateContainerError`: the runtime refused to create the container.
+    Create(String),
+}
+
+impl LaunchError {
+    fn reason(&self) -> &'static str {
+        match self {
+            LaunchError::Config(_) => "CreateContainerConfigError",
+            LaunchError::Create(_) => "CreateContainerError",
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            LaunchError::Config(m) | LaunchError::Create(m) => m,
+        }
+    }
+}
+
+/// What a successful pull gives the launch: what the image does (process
+/// runtime), or the engine's image (docker runtime).
+enum Pulled {
+    Behaviour(ImageBehaviour),
+    Engine(ImageInfo),
 }
 
 enum Launch {
     Process(SpawnSpec),
     BundleFetch(bundle_fetch::FetchPlan, Mounts),
     Virtual,
+    /// A created container of the engine, and the client process that
+    /// starts it attached to its streams.
+    Engine(EngineRun),
+}
+
+struct EngineRun {
+    name: String,
+    id: String,
+    start: SpawnSpec,
 }

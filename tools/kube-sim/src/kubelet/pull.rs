@@ -124,6 +124,81 @@ impl Kubelet {
         }
     }
 
+    /// The docker runtime's pull: an image is present when the engine has
+    /// it (and, once published globs are given, one of them matches it);
+    /// nothing is ever pulled, so an absent image fails exactly as an
+    /// unknown one does in the process runtime.
+    pub(super) async fn pull_engine(
+        &self,
+        engine: &Engine,
+        w: &PodWorker,
+        c: &Container,
+        init: bool,
+        idx: usize,
+    ) -> Result<ImageInfo, PullFailure> {
+        let image = cimage(c).to_string();
+        let fp = field_path(init, cname(c));
+        if let Some(msg) = images::invalid_reference(&image) {
+            return Err(PullFailure::Invalid(msg));
+        }
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let local = if self.images.is_published(&image) {
+            engine.image(&image).await
+        } else {
+            None
+        };
+        let record_id = |info: &ImageInfo| {
+            let id = info.image_id.clone();
+            self.container_model(w, init, idx, |m| m.image_id = id);
+        };
+        match (&local, policy) {
+            (None, "Never") => {
+                return Err(PullFailure::NeverPull(format!(
+                    "Container image {image:?} is not present with pull policy of Never"
+                )));
+            }
+            (Some(info), "Never" | "IfNotPresent") => {
+                self.event(
+                    w,
+                    Some(fp),
+                    EventType::Normal,
+                    "Pulled",
+                    &format!("Container image {image:?} already present on machine"),
+                );
+                record_id(info);
+                return Ok(info.clone());
+            }
+            _ => {}
+        }
+        self.event(
+            w,
+            Some(fp.clone()),
+            EventType::Normal,
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let started = Instant::now();
+        tokio::time::sleep(self.pull_delay).await;
+        match local {
+            None => Err(PullFailure::Failed(images::not_found_message(&image))),
+            Some(info) => {
+                let took = started.elapsed().as_secs_f64();
+                self.event(
+                    w,
+                    Some(fp),
+                    EventType::Normal,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image {image:?} in {took:.3}s ({took:.3}s including waiting). Image size: {} bytes.",
+                        info.size
+                    ),
+                );
+                record_id(&info);
+                Ok(info)
+            }
+        }
+    }
+
     pub(super) fn set_image_id(&self, w: &PodWorker, init: bool, idx: usize, image: &str) {
         let id = images::image_id(image);
         self.container_model(w, init, idx, |m| m.image_id = id);

@@ -149,6 +149,11 @@ impl ContainerStreams {
         *self.resize.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
+    /// Takes the terminal's resize sender, to put another in front of it.
+    pub fn take_resize(&self) -> Option<mpsc::UnboundedSender<(u16, u16)>> {
+        self.resize.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     pub fn write_stdin(&self, msg: StdinMsg) {
         if let Some(tx) = self
             .stdin

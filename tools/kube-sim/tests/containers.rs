@@ -1,0 +1,672 @@
+//! The docker runtime (`Runtime::Docker`): pods run as real containers of a
+//! docker engine, their securityContext and memory limit enforced by it.
+//!
+//! These tests need a running engine and the local images
+//! `telo-runner/debian:bookworm` and `busybox:stable`; without them they
+//! fail, saying how to get them (`scripts/engine.sh start`, then
+//! `scripts/image.sh bases session`). The docker client is
+//! `TELO_RUNNER_CONTAINER_ENGINE`, else `docker`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use futures_util::{AsyncBufReadExt, SinkExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
+use kube::api::{Api, AttachParams, DeleteParams, ListParams, LogParams, PostParams, TerminalSize};
+use kube_sim::{KubeSim, Runtime};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt, AsyncWriteExt};
+
+const BASE: &str = "telo-runner/debian:bookworm";
+const BUSYBOX: &str = "busybox:stable";
+/// Container start-up on a loaded 2-core machine takes a second or two.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn client() -> String {
+    std::env::var("TELO_RUNNER_CONTAINER_ENGINE")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "docker".into())
+}
+
+/// Runs the docker client; its stdout, or why it failed.
+fn docker(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(client())
+        .args(args)
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", client()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// The engine answers and has the images, or the test fails saying how to
+/// get them.
+fn require_engine() {
+    static READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let ready = READY.get_or_init(|| {
+        docker(&["info", "--format", "{{.ServerVersion}}"]).map_err(|e| {
+            format!(
+                "no container engine answers ({} info: {e}). These tests run real containers: start one with `scripts/engine.sh start`, then build the images with `scripts/image.sh bases session`",
+                client()
+            )
+        })?;
+        docker(&["image", "inspect", "--format", "{{.Id}}", BASE, BUSYBOX]).map_err(|e| {
+            format!(
+                "the local images {BASE} and {BUSYBOX} are missing ({e}): build them with `scripts/image.sh bases session`"
+            )
+        })?;
+        Ok(())
+    });
+    if let Err(e) = ready {
+        panic!("{e}");
+    }
+}
+
+async fn docker_sim() -> KubeSim {
+    require_engine();
+    support::builder()
+        .runtime(Runtime::Docker)
+        .start()
+        .await
+        .expect("kube-sim starts with the docker runtime")
+}
+
+/// The ids of every container (running or not) with all these labels.
+fn containers_labelled(labels: &[&str]) -> Vec<String> {
+    let mut args = vec!["ps", "--all", "--quiet"];
+    let filters: Vec<String> = labels.iter().map(|l| format!("label={l}")).collect();
+    for f in &filters {
+        args.extend(["--filter", f.as_str()]);
+    }
+    docker(&args)
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn create(sim: &KubeSim, pod: Value) -> (Api<Pod>, String) {
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let pod: Pod = serde_json::from_value(pod).unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    (pods, created.metadata.uid.unwrap())
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn main_status(p: &Pod) -> Option<&ContainerStatus> {
+    p.status.as_ref()?.container_statuses.as_ref()?.first()
+}
+
+async fn finished(sim: &KubeSim, name: &str) -> Pod {
+    sim.wait_for::<Pod>(
+        "default",
+        name,
+        |p| matches!(phase(p), "Succeeded" | "Failed"),
+        WAIT,
+    )
+    .await
+    .unwrap()
+}
+
+async fn log(pods: &Api<Pod>, pod: &str, container: &str) -> String {
+    pods.logs(
+        pod,
+        &LogParams {
+            container: Some(container.into()),
+            ..LogParams::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_runners_hardened_shape_is_enforced_by_the_engine() {
+    let sim = docker_sim().await;
+    // One stream, so the log keeps the order the lines were written in.
+    let script = "exec 2>&1; id; grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; \
+        touch /x && echo 'root filesystem writable'; \
+        echo ok > /work/ok && echo 'wrote /work/ok'; \
+        chown root /work/ok && echo 'chown succeeded'; \
+        mknod /work/null c 1 3 && echo 'mknod succeeded'; \
+        stat -c 'work %A %g' /work; stat -c 'ok %u %g' /work/ok; true";
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "hardened"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000,
+                    "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "c", "image": BASE, "command": ["sh", "-c", script],
+                    "securityContext": {"readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]}},
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+                "volumes": [{"name": "work", "emptyDir": {}}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "hardened").await;
+    let out = log(&pods, "hardened", "c").await;
+    assert_eq!(phase(&done), "Succeeded", "{out}");
+    for line in [
+        "uid=1000 gid=1000 groups=1000\n",
+        "CapEff:\t0000000000000000\n",
+        "NoNewPrivs:\t1\n",
+        "Seccomp:\t2\n",
+        "touch: cannot touch '/x': Read-only file system\n",
+        "wrote /work/ok\n",
+        "chown: changing ownership of '/work/ok': Operation not permitted\n",
+        "mknod: /work/null: Operation not permitted\n",
+        // The emptyDir as the kubelet leaves it for fsGroup 1000.
+        "work drwxrwsrwx 1000\n",
+        "ok 1000 1000\n",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from the log:\n{out}");
+    }
+    for line in [
+        "root filesystem writable",
+        "chown succeeded",
+        "mknod succeeded",
+    ] {
+        assert!(!out.contains(line), "{line:?} in the log:\n{out}");
+    }
+    let cs = main_status(&done).unwrap();
+    assert!(
+        cs.container_id.as_deref().unwrap().starts_with("docker://"),
+        "{cs:?}"
+    );
+    assert!(cs.image_id.starts_with("sha256:"), "{cs:?}");
+}
+
+#[tokio::test]
+async fn run_as_non_root_refuses_a_root_image_and_starts_nothing() {
+    let sim = docker_sim().await;
+    let (_, uid) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "rooted"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true},
+                "containers": [{"name": "c", "image": BUSYBOX, "command": ["sh", "-c", "echo ran"]}]
+            }
+        }),
+    )
+    .await;
+    let refused = sim
+        .wait_for::<Pod>(
+            "default",
+            "rooted",
+            |p| {
+                main_status(p)
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                    .as_deref()
+                    == Some("CreateContainerConfigError")
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let waiting = main_status(&refused)
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(
+        waiting.message.unwrap(),
+        format!(
+            "container has runAsNonRoot and image will run as root (pod: \"rooted_default({uid})\", container: c)"
+        )
+    );
+    assert_eq!(phase(&refused), "Pending");
+    let label = sim.container_label().unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+}
+
+#[tokio::test]
+async fn a_container_over_its_memory_limit_is_oom_killed() {
+    let sim = docker_sim().await;
+    create(
+        &sim,
+        json!({
+            "metadata": {"name": "greedy"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": BUSYBOX,
+                    // A 64 MiB buffer, touched at once, in a 32 MiB cgroup.
+                    "command": ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"],
+                    "resources": {"limits": {"memory": "32Mi", "cpu": "500m"}}}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "greedy").await;
+    assert_eq!(phase(&done), "Failed");
+    let term = main_status(&done)
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (137, Some("OOMKilled"))
+    );
+}
+
+#[tokio::test]
+async fn init_containers_run_first_and_share_the_pods_volumes() {
+    let sim = docker_sim().await;
+    sim.seed_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "default"}, "data": {"greeting": "hello"}}))
+        .unwrap();
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "shared"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000},
+                "initContainers": [{"name": "write", "image": BUSYBOX,
+                    "command": ["sh", "-c", "echo from-init > /data/msg && echo nested > /sub/file"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                        {"name": "data", "mountPath": "/sub", "subPath": "nested"}]}],
+                "containers": [{"name": "read", "image": BASE,
+                    "command": ["sh", "-c", "exec 2>&1; cat /data/msg /data/nested/file /config/greeting; echo; \
+                        (echo x > /data/msg) 2>/dev/null || echo read-only; \
+                        (echo x > /config/greeting) 2>/dev/null || echo config read-only"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": true},
+                        {"name": "config", "mountPath": "/config"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}}, {"name": "config", "configMap": {"name": "cfg"}}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "shared").await;
+    let out = log(&pods, "shared", "read").await;
+    assert_eq!(phase(&done), "Succeeded", "{out}");
+    assert_eq!(
+        out,
+        "from-init\nnested\nhello\nread-only\nconfig read-only\n"
+    );
+    let st = done.status.unwrap();
+    let init = st.init_container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    let main = st.container_statuses.unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(
+        (init.exit_code, init.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    assert!(init.finished_at.unwrap().0 <= main.started_at.unwrap().0);
+}
+
+#[tokio::test]
+async fn a_tty_container_is_attached_resized_and_logged() {
+    let sim = docker_sim().await;
+    let script = "while read -r line; do echo \"got $line\"; \
+        [ \"$line\" = size ] && stty size; [ \"$line\" = exit ] && exit 0; done";
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "tty"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "shell", "image": BUSYBOX, "command": ["sh", "-c", script],
+                    "stdin": true, "tty": true}]
+            }
+        }),
+    )
+    .await;
+    sim.wait_for::<Pod>("default", "tty", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let mut attached = pods
+        .attach("tty", &AttachParams::interactive_tty().container("shell"))
+        .await
+        .unwrap();
+    let mut stdin = attached.stdin().unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let mut resize = attached.terminal_size().unwrap();
+    resize
+        .send(TerminalSize {
+            width: 120,
+            height: 40,
+        })
+        .await
+        .unwrap();
+    // The client resizes the container's terminal on its own SIGWINCH: ask
+    // until the new size shows.
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 1024];
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !seen.contains("40 120") {
+        stdin.write_all(b"size\r").await.unwrap();
+        let read = tokio::time::timeout_at(deadline, stdout.read(&mut buf)).await;
+        let n = read.expect("the new size in time").unwrap();
+        assert!(n > 0, "stream ended: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // The container's own terminal echoes and answers with "\r\n".
+    assert!(seen.contains("got size\r\n"), "{seen:?}");
+    stdin.write_all(b"exit\r").await.unwrap();
+    let status = tokio::time::timeout(WAIT, attached.take_status().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.status.as_deref(), Some("Success"));
+    let done = finished(&sim, "tty").await;
+    assert_eq!(phase(&done), "Succeeded");
+    let out = log(&pods, "tty", "shell").await;
+    assert!(out.contains("got size\r\n40 120\r\n"), "{out:?}");
+    assert!(out.contains("got exit\r\n"), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_container_without_a_tty_is_attached_over_pipes() {
+    let sim = docker_sim().await;
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "piped"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": BUSYBOX, "stdin": true,
+                    "command": ["sh", "-c", "read -r line; echo \"got $line\"; echo oops >&2; exit 3"]}]
+            }
+        }),
+    )
+    .await;
+    sim.wait_for::<Pod>("default", "piped", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let mut attached = pods
+        .attach(
+            "piped",
+            &AttachParams::default()
+                .container("c")
+                .stdin(true)
+                .stdout(true)
+                .stderr(false),
+        )
+        .await
+        .unwrap();
+    let mut stdin = attached.stdin().unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    stdin.write_all(b"ping\n").await.unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = tokio::time::timeout(WAIT, stdout.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf[..n], b"got ping\n");
+    let done = finished(&sim, "piped").await;
+    assert_eq!(phase(&done), "Failed");
+    let term = main_status(&done)
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!((term.exit_code, term.reason.as_deref()), (3, Some("Error")));
+    // Both streams are in the log (their relative order is not kept: the
+    // client writes them to two pipes).
+    let out = log(&pods, "piped", "c").await;
+    assert!(
+        out == "got ping\noops\n" || out == "oops\ngot ping\n",
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_pod_ip_is_given_to_the_container_and_reaches_what_it_serves() {
+    let sim = docker_sim().await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // `$(POD_IP)` is expanded by the kubelet from the downward API.
+    let script = format!(
+        "mkdir -p /tmp/www && echo served-by-$(POD_IP) > /tmp/www/index.html && \
+         httpd -p $(POD_IP):{port} -h /tmp/www && echo ready && exec sleep 3600"
+    );
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": BUSYBOX, "command": ["sh", "-c", script],
+                    "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]
+            }
+        }),
+    )
+    .await;
+    let running = sim
+        .wait_for::<Pod>("default", "web", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let ip = running.status.unwrap().pod_ip.unwrap();
+    let mut lines = pods
+        .log_stream(
+            "web",
+            &LogParams {
+                follow: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap()
+        .lines();
+    let ready = tokio::time::timeout(WAIT, lines.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    let body = reqwest::get(format!("http://{ip}:{port}/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, format!("served-by-{ip}\n"));
+    pods.delete("web", &DeleteParams::default()).await.unwrap();
+    sim.wait_for_deletion("pods", "default", "web", WAIT)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_pod_and_shutting_down_remove_every_container() {
+    let sim = docker_sim().await;
+    let label = sim.container_label().unwrap();
+    let sleeper = |name: &str| {
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": BUSYBOX, "command": ["sleep", "3600"]}]
+            }
+        })
+    };
+    let (pods, uid) = create(&sim, sleeper("doomed")).await;
+    sim.wait_for::<Pod>("default", "doomed", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    assert_eq!(containers_labelled(&[&label, &pod_label]).len(), 1);
+    pods.delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    sim.wait_for_deletion("pods", "default", "doomed", WAIT)
+        .await
+        .unwrap();
+    assert!(
+        containers_labelled(&[&label, &pod_label]).is_empty(),
+        "the deleted pod's container is gone with it"
+    );
+
+    create(&sim, sleeper("left")).await;
+    sim.wait_for::<Pod>("default", "left", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    sim.shutdown().await;
+    assert!(
+        containers_labelled(&[&label]).is_empty(),
+        "shutdown leaves no container of the simulator"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_simulator_removes_its_containers_too() {
+    let sim = docker_sim().await;
+    let label = sim.container_label().unwrap();
+    create(
+        &sim,
+        json!({
+            "metadata": {"name": "orphan"},
+            "spec": {"containers": [{"name": "c", "image": BUSYBOX, "command": ["sleep", "3600"]}]}
+        }),
+    )
+    .await;
+    sim.wait_for::<Pod>("default", "orphan", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    let since = docker(&["info", "--format", "{{.SystemTime}}"]).unwrap();
+    // As when a test panics: no shutdown.
+    drop(sim);
+    let mut events = tokio::process::Command::new(client())
+        .args(["events", "--format", "{{.Action}}", "--filter"])
+        .arg(format!("label={label}"))
+        .args(["--filter", "event=destroy", "--since", since.trim()])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut destroyed = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, destroyed.next_line())
+        .await
+        .expect("the container is removed")
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("destroy"));
+    assert!(containers_labelled(&[&label]).is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_local_image_fails_to_pull_like_an_unknown_one() {
+    let sim = docker_sim().await;
+    create(
+        &sim,
+        json!({
+            "metadata": {"name": "ghost"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "telo-runner/never-built:1"}]
+            }
+        }),
+    )
+    .await;
+    let pulled = sim
+        .wait_for::<Pod>(
+            "default",
+            "ghost",
+            |p| {
+                main_status(p)
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                    .is_some_and(|r| r == "ErrImagePull" || r == "ImagePullBackOff")
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let waiting = main_status(&pulled)
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    let full = "docker.io/telo-runner/never-built:1";
+    assert!(waiting.message.unwrap().contains(&format!(
+        "rpc error: code = NotFound desc = failed to pull and unpack image \"{full}\""
+    )));
+}
+
+#[tokio::test]
+async fn a_command_the_image_lacks_is_a_start_error() {
+    let sim = docker_sim().await;
+    let (_, uid) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "nocmd"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": BUSYBOX, "command": ["no-such-program"]}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "nocmd").await;
+    assert_eq!(phase(&done), "Failed");
+    let cs = main_status(&done).unwrap();
+    let term = cs.state.clone().unwrap().terminated.unwrap();
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (128, Some("StartError"))
+    );
+    let msg = term.message.unwrap();
+    assert!(
+        msg.starts_with("failed to create containerd task: ")
+            && msg.contains("exec: \"no-such-program\": executable file not found in $PATH"),
+        "{msg}"
+    );
+    assert!(!cs.started.unwrap_or(true));
+    let label = sim.container_label().unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+    // It never ran: no `Started` event, as for containerd.
+    let events = Api::<Event>::namespaced(sim.client(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let reasons: Vec<&str> = events
+        .items
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("nocmd"))
+        .filter_map(|e| e.reason.as_deref())
+        .collect();
+    assert!(reasons.contains(&"Failed"), "{reasons:?}");
+    assert!(!reasons.contains(&"Started"), "{reasons:?}");
+}
