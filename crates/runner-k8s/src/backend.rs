@@ -357,6 +357,7 @@ impl Backend for KubeBackend {
             session_id: spec.session_id.clone(),
             ports: spec.ports.clone(),
             inspect: spec.inspect && !spec.self_contained(),
+            memory_limit: self.resources(spec.self_contained()).memory,
         };
         bring_up(self.ctx.clone(), shape, sink, watching).await
     }
@@ -380,6 +381,7 @@ impl Backend for KubeBackend {
             session_id: record.session_id.clone(),
             ports: record.ports.clone(),
             inspect: record.inspect && record.kind == SessionKind::Run,
+            memory_limit: self.resources(record.kind == SessionKind::App).memory,
         };
         bring_up(self.ctx.clone(), shape, sink, watching).await
     }

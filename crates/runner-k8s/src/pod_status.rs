@@ -84,6 +84,17 @@ pub fn provision_line(pod: &Pod) -> Option<Line> {
 /// The session status a finished pod stands for. A stop the user asked for
 /// is `stopped` whatever the pod says, since deleting it is what failed it.
 pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
+    terminal_status_within(pod, user_stopped, None)
+}
+
+/// [`terminal_status`] of a session whose containers' memory limit is
+/// `memory_limit` (the runner's watch keeps pods without their spec, so it
+/// is told rather than read).
+pub fn terminal_status_within(
+    pod: &Pod,
+    user_stopped: bool,
+    memory_limit: Option<&str>,
+) -> RunStatus {
     if user_stopped {
         return RunStatus::Stopped;
     }
@@ -105,7 +116,7 @@ pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
         };
     }
     RunStatus::Failed {
-        message: pod_failure_message(Some(pod)),
+        message: failure_message_within(Some(pod), memory_limit),
     }
 }
 
@@ -161,6 +172,12 @@ pub fn container_exit_code(pod: &Pod) -> Option<i32> {
 /// bare "pod failed". Then the pod's own message (e.g. the deadline), its
 /// reason (e.g. `Evicted`), and finally "pod failed".
 pub fn pod_failure_message(pod: Option<&Pod>) -> String {
+    failure_message_within(pod, None)
+}
+
+/// [`pod_failure_message`] with the containers' memory limit told (else
+/// read from the pod's spec, when it has one).
+pub fn failure_message_within(pod: Option<&Pod>, memory_limit: Option<&str>) -> String {
     let Some(status) = pod.and_then(|pod| pod.status.as_ref()) else {
         return "pod failed".to_owned();
     };
@@ -171,7 +188,9 @@ pub fn pod_failure_message(pod: Option<&Pod>) -> String {
             .filter(|state| state_problem(Some(state)).is_some())
             .or(container.last_state.as_ref());
         let problem = state_problem(state)?;
-        let limit = pod.and_then(|pod| memory_limit_of(pod, &container.name));
+        let limit = pod
+            .and_then(|pod| memory_limit_of(pod, &container.name))
+            .or_else(|| memory_limit.map(str::to_owned));
         Some(format!(
             "{label} \"{}\" {problem}{}",
             container.name,

@@ -23,7 +23,7 @@ use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::INSPECT_PORT;
 use crate::pod_status::{
     PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line,
-    start_blocker_naming, terminal_status,
+    start_blocker_naming, terminal_status_within,
 };
 use crate::pod_watcher::{PodState, PodWatcher};
 use crate::progress::{Line, ProgressOrder, Stage, event_line};
@@ -79,6 +79,9 @@ pub struct SessionShape {
     pub session_id: String,
     pub ports: Vec<PortMapping>,
     pub inspect: bool,
+    /// The memory limit its containers run under, for the failure message
+    /// of an OOM kill.
+    pub memory_limit: String,
 }
 
 /// Unsubscribes a session from the shared watches when it is done with them.
@@ -187,7 +190,11 @@ pub async fn bring_up(
             if !history.is_empty() {
                 sink.output(Bytes::from(history));
             }
-            sink.status(terminal_status(&pod, sink.is_user_stopped()));
+            sink.status(terminal_status_within(
+                &pod,
+                sink.is_user_stopped(),
+                Some(&shape.memory_limit),
+            ));
             ctx.bundles.drop_bundle(&shape.session_id);
             cleanup_finished(&ctx.pods, &name).await;
         }
@@ -431,7 +438,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
         // Its containers were killed by the deletion: the exit code says
         // nothing about the workload.
         _ if deleted_by_someone_else => RunStatus::failed(DELETED_OUTSIDE),
-        Some(pod) => terminal_status(&pod, false),
+        Some(pod) => terminal_status_within(&pod, false, Some(&shape.memory_limit)),
         None => RunStatus::failed(DELETED_OUTSIDE),
     };
     info!(session_id = %shape.session_id, status = status.kind(), "session pod finished");

@@ -9,11 +9,14 @@ mod common;
 
 use std::time::Instant;
 
+use common::Runner;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use test_support::WAIT;
-use test_support::containers::{Container, Image, engine};
+use test_support::containers::{Container, Image, TestImage, engine, image_modules_dir};
+use test_support::real_kernel::{KERNEL_WAIT, example_bundle_in_image, example_files_with_modules};
 use test_support::sse::SseStream;
+use test_support::ws;
 
 /// Polls `url` until it answers 200 (the container is up), failing with the
 /// container's log when it does not within [`WAIT`].
@@ -142,4 +145,215 @@ async fn the_runner_image_runs_a_session_on_kube_sim_as_the_kubernetes_backend()
     test_support::ws::read_until_output(&mut socket, "hello from the runner image").await;
     drop(runner);
     sim.shutdown().await;
+}
+
+// --- session pods as real containers (kube-sim's docker runtime) ---------------
+
+/// A runner (in this process) on a kube-sim whose pods are real containers:
+/// the init container is busybox fetching the bundle from this runner over
+/// the host network, the kernel image the real Telo 0.81 image.
+async fn runner_on_containers(vars: &[(&str, &str)]) -> Runner {
+    let sim = common::cluster().runtime(kube_sim::Runtime::Docker);
+    let session = Image::Session.reference();
+    let init = Image::Init.reference();
+    let mut all = vec![
+        ("RUNNER_IMAGE", session.as_str()),
+        ("RUNNER_INIT_IMAGE", init.as_str()),
+    ];
+    all.extend_from_slice(vars);
+    Runner::start_kube(sim, &all).await
+}
+
+fn run_body(bundle: Value) -> Value {
+    json!({"bundle": bundle, "env": {}, "ports": [], "inspect": false})
+}
+
+/// Runs a session to its end; its terminal status and its output.
+async fn run_to_end(runner: &Runner, body: Value) -> (Value, String) {
+    let id = runner.create_body(body).await;
+    let status = tokio::time::timeout(KERNEL_WAIT, runner.wait_terminal(&id))
+        .await
+        .expect("the session ends");
+    (status, runner.full_output(&id).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_session_runs_the_real_kernel_image_in_hardened_containers() {
+    engine(&[Image::Session, Image::Init]);
+    let runner = runner_on_containers(&[]).await;
+    let bundle = example_bundle_in_image("hello-world", &image_modules_dir());
+    let (status, output) = run_to_end(&runner, run_body(bundle)).await;
+    assert!(output.contains("Hello from Telo!"), "{output}");
+    assert_eq!(status, json!({"kind": "exited", "code": 0}), "{output}");
+    runner.stop().await;
+}
+
+/// The run pod's hardening, observed from inside by a kernel image whose
+/// `telo` is a probe: the user, the read-only root, the writable work
+/// volume, no capabilities, no privilege escalation, a seccomp filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_pods_hardening_holds_inside_the_container() {
+    let client = engine(&[Image::Base, Image::Init]);
+    let tag = format!(
+        "telo-runner-test/probe:{}",
+        runner_core::ids::new_session_id()
+    );
+    let probe = TestImage::build(
+        &client,
+        &tag,
+        &format!(
+            "FROM {}\nCOPY telo /usr/local/bin/telo\nUSER 1000:1000\n",
+            Image::Base.reference()
+        ),
+        &[(
+            "telo",
+            "#!/bin/sh\n\
+             echo \"probe id: $(id)\"\n\
+             if touch /probe 2>/dev/null; then echo 'probe root: writable'; else echo 'probe root: read-only'; fi\n\
+             if touch /work/probe 2>/dev/null; then echo 'probe work: writable'; else echo 'probe work: not writable'; fi\n\
+             if chown 0:0 /work/probe 2>/dev/null; then echo 'probe chown: allowed'; else echo 'probe chown: refused'; fi\n\
+             echo \"probe bundle: $(ls /app)\"\n\
+             grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status | sed 's/^/probe /'\n",
+            true,
+        )],
+    );
+    let runner = runner_on_containers(&[]).await;
+    let mut body = test_support::bundle::start_body(json!({}));
+    body["config"] = json!({"image": probe.tag, "pullPolicy": "never"});
+    let (status, output) = run_to_end(&runner, body).await;
+    assert_eq!(status, json!({"kind": "exited", "code": 0}), "{output}");
+    for line in [
+        "probe id: uid=1000 gid=1000 groups=1000",
+        "probe root: read-only",
+        "probe work: writable",
+        "probe chown: refused",
+        "probe bundle: telo.yaml",
+        "probe CapEff:\t0000000000000000",
+        "probe NoNewPrivs:\t1",
+        "probe Seccomp:\t2",
+    ] {
+        assert!(output.contains(line), "{line:?} missing from:\n{output}");
+    }
+    runner.stop().await;
+}
+
+/// A workload over its memory limit is OOM-killed by the engine, and the
+/// session fails saying so, with the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_over_its_memory_limit_fails_as_oom_killed() {
+    engine(&[Image::Session, Image::Init]);
+    let runner = runner_on_containers(&[("RUNNER_MAX_MEMORY", "200Mi")]).await;
+    let modules = image_modules_dir();
+    let manifest = format!(
+        "kind: Telo.Application\n\
+         metadata: {{ name: Hungry }}\n\
+         imports:\n  JavaScript: \"{modules}/javascript\"\n\
+         targets:\n  - invoke: !ref eat\n\
+         ---\n\
+         kind: JavaScript.Script\n\
+         metadata: {{ name: eat }}\n\
+         code: |\n  function main() {{\n    const kept = [];\n    for (;;) {{ kept.push(new Uint8Array(16 * 1024 * 1024).fill(1)); }}\n  }}\n"
+    );
+    let bundle = json!({
+        "entryRelativePath": "telo.yaml",
+        "files": [{"relativePath": "telo.yaml", "contents": manifest}],
+    });
+    let (status, output) = run_to_end(&runner, run_body(bundle)).await;
+    assert_eq!(
+        status,
+        json!({"kind": "failed", "message": "container \"session\" failed: OOMKilled (exit code 137): it used more memory than its limit of 200Mi and was killed"}),
+        "{output}"
+    );
+    runner.stop().await;
+}
+
+/// An app session runs its catalog image with the image's own entrypoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_session_runs_its_catalog_image_in_a_container() {
+    let client = engine(&[Image::Session]);
+    let tag = format!(
+        "telo-runner-test/hello-app:{}",
+        runner_core::ids::new_session_id()
+    );
+    let manifest = example_files_with_modules("hello-world", &image_modules_dir())
+        .into_iter()
+        .find(|(path, _)| path == "telo.yaml")
+        .expect("the example's manifest")
+        .1;
+    let app = TestImage::build(
+        &client,
+        &tag,
+        &format!(
+            "FROM {}\nCOPY telo.yaml /opt/app/telo.yaml\nCMD [\"telo\", \"run\", \"/opt/app/telo.yaml\"]\n",
+            Image::Session.reference()
+        ),
+        &[("telo.yaml", manifest.as_str(), false)],
+    );
+    let catalog = json!({"hello": {"image": app.tag, "pullPolicy": "never"}}).to_string();
+    let runner = runner_on_containers(&[("RUNNER_APPS", catalog.as_str())]).await;
+    let (status, created) = runner.post("/v1/apps/hello/sessions", &json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let status = tokio::time::timeout(KERNEL_WAIT, runner.wait_terminal(&id))
+        .await
+        .expect("the session ends");
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("Hello from Telo!"), "{output}");
+    assert_eq!(status, json!({"kind": "exited", "code": 0}), "{output}");
+    runner.stop().await;
+}
+
+/// A watch session's pod in containers: the workspace service (the runner
+/// image) and the app (the kernel image) share the workspace volume as
+/// uid 1000 on read-only roots; an edit reloads the app in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
+    engine(&[Image::Session, Image::Runner]);
+    let workspace_image = Image::Runner.reference();
+    let runner = runner_on_containers(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
+    ])
+    .await;
+    let modules = image_modules_dir();
+    let mut body = run_body(example_bundle_in_image("hello-world", &modules));
+    body["mode"] = json!("watch");
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let run = |phase: &'static str, generation: u64| {
+        move |f: &test_support::sse::SseFrame| {
+            f.event.as_deref() == Some("run")
+                && f.json()["phase"] == phase
+                && f.json()["generation"] == generation
+        }
+    };
+    tokio::time::timeout(KERNEL_WAIT, events.events_until(run("started", 1)))
+        .await
+        .expect("generation 1 starts");
+    let mut socket = runner.io(&id, "?app=app").await;
+    ws::read_until_output_within(&mut socket, "Hello from Telo!", KERNEL_WAIT).await;
+    let edited = example_files_with_modules("hello-world", &modules)
+        .into_iter()
+        .find(|(path, _)| path == "telo.yaml")
+        .unwrap()
+        .1
+        .replace("Hello from Telo!", "Hello again, edited in a container");
+    let (status, _) = runner
+        .post(
+            &format!("/v1/sessions/{id}/workspace"),
+            &json!({"write": [{"path": "telo.yaml", "content": edited}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::timeout(KERNEL_WAIT, events.events_until(run("started", 2)))
+        .await
+        .expect("generation 2 starts");
+    ws::read_until_output_within(
+        &mut socket,
+        "Hello again, edited in a container",
+        KERNEL_WAIT,
+    )
+    .await;
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
 }

@@ -115,9 +115,12 @@ async fn stdin_echo_answers_what_is_typed(#[case] backend: Backend) {
         .create_body(body("stdin-echo", json!({}), json!([]), false))
         .await;
     let mut socket = runner.io(&id, "").await;
-    tokio::time::timeout(KERNEL_WAIT, ws::read_until_output(&mut socket, "Name: "))
-        .await
-        .expect("the prompt");
+    tokio::time::timeout(
+        KERNEL_WAIT,
+        ws::read_until_output_within(&mut socket, "Name: ", KERNEL_WAIT),
+    )
+    .await
+    .expect("the prompt");
     ws::send_stdin(&mut socket, b"World\r").await;
     let status = tokio::time::timeout(KERNEL_WAIT, runner.wait_terminal(&id))
         .await
@@ -268,7 +271,7 @@ async fn a_watch_session_reloads_in_place_on_an_edit(#[case] backend: Backend) {
     let mut socket = runner.io(&id, "?app=app").await;
     tokio::time::timeout(
         KERNEL_WAIT,
-        ws::read_until_output(&mut socket, "Hello from Telo!"),
+        ws::read_until_output_within(&mut socket, "Hello from Telo!", KERNEL_WAIT),
     )
     .await
     .expect("the first generation's output");
@@ -295,7 +298,7 @@ async fn a_watch_session_reloads_in_place_on_an_edit(#[case] backend: Backend) {
     assert_eq!(reloaded.last().unwrap().json()["trigger"], "watch");
     tokio::time::timeout(
         KERNEL_WAIT,
-        ws::read_until_output(&mut socket, "Hello again, edited"),
+        ws::read_until_output_within(&mut socket, "Hello again, edited", KERNEL_WAIT),
     )
     .await
     .expect("the second generation's output");

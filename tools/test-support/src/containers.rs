@@ -113,3 +113,48 @@ impl Drop for Container {
             .output();
     }
 }
+
+/// An image a test built for itself, removed when the test ends.
+pub struct TestImage {
+    pub client: String,
+    pub tag: String,
+}
+
+impl TestImage {
+    /// Builds `tag` from `dockerfile` with `files` (relative path, contents,
+    /// executable) as its context.
+    pub fn build(client: &str, tag: &str, dockerfile: &str, files: &[(&str, &str, bool)]) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let context = tempfile::tempdir().expect("build context");
+        std::fs::write(context.path().join("Dockerfile"), dockerfile).expect("Dockerfile");
+        for (path, contents, executable) in files {
+            let file = context.path().join(path);
+            std::fs::write(&file, contents).expect("context file");
+            let mode = if *executable { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+                .expect("context file mode");
+        }
+        let out = Command::new(client)
+            .args(["build", "-q", "-t", tag])
+            .arg(context.path())
+            .output()
+            .unwrap_or_else(|err| panic!("run {client} build: {err}"));
+        assert!(
+            out.status.success(),
+            "building {tag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestImage {
+            client: client.to_owned(),
+            tag: tag.to_owned(),
+        }
+    }
+}
+
+impl Drop for TestImage {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.client)
+            .args(["rmi", "-f", &self.tag])
+            .output();
+    }
+}

@@ -53,15 +53,20 @@ pub fn examples_dir() -> PathBuf {
 /// Every file of example `name` as `(relative path, contents)`, sorted, with
 /// `@TELO_MODULES@` pointed at the installed modules.
 pub fn example_files(name: &str) -> Vec<(String, String)> {
-    let root = examples_dir().join(name);
     let modules = fixture_dir().join("modules");
-    let modules = modules.to_string_lossy();
+    example_files_with_modules(name, &modules.to_string_lossy())
+}
+
+/// [`example_files`] with `@TELO_MODULES@` pointed at `modules`: where an
+/// image keeps them, for an example that runs inside it.
+pub fn example_files_with_modules(name: &str, modules: &str) -> Vec<(String, String)> {
+    let root = examples_dir().join(name);
     let mut files = Vec::new();
     collect(&root, &root, &mut files);
     files.sort();
     files
         .into_iter()
-        .map(|(path, contents)| (path, contents.replace("@TELO_MODULES@", &modules)))
+        .map(|(path, contents)| (path, contents.replace("@TELO_MODULES@", modules)))
         .collect()
 }
 
@@ -87,7 +92,17 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, String)>) {
 
 /// The `bundle` of a `POST /v1/sessions` body running example `name`.
 pub fn example_bundle(name: &str) -> Value {
-    let files: Vec<Value> = example_files(name)
+    bundle_of(example_files(name))
+}
+
+/// The bundle of an example rendered for the session image's modules
+/// directory (it runs inside that image).
+pub fn example_bundle_in_image(name: &str, modules: &str) -> Value {
+    bundle_of(example_files_with_modules(name, modules))
+}
+
+fn bundle_of(files: Vec<(String, String)>) -> Value {
+    let files: Vec<Value> = files
         .into_iter()
         .map(|(path, contents)| json!({ "relativePath": path, "contents": contents }))
         .collect();

@@ -119,10 +119,20 @@ pub async fn next_frame(socket: &mut Socket) -> Option<IoFrame> {
 /// Read output until `needle` appeared in the concatenated bytes; returns the
 /// frames read (close included if it came first, which fails the wait).
 pub async fn read_until_output(socket: &mut Socket, needle: &str) -> Vec<IoFrame> {
+    read_until_output_within(socket, needle, WAIT).await
+}
+
+/// [`read_until_output`] with each frame awaited up to `timeout` (a real
+/// kernel's first output on a loaded machine comes later than [`WAIT`]).
+pub async fn read_until_output_within(
+    socket: &mut Socket,
+    needle: &str,
+    timeout: Duration,
+) -> Vec<IoFrame> {
     let mut frames = Vec::new();
     let mut text = Vec::new();
     loop {
-        let frame = next_frame(socket).await.unwrap_or_else(|| {
+        let frame = next_frame_within(socket, timeout).await.unwrap_or_else(|| {
             panic!(
                 "socket ended before {needle:?}; got {:?}",
                 String::from_utf8_lossy(&text)
