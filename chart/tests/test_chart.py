@@ -674,6 +674,21 @@ def test_without_ingress_annotations_none_are_passed(cluster):
     assert "SESSION_INGRESS_ANNOTATIONS" not in env_values(cluster)
 
 
+def test_warm_pools_reach_the_runner_with_the_workspace_image(cluster):
+    cluster.install({"warmPool": {"pools": {
+        "telorun/node:latest-slim": 5, "telorun/node:0.96.0-slim": 2,
+    }}})
+    env = env_values(cluster)
+    assert env["RUNNER_WARM_POOL"] == "telorun/node:0.96.0-slim=2,telorun/node:latest-slim=5"
+    assert env["RUNNER_WORKSPACE_IMAGE"] == "telo-runner:0.1.0"
+    assert env["RUNNER_WATCH_SESSIONS"] == "false"
+
+
+def test_a_warm_pool_size_that_is_not_a_pod_count_is_refused(cluster):
+    message = cluster.install_error({"warmPool": {"pools": {"telorun/node:latest-slim": "five"}}})
+    assert "warmPool.pools.telorun/node:latest-slim must be a whole number of pods from 0 to 100" in message
+
+
 CATALOG = {"hello": {"image": "ghcr.io/example/hello:1", "title": "Hello"}}
 
 

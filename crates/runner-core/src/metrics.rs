@@ -63,6 +63,18 @@ struct WatchLabel {
     watch: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WarmPodLabels {
+    pool: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WarmStartLabels {
+    pool: String,
+    start: &'static str,
+}
+
 /// A streaming subscriber of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -90,6 +102,30 @@ pub struct Metrics {
     subscribers: Family<TransportLabel, Gauge>,
     apiserver_requests: Family<ApiRequestLabels, Counter>,
     watch_restarts: Family<WatchLabel, Counter>,
+    warm_pods: Family<WarmPodLabels, Gauge>,
+    warm_starts: Family<WarmStartLabels, Counter>,
+}
+
+/// The gauges of one warm pool: its idle pods ready to be claimed, and
+/// those still starting (created, not yet checked).
+#[derive(Clone, Debug, Default)]
+pub struct WarmPoolGauges {
+    pub ready: Gauge,
+    pub starting: Gauge,
+    warm: Counter,
+    cold: Counter,
+}
+
+impl WarmPoolGauges {
+    /// A run session of this pool's image started on a warm pod (`true`)
+    /// or on a new one.
+    pub fn started(&self, warm: bool) {
+        if warm {
+            self.warm.inc();
+        } else {
+            self.cold.inc();
+        }
+    }
 }
 
 impl fmt::Debug for Metrics {
@@ -172,6 +208,18 @@ impl Metrics {
             "Times a shared Kubernetes watch had to be re-established",
             watch_restarts.clone(),
         );
+        let warm_pods = Family::<WarmPodLabels, Gauge>::default();
+        registry.register(
+            "warm_pods",
+            "Idle warm pods per pool (kernel image): ready to be claimed, or still starting",
+            warm_pods.clone(),
+        );
+        let warm_starts = Family::<WarmStartLabels, Counter>::default();
+        registry.register(
+            "warm_pool_starts",
+            "Run sessions of a pooled image, by whether they started on a warm pod or a new one",
+            warm_starts.clone(),
+        );
         Self {
             registry,
             sessions,
@@ -183,6 +231,34 @@ impl Metrics {
             subscribers,
             apiserver_requests,
             watch_restarts,
+            warm_pods,
+            warm_starts,
+        }
+    }
+
+    /// The gauges and counters of warm pool `pool` (its kernel image).
+    pub fn warm_pool(&self, pool: &str) -> WarmPoolGauges {
+        let pods = |state| {
+            self.warm_pods
+                .get_or_create(&WarmPodLabels {
+                    pool: pool.to_owned(),
+                    state,
+                })
+                .clone()
+        };
+        let starts = |start| {
+            self.warm_starts
+                .get_or_create(&WarmStartLabels {
+                    pool: pool.to_owned(),
+                    start,
+                })
+                .clone()
+        };
+        WarmPoolGauges {
+            ready: pods("ready"),
+            starting: pods("starting"),
+            warm: starts("warm"),
+            cold: starts("cold"),
         }
     }
 

@@ -35,8 +35,9 @@ pub struct Adoption {
     policy: OrphanPolicy,
     /// `RUNNER_EXIT_TTL_MS`: how long a finished session is kept.
     exit_ttl: Duration,
-    /// Sessions adopted at boot, kept until `take` hands them to a resume.
-    adopted: Mutex<HashMap<String, SessionRecord>>,
+    /// Sessions adopted at boot with their pod's name (`telo-run-<id>`, or
+    /// the warm pod it claimed), kept until `take` hands them to a resume.
+    adopted: Mutex<HashMap<String, (SessionRecord, String)>>,
 }
 
 impl Adoption {
@@ -59,8 +60,9 @@ impl Adoption {
         let mut recovered = Vec::new();
         for pod in watcher.pods() {
             // Watch pods are the watch sessions' own (their records are
-            // Secrets): `recover_suspended` takes them.
-            if crate::watch::is_watch_pod(&pod) {
+            // Secrets): `recover_suspended` takes them. Idle warm pods are
+            // their pool's, which takes them over as they are.
+            if crate::watch::is_watch_pod(&pod) || crate::warm_pool::pod::is_idle(&pod) {
                 continue;
             }
             // A session this runner started since it booted.
@@ -96,7 +98,7 @@ impl Adoption {
                         generation,
                         token_digest: record.token_digest,
                     });
-                    lock(&self.adopted).insert(record.session_id.clone(), record);
+                    lock(&self.adopted).insert(record.session_id.clone(), (record, name.clone()));
                 }
                 other => {
                     let why = match &other {
@@ -116,8 +118,9 @@ impl Adoption {
         recovered
     }
 
-    /// The record of an adopted session, once: a resume takes it.
-    pub fn take(&self, session_id: &str) -> Option<SessionRecord> {
+    /// The record of an adopted session and its pod's name, once: a
+    /// resume takes them.
+    pub fn take(&self, session_id: &str) -> Option<(SessionRecord, String)> {
         lock(&self.adopted).remove(session_id)
     }
 }

@@ -107,6 +107,17 @@ pub fn is_conflict(err: &kube::Error) -> bool {
     status_code(err) == Some(409)
 }
 
+/// A ResourceQuota's admission refused the request (the namespace is full).
+pub fn is_quota_refusal(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => {
+            http_code(status).and_then(|code| refusal_cause(code, &status.message))
+                == Some(RefusalCause::Quota)
+        }
+        _ => false,
+    }
+}
+
 /// `410 Gone`: a watch or list asked for a `resourceVersion` the apiserver no
 /// longer keeps, so the caller must list afresh.
 pub fn is_gone(err: &kube::Error) -> bool {

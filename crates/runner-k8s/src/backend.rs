@@ -1,6 +1,7 @@
 //! `KubeBackend`: the runner-core `Backend` on a Kubernetes cluster.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::base_images::BaseImageCatalog;
 use async_trait::async_trait;
@@ -21,23 +22,29 @@ use runner_core::{
 use serde_json::json;
 
 use crate::adoption::Adoption;
-use crate::api_error::api_failure;
+use crate::api_error::{api_failure, is_quota_refusal};
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
 use crate::event_watcher::EventWatcher;
 use crate::limits::clamp_limits;
 use crate::pod_spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, SESSION_CONTAINER, build_app_pod,
-    build_session_pod,
+    build_session_pod, image_or_default,
 };
 use crate::pod_watcher::PodWatcher;
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
-use crate::session::{SessionContext, SessionShape, bring_up, watch_session};
-use crate::session_record::SessionKind;
+use crate::session::{
+    SessionContext, SessionShape, bring_up, delete_pod, watch_pod, watch_session,
+};
+use crate::session_record::{SessionKind, SessionRecord, record_annotations};
 use crate::telo_images::TeloPins;
+use crate::warm_pool::pod::{LAUNCH_FILE, launch_file};
+use crate::warm_pool::{Shared as WarmShared, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
+use runner_api::types::RunPhase;
+use runner_api::watch::{WorkspaceChangeSet, WorkspaceWrite};
 
 pub struct KubeBackend {
     config: Arc<K8sConfig>,
@@ -52,6 +59,8 @@ pub struct KubeBackend {
     tasks: OwnedTasks,
     /// Set when the operator enabled watch sessions.
     watch: Option<Arc<WatchContext>>,
+    /// Set when the operator configured warm pools.
+    warm: Option<Arc<WarmPools>>,
 }
 
 impl KubeBackend {
@@ -144,6 +153,26 @@ impl KubeBackend {
                 telo_images: config.telo_images.clone(),
             })
         });
+        let warm = (!config.warm_pools.is_empty()).then(|| {
+            let limits = clamp_limits(&config.limits, None);
+            let pools = WarmPools::new(
+                WarmShared {
+                    ctx: ctx.clone(),
+                    settings: settings.clone(),
+                    resources: Resources {
+                        cpu: limits.cpu,
+                        memory: limits.memory,
+                        ephemeral_storage: limits.ephemeral_storage,
+                        ttl_seconds: u32::try_from(limits.ttl_seconds).unwrap_or(u32::MAX),
+                    },
+                    workspace_image: config.workspace_image.clone(),
+                },
+                &config.warm_pools,
+                metrics,
+            );
+            pools.spawn(&tasks);
+            pools
+        });
         Self {
             config: Arc::new(config),
             client,
@@ -153,7 +182,157 @@ impl KubeBackend {
             adoption,
             tasks,
             watch,
+            warm,
         }
+    }
+
+    /// The kernel image and pull policy a run session's pod would run; `None`
+    /// for an app session (its catalog image) or a release with no image.
+    fn kernel_image(&self, spec: &StartSpec) -> Option<(String, PullPolicy)> {
+        if spec.app.is_some() {
+            return None;
+        }
+        match &spec.telo {
+            Some(version) => self
+                .config
+                .telo_images
+                .pin(SESSION_CONTAINER, version)
+                .ok()
+                .map(|pin| (pin.image, pin.pull_policy)),
+            None => Some((
+                image_or_default(&spec.config.image, &self.settings),
+                spec.config.pull_policy,
+            )),
+        }
+    }
+
+    /// Starts `spec` on a claimed warm pod of `image`'s pool: the bundle
+    /// handed over through the pod's workspace service, the terminal
+    /// attached and the routes published, then the kernel launched (so not
+    /// a byte of its output comes before the attach). `None` when no pod
+    /// could be claimed.
+    async fn start_warm(
+        &self,
+        pools: &WarmPools,
+        spec: &StartSpec,
+        image: &str,
+        sink: &SessionSink,
+    ) -> Result<Option<Arc<dyn BackendSession>>, StartError> {
+        let record = SessionRecord {
+            session_id: spec.session_id.clone(),
+            created_at: spec.created_at.clone(),
+            kind: SessionKind::Run,
+            ports: spec.ports.clone(),
+            inspect: spec.inspect,
+            app: None,
+            token_digest: None,
+        };
+        let resources = self.resources(false);
+        let Some(claimed) = pools
+            .claim(
+                image,
+                &spec.session_id,
+                &record_annotations(&record),
+                resources.ttl_seconds,
+            )
+            .await
+        else {
+            return Ok(None);
+        };
+        sink.progress(RunPhase::Provision, "Starting on a warm pod", None);
+        let pins = self.build_pins(spec);
+        let watching = watch_pod(&self.ctx, &spec.session_id, &claimed.pod_name).naming_telo(pins);
+        let files = spec
+            .bundle
+            .files
+            .iter()
+            .map(|file| WorkspaceWrite {
+                path: file.relative_path.clone(),
+                content: file.contents.clone(),
+                encoding: None,
+            })
+            .collect();
+        let deliver = claimed
+            .workspace
+            .apply(&WorkspaceChangeSet {
+                write: files,
+                delete: Vec::new(),
+            })
+            .await;
+        if let Err(err) = deliver {
+            let _ = delete_pod(&self.ctx.pods, &claimed.pod_name).await;
+            return Err(StartError::new(
+                StartStage::Bundle,
+                format!(
+                    "could not hand the application to its warm pod: {}",
+                    err.message
+                ),
+            ));
+        }
+        let shape = SessionShape {
+            session_id: spec.session_id.clone(),
+            pod_name: claimed.pod_name.clone(),
+            ports: spec.ports.clone(),
+            inspect: spec.inspect,
+            memory_limit: resources.memory,
+        };
+        let session = bring_up(self.ctx.clone(), shape, sink.clone(), watching).await?;
+        let launch = WorkspaceChangeSet {
+            write: vec![WorkspaceWrite {
+                path: LAUNCH_FILE.to_owned(),
+                content: launch_file(&spec.env, &spec.entry_relative_path, spec.inspect),
+                encoding: None,
+            }],
+            delete: Vec::new(),
+        };
+        if let Err(err) = claimed.workspace.apply(&launch).await {
+            let _ = session.stop().await;
+            return Err(StartError::new(
+                StartStage::Start,
+                format!(
+                    "could not start the kernel on its warm pod: {}",
+                    err.message
+                ),
+            ));
+        }
+        Ok(Some(session))
+    }
+
+    /// Creates a session pod. When the namespace's quota refuses it and a
+    /// warm pod can give way, the pool shrinks by one and the create is
+    /// tried again (a session asked for; a warm pod only might be).
+    async fn create_pod(&self, pod: &Pod) -> Result<Pod, kube::Error> {
+        let mut attempts = 0;
+        loop {
+            match self.ctx.pods.create(&PostParams::default(), pod).await {
+                Err(err)
+                    if is_quota_refusal(&err)
+                        && attempts < 5
+                        && match &self.warm {
+                            Some(pools) if attempts == 0 => pools.give_way().await,
+                            Some(_) => true,
+                            None => false,
+                        } =>
+                {
+                    // The deleted pod's quota is released once it is gone.
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(200) * attempts).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The telo releases a run session's pod runs by name (for a start
+    /// failure that names the release).
+    fn build_pins(&self, spec: &StartSpec) -> TeloPins {
+        let mut pins = TeloPins::default();
+        if let Some(version) = &spec.telo
+            && let Ok(pin) = self.config.telo_images.pin(SESSION_CONTAINER, version)
+        {
+            pins.push(pin);
+        }
+        pins
     }
 
     pub fn pod_watcher(&self) -> &Arc<PodWatcher> {
@@ -343,9 +522,24 @@ impl Backend for KubeBackend {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
+        if let Some(pools) = &self.warm
+            && let Some((image, pull_policy)) = self.kernel_image(&spec)
+            && pools.serves(&image, pull_policy)
+        {
+            if let Some(session) = self.start_warm(pools, &spec, &image, &sink).await? {
+                pools.count_start(&image, true);
+                return Ok(session);
+            }
+            pools.count_start(&image, false);
+            sink.progress(
+                RunPhase::Provision,
+                "No warm pod is ready: starting a new pod",
+                None,
+            );
+        }
         let (pod, pins) = self.build_pod(&spec)?;
         let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
-        if let Err(err) = self.ctx.pods.create(&PostParams::default(), &pod).await {
+        if let Err(err) = self.create_pod(&pod).await {
             self.ctx.bundles.drop_bundle(&spec.session_id);
             return Err(api_failure(
                 err,
@@ -355,6 +549,7 @@ impl Backend for KubeBackend {
         }
         let shape = SessionShape {
             session_id: spec.session_id.clone(),
+            pod_name: crate::session_record::pod_name(&spec.session_id),
             ports: spec.ports.clone(),
             inspect: spec.inspect && !spec.self_contained(),
             memory_limit: self.resources(spec.self_contained()).memory,
@@ -373,12 +568,13 @@ impl Backend for KubeBackend {
         session: RecoveredSession,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
-        let record = self.adoption.take(&session.session_id).ok_or_else(|| {
+        let (record, pod_name) = self.adoption.take(&session.session_id).ok_or_else(|| {
             StartError::new(StartStage::Resume, "the session's pod record was lost")
         })?;
-        let watching = watch_session(&self.ctx, &record.session_id);
+        let watching = watch_pod(&self.ctx, &record.session_id, &pod_name);
         let shape = SessionShape {
             session_id: record.session_id.clone(),
+            pod_name,
             ports: record.ports.clone(),
             inspect: record.inspect && record.kind == SessionKind::Run,
             memory_limit: self.resources(record.kind == SessionKind::App).memory,

@@ -21,6 +21,7 @@ use runner_core::types::PullPolicy;
 use crate::telo_images::{
     DEFAULT_TELO_IMAGE_REPOSITORY, DEFAULT_TELO_IMAGE_VARIANT, TeloImageSource,
 };
+use crate::warm_pool::PoolSpec;
 
 /// The port the Kubernetes runner listens on when `PORT` is unset; the core
 /// default (8061) belongs to the Docker runner, and the chart's Service
@@ -119,6 +120,8 @@ pub struct K8sConfig {
     pub telo_images: TeloImageSource,
     pub orphan_policy: OrphanPolicy,
     pub start_deadline: Duration,
+    /// `RUNNER_WARM_POOL`: ready run pods kept per kernel image.
+    pub warm_pools: Vec<PoolSpec>,
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
@@ -290,6 +293,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         DEFAULT_START_DEADLINE_SECONDS,
         "RUNNER_START_DEADLINE_SECONDS",
     )?);
+    let warm_pools = load_warm_pools(env)?;
     Ok(K8sConfig {
         core,
         display_name,
@@ -310,7 +314,49 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         telo_images,
         orphan_policy,
         start_deadline,
+        warm_pools,
     })
+}
+
+/// The most pods one pool may keep: a pool is a latency cushion, not a
+/// reservation of the cluster.
+pub const MAX_WARM_POOL_SIZE: usize = 100;
+
+/// `RUNNER_WARM_POOL`: `<image>=<count>` pairs separated by commas
+/// (`telorun/node:latest-slim=5`). An image a telo release runs
+/// (`telorun/node:0.96.0-slim`) pools that release.
+fn load_warm_pools(env: &Env) -> Result<Vec<PoolSpec>, ConfigError> {
+    const VAR: &str = "RUNNER_WARM_POOL";
+    let Some(raw) = env_string(env, VAR) else {
+        return Ok(Vec::new());
+    };
+    let refuse = || {
+        ConfigError::invalid(
+            VAR,
+            &format!(
+                "be a comma-separated list of <image>=<count>, each image once, counts 0 to {MAX_WARM_POOL_SIZE}"
+            ),
+            &raw,
+        )
+    };
+    let mut pools: Vec<PoolSpec> = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (image, count) = entry.rsplit_once('=').ok_or_else(refuse)?;
+        let image = image.trim();
+        let size: usize = count.trim().parse().map_err(|_| refuse())?;
+        if image.is_empty()
+            || image.chars().any(char::is_whitespace)
+            || size > MAX_WARM_POOL_SIZE
+            || pools.iter().any(|pool| pool.image == image)
+        {
+            return Err(refuse());
+        }
+        pools.push(PoolSpec {
+            image: image.to_owned(),
+            size,
+        });
+    }
+    Ok(pools)
 }
 
 /// `RUNNER_SELF_URL`, trimmed and without trailing slashes. A value made only
@@ -640,6 +686,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_INIT_IMAGE",
         default: DEFAULT_INIT_IMAGE,
         description: "Image of the init container that downloads and unpacks the bundle; needs wget and tar.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WARM_POOL",
+        default: "(unset)",
+        description: "Warm pools: `<image>=<count>` pairs, comma-separated (`telorun/node:latest-slim=5`); that many run pods of each kernel image are kept up and ready, and a run session of that image claims one instead of waiting for a new pod. Counts 0 to 100.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_IMAGE",

@@ -23,6 +23,7 @@ pub mod setup;
 pub mod splice;
 pub mod telo_images;
 pub mod terminal;
+pub mod warm_pool;
 pub mod watch;
 pub mod watch_cache;
 pub mod watch_loop;

@@ -32,6 +32,14 @@ pub const TMP_MOUNT: &str = "/tmp";
 
 /// The workload container of every session pod; failure messages name it.
 pub const SESSION_CONTAINER: &str = "session";
+/// What the runner sets in a run pod's `session` container, over the
+/// session's own variables of the same names.
+pub(crate) const SESSION_RUNNER_ENV: [(&str, &str); 4] = [
+    ("TELO_CACHE_DIR", DEPS_DIR),
+    ("HOME", HOME_DIR),
+    ("npm_config_cache", "/home/telo/.npm"),
+    ("FORCE_COLOR", "1"),
+];
 /// The init container that downloads and unpacks the bundle.
 pub const BODY_FETCH_CONTAINER: &str = "body-fetch";
 
@@ -156,12 +164,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
     }
     command.push(format!("{APP_DIR}/{}", run.entry_relative_path));
 
-    let runner_env = [
-        ("TELO_CACHE_DIR", DEPS_DIR.to_owned()),
-        ("HOME", HOME_DIR.to_owned()),
-        ("npm_config_cache", format!("{HOME_DIR}/.npm")),
-        ("FORCE_COLOR", "1".to_owned()),
-    ];
+    let runner_env = SESSION_RUNNER_ENV.map(|(name, value)| (name, value.to_owned()));
 
     let body_fetch = Container {
         name: BODY_FETCH_CONTAINER.to_owned(),

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::session_record::{SESSION_ID_LABEL, managed_by_selector};
+use crate::warm_pool::pod::{IDLE, POOL_LABEL, STATE_LABEL};
 use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
 
 /// What a session knows about its pod.
@@ -30,20 +31,62 @@ pub enum PodState {
     Gone,
 }
 
-/// The shared pod watch: each session follows the pod labelled with its id.
-pub type PodWatcher = WatchCache<Pod, watch::Sender<PodState>>;
+/// The shared pod watch: each session follows the pod labelled with its id,
+/// each warm pool its idle pods.
+pub type PodWatcher = WatchCache<Pod, PodSubscriber>;
+
+/// The idle warm pods of one pool, by name.
+pub type KeyedPods = KeyObjects<Pod>;
+
+/// Who follows a key of the pod watch.
+pub enum PodSubscriber {
+    /// A session: its one pod.
+    Session(watch::Sender<PodState>),
+    /// A warm pool: its idle pods.
+    Pool(watch::Sender<KeyedPods>),
+}
 
 pub(crate) fn session_id_of(pod: &Pod) -> Option<String> {
     pod.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned()
+}
+
+/// A session's pod by its id; an idle warm pod by its pool (a key no
+/// session id can be: ids have no `:`).
+fn pod_key(pod: &Pod) -> Option<String> {
+    session_id_of(pod).or_else(|| {
+        let labels = pod.metadata.labels.as_ref()?;
+        (labels.get(STATE_LABEL).map(String::as_str) == Some(IDLE))
+            .then(|| {
+                labels
+                    .get(POOL_LABEL)
+                    .map(|pool| pool_subscription_key(pool))
+            })
+            .flatten()
+    })
+}
+
+fn pool_subscription_key(pool: &str) -> String {
+    format!("warm:{pool}")
 }
 
 const PODS: Kind<Pod> = Kind {
     what: "pods",
     watch: "the pod watch",
     listing: "session pods",
-    key: session_id_of,
+    key: pod_key,
     slim,
 };
+
+impl Subscriber<Pod> for PodSubscriber {
+    fn update(&mut self, objects: &KeyObjects<Pod>) {
+        match self {
+            PodSubscriber::Session(session) => session.update(objects),
+            PodSubscriber::Pool(pool) => {
+                pool.send_replace(objects.clone());
+            }
+        }
+    }
+}
 
 impl Subscriber<Pod> for watch::Sender<PodState> {
     fn update(&mut self, objects: &KeyObjects<Pod>) {
@@ -90,8 +133,21 @@ impl PodWatcher {
                 Some(pod) => PodState::Present(pod.clone()),
                 None => PodState::Unknown,
             };
-            slot.or_insert_with(|| watch::Sender::new(initial))
-                .subscribe()
+            match slot.or_insert_with(|| PodSubscriber::Session(watch::Sender::new(initial))) {
+                PodSubscriber::Session(sender) => sender.subscribe(),
+                // Session ids and pool keys never share a key.
+                PodSubscriber::Pool(_) => watch::Sender::new(PodState::Unknown).subscribe(),
+            }
+        })
+    }
+
+    /// Follow the idle pods of warm pool `pool` (its [`POOL_LABEL`] value).
+    pub fn subscribe_pool(&self, pool: &str) -> watch::Receiver<KeyedPods> {
+        self.with_subscriber(&pool_subscription_key(pool), |pods, slot| {
+            match slot.or_insert_with(|| PodSubscriber::Pool(watch::Sender::new(pods.clone()))) {
+                PodSubscriber::Pool(sender) => sender.subscribe(),
+                PodSubscriber::Session(_) => watch::Sender::new(pods.clone()).subscribe(),
+            }
         })
     }
 

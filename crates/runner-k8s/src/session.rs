@@ -77,6 +77,8 @@ pub struct SessionContext {
 #[derive(Debug, Clone)]
 pub struct SessionShape {
     pub session_id: String,
+    /// `telo-run-<id>`, or the warm pod the session claimed.
+    pub pod_name: String,
     pub ports: Vec<PortMapping>,
     pub inspect: bool,
     /// The memory limit its containers run under, for the failure message
@@ -160,7 +162,7 @@ pub async fn bring_up(
     sink: SessionSink,
     mut watching: Watching,
 ) -> Result<Arc<dyn BackendSession>, StartError> {
-    let name = pod_name(&shape.session_id);
+    let name = shape.pod_name.clone();
     let arrival = match wait_until_running(&ctx, &sink, &mut watching).await {
         Ok(arrival) => arrival,
         Err(failure) => {

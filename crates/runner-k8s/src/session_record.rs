@@ -176,7 +176,11 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
     }
     // The name is what the backend deletes and attaches to; a label that
     // points at another session's pod must not make us act on this one.
-    if pod.metadata.name.as_deref() != Some(pod_name(session_id).as_str()) {
+    // A claimed warm pod keeps the name it was made with.
+    let name = pod.metadata.name.as_deref();
+    if name != Some(pod_name(session_id).as_str())
+        && !name.is_some_and(crate::warm_pool::pod::is_warm_pod_name)
+    {
         return Err(RecordError::NameMismatch {
             name: pod.metadata.name.clone(),
             session_id: session_id.clone(),

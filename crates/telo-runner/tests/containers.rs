@@ -357,3 +357,51 @@ async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
     runner.delete(&format!("/v1/sessions/{id}")).await;
     runner.stop().await;
 }
+
+/// A warm pool in real containers: the pool's pod waits, hardened, on the
+/// real kernel image with the runner image's workspace service beside it;
+/// a session claims it, gets its bundle through that service, and the real
+/// kernel runs it as it would on a new pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pod_runs_the_real_kernel_in_hardened_containers() {
+    engine(&[Image::Session, Image::Runner]);
+    let session_image = Image::Session.reference();
+    let pool = format!("{session_image}=1");
+    let workspace_image = Image::Runner.reference();
+    let runner = runner_on_containers(&[
+        ("RUNNER_WARM_POOL", pool.as_str()),
+        ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
+    ])
+    .await;
+    let deadline = Instant::now() + KERNEL_WAIT;
+    let ready_line = format!("telo_runner_warm_pods{{pool=\"{session_image}\",state=\"ready\"}} 1");
+    loop {
+        let (_, metrics) = runner.get("/metrics").await;
+        let metrics = metrics.as_str().unwrap_or_default().to_owned();
+        if metrics.contains(&ready_line) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warm pod ready:\n{metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let mut body = run_body(example_bundle_in_image("hello-world", &image_modules_dir()));
+    body["config"] = json!({"image": session_image, "pullPolicy": "missing"});
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = tokio::time::timeout(KERNEL_WAIT, events.events_until_end())
+        .await
+        .expect("the session ends");
+    assert!(
+        frames.iter().any(|f| f.event.as_deref() == Some("progress")
+            && f.json()["message"] == "Starting on a warm pod"),
+        "{frames:?}"
+    );
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("Hello from Telo!"), "{output}");
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 0}),
+        "{output}"
+    );
+    runner.stop().await;
+}

@@ -14,6 +14,7 @@ pub const MIN_TOKEN_CHARS: usize = 32;
 const DIR_VAR: &str = "RUNNER_WORKSPACE_DIR";
 const LISTEN_VAR: &str = "RUNNER_WORKSPACE_LISTEN";
 const TOKEN_VAR: &str = "RUNNER_WORKSPACE_TOKEN";
+const EXIT_AFTER_VAR: &str = "RUNNER_WORKSPACE_EXIT_AFTER_WRITE";
 
 /// The variables only `telo-runner workspace` reads. It also reads the
 /// runner's `RUNNER_WORKSPACE_MAX_*` limits, documented with the local
@@ -34,6 +35,11 @@ pub const WORKSPACE_SERVICE_ENV_VARS: &[EnvVarDoc] = &[
         default: "",
         description: "`telo-runner workspace` only: the bearer token every request but `GET /v1/health` must carry, at least 32 characters. Required; never logged.",
     },
+    EnvVarDoc {
+        name: EXIT_AFTER_VAR,
+        default: "(unset)",
+        description: "`telo-runner workspace` only: a path in the workspace; once a change set has written it, the service answers and exits 0 (a warm pod's service, done once its session is launched).",
+    },
 ];
 
 /// What the service needs: its directory, its address, its token and the
@@ -46,6 +52,8 @@ pub struct Config {
     /// The bearer token; [`Config`]'s `Debug` never shows it.
     pub token: String,
     pub limits: WorkspaceLimits,
+    /// The service exits once a change set wrote this path (normalized).
+    pub exit_after_write: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -55,6 +63,7 @@ impl std::fmt::Debug for Config {
             .field("listen", &self.listen)
             .field("token", &"<redacted>")
             .field("limits", &self.limits)
+            .field("exit_after_write", &self.exit_after_write)
             .finish()
     }
 }
@@ -104,11 +113,20 @@ impl Config {
             }
             Some(token) => token.clone(),
         };
+        let exit_after_write = match env_string(env, EXIT_AFTER_VAR) {
+            None => None,
+            Some(raw) => Some(
+                runner_api::bundle_path::normalize_bundle_path(&raw).map_err(|_| {
+                    ConfigError::invalid(EXIT_AFTER_VAR, "be a workspace path", &raw)
+                })?,
+            ),
+        };
         Ok(Config {
             dir,
             listen,
             token,
             limits: workspace_limits_from_env(env)?,
+            exit_after_write,
         })
     }
 }

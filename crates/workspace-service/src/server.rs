@@ -96,6 +96,8 @@ struct Shared {
     apply_cap: BodyCap,
     /// `POST /v1/seed`'s and `POST /v1/restore`'s bodies.
     workspace_cap: BodyCap,
+    /// Fired once a change set wrote [`Config::exit_after_write`].
+    exit: Option<(String, CancellationToken)>,
 }
 
 impl Shared {
@@ -125,6 +127,16 @@ impl Shared {
 
 /// The router over `workspace`, accepting `token` as the bearer token.
 pub fn router(workspace: Workspace, token: &str) -> Router {
+    router_exiting(workspace, token, None)
+}
+
+/// [`router`] whose service is done once a change set wrote `path`:
+/// `done` fires after that change set is applied.
+pub fn router_exiting(
+    workspace: Workspace,
+    token: &str,
+    exit: Option<(String, CancellationToken)>,
+) -> Router {
     let limits = *workspace.limits();
     let shared = Arc::new(Shared {
         workspace: Arc::new(workspace),
@@ -137,6 +149,7 @@ pub fn router(workspace: Workspace, token: &str) -> Router {
             bytes: body_cap(limits.max_workspace_bytes),
             from: "RUNNER_WORKSPACE_MAX_BYTES",
         },
+        exit,
     });
     let authenticated = Router::new()
         .route("/v1/tree", get(tree))
@@ -336,12 +349,22 @@ async fn apply(
     body: Body,
 ) -> Result<Response, Refusal> {
     let body = read_body(&headers, body, shared.apply_cap).await?;
-    let bytes = shared
+    let exit_path = shared.exit.as_ref().map(|(path, _)| path.clone());
+    let (bytes, wrote_exit_path) = shared
         .run(move |workspace| {
             let changes: WorkspaceChangeSet = parse(&body)?;
-            ok_json(&workspace.apply(&changes)?)
+            let wrote = exit_path.is_some_and(|exit| {
+                changes.write.iter().any(|write| {
+                    runner_api::bundle_path::normalize_bundle_path(&write.path)
+                        .is_ok_and(|path| path == exit)
+                })
+            });
+            Ok((ok_json(&workspace.apply(&changes)?)?, wrote))
         })
         .await?;
+    if wrote_exit_path && let Some((_, done)) = &shared.exit {
+        done.cancel();
+    }
     Ok(json_bytes(StatusCode::OK, bytes))
 }
 
@@ -423,12 +446,22 @@ pub async fn serve_on(
             dir: config.dir.clone(),
             source,
         })?;
-    let app = router(workspace, &config.token);
+    let done = CancellationToken::new();
+    let exit = config
+        .exit_after_write
+        .clone()
+        .map(|path| (path, done.clone()));
+    let app = router_exiting(workspace, &config.token, exit);
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, dir = %config.dir.display(), "workspace service serving");
     }
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = done.cancelled() => info!("the workspace's exit file was written; done"),
+            }
+        })
         .await
         .map_err(ServeError::Serve)?;
     info!("workspace service shut down");

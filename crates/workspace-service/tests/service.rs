@@ -44,6 +44,7 @@ impl Served {
             listen: addr,
             token: TOKEN.to_owned(),
             limits,
+            exit_after_write: None,
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
@@ -574,6 +575,7 @@ async fn a_relative_or_unusable_directory_is_a_serve_error() {
         listen: listener.local_addr().unwrap(),
         token: TOKEN.to_owned(),
         limits: WorkspaceLimits::default(),
+        exit_after_write: None,
     };
     let err = bounded(serve_on(listener, config, CancellationToken::new()))
         .await
@@ -585,4 +587,45 @@ async fn a_relative_or_unusable_directory_is_a_serve_error() {
         )),
         "{err}"
     );
+}
+
+/// With `exit_after_write`, the service answers the change set that wrote
+/// that path and then stops serving (a warm pod's service, once its
+/// session is launched).
+#[tokio::test]
+async fn the_service_exits_after_writing_its_exit_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = Config {
+        dir: dir.path().join("app"),
+        listen: addr,
+        token: TOKEN.to_owned(),
+        limits: WorkspaceLimits::default(),
+        exit_after_write: Some(".launch".to_owned()),
+    };
+    let served = tokio::spawn(serve_on(listener, config, CancellationToken::new()));
+    let client = WorkspaceClient::new(runner_core::http_client::client(), addr, TOKEN.to_owned());
+    let write = |path: &str| WorkspaceChangeSet {
+        write: vec![WorkspaceWrite {
+            path: path.to_owned(),
+            content: "x".to_owned(),
+            encoding: None,
+        }],
+        delete: Vec::new(),
+    };
+    let mut up = false;
+    for _ in 0..200 {
+        if client.health().await {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(up, "the service answers");
+    client.apply(&write("app.yaml")).await.unwrap();
+    assert!(!served.is_finished(), "still serving");
+    client.apply(&write("./.launch")).await.unwrap();
+    bounded(served).await.unwrap().unwrap();
+    assert!(dir.path().join("app/.launch").is_file());
 }

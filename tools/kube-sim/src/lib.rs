@@ -23,6 +23,7 @@ pub mod timeline;
 pub use apiserver::authz::Denial;
 pub use errors::ApiError;
 pub use faults::{FaultCommand, Faults};
+pub use kubelet::Latency;
 pub use kubelet::engine::Runtime;
 pub use kubelet::images::{ImageBehaviour, ImageTable};
 pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};

@@ -45,6 +45,21 @@ struct Args {
     /// set 0 so only the runner's own overhead is measured).
     #[arg(long, value_name = "MS")]
     pull_delay_ms: Option<u64>,
+    /// Start latencies from published figures: `cluster` (a 0.1 s binding, a
+    /// 0.6 s sandbox, 0.15 s per container start; see the README). The
+    /// `--*-delay-ms` flags below override parts of it.
+    #[arg(long, value_name = "PROFILE", value_parser = ["none", "cluster"])]
+    latency_profile: Option<String>,
+    /// How long the scheduler takes to bind a pod, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    schedule_delay_ms: Option<u64>,
+    /// How long a pod's sandbox (network, volumes) takes before its first
+    /// container, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    sandbox_delay_ms: Option<u64>,
+    /// How long each container's start takes, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    container_start_delay_ms: Option<u64>,
     /// The longest an attach waits, after its upgrade was answered, before it
     /// carries the container's output, in milliseconds (default 5).
     #[arg(long, value_name = "MS")]
@@ -107,6 +122,21 @@ async fn main() -> anyhow::Result<()> {
     if let Some(ms) = args.attach_delay_ms {
         builder = builder.attach_delay(std::time::Duration::from_millis(ms));
     }
+    let mut latency = match args.latency_profile.as_deref() {
+        Some("cluster") => kube_sim::Latency::CLUSTER,
+        _ => kube_sim::Latency::default(),
+    };
+    let ms = std::time::Duration::from_millis;
+    if let Some(v) = args.schedule_delay_ms {
+        latency.schedule = ms(v);
+    }
+    if let Some(v) = args.sandbox_delay_ms {
+        latency.sandbox = ms(v);
+    }
+    if let Some(v) = args.container_start_delay_ms {
+        latency.container_start = ms(v);
+    }
+    builder = builder.latency(latency);
     if let Some(ft) = args.fake_telo {
         builder = builder.fake_telo(ft);
     }

@@ -24,7 +24,7 @@ use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
 use crate::kubelet::engine::{Engine, Runtime};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
-use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig};
+use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig, Latency};
 use crate::stats::{Stats, StatsCollector};
 use crate::storage::registry::{self, Registry};
 use crate::storage::store::{DEFAULT_HISTORY_PER_KIND, Store};
@@ -81,6 +81,7 @@ pub struct KubeSimBuilder {
     history_per_kind: usize,
     bookmark_interval: Duration,
     pull_delay: Duration,
+    latency: Latency,
     attach_delay: Duration,
     ingress_classes: Vec<(String, bool)>,
     runtime: Runtime,
@@ -101,6 +102,7 @@ impl Default for KubeSimBuilder {
             history_per_kind: DEFAULT_HISTORY_PER_KIND,
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
             pull_delay: DEFAULT_PULL_DELAY,
+            latency: Latency::default(),
             attach_delay: DEFAULT_ATTACH_DELAY,
             ingress_classes: Vec::new(),
             runtime: Runtime::Process,
@@ -177,6 +179,13 @@ impl KubeSimBuilder {
 
     pub fn pull_delay(mut self, delay: Duration) -> Self {
         self.pull_delay = delay;
+        self
+    }
+
+    /// How long scheduling, a pod's sandbox and each container start take
+    /// ([`Latency::CLUSTER`] is a published-figures profile).
+    pub fn latency(mut self, latency: Latency) -> Self {
+        self.latency = latency;
         self
     }
 
@@ -273,6 +282,7 @@ impl KubeSimBuilder {
                 fake_telo,
                 root: root.path().to_path_buf(),
                 pull_delay: self.pull_delay,
+                latency: self.latency,
                 engine,
             },
             shutdown.clone(),

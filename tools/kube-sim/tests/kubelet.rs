@@ -865,3 +865,80 @@ async fn a_tty_asked_of_a_container_without_one_attaches_stdout_only() {
     assert_eq!(*channel, 3);
     assert!(String::from_utf8_lossy(status).contains("Success"));
 }
+
+/// A deadline set on a pod that already runs (a warm pod claimed for a
+/// session) ends it once the pod has been active that long, as the kubelet
+/// re-reads `activeDeadlineSeconds` on every update.
+#[tokio::test]
+async fn a_deadline_set_while_the_pod_runs_ends_it_counted_from_its_start() {
+    let sim = sim().await;
+    let cm: ConfigMap = serde_json::from_value(app_configmap("late", "  listen: [0]\n")).unwrap();
+    Api::<ConfigMap>::namespaced(sim.client(), "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let mut pod = pod_with_app("late", "late", false);
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    let pod: Pod = serde_json::from_value(pod).unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    sim.wait_for::<Pod>("default", "late", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    pods.patch(
+        "late",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"activeDeadlineSeconds": 1}})),
+    )
+    .await
+    .unwrap();
+    let failed = sim
+        .wait_for::<Pod>("default", "late", |p| phase(p) == "Failed", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.status.unwrap().reason.as_deref(),
+        Some("DeadlineExceeded")
+    );
+    // Raising a deadline is refused, as the apiserver refuses it.
+    let raised = pods
+        .patch(
+            "late",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"activeDeadlineSeconds": 5}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        raised
+            .to_string()
+            .contains("must be less than or equal to previous value"),
+        "{raised}"
+    );
+}
+
+/// With a latency profile the binding, the sandbox and each container's
+/// start take their time, so a start is as slow as a cluster's.
+#[tokio::test]
+async fn a_latency_profile_delays_binding_sandbox_and_container_start() {
+    let latency = kube_sim::Latency {
+        schedule: Duration::from_millis(150),
+        sandbox: Duration::from_millis(200),
+        container_start: Duration::from_millis(100),
+    };
+    let sim = builder().latency(latency).start().await.unwrap();
+    run_app(&sim, "slowstart", "  listen: [0]\n", false).await;
+    sim.wait_for::<Pod>("default", "slowstart", |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap();
+    let timeline = sim
+        .pod_timeline()
+        .into_iter()
+        .find(|t| t.name == "slowstart")
+        .unwrap();
+    let created = timeline.created_us.unwrap();
+    let scheduled = timeline.scheduled_us.unwrap();
+    let running = timeline.running_us.unwrap();
+    assert!(scheduled - created >= 150_000, "{timeline:?}");
+    assert!(running - scheduled >= 300_000, "{timeline:?}");
+}

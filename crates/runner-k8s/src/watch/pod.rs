@@ -135,7 +135,7 @@ pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod
 }
 
 /// `POD_IP` from the downward API; later entries say `$(POD_IP)`.
-fn pod_ip_env() -> EnvVar {
+pub(crate) fn pod_ip_env() -> EnvVar {
     EnvVar {
         name: "POD_IP".to_owned(),
         value: None,

@@ -285,6 +285,28 @@ impl RunnerProcess {
         vars: &[(&str, &str)],
         soft_limit: Option<u64>,
     ) -> RunnerProcess {
+        Self::spawn_logging(backend, dir, sim, vars, soft_limit, None).await
+    }
+
+    /// Like [`RunnerProcess::spawn`], its log (stderr) written to `log`.
+    pub async fn spawn_logging_to(
+        backend: Backend,
+        dir: &std::path::Path,
+        sim: Option<&kube_sim::KubeSim>,
+        vars: &[(&str, &str)],
+        log: &std::path::Path,
+    ) -> RunnerProcess {
+        Self::spawn_logging(backend, dir, sim, vars, None, Some(log)).await
+    }
+
+    async fn spawn_logging(
+        backend: Backend,
+        dir: &std::path::Path,
+        sim: Option<&kube_sim::KubeSim>,
+        vars: &[(&str, &str)],
+        soft_limit: Option<u64>,
+        log: Option<&std::path::Path>,
+    ) -> RunnerProcess {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let port = {
@@ -312,10 +334,10 @@ impl RunnerProcess {
             .env("RUNNER_SELF_URL", &base)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(if std::env::var_os("TEST_RUNNER_STDERR").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
+            .stderr(match log {
+                Some(log) => Stdio::from(std::fs::File::create(log).expect("log file")),
+                None if std::env::var_os("TEST_RUNNER_STDERR").is_some() => Stdio::inherit(),
+                None => Stdio::null(),
             });
         match backend {
             Backend::Local => {

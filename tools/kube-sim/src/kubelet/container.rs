@@ -84,6 +84,13 @@ impl Kubelet {
             "Created",
             &format!("Created container: {}", c.name),
         );
+        // The runtime's start (with a latency profile; nothing by default).
+        if !self.latency.container_start.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(self.latency.container_start) => {}
+                () = w.terminating.cancelled() => return 137,
+            }
+        }
         let mut started_at = meta::now_timestamp();
         let (exit_code, reason) = match self
             .execute(&t, launch, &streams, &container_id, &mut started_at)

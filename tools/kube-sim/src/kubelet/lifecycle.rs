@@ -183,14 +183,26 @@ impl Kubelet {
     ) -> Ended {
         *w.model.lock().unwrap_or_else(|p| p.into_inner()) = Some(initial_model(pod, ip));
         self.publish(w);
-        let deadline = pod
-            .spec
-            .active_deadline_seconds
-            .map(|s| Instant::now() + Duration::from_secs(s.max(0) as u64));
-        let sleep_deadline = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
+        let started = Instant::now();
+        let mut deadline = w.deadline.subscribe();
+        let sleep_deadline = async move {
+            loop {
+                let at = (*deadline.borrow_and_update())
+                    .map(|s| started + Duration::from_secs(s.max(0) as u64));
+                let passed = async {
+                    match at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = passed => return,
+                    changed = deadline.changed() => {
+                        if changed.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                }
             }
         };
         let ctx = PodCtx {
@@ -199,8 +211,14 @@ impl Kubelet {
             sandbox: sandbox.to_path_buf(),
             restart_policy: pod.restart_policy().to_string(),
         };
+        let latency = self.latency.sandbox;
+        let containers = async {
+            // The sandbox (network, volumes) before any container.
+            tokio::time::sleep(latency).await;
+            self.clone().run_containers(w.clone(), ctx).await;
+        };
         tokio::select! {
-            _ = self.clone().run_containers(w.clone(), ctx) => Ended::Completed,
+            () = containers => Ended::Completed,
             _ = sleep_deadline => Ended::DeadlineExceeded,
             _ = w.stop.cancelled() => Ended::Deleting,
             _ = w.kill.cancelled() => Ended::Killed,

@@ -63,11 +63,35 @@ pub const DEFAULT_ATTACH_DELAY: Duration = Duration::from_millis(5);
 /// Delay between ErrImagePull and the first ImagePullBackOff report.
 const PULL_ERROR_SETTLE: Duration = Duration::from_secs(1);
 
+/// How long a cluster takes for what the simulator otherwise does at once:
+/// the scheduler's binding, the pod sandbox (network, volumes), and each
+/// container's start. All zero by default; [`Latency::CLUSTER`] is a
+/// profile taken from published figures (kube-sim's README, "Latency").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Latency {
+    pub schedule: Duration,
+    pub sandbox: Duration,
+    pub container_start: Duration,
+}
+
+impl Latency {
+    /// A pod of one pre-pulled container starts in about 0.9 s (create →
+    /// running, as Kubernetes' own density measurements put the median on a
+    /// lightly loaded cluster); split here as a 0.1 s binding, a 0.6 s
+    /// sandbox and 0.15 s per container start.
+    pub const CLUSTER: Latency = Latency {
+        schedule: Duration::from_millis(100),
+        sandbox: Duration::from_millis(600),
+        container_start: Duration::from_millis(150),
+    };
+}
+
 pub struct KubeletConfig {
     pub images: ImageTable,
     pub fake_telo: Option<PathBuf>,
     pub root: PathBuf,
     pub pull_delay: Duration,
+    pub latency: Latency,
     /// The docker runtime's engine; `None` runs containers as processes.
     pub engine: Option<Arc<Engine>>,
 }
@@ -102,6 +126,9 @@ struct PodWorker {
     slots: Mutex<HashMap<String, ContainerSlot>>,
     /// Failed pulls per container, for the back-off.
     pull_failures: Mutex<HashMap<String, u32>>,
+    /// `spec.activeDeadlineSeconds` as the pod says now (it may be set or
+    /// lowered on a running pod), counted from the pod's start.
+    deadline: tokio::sync::watch::Sender<Option<i64>>,
     /// The main containers' loops. They belong to the pod, not to the
     /// future that starts them: that future is dropped as soon as the pod
     /// ends (deleted, past its deadline), while the loops must live on to
@@ -148,6 +175,9 @@ pub struct Kubelet {
     root: PathBuf,
     shim_dir: PathBuf,
     pull_delay: Duration,
+    latency: Latency,
+    /// Pods whose delayed binding is under way (with a schedule latency).
+    scheduling: Mutex<HashSet<String>>,
     engine: Option<Arc<Engine>>,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
@@ -185,6 +215,8 @@ impl Kubelet {
             root: config.root,
             shim_dir,
             pull_delay: config.pull_delay,
+            latency: config.latency,
+            scheduling: Mutex::new(HashSet::new()),
             engine: config.engine,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
@@ -310,7 +342,7 @@ impl Kubelet {
         let deleting = meta::deletion_timestamp(pod).is_some();
         if node.is_empty() {
             if !deleting {
-                self.schedule(pod);
+                self.schedule_after_latency(pod, &uid);
             }
             return;
         }
@@ -323,6 +355,14 @@ impl Kubelet {
                 if deleting {
                     w.stop.cancel();
                 }
+                // The deadline may be set, or lowered, while the pod runs.
+                let deadline =
+                    meta::path(pod, "spec.activeDeadlineSeconds").and_then(Value::as_i64);
+                w.deadline.send_if_modified(|current| {
+                    let changed = *current != deadline;
+                    *current = deadline;
+                    changed
+                });
             }
             None => {
                 let phase = meta::path_str(pod, "status.phase").unwrap_or("Pending");
@@ -361,6 +401,7 @@ impl Kubelet {
             kill: CancellationToken::new(),
             terminating: CancellationToken::new(),
             model: Mutex::new(None),
+            deadline: tokio::sync::watch::Sender::new(view.spec.active_deadline_seconds),
             slots: Mutex::new(HashMap::new()),
             pull_failures: Mutex::new(HashMap::new()),
             containers: Mutex::new(JoinSet::new()),
@@ -400,6 +441,47 @@ impl Kubelet {
                 "kubelet",
             );
         }
+    }
+
+    /// Binds `pod` now, or once the schedule latency has passed (one binding
+    /// under way per pod, whatever else changes it meanwhile).
+    fn schedule_after_latency(self: &Arc<Self>, pod: &Value, uid: &str) {
+        if self.latency.schedule.is_zero() {
+            return self.schedule(pod);
+        }
+        if !self
+            .scheduling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned())
+        {
+            return;
+        }
+        let kubelet = self.clone();
+        let (ns, name, uid) = (
+            meta::namespace(pod).to_owned(),
+            meta::name(pod).to_owned(),
+            uid.to_owned(),
+        );
+        let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        pods.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(kubelet.latency.schedule) => {
+                    if let Some(current) = kubelet.store.get(kinds::pods(), &ns, &name)
+                        && meta::uid(&current.value) == uid
+                        && meta::deletion_timestamp(&current.value).is_none()
+                    {
+                        kubelet.schedule(&current.value);
+                    }
+                }
+                () = kubelet.shutdown.cancelled() => {}
+            }
+            kubelet
+                .scheduling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&uid);
+        });
     }
 
     /// The default scheduler: bind to the node (or report why not).

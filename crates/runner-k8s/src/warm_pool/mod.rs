@@ -1,0 +1,562 @@
+//! Warm pools (`RUNNER_WARM_POOL`): pods of a run session's shape kept up
+//! and ready before any session asks, per kernel image, so a session that
+//! matches one starts on a running pod instead of waiting for scheduling,
+//! the sandbox and the container starts.
+//!
+//! - **Claim.** A start takes the oldest ready pod of its image's pool with
+//!   one conditional write (the `resourceVersion` it last saw): the session
+//!   id label, the session record and the deadline go on, the idle label
+//!   comes off. Two starts (or two runners) after the same pod: the
+//!   apiserver lets exactly one through, the other tries the next pod or
+//!   starts cold. A claimed pod is the session's, never the pool's again.
+//! - **Refill.** Each pool's task follows its idle pods through the shared
+//!   pod watch and creates pods up to the pool's size; a pod counts from its
+//!   create until it leaves the pool.
+//! - **Quota.** Warm pods count against the namespace's quota like any pod.
+//!   A full quota stops the refill (the pool holds what it has, said once
+//!   in the log) and, when a cold start is refused by the quota, one idle
+//!   warm pod gives way to it: a session that asked beats one that may.
+//! - **Restarts.** Idle pods are the pool's by their labels, so a new runner
+//!   takes over its predecessor's pool (their tokens read back from their
+//!   specs); claimed ones are sessions, adopted like any other.
+
+pub mod pod;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
+use runner_core::metrics::{Metrics, WarmPoolGauges};
+use runner_core::sync::lock;
+use runner_core::tasks::OwnedTasks;
+use runner_core::types::PullPolicy;
+use runner_workspace_service::client::WorkspaceClient;
+use serde_json::json;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use self::pod::{STATE_LABEL, WarmPodInput, build_warm_pod, pool_key, warm_pod_name};
+use crate::api_error::{api_reason, is_conflict, is_not_found, is_quota_refusal};
+use crate::pod_spec::{PodSettings, Resources};
+use crate::pod_status::PodPhase;
+use crate::pod_watcher::KeyedPods;
+use crate::session::{SessionContext, delete_pod};
+use crate::session_record::SESSION_ID_LABEL;
+use crate::watch::pod::WORKSPACE_PORT;
+
+/// How long a full quota keeps a pool from trying again (doubling from the
+/// first, up to the last).
+const QUOTA_BACKOFF: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(60));
+/// How soon a running pod whose workspace service did not answer is asked
+/// again (doubling from the first, up to the last).
+const RECHECK: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+/// How many pods a start tries to claim before it starts cold.
+const CLAIM_ATTEMPTS: usize = 3;
+
+/// One pool of `RUNNER_WARM_POOL`: `size` pods of `image`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub image: String,
+    pub size: usize,
+}
+
+/// What every pool is built and claimed with.
+pub struct Shared {
+    pub ctx: Arc<SessionContext>,
+    pub settings: PodSettings,
+    /// A run session's limits (a claim sets the deadline from them).
+    pub resources: Resources,
+    pub workspace_image: String,
+}
+
+/// The pools of one runner.
+pub struct WarmPools {
+    shared: Arc<Shared>,
+    pools: Vec<Arc<Pool>>,
+}
+
+/// A claimed pod: the session's now, with the workspace service that takes
+/// its bundle and its launch file.
+pub struct Claimed {
+    pub pod_name: String,
+    pub workspace: WorkspaceClient,
+}
+
+struct Pool {
+    image: String,
+    key: String,
+    size: usize,
+    state: Mutex<PoolState>,
+    metrics: WarmPoolGauges,
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Workspace tokens by pod (minted here, or read back from the spec).
+    tokens: HashMap<String, String>,
+    /// Idle pods whose workspace service answered, oldest first.
+    ready: Vec<String>,
+    /// Created and not seen by the watch yet.
+    creating: HashSet<String>,
+    /// Being claimed or checked right now.
+    busy: HashSet<String>,
+}
+
+impl WarmPools {
+    pub fn new(shared: Shared, specs: &[PoolSpec], metrics: &Metrics) -> Arc<Self> {
+        let pools = specs
+            .iter()
+            .filter(|spec| spec.size > 0)
+            .map(|spec| {
+                Arc::new(Pool {
+                    image: spec.image.clone(),
+                    key: pool_key(&spec.image),
+                    size: spec.size,
+                    state: Mutex::new(PoolState::default()),
+                    metrics: metrics.warm_pool(&spec.image),
+                })
+            })
+            .collect();
+        Arc::new(Self {
+            shared: Arc::new(shared),
+            pools,
+        })
+    }
+
+    /// Starts each pool's task (keeping it filled) under `tasks`, and the
+    /// one sweep of idle pods no configured pool claims (a pool an earlier
+    /// runner had).
+    pub fn spawn(&self, tasks: &OwnedTasks) {
+        let keys: Vec<String> = self.pools.iter().map(|pool| pool.key.clone()).collect();
+        tasks.spawn(sweep_unpooled(self.shared.clone(), keys));
+        for pool in &self.pools {
+            let idle = self.shared.ctx.pod_watcher.subscribe_pool(&pool.key);
+            tasks.spawn(keep_filled(
+                self.shared.clone(),
+                pool.clone(),
+                idle,
+                tasks.stopping(),
+            ));
+        }
+    }
+
+    /// Counts a run session of `image` (whose pool served or did not).
+    pub fn count_start(&self, image: &str, warm: bool) {
+        if let Some(pool) = self.pool(image) {
+            pool.metrics.started(warm);
+        }
+    }
+
+    /// Whether a session of `image` under `pull_policy` can start warm:
+    /// its image has a pool, and it did not ask for a fresh pull.
+    pub fn serves(&self, image: &str, pull_policy: PullPolicy) -> bool {
+        pull_policy != PullPolicy::Always && self.pool(image).is_some()
+    }
+
+    fn pool(&self, image: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|pool| pool.image == image)
+    }
+
+    /// Takes a ready pod of `image`'s pool for session `session_id`,
+    /// recording `annotations` (the session record) on it and its deadline
+    /// (`ttl_seconds` of activity from now). `None`: no pod could be had
+    /// (none ready, or each lost to another claim); the start goes cold.
+    pub async fn claim(
+        &self,
+        image: &str,
+        session_id: &str,
+        annotations: &std::collections::BTreeMap<String, String>,
+        ttl_seconds: u32,
+    ) -> Option<Claimed> {
+        let pool = self.pool(image)?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let (name, token) = {
+                let mut state = lock(&pool.state);
+                let name = state.ready.first().cloned()?;
+                state.ready.remove(0);
+                state.busy.insert(name.clone());
+                let token = state.tokens.get(&name).cloned();
+                (name, token)
+            };
+            let outcome = self
+                .claim_pod(&name, session_id, annotations, ttl_seconds)
+                .await;
+            let mut state = lock(&pool.state);
+            state.busy.remove(&name);
+            state.tokens.remove(&name);
+            match (outcome, token) {
+                (Ok(ip), Some(token)) => {
+                    let workspace = WorkspaceClient::new(
+                        self.shared.ctx.http.clone(),
+                        SocketAddr::new(ip, WORKSPACE_PORT),
+                        token,
+                    );
+                    info!(session_id, pod = %name, image = %pool.image, "claimed a warm pod");
+                    return Some(Claimed {
+                        pod_name: name,
+                        workspace,
+                    });
+                }
+                (Ok(_), None) => {
+                    warn!(session_id, pod = %name, "claimed a warm pod whose token is unknown");
+                    return None;
+                }
+                (Err(reason), _) => {
+                    debug!(session_id, pod = %name, %reason, "a warm pod was not claimed");
+                }
+            }
+        }
+        None
+    }
+
+    /// The conditional write that makes pod `name` session `session_id`'s.
+    async fn claim_pod(
+        &self,
+        name: &str,
+        session_id: &str,
+        annotations: &std::collections::BTreeMap<String, String>,
+        ttl_seconds: u32,
+    ) -> Result<IpAddr, String> {
+        let pods = self.shared.ctx.pod_watcher.pods();
+        let cached = pods
+            .iter()
+            .find(|pod| pod.metadata.name.as_deref() == Some(name))
+            .ok_or("gone from the watch")?;
+        let version = cached
+            .metadata
+            .resource_version
+            .clone()
+            .ok_or("no resourceVersion")?;
+        let ip = pod_ip(cached).ok_or("no pod IP")?;
+        // The deadline counts from the pod's start: what it spent waiting
+        // is added, so the session gets its whole lifetime.
+        let waited = cached
+            .status
+            .as_ref()
+            .and_then(|status| status.start_time.as_ref())
+            .map_or(0, |start| {
+                k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(start.0)
+                    .as_secs()
+                    .max(0)
+                    .unsigned_abs()
+            });
+        let deadline = waited.saturating_add(u64::from(ttl_seconds)) + 1;
+        let patch = json!({
+            "metadata": {
+                "resourceVersion": version,
+                "labels": {SESSION_ID_LABEL: session_id, STATE_LABEL: null},
+                "annotations": annotations,
+            },
+            "spec": {"activeDeadlineSeconds": deadline},
+        });
+        match self
+            .shared
+            .ctx
+            .pods
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(ip),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                Err("taken by another claim, or gone".to_owned())
+            }
+            Err(err) => Err(api_reason(&err)),
+        }
+    }
+
+    /// A cold start was refused by the quota: one idle warm pod gives way
+    /// (deleted), so the session can be created in its place. Whether one
+    /// did.
+    pub async fn give_way(&self) -> bool {
+        for pool in &self.pools {
+            let victim = {
+                let mut state = lock(&pool.state);
+                state.ready.pop()
+            };
+            if let Some(name) = victim {
+                lock(&pool.state).tokens.remove(&name);
+                warn!(pool = %pool.image, pod = %name, "the session namespace's quota is full: a warm pod gives way to a session");
+                if let Err(err) = delete_pod(&self.shared.ctx.pods, &name).await {
+                    warn!(pod = %name, error = %err, "could not delete a warm pod");
+                    continue;
+                }
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Deletes the idle warm pods of pools this runner does not keep.
+async fn sweep_unpooled(shared: Arc<Shared>, keys: Vec<String>) {
+    shared.ctx.pod_watcher.wait_synced().await;
+    for pod in shared.ctx.pod_watcher.pods() {
+        let pool = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(pod::POOL_LABEL));
+        if !pod::is_idle(&pod) || pool.is_some_and(|pool| keys.contains(pool)) {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        info!(pod = %name, "deleting an idle warm pod of a pool this runner does not keep");
+        if let Err(err) = delete_pod(&shared.ctx.pods, &name).await {
+            warn!(pod = %name, error = %err, "could not delete an idle warm pod");
+        }
+    }
+}
+
+fn pod_ip(pod: &Pod) -> Option<IpAddr> {
+    pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()
+}
+
+/// Whether `pod` can be claimed: it runs, all its containers do, and it is
+/// not being deleted.
+fn is_running(pod: &Pod) -> bool {
+    PodPhase::of(pod) == Some(PodPhase::Running)
+        && pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|status| status.container_statuses.as_ref())
+            .is_some_and(|statuses| {
+                statuses.len() == 2
+                    && statuses
+                        .iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            })
+}
+
+/// One pool's task: on every change of its idle pods, forget what left,
+/// check the new running ones, and create what is missing.
+async fn keep_filled(
+    shared: Arc<Shared>,
+    pool: Arc<Pool>,
+    mut idle: watch::Receiver<KeyedPods>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    shared.ctx.pod_watcher.wait_synced().await;
+    let mut quota_full: Option<Duration> = None;
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    // What a previous runner left beyond the pool's size goes once, at
+    // boot; afterwards the pool never makes more than its size by itself
+    // (two runners sharing a namespace may hold twice as many, and must not
+    // take turns deleting each other's pods).
+    let mut trimmed = false;
+    let mut recheck = RECHECK.0;
+    loop {
+        let pods = idle.borrow_and_update().clone();
+        // A pod that runs but whose service did not answer yet is looked at
+        // again soon, whether or not anything else changes.
+        let unanswered = settle(&shared, &pool, &pods).await;
+        let recheck_at = if unanswered {
+            let at = tokio::time::Instant::now() + recheck;
+            recheck = (recheck * 2).min(RECHECK.1);
+            Some(at)
+        } else {
+            recheck = RECHECK.0;
+            None
+        };
+        if !trimmed {
+            trim(&shared, &pool, &pods).await;
+            trimmed = true;
+        }
+        let missing = {
+            let state = lock(&pool.state);
+            let present = pods.len() + state.creating.len();
+            pool.size.saturating_sub(present)
+        };
+        let may_create = retry_at.is_none_or(|at| tokio::time::Instant::now() >= at);
+        if missing > 0 && may_create {
+            match create(&shared, &pool, missing).await {
+                Ok(()) => {
+                    if quota_full.take().is_some() {
+                        info!(pool = %pool.image, "the session namespace has room again: the warm pool refills");
+                    }
+                    retry_at = None;
+                }
+                Err(CreateFailure::Quota(reason)) => {
+                    let wait =
+                        quota_full.map_or(QUOTA_BACKOFF.0, |last| (last * 2).min(QUOTA_BACKOFF.1));
+                    if quota_full.is_none() {
+                        let held = pods.len() + lock(&pool.state).creating.len();
+                        warn!(pool = %pool.image, held, size = pool.size, %reason, "the session namespace's quota is full: the warm pool holds fewer pods than its size until there is room");
+                    }
+                    quota_full = Some(wait);
+                    retry_at = Some(tokio::time::Instant::now() + wait);
+                }
+                Err(CreateFailure::Other(reason)) => {
+                    warn!(pool = %pool.image, %reason, "could not create a warm pod; trying again");
+                    retry_at = Some(tokio::time::Instant::now() + QUOTA_BACKOFF.0);
+                }
+            }
+        }
+        let next = match (retry_at, recheck_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let wake = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = idle.changed() => if changed.is_err() { return },
+            () = wake => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Brings the pool's bookkeeping in line with its idle pods as watched:
+/// what left is forgotten, what runs is checked (its workspace service
+/// answers) and then ready. Whether a running pod did not answer yet.
+async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
+    let unchecked: Vec<(String, IpAddr)> = {
+        let mut state = lock(&pool.state);
+        publish_counts(pool, &state, pods);
+        state.creating.retain(|name| !pods.contains_key(name));
+        state.ready.retain(|name| pods.contains_key(name));
+        // A pod being deleted or claimed is done with once it left.
+        state.busy.retain(|name| pods.contains_key(name));
+        let keep: HashSet<String> = pods
+            .keys()
+            .chain(&state.creating)
+            .chain(&state.busy)
+            .cloned()
+            .collect();
+        state.tokens.retain(|name, _| keep.contains(name));
+        pods.iter()
+            .filter(|(name, pod)| {
+                is_running(pod) && !state.ready.contains(name) && !state.busy.contains(*name)
+            })
+            .filter_map(|(name, pod)| Some((name.clone(), pod_ip(pod)?)))
+            .collect()
+    };
+    let mut unanswered = false;
+    for (name, ip) in unchecked {
+        let known = lock(&pool.state).tokens.get(&name).cloned();
+        let token = match known {
+            Some(token) => token,
+            // Left by a previous runner: its token is in its spec.
+            None => match shared.ctx.pods.get(&name).await {
+                Ok(full) => match pod::token_of(&full) {
+                    Some(token) => {
+                        lock(&pool.state).tokens.insert(name.clone(), token.clone());
+                        token
+                    }
+                    None => continue,
+                },
+                Err(_) => {
+                    unanswered = true;
+                    continue;
+                }
+            },
+        };
+        let client = WorkspaceClient::new(
+            shared.ctx.http.clone(),
+            SocketAddr::new(ip, WORKSPACE_PORT),
+            token,
+        );
+        if client.health().await {
+            let mut state = lock(&pool.state);
+            if !state.ready.contains(&name) {
+                state.ready.push(name);
+            }
+            publish_counts(pool, &state, pods);
+        } else {
+            unanswered = true;
+        }
+    }
+    unanswered
+}
+
+/// The pool's gauges: ready pods, and the rest it holds or is creating.
+fn publish_counts(pool: &Pool, state: &PoolState, pods: &KeyedPods) {
+    let ready = state.ready.len();
+    let held = pods.len() + state.creating.len();
+    pool.metrics
+        .ready
+        .set(i64::try_from(ready).unwrap_or(i64::MAX));
+    pool.metrics
+        .starting
+        .set(i64::try_from(held.saturating_sub(ready)).unwrap_or(i64::MAX));
+}
+
+/// Deletes idle pods past the pool's size (a pool made smaller, or one a
+/// previous runner filled too), those not ready first.
+async fn trim(shared: &Shared, pool: &Pool, pods: &KeyedPods) {
+    let excess = pods.len().saturating_sub(pool.size);
+    if excess == 0 {
+        return;
+    }
+    let victims: Vec<String> = {
+        let mut state = lock(&pool.state);
+        let mut names: Vec<String> = pods
+            .keys()
+            .filter(|name| !state.busy.contains(*name))
+            .cloned()
+            .collect();
+        names.sort_by_key(|name| state.ready.contains(name));
+        names.truncate(excess);
+        for name in &names {
+            state.ready.retain(|ready| ready != name);
+            state.busy.insert(name.clone());
+        }
+        names
+    };
+    for name in victims {
+        debug!(pool = %pool.image, pod = %name, "deleting a warm pod past the pool's size");
+        if let Err(err) = delete_pod(&shared.ctx.pods, &name).await {
+            warn!(pod = %name, error = %err, "could not delete a warm pod past the pool's size");
+            lock(&pool.state).busy.remove(&name);
+        }
+    }
+}
+
+enum CreateFailure {
+    Quota(String),
+    Other(String),
+}
+
+/// Creates `count` warm pods of `pool`, one after another.
+async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), CreateFailure> {
+    for _ in 0..count {
+        let name = warm_pod_name();
+        let token = runner_core::ids::new_workload_token();
+        let pod = build_warm_pod(
+            &shared.settings,
+            &WarmPodInput {
+                name: &name,
+                image: &pool.image,
+                pull_policy: PullPolicy::Missing,
+                workspace_image: &shared.workspace_image,
+                token: &token,
+                resources: &shared.resources,
+            },
+        );
+        {
+            let mut state = lock(&pool.state);
+            state.creating.insert(name.clone());
+            state.tokens.insert(name.clone(), token);
+        }
+        if let Err(err) = shared.ctx.pods.create(&PostParams::default(), &pod).await {
+            let mut state = lock(&pool.state);
+            state.creating.remove(&name);
+            state.tokens.remove(&name);
+            return Err(if is_quota_refusal(&err) {
+                CreateFailure::Quota(api_reason(&err))
+            } else {
+                CreateFailure::Other(api_reason(&err))
+            });
+        }
+        debug!(pool = %pool.image, pod = %name, "created a warm pod");
+    }
+    Ok(())
+}

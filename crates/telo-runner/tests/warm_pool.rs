@@ -1,0 +1,360 @@
+//! Warm pools (`RUNNER_WARM_POOL`) on the Kubernetes backend, black-box
+//! against kube-sim: a run session of a pooled image starts on a claimed
+//! warm pod and says so, the pool refills, an empty pool falls back to a
+//! cold start, a restarted runner takes over its pool, two runners after one
+//! pod never both get it, and a full quota shrinks the pool, not the
+//! sessions.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Backend, Runner, RunnerProcess};
+use kube_sim::KubeSim;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::WAIT;
+use test_support::sse::{SseFrame, SseStream};
+
+const IMAGE: &str = "telorun/node:0-slim";
+
+fn pool_of(size: usize) -> String {
+    format!("{IMAGE}={size}")
+}
+
+/// The runner's metric line for its pool's `state` pods, as a number.
+fn warm_pods(metrics: &str, state: &str) -> Option<u64> {
+    let prefix = format!("telo_runner_warm_pods{{pool=\"{IMAGE}\",state=\"{state}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// Waits until the runner at `base` has `ready` warm pods ready to claim.
+async fn until_ready(base: &str, ready: u64) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metrics = metrics(base).await;
+        if warm_pods(&metrics, "ready") == Some(ready) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {ready} warm pods ready:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The names of the idle warm pods the cluster holds.
+async fn idle_pods(sim: &KubeSim) -> Vec<String> {
+    let list = sim_list(sim).await;
+    let mut names: Vec<String> = list
+        .iter()
+        .filter(|pod| pod["metadata"]["labels"]["telo.run/warm"] == "idle")
+        .map(|pod| pod["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+async fn sim_list(sim: &KubeSim) -> Vec<Value> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(sim.client(), "telo-sessions");
+    pods.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|pod| serde_json::to_value(pod).unwrap())
+        .collect()
+}
+
+/// The session's pod (its session id label), whatever its name.
+async fn pod_of(sim: &KubeSim, id: &str) -> Option<Value> {
+    sim_list(sim)
+        .await
+        .into_iter()
+        .find(|pod| pod["metadata"]["labels"]["telo.run/session-id"] == id)
+}
+
+async fn metrics(base: &str) -> String {
+    runner_core::http_client::client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn create(base: &str, body: &Value) -> String {
+    let client = runner_core::http_client::client();
+    let response = client
+        .post(format!("{base}/v1/sessions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let created: Value = response.json().await.unwrap();
+    created["sessionId"].as_str().unwrap().to_owned()
+}
+
+fn progress_messages(frames: &[SseFrame]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("progress"))
+        .map(|f| f.json()["message"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Runs a session to its end on the runner at `base`: its events.
+async fn run_to_end(base: &str, body: &Value) -> (String, Vec<SseFrame>) {
+    let id = create(base, body).await;
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    (id, events.events_until_end().await)
+}
+
+fn body(line: &str, code: i64) -> Value {
+    test_support::bundle::start_body(json!({"stdout": [line], "exitCode": code}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_session_starts_on_a_warm_pod_and_the_pool_refills() {
+    let pool = pool_of(2);
+    let runner =
+        Runner::start_kube(common::cluster(), &[("RUNNER_WARM_POOL", pool.as_str())]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 2).await;
+    let before = idle_pods(sim).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    let (id, frames) = run_to_end(&runner.base, &body("hello from a warm pod", 4)).await;
+    let progress = progress_messages(&frames);
+    assert!(
+        progress.contains(&"Starting on a warm pod".to_owned()),
+        "{progress:?}"
+    );
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 4})
+    );
+    let output = runner.full_output(&id).await;
+    assert!(output.contains("hello from a warm pod"), "{output}");
+
+    // The pool is whole again, with a new pod in the claimed one's place;
+    // the claimed pod was the session's and went with it.
+    until_ready(&runner.base, 2).await;
+    let after = idle_pods(sim).await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    let claimed: Vec<&String> = before.iter().filter(|n| !after.contains(n)).collect();
+    assert_eq!(
+        claimed.len(),
+        1,
+        "one pod was claimed: {before:?} → {after:?}"
+    );
+    let gone = sim
+        .wait_for_deletion("pods", "telo-sessions", claimed[0], WAIT)
+        .await;
+    assert!(gone.is_ok(), "the claimed pod is never the pool's again");
+    let metrics = metrics(&runner.base).await;
+    assert!(
+        metrics.contains(&format!(
+            "telo_runner_warm_pool_starts_total{{pool=\"{IMAGE}\",start=\"warm\"}} 1"
+        )),
+        "{metrics}"
+    );
+    runner.stop().await;
+}
+
+/// With no pod ready (the refill held back here), a session starts cold and
+/// says so; a claimed pod carries the session's record and deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_pool_falls_back_to_a_cold_start() {
+    let pool = pool_of(1);
+    let runner =
+        Runner::start_kube(common::cluster(), &[("RUNNER_WARM_POOL", pool.as_str())]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 1).await;
+    sim.faults().hold("create", "pods");
+
+    // Held open (it echoes until told to exit), so its pod can be read.
+    let warm = create(
+        &runner.base,
+        &test_support::bundle::start_body(json!({"stdout": ["warm"], "echo": true})),
+    )
+    .await;
+    let mut warm_events =
+        SseStream::connect(&format!("{}/v1/sessions/{warm}/events", runner.base), &[]).await;
+    let frames = warm_events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    assert!(progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
+    let pod = pod_of(sim, &warm).await.unwrap();
+    assert!(
+        pod["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("telo-warm-")
+    );
+    assert!(pod["metadata"]["labels"].get("telo.run/warm").is_none());
+    assert_eq!(pod["metadata"]["annotations"]["telo.run/kind"], "run");
+    assert!(pod["spec"]["activeDeadlineSeconds"].as_i64().unwrap() >= 3600);
+
+    let cold = create(&runner.base, &body("cold", 0)).await;
+    let mut cold_events =
+        SseStream::connect(&format!("{}/v1/sessions/{cold}/events", runner.base), &[]).await;
+    let frames = cold_events
+        .events_until(|f| {
+            f.event.as_deref() == Some("progress")
+                && f.json()["message"] == "No warm pod is ready: starting a new pod"
+        })
+        .await;
+    assert!(!progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
+    sim.faults().release();
+    let rest = cold_events.events_until_end().await;
+    assert_eq!(
+        rest.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 0})
+    );
+    runner.delete(&format!("/v1/sessions/{warm}")).await;
+    warm_events.events_until_end().await;
+    runner.stop().await;
+}
+
+/// A runner killed and started again takes over the pool as it stands: the
+/// same pods, no new ones, no leak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_runner_takes_over_its_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .start()
+        .await
+        .unwrap();
+    let pool = pool_of(2);
+    let vars = [("RUNNER_WARM_POOL", pool.as_str())];
+    let mut first = RunnerProcess::spawn(Backend::Kubernetes, dir.path(), Some(&sim), &vars).await;
+    until_ready(&first.base, 2).await;
+    let pods = idle_pods(&sim).await;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = RunnerProcess::spawn(Backend::Kubernetes, dir.path(), Some(&sim), &vars).await;
+    until_ready(&second.base, 2).await;
+    assert_eq!(idle_pods(&sim).await, pods, "the same pods, none added");
+    let (id, frames) = run_to_end(&second.base, &body("after the restart", 0)).await;
+    assert!(progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
+    assert!(frames.last().unwrap().json()["status"] == json!({"kind": "exited", "code": 0}));
+    let _ = id;
+    drop(second);
+    sim.shutdown().await;
+}
+
+/// Two runners over one namespace, one idle pod, two sessions at once:
+/// the apiserver's conditional write lets exactly one claim it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runners_racing_for_one_warm_pod_never_both_get_it() {
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .start()
+        .await
+        .unwrap();
+    let pool = pool_of(1);
+    let vars = [("RUNNER_WARM_POOL", pool.as_str())];
+    let a = RunnerProcess::spawn(Backend::Kubernetes, dirs.0.path(), Some(&sim), &vars).await;
+    until_ready(&a.base, 1).await;
+    let b = RunnerProcess::spawn(Backend::Kubernetes, dirs.1.path(), Some(&sim), &vars).await;
+    until_ready(&b.base, 1).await;
+    assert_eq!(
+        idle_pods(&sim).await.len(),
+        1,
+        "the second runner found the pool full"
+    );
+    // Neither refills until both claimed.
+    sim.faults().hold("create", "pods");
+    let racing = body("racing", 0);
+    let (first, second) = tokio::join!(create(&a.base, &racing), create(&b.base, &racing));
+    let warm_of = |base: String, id: String| async move {
+        let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+        let frames = events
+            .events_until(|f| {
+                f.event.as_deref() == Some("progress")
+                    && matches!(
+                        f.json()["message"].as_str(),
+                        Some("Starting on a warm pod" | "No warm pod is ready: starting a new pod")
+                    )
+            })
+            .await;
+        frames.last().unwrap().json()["message"] == "Starting on a warm pod"
+    };
+    let (a_warm, b_warm) = tokio::join!(
+        warm_of(a.base.clone(), first.clone()),
+        warm_of(b.base.clone(), second.clone())
+    );
+    assert!(a_warm ^ b_warm, "exactly one won: {a_warm} {b_warm}");
+    sim.faults().release();
+    drop((a, b));
+    sim.shutdown().await;
+}
+
+/// A quota with room for the pool only: the refill stops at it (said once
+/// in the log), and a session that needs a new pod gets one in the place of
+/// an idle warm pod, which gives way (also said).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_quota_shrinks_the_pool_and_sessions_still_start_cold() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .start()
+        .await
+        .unwrap();
+    sim.seed_value(json!({
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "sessions", "namespace": "telo-sessions"},
+        "spec": {"hard": {"pods": "2"}},
+    }))
+    .unwrap();
+    let pool = pool_of(3);
+    let log = dir.path().join("runner.log");
+    let runner = RunnerProcess::spawn_logging_to(
+        Backend::Kubernetes,
+        dir.path(),
+        Some(&sim),
+        &[("RUNNER_WARM_POOL", pool.as_str())],
+        &log,
+    )
+    .await;
+    until_ready(&runner.base, 2).await;
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + WAIT;
+    while !logged().contains(
+        "the session namespace's quota is full: the warm pool holds fewer pods than its size",
+    ) {
+        assert!(Instant::now() < deadline, "no quota line:\n{}", logged());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // `always` never starts warm: it needs a new pod, and the quota is full.
+    let mut cold = body("cold, in a warm pod's place", 0);
+    cold["config"]["pullPolicy"] = json!("always");
+    let (_, frames) = run_to_end(&runner.base, &cold).await;
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 0}),
+        "{frames:?}"
+    );
+    assert!(
+        logged()
+            .contains("the session namespace's quota is full: a warm pod gives way to a session"),
+        "{}",
+        logged()
+    );
+    drop(runner);
+    sim.shutdown().await;
+}
