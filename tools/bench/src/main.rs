@@ -47,6 +47,10 @@ enum Scenario {
     /// to suspend: runner memory per suspended session, resume → `running`
     /// (local backend).
     WatchSuspend,
+    /// Warm pools: POST → `running` and → first output, warm and cold, at
+    /// pool sizes 0/5/20 (`--pool-sizes`) and C = 1 and 10, on a kube-sim
+    /// with a cluster's start latencies; refill rate, apiserver requests.
+    WarmPool,
     /// Every scenario in turn.
     All,
 }
@@ -64,6 +68,7 @@ impl Scenario {
             Scenario::BigBundles => "big-bundles",
             Scenario::WatchReload => "watch-reload",
             Scenario::WatchSuspend => "watch-suspend",
+            Scenario::WarmPool => "warm-pool",
             Scenario::All => "all",
         }
     }
@@ -134,6 +139,13 @@ struct Args {
     /// Use the programs as they are, without running cargo build.
     #[arg(long)]
     no_build: bool,
+    /// warm-pool: pool sizes, comma-separated (default 0,5,20).
+    #[arg(long, value_delimiter = ',')]
+    pool_sizes: Option<Vec<usize>>,
+    /// warm-pool: run kube-sim's pods as processes or as real containers
+    /// (`docker`; needs the engine and the local images).
+    #[arg(long, value_enum, default_value = "process")]
+    runtime: scenarios::warm_pool::SimRuntime,
 }
 
 fn command_line(args: &Args, scenario: Scenario) -> String {
@@ -175,6 +187,13 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     }
     if args.backend == BackendKind::Local {
         cmd.push_str(" --backend local");
+    }
+    if let Some(sizes) = &args.pool_sizes {
+        let sizes: Vec<String> = sizes.iter().map(ToString::to_string).collect();
+        cmd.push_str(&format!(" --pool-sizes {}", sizes.join(",")));
+    }
+    if args.runtime == scenarios::warm_pool::SimRuntime::Docker {
+        cmd.push_str(" --runtime docker");
     }
 
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
@@ -228,6 +247,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             inspect: args.inspect,
             command: command_line(&args, scenario),
             label: args.label.clone(),
+            pool_sizes: args.pool_sizes.clone(),
+            runtime: args.runtime,
         };
         let report = match scenario {
             Scenario::StartLatency => scenarios::start_latency::run(&ctx).await?,
@@ -240,6 +261,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::BigBundles => scenarios::big_bundles::run(&ctx).await?,
             Scenario::WatchReload => scenarios::watch_reload::run(&ctx).await?,
             Scenario::WatchSuspend => scenarios::watch_suspend::run(&ctx).await?,
+            Scenario::WarmPool => scenarios::warm_pool::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

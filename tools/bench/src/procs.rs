@@ -248,7 +248,25 @@ impl Stack {
         extra_env: &[(&str, String)],
         workloads: Workloads,
     ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, extra_env, workloads, &bins.fake_telo).await
+        Self::launch(bins, backend, extra_env, workloads, &bins.fake_telo, &[]).await
+    }
+
+    /// A Kubernetes stack whose kube-sim gets `sim_args` too (a latency
+    /// profile, a container runtime).
+    pub async fn start_sim_with(
+        bins: &Binaries,
+        extra_env: &[(&str, String)],
+        sim_args: &[String],
+    ) -> anyhow::Result<Stack> {
+        Self::launch(
+            bins,
+            BackendKind::Kubernetes,
+            extra_env,
+            Workloads::Processes,
+            &bins.fake_telo,
+            sim_args,
+        )
+        .await
     }
 
     /// A stack whose sessions run `kernel` (a real Telo CLI) instead of
@@ -258,7 +276,7 @@ impl Stack {
         backend: BackendKind,
         kernel: &Path,
     ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, &[], Workloads::Processes, kernel).await
+        Self::launch(bins, backend, &[], Workloads::Processes, kernel, &[]).await
     }
 
     /// [`Stack::start_kernel`] with more runner environment.
@@ -268,7 +286,7 @@ impl Stack {
         extra_env: &[(&str, String)],
         kernel: &Path,
     ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, extra_env, Workloads::Processes, kernel).await
+        Self::launch(bins, backend, extra_env, Workloads::Processes, kernel, &[]).await
     }
 
     async fn launch(
@@ -277,6 +295,7 @@ impl Stack {
         extra_env: &[(&str, String)],
         workloads: Workloads,
         kernel: &Path,
+        sim_args: &[String],
     ) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
         let mut env: HashMap<String, String> = HashMap::new();
@@ -306,6 +325,7 @@ impl Stack {
                     .context("the runner binary has no directory")?;
                 cmd.arg("--image")
                     .arg(format!("telo-runner:*=bin:{}", runner_dir.display()));
+                cmd.args(sim_args);
                 let (sim, url) = Proc::spawn("kube-sim", cmd).await?;
                 env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
                 env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());

@@ -70,6 +70,7 @@ fn bin_dir() -> PathBuf {
 #[case::watch_suspend_local(&["watch-suspend", "--sessions", "2", "--backend", "local"])]
 #[case::real_kernel_local(&["real-kernel", "--cold", "1", "--sessions", "1", "--backend", "local"])]
 #[case::real_kernel_kubernetes(&["real-kernel", "--cold", "1", "--sessions", "1"])]
+#[case::warm_pool(&["warm-pool", "--sessions", "2", "--pool-sizes", "0,1"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
     if args[0] == "real-kernel" || args.contains(&"real") {
         assert_real_kernel_installed();

@@ -17,7 +17,7 @@ use crate::scenarios::Ctx;
 type Counts = BTreeMap<String, u64>;
 
 /// `verb resource → count` from a kube-sim stats document.
-fn requests(stats: &Value) -> Counts {
+pub(crate) fn requests(stats: &Value) -> Counts {
     let mut out = Counts::new();
     if let Some(verbs) = stats["requests"].as_object() {
         for (verb, resources) in verbs {
@@ -31,7 +31,7 @@ fn requests(stats: &Value) -> Counts {
     out
 }
 
-fn delta(after: &Counts, before: &Counts) -> Counts {
+pub(crate) fn delta(after: &Counts, before: &Counts) -> Counts {
     after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
@@ -45,7 +45,7 @@ fn watches(stats: &Value) -> u64 {
         .map_or(0, |w| w.values().filter_map(Value::as_u64).sum())
 }
 
-fn describe(counts: &Counts, per: usize) -> String {
+pub(crate) fn describe(counts: &Counts, per: usize) -> String {
     counts
         .iter()
         .map(|(k, v)| format!("{k} {}", fmt_per(*v, per)))

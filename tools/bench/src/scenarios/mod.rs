@@ -8,6 +8,7 @@ pub mod real_kernel;
 pub mod relay;
 pub mod start_latency;
 pub mod start_output;
+pub mod warm_pool;
 pub mod watch_reload;
 pub mod watch_suspend;
 
@@ -44,6 +45,10 @@ pub struct Ctx {
     pub command: String,
     /// Names this run's section of the docs when one scenario has several.
     pub label: Option<String>,
+    /// warm-pool: the pool sizes to measure (default 0, 5, 20).
+    pub pool_sizes: Option<Vec<usize>>,
+    /// warm-pool: the runtime kube-sim runs pods in.
+    pub runtime: warm_pool::SimRuntime,
 }
 
 impl Ctx {
