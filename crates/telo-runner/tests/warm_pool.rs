@@ -1,9 +1,9 @@
 //! Warm pools (`RUNNER_WARM_POOL`) on the Kubernetes backend, black-box
 //! against kube-sim: a run session of a pooled image starts on a claimed
 //! warm pod and says so, the pool refills, an empty pool falls back to a
-//! cold start, a restarted runner takes over its pool, two runners after one
-//! pod never both get it, and a full quota shrinks the pool, not the
-//! sessions.
+//! cold start, a pod that stops while idle is replaced, a restarted runner
+//! takes over its pool, two runners after one pod never both get it, and a
+//! full quota shrinks the pool, not the sessions.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -223,6 +223,61 @@ async fn an_empty_pool_falls_back_to_a_cold_start() {
     );
     runner.delete(&format!("/v1/sessions/{warm}")).await;
     warm_events.events_until_end().await;
+    runner.stop().await;
+}
+
+/// A warm pod that stops while idle (here its workspace service is handed
+/// a launch file that just exits, as if its kernel died) is deleted and
+/// replaced; it is never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pod_that_stops_while_idle_is_replaced() {
+    let pool = pool_of(1);
+    let runner =
+        Runner::start_kube(common::cluster(), &[("RUNNER_WARM_POOL", pool.as_str())]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 1).await;
+    let idle = idle_pods(sim).await;
+    let pod = sim_list(sim)
+        .await
+        .into_iter()
+        .find(|pod| pod["metadata"]["name"] == idle[0].as_str())
+        .unwrap();
+    let token = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+        .find(|e| e["name"] == "RUNNER_WORKSPACE_TOKEN")
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ip: std::net::IpAddr = pod["status"]["podIP"].as_str().unwrap().parse().unwrap();
+    let workspace = runner_workspace_service::client::WorkspaceClient::new(
+        runner_core::http_client::client(),
+        std::net::SocketAddr::new(ip, 8099),
+        token,
+    );
+    workspace
+        .apply(&runner_api::watch::WorkspaceChangeSet {
+            write: vec![runner_api::watch::WorkspaceWrite {
+                path: ".telo-launch".to_owned(),
+                content: "exit 3\n".to_owned(),
+                encoding: None,
+            }],
+            delete: Vec::new(),
+        })
+        .await
+        .unwrap();
+    sim.wait_for_deletion("pods", "telo-sessions", &idle[0], WAIT)
+        .await
+        .unwrap();
+    until_ready(&runner.base, 1).await;
+    let now = idle_pods(sim).await;
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, idle, "a new pod in the stopped one's place");
+    let (_, frames) = run_to_end(&runner.base, &body("on the new pod", 0)).await;
+    assert!(progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
     runner.stop().await;
 }
 

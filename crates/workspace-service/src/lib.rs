@@ -12,6 +12,7 @@
 pub mod client;
 mod config;
 pub mod server;
+mod wake;
 pub mod wire;
 
 pub use config::{

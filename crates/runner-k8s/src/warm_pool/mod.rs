@@ -332,6 +332,23 @@ fn is_running(pod: &Pod) -> bool {
             })
 }
 
+/// Whether an idle pod is past serving: finished, or one of its
+/// containers ended (the pod runs on, but never again as a warm pod).
+fn has_ended(pod: &Pod) -> bool {
+    matches!(
+        PodPhase::of(pod),
+        Some(PodPhase::Succeeded | PodPhase::Failed)
+    ) || pod
+        .status
+        .as_ref()
+        .and_then(|status| status.container_statuses.as_ref())
+        .is_some_and(|statuses| {
+            statuses
+                .iter()
+                .any(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        })
+}
+
 /// One pool's task: on every change of its idle pods, forget what left,
 /// check the new running ones, and create what is missing.
 async fn keep_filled(
@@ -418,6 +435,7 @@ async fn keep_filled(
 /// what left is forgotten, what runs is checked (its workspace service
 /// answers) and then ready. Whether a running pod did not answer yet.
 async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
+    let drop_ended: Vec<String>;
     let unchecked: Vec<(String, IpAddr)> = {
         let mut state = lock(&pool.state);
         publish_counts(pool, &state, pods);
@@ -432,6 +450,20 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
             .cloned()
             .collect();
         state.tokens.retain(|name, _| keep.contains(name));
+        // A pod that stopped running while idle (its workspace service or
+        // its waiting shell ended) will never serve: out, and replaced.
+        state
+            .ready
+            .retain(|name| !pods.get(name).is_some_and(|pod| has_ended(pod)));
+        let ended: Vec<String> = pods
+            .iter()
+            .filter(|(name, pod)| !state.busy.contains(*name) && has_ended(pod))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in &ended {
+            state.busy.insert(name.clone());
+        }
+        drop_ended = ended;
         pods.iter()
             .filter(|(name, pod)| {
                 is_running(pod) && !state.ready.contains(name) && !state.busy.contains(*name)
@@ -439,6 +471,13 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
             .filter_map(|(name, pod)| Some((name.clone(), pod_ip(pod)?)))
             .collect()
     };
+    for name in drop_ended {
+        warn!(pool = %pool.image, pod = %name, "a warm pod stopped while idle; replacing it");
+        if let Err(err) = delete_pod(&shared.ctx.pods, &name).await {
+            warn!(pod = %name, error = %err, "could not delete a stopped warm pod");
+            lock(&pool.state).busy.remove(&name);
+        }
+    }
     let mut unanswered = false;
     for (name, ip) in unchecked {
         let known = lock(&pool.state).tokens.get(&name).cloned();
