@@ -1,6 +1,8 @@
 //! Relays a kernel's debug stream (SSE at `http://<addr>/events`) as parsed
 //! JSON frames. The kernel may not be listening yet when the session starts, so
-//! the relay retries until it is stopped.
+//! the relay retries until it is stopped: soon at first (a kernel opens its
+//! debug port moments after it starts, and `running` may wait for it), then
+//! less often.
 
 use std::time::Duration;
 
@@ -10,7 +12,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-pub const RETRY_DELAY: Duration = Duration::from_millis(500);
+/// The first and the longest wait between two attempts; each failed
+/// attempt doubles the wait, a stream that was open starts it over.
+pub const RETRY_DELAY: (Duration, Duration) =
+    (Duration::from_millis(20), Duration::from_millis(500));
 
 /// Relay frames from `url` to `on_frame` until `stop` fires.
 pub async fn relay_debug_stream(
@@ -20,11 +25,17 @@ pub async fn relay_debug_stream(
     stop: CancellationToken,
 ) {
     let relay = async {
+        let mut wait = RETRY_DELAY.0;
         loop {
-            if let Err(err) = relay_once(&client, &url, &mut on_frame).await {
+            let mut connected = false;
+            if let Err(err) = relay_once(&client, &url, &mut connected, &mut on_frame).await {
                 debug!(%url, error = %err, "debug stream unavailable, retrying");
             }
-            tokio::time::sleep(RETRY_DELAY).await;
+            if connected {
+                wait = RETRY_DELAY.0;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RETRY_DELAY.1);
         }
     };
     tokio::select! {
@@ -33,9 +44,11 @@ pub async fn relay_debug_stream(
     }
 }
 
+/// One stream, until it ends; `connected` is set once the kernel answered.
 async fn relay_once(
     client: &reqwest::Client,
     url: &str,
+    connected: &mut bool,
     on_frame: &mut (impl FnMut(Value) + Send),
 ) -> Result<(), reqwest::Error> {
     let response = client
@@ -44,6 +57,7 @@ async fn relay_once(
         .send()
         .await?
         .error_for_status()?;
+    *connected = true;
     let mut body = response.bytes_stream();
     let mut parser = SseParser::new(MAX_FRAME_BYTES);
     while let Some(chunk) = body.next().await {

@@ -1,5 +1,6 @@
 //! `KubeBackend`: the runner-core `Backend` on a Kubernetes cluster.
 
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ use crate::session::{
 };
 use crate::session_record::{SessionKind, SessionRecord, record_annotations};
 use crate::telo_images::TeloPins;
-use crate::warm_pool::pod::{LAUNCH_FILE, launch_file};
+use crate::warm_pool::pod::{GO_AHEAD, LAUNCH_FILE, launch_file};
 use crate::warm_pool::{Shared as WarmShared, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
@@ -277,6 +278,15 @@ impl KubeBackend {
             memory_limit: resources.memory,
         };
         let session = bring_up(self.ctx.clone(), shape, sink.clone(), watching).await?;
+        // The kernel starts on the go-ahead typed into its terminal, which
+        // needs the attach: without one it would never start.
+        if !session.terminal_attached() {
+            let _ = session.stop().await;
+            return Err(StartError::new(
+                StartStage::Start,
+                "could not attach to the warm pod's terminal to start the kernel",
+            ));
+        }
         let launch = WorkspaceChangeSet {
             write: vec![WorkspaceWrite {
                 path: LAUNCH_FILE.to_owned(),
@@ -295,6 +305,7 @@ impl KubeBackend {
                 ),
             ));
         }
+        session.write_stdin(Bytes::from_static(GO_AHEAD));
         Ok(Some(session))
     }
 
@@ -554,7 +565,7 @@ impl Backend for KubeBackend {
             inspect: spec.inspect && !spec.self_contained(),
             memory_limit: self.resources(spec.self_contained()).memory,
         };
-        bring_up(self.ctx.clone(), shape, sink, watching).await
+        Ok(bring_up(self.ctx.clone(), shape, sink, watching).await?)
     }
 
     async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
@@ -579,7 +590,7 @@ impl Backend for KubeBackend {
             inspect: record.inspect && record.kind == SessionKind::Run,
             memory_limit: self.resources(record.kind == SessionKind::App).memory,
         };
-        bring_up(self.ctx.clone(), shape, sink, watching).await
+        Ok(bring_up(self.ctx.clone(), shape, sink, watching).await?)
     }
 
     fn offers_watch(&self) -> bool {

@@ -161,7 +161,7 @@ pub async fn bring_up(
     shape: SessionShape,
     sink: SessionSink,
     mut watching: Watching,
-) -> Result<Arc<dyn BackendSession>, StartError> {
+) -> Result<Arc<KubeSession>, StartError> {
     let name = shape.pod_name.clone();
     let arrival = match wait_until_running(&ctx, &sink, &mut watching).await {
         Ok(arrival) => arrival,
@@ -552,6 +552,14 @@ pub struct KubeSession {
     deleted: Arc<AtomicBool>,
     /// Set when the runner exits leaving the pod to its successor.
     detached: AtomicBool,
+}
+
+impl KubeSession {
+    /// Whether the session's terminal has a live attach: what is written to
+    /// its stdin reaches the container.
+    pub fn terminal_attached(&self) -> bool {
+        self.terminal.get().is_some_and(Terminal::is_attached)
+    }
 }
 
 #[async_trait]

@@ -140,6 +140,8 @@ impl Output {
 /// The live half of a session's terminal.
 pub struct Terminal {
     stdin: mpsc::Sender<Bytes>,
+    /// Whether the first attach opened (else only the log is read).
+    attached: bool,
     /// A container without a TTY has no size to set.
     tty: bool,
     resize: Arc<Mutex<Resize>>,
@@ -157,6 +159,11 @@ struct Resize {
 }
 
 impl Terminal {
+    /// Whether the first attach opened.
+    pub fn is_attached(&self) -> bool {
+        self.attached
+    }
+
     pub fn write_stdin(&self, bytes: Bytes) {
         if let Err(mpsc::error::TrySendError::Full(dropped)) = self.stdin.try_send(bytes) {
             warn!(bytes = dropped.len(), "stdin queue full, input dropped");
@@ -224,6 +231,7 @@ pub async fn attach(pods: &Api<Pod>, pod_name: &str, sink: &SessionSink) -> Term
 pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> Terminal {
     let sink = &output;
     let first = attach_with_retries(pods, pod_name, sink).await;
+    let attached = first.is_some();
     let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(STDIN_QUEUE);
     let resize = Arc::new(Mutex::new(Resize::default()));
     let (done_tx, done_rx) = oneshot::channel();
@@ -238,6 +246,7 @@ pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> T
     ));
     Terminal {
         stdin: stdin_tx,
+        attached,
         tty: output.tty(),
         resize,
         output_done: Mutex::new(Some(done_rx)),

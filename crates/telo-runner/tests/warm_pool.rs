@@ -143,8 +143,10 @@ async fn a_run_session_starts_on_a_warm_pod_and_the_pool_refills() {
         frames.last().unwrap().json()["status"],
         json!({"kind": "exited", "code": 4})
     );
+    // Exactly the kernel's output: nothing of the wait (the go-ahead typed
+    // into the terminal is not echoed), nothing twice.
     let output = runner.full_output(&id).await;
-    assert!(output.contains("hello from a warm pod"), "{output}");
+    assert_eq!(output, "hello from a warm pod\r\n");
 
     // The pool is whole again, with a new pod in the claimed one's place;
     // the claimed pod was the session's and went with it.
@@ -227,7 +229,7 @@ async fn an_empty_pool_falls_back_to_a_cold_start() {
 }
 
 /// A warm pod that stops while idle (here its workspace service is handed
-/// a launch file that just exits, as if its kernel died) is deleted and
+/// a launch file with no claim behind it, and so ends) is deleted and
 /// replaced; it is never claimed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_pod_that_stops_while_idle_is_replaced() {

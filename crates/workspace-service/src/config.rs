@@ -15,7 +15,6 @@ const DIR_VAR: &str = "RUNNER_WORKSPACE_DIR";
 const LISTEN_VAR: &str = "RUNNER_WORKSPACE_LISTEN";
 const TOKEN_VAR: &str = "RUNNER_WORKSPACE_TOKEN";
 const EXIT_AFTER_VAR: &str = "RUNNER_WORKSPACE_EXIT_AFTER_WRITE";
-const WAKE_FIFO_VAR: &str = "RUNNER_WORKSPACE_WAKE_FIFO";
 
 /// The variables only `telo-runner workspace` reads. It also reads the
 /// runner's `RUNNER_WORKSPACE_MAX_*` limits, documented with the local
@@ -41,11 +40,6 @@ pub const WORKSPACE_SERVICE_ENV_VARS: &[EnvVarDoc] = &[
         default: "(unset)",
         description: "`telo-runner workspace` only: a path in the workspace; once a change set has written it, the service answers and exits 0 (a warm pod's service, done once its session is launched).",
     },
-    EnvVarDoc {
-        name: WAKE_FIFO_VAR,
-        default: "(unset)",
-        description: "`telo-runner workspace` only: an absolute path where the service makes a named pipe and holds it open while it runs; it removes the pipe before it exits, so a reader of it sees end-of-file once the service is gone (a warm pod's `session` container waits on it without polling).",
-    },
 ];
 
 /// What the service needs: its directory, its address, its token and the
@@ -60,8 +54,6 @@ pub struct Config {
     pub limits: WorkspaceLimits,
     /// The service exits once a change set wrote this path (normalized).
     pub exit_after_write: Option<String>,
-    /// A named pipe the service makes and holds open until it exits.
-    pub wake_fifo: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -72,7 +64,6 @@ impl std::fmt::Debug for Config {
             .field("token", &"<redacted>")
             .field("limits", &self.limits)
             .field("exit_after_write", &self.exit_after_write)
-            .field("wake_fifo", &self.wake_fifo)
             .finish()
     }
 }
@@ -130,24 +121,12 @@ impl Config {
                 })?,
             ),
         };
-        let wake_fifo = match env_string(env, WAKE_FIFO_VAR) {
-            None => None,
-            Some(raw) if !PathBuf::from(&raw).is_absolute() => {
-                return Err(ConfigError::invalid(
-                    WAKE_FIFO_VAR,
-                    "be an absolute path",
-                    &raw,
-                ));
-            }
-            Some(raw) => Some(PathBuf::from(raw)),
-        };
         Ok(Config {
             dir,
             listen,
             token,
             limits: workspace_limits_from_env(env)?,
             exit_after_write,
-            wake_fifo,
         })
     }
 }

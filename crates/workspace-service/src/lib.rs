@@ -12,7 +12,6 @@
 pub mod client;
 mod config;
 pub mod server;
-mod wake;
 pub mod wire;
 
 pub use config::{

@@ -414,12 +414,6 @@ pub enum ServeError {
         #[source]
         source: WorkspaceError,
     },
-    #[error("could not make the wake pipe {}: {source}", path.display())]
-    Wake {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("the workspace service failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -452,18 +446,6 @@ pub async fn serve_on(
             dir: config.dir.clone(),
             source,
         })?;
-    // Held until this function returns, whatever ends the service.
-    let _wake = match &config.wake_fifo {
-        Some(path) => {
-            Some(
-                crate::wake::WakePipe::hold(path).map_err(|source| ServeError::Wake {
-                    path: path.clone(),
-                    source,
-                })?,
-            )
-        }
-        None => None,
-    };
     let done = CancellationToken::new();
     let exit = config
         .exit_after_write

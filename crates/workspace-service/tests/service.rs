@@ -45,7 +45,6 @@ impl Served {
             token: TOKEN.to_owned(),
             limits,
             exit_after_write: None,
-            wake_fifo: None,
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
@@ -577,7 +576,6 @@ async fn a_relative_or_unusable_directory_is_a_serve_error() {
         token: TOKEN.to_owned(),
         limits: WorkspaceLimits::default(),
         exit_after_write: None,
-        wake_fifo: None,
     };
     let err = bounded(serve_on(listener, config, CancellationToken::new()))
         .await
@@ -593,23 +591,18 @@ async fn a_relative_or_unusable_directory_is_a_serve_error() {
 
 /// With `exit_after_write`, the service answers the change set that wrote
 /// that path and then stops serving (a warm pod's service, once its
-/// session is launched); with `wake_fifo`, it holds a named pipe open until
-/// then and removes it, so a reader of the pipe sees end-of-file.
+/// session is launched).
 #[tokio::test]
 async fn the_service_exits_after_writing_its_exit_file() {
-    use tokio::io::AsyncReadExt;
-
     let dir = tempfile::tempdir().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let wake = dir.path().join("wake");
     let config = Config {
         dir: dir.path().join("app"),
         listen: addr,
         token: TOKEN.to_owned(),
         limits: WorkspaceLimits::default(),
         exit_after_write: Some(".launch".to_owned()),
-        wake_fifo: Some(wake.clone()),
     };
     let served = tokio::spawn(serve_on(listener, config, CancellationToken::new()));
     let client = WorkspaceClient::new(runner_core::http_client::client(), addr, TOKEN.to_owned());
@@ -624,51 +617,7 @@ async fn the_service_exits_after_writing_its_exit_file() {
     // The listener is bound: this waits for the service to serve.
     client.apply(&write("app.yaml")).await.unwrap();
     assert!(!served.is_finished(), "still serving");
-    // A reader of the pipe: its open succeeds (the service holds the
-    // other end) and its read waits until the service is gone.
-    let mut reader = tokio::net::unix::pipe::OpenOptions::new()
-        .open_receiver(&wake)
-        .unwrap();
-    let read = tokio::spawn(async move {
-        let mut rest = Vec::new();
-        reader.read_to_end(&mut rest).await.map(|_| rest)
-    });
     client.apply(&write("./.launch")).await.unwrap();
     bounded(served).await.unwrap().unwrap();
-    assert_eq!(
-        bounded(read).await.unwrap().unwrap(),
-        b"",
-        "end-of-file, nothing written"
-    );
     assert!(dir.path().join("app/.launch").is_file());
-    assert!(!wake.exists(), "the pipe is removed");
-}
-
-/// Something other than a named pipe where the wake pipe goes is refused
-/// at start, naming the path.
-#[tokio::test]
-async fn a_file_in_the_wake_pipes_place_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let wake = dir.path().join("wake");
-    std::fs::write(&wake, "not a pipe").unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = Config {
-        dir: dir.path().join("app"),
-        listen: listener.local_addr().unwrap(),
-        token: TOKEN.to_owned(),
-        limits: WorkspaceLimits::default(),
-        exit_after_write: None,
-        wake_fifo: Some(wake.clone()),
-    };
-    let err = serve_on(listener, config, CancellationToken::new())
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "could not make the wake pipe {}: something that is not a named pipe is in the way",
-            wake.display()
-        )
-    );
-    assert_eq!(std::fs::read_to_string(&wake).unwrap(), "not a pipe");
 }

@@ -61,36 +61,36 @@ pub fn pool_key(image: &str) -> String {
     hex::encode(&digest[..6])
 }
 
-/// The named pipe a warm pod's workspace service holds open until it is
-/// done (`RUNNER_WORKSPACE_WAKE_FIFO`), on the `tmp` volume both
-/// containers mount.
-pub const WAKE_PIPE: &str = "/tmp/.telo-warm-wake";
+/// What the runner types into a claimed pod's terminal once the launch
+/// file is written: the waiting shell's go-ahead.
+pub const GO_AHEAD: &[u8] = b"\n";
 
 /// The shell the `session` container waits in: the kernel image's own
 /// `sh`, waiting for the launch file the claim writes, then running it.
 pub fn waiting_script() -> String {
-    waiting_script_for(APP_DIR, WAKE_PIPE)
+    waiting_script_for(APP_DIR)
 }
 
-/// [`waiting_script`] for a bundle directory `app` and a wake pipe `wake`.
+/// [`waiting_script`] for a bundle directory `app`.
 ///
-/// An idle pod costs nothing: the shell is blocked reading the workspace
-/// service's wake pipe, which ends (end-of-file) when the service exits —
-/// and it exits once it has written the launch file. Only while the pipe
-/// is not there yet (the service still starting) does it look again every
-/// 50 ms. A pipe that ends with no launch file means the service died
-/// before any claim: the container fails and the pool replaces the pod.
-/// Nothing of a request reaches this script.
-pub fn waiting_script_for(app: &str, wake: &str) -> String {
+/// The shell waits on its terminal, blocked in a read (an idle pod costs
+/// no CPU), with echo off so nothing it is sent shows. A claim writes the
+/// launch file and then sends [`GO_AHEAD`] over the attach it just opened:
+/// the line can only arrive once the container runtime has connected that
+/// attach, so not a byte the kernel writes is missed by the live stream
+/// (had the kernel started on the file alone, its first output could land
+/// in the log only, and the runner would wait to be sure it was not also
+/// coming live). The terminal's settings are restored before the kernel
+/// runs. A terminal that closes first ends the container, and the pool
+/// replaces the pod. Nothing of a request reaches this script.
+pub fn waiting_script_for(app: &str) -> String {
     format!(
-        "app={app}; launch=\"$app\"/{LAUNCH_FILE}; wake={wake}; \
+        "app={app}; launch=\"$app\"/{LAUNCH_FILE}; \
+         tty=$(stty -g 2>/dev/null) && stty -echo; \
          until [ -f \"$launch\" ]; do \
-           if [ -p \"$wake\" ]; then \
-             if {{ while read -r _; do :; done; }} <\"$wake\"; then \
-               [ -f \"$launch\" ] || {{ echo 'the workspace service ended before a session claimed this pod' >&2; exit 1; }}; \
-             fi; \
-           else sleep 0.05; fi; \
+           read -r _ || {{ echo 'the terminal closed before a session claimed this pod' >&2; exit 1; }}; \
          done; \
+         [ -z \"$tty\" ] || stty \"$tty\"; \
          . \"$launch\""
     )
 }
@@ -182,8 +182,6 @@ pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
             // Done once the session is launched: the pod is then the
             // session's container alone, and ends when it does.
             env_var("RUNNER_WORKSPACE_EXIT_AFTER_WRITE", LAUNCH_FILE.to_owned()),
-            // What the session container waits on (see `waiting_script`).
-            env_var("RUNNER_WORKSPACE_WAKE_FIFO", WAKE_PIPE.to_owned()),
             env_var("HOME", TMP_MOUNT.to_owned()),
         ]),
         resources: Some(resource_requirements(input.resources)),
@@ -288,170 +286,89 @@ mod tests {
         );
     }
 
-    /// A pod's two halves, as processes: the waiting script under `sh`
-    /// and the workspace service, over one bundle directory and pipe.
-    struct Halves {
+    /// The waiting script under `sh`, its terminal a pipe, over a bundle
+    /// directory whose `telo` says how it was run.
+    struct Waiting {
         dir: tempfile::TempDir,
         bin: tempfile::TempDir,
     }
 
-    impl Halves {
-        fn new() -> Halves {
+    impl Waiting {
+        fn new() -> Waiting {
             use std::os::unix::fs::PermissionsExt;
-            let halves = Halves {
+            let waiting = Waiting {
                 dir: tempfile::tempdir().unwrap(),
                 bin: tempfile::tempdir().unwrap(),
             };
-            let telo = halves.bin.path().join("telo");
+            let telo = waiting.bin.path().join("telo");
             std::fs::write(&telo, "#!/bin/sh\necho \"telo $*\"\n").unwrap();
             std::fs::set_permissions(&telo, std::fs::Permissions::from_mode(0o755)).unwrap();
-            halves
+            waiting
         }
 
         fn app(&self) -> std::path::PathBuf {
-            self.dir.path().join("app")
+            self.dir.path().to_owned()
         }
 
-        fn wake(&self) -> std::path::PathBuf {
-            self.dir.path().join("wake")
-        }
-
-        fn session(&self) -> tokio::process::Child {
-            let script = waiting_script_for(
-                &self.app().display().to_string(),
-                &self.wake().display().to_string(),
-            );
+        fn spawn(&self, stdin: std::process::Stdio) -> tokio::process::Child {
             tokio::process::Command::new("sh")
-                .args(["-c", &script])
+                .args(["-c", &waiting_script_for(&self.app().display().to_string())])
                 .env(
                     "PATH",
                     format!("{}:/usr/bin:/bin", self.bin.path().display()),
                 )
+                .stdin(stdin)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()
                 .unwrap()
         }
-
-        async fn workspace(
-            &self,
-            shutdown: tokio_util::sync::CancellationToken,
-        ) -> (
-            runner_workspace_service::client::WorkspaceClient,
-            tokio::task::JoinHandle<Result<(), runner_workspace_service::ServeError>>,
-        ) {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            let token = "t".repeat(48);
-            let config = runner_workspace_service::Config {
-                dir: self.app(),
-                listen: addr,
-                token: token.clone(),
-                limits: runner_workspace::WorkspaceLimits::default(),
-                exit_after_write: Some(LAUNCH_FILE.to_owned()),
-                wake_fifo: Some(self.wake()),
-            };
-            let served = tokio::spawn(runner_workspace_service::serve_on(
-                listener, config, shutdown,
-            ));
-            let client = runner_workspace_service::client::WorkspaceClient::new(
-                runner_core::http_client::client(),
-                addr,
-                token,
-            );
-            (client, served)
-        }
     }
 
     const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-    /// The session half waits (first for the pipe, then on it) until the
-    /// claim's launch file is written, then runs it; the service is gone.
+    /// A go-ahead with no launch file yet is not one: the shell waits on;
+    /// with the file written, the next one runs it.
     #[tokio::test]
-    async fn the_session_container_waits_for_its_launch_file_then_runs_it() {
-        let halves = Halves::new();
-        // Started before the service: no pipe yet, so it looks again.
-        let session = halves.session();
-        let (workspace, served) = halves.workspace(Default::default()).await;
-        let write = |path: &str, content: String| runner_api::watch::WorkspaceChangeSet {
-            write: vec![runner_api::watch::WorkspaceWrite {
-                path: path.to_owned(),
-                content,
-                encoding: None,
-            }],
-            delete: Vec::new(),
-        };
-        workspace
-            .apply(&write("telo.yaml", "kind: Telo.Application\n".to_owned()))
-            .await
-            .unwrap();
-        workspace
-            .apply(&write(LAUNCH_FILE, launch_file(&[], "telo.yaml", false)))
-            .await
-            .unwrap();
-        tokio::time::timeout(WAIT, served)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let out = tokio::time::timeout(WAIT, session.wait_with_output())
+    async fn the_session_container_runs_its_launch_file_on_the_go_ahead() {
+        use tokio::io::AsyncWriteExt;
+        let waiting = Waiting::new();
+        let mut shell = waiting.spawn(std::process::Stdio::piped());
+        let mut terminal = shell.stdin.take().unwrap();
+        terminal.write_all(GO_AHEAD).await.unwrap();
+        std::fs::write(waiting.app().join("telo.yaml"), "kind: Telo.Application\n").unwrap();
+        std::fs::write(
+            waiting.app().join(LAUNCH_FILE),
+            launch_file(&[], "telo.yaml", false),
+        )
+        .unwrap();
+        terminal.write_all(GO_AHEAD).await.unwrap();
+        let out = tokio::time::timeout(WAIT, shell.wait_with_output())
             .await
             .unwrap()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            format!("telo run {}/telo.yaml\n", halves.app().display())
+            format!("telo run {}/telo.yaml\n", waiting.app().display())
         );
-        assert!(!halves.wake().exists());
     }
 
-    /// A service that ends before any claim fails the session container
-    /// (the pool then replaces the pod) instead of leaving it waiting.
+    /// A terminal that closes before any claim ends the container (the
+    /// pool then replaces the pod) instead of leaving it spinning.
     #[tokio::test]
-    async fn the_session_container_fails_when_the_service_ends_unclaimed() {
-        let halves = Halves::new();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let (workspace, served) = halves.workspace(shutdown.clone()).await;
-        assert!(
-            tokio::time::timeout(WAIT, workspace.health())
-                .await
-                .unwrap()
-        );
-        let session = halves.session();
-        // Once the shell has the pipe open (its file table says so), the
-        // service ends without a launch file.
-        let fds = format!("/proc/{}/fd", session.id().unwrap());
-        let holds_pipe = || {
-            std::fs::read_dir(&fds).is_ok_and(|entries| {
-                entries.flatten().any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|target| target == halves.wake())
-                })
-            })
-        };
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !holds_pipe() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the shell never opened the pipe"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        shutdown.cancel();
-        tokio::time::timeout(WAIT, served)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let out = tokio::time::timeout(WAIT, session.wait_with_output())
+    async fn the_session_container_fails_when_its_terminal_closes_unclaimed() {
+        let waiting = Waiting::new();
+        let shell = waiting.spawn(std::process::Stdio::null());
+        let out = tokio::time::timeout(WAIT, shell.wait_with_output())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{out:?}");
         assert_eq!(
             String::from_utf8_lossy(&out.stderr),
-            "the workspace service ended before a session claimed this pod\n"
+            "the terminal closed before a session claimed this pod\n"
         );
     }
 
