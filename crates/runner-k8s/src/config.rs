@@ -21,7 +21,6 @@ use runner_core::types::PullPolicy;
 use crate::telo_images::{
     DEFAULT_TELO_IMAGE_REPOSITORY, DEFAULT_TELO_IMAGE_VARIANT, TeloImageSource,
 };
-use crate::warm_pool::PoolSpec;
 
 /// The port the Kubernetes runner listens on when `PORT` is unset; the core
 /// default (8061) belongs to the Docker runner, and the chart's Service
@@ -321,6 +320,13 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
 /// The most pods one pool may keep: a pool is a latency cushion, not a
 /// reservation of the cluster.
 pub const MAX_WARM_POOL_SIZE: usize = 100;
+
+/// One pool of `RUNNER_WARM_POOL`: `size` pods of `image`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSpec {
+    pub image: String,
+    pub size: usize,
+}
 
 /// `RUNNER_WARM_POOL`: `<image>=<count>` pairs separated by commas
 /// (`telorun/node:latest-slim=5`). An image a telo release runs

@@ -37,6 +37,21 @@ pub fn pod_name(session_id: &str) -> String {
     format!("telo-run-{session_id}")
 }
 
+/// `telo-warm-`: every warm pod's name starts so; a claimed one keeps it.
+pub const WARM_POD_PREFIX: &str = "telo-warm-";
+
+/// A new warm pod's name: the prefix and a fresh id from the session-id
+/// alphabet (never the id of the session it will serve).
+pub fn warm_pod_name() -> String {
+    format!("{WARM_POD_PREFIX}{}", runner_core::ids::new_session_id())
+}
+
+/// Whether `name` is a warm pod's.
+pub fn is_warm_pod_name(name: &str) -> bool {
+    name.strip_prefix(WARM_POD_PREFIX)
+        .is_some_and(runner_core::ids::is_session_id)
+}
+
 /// The label selector matching every session pod of this runner.
 pub fn managed_by_selector(managed_by: &str) -> String {
     format!("{MANAGED_BY_LABEL}={managed_by}")
@@ -178,9 +193,7 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
     // points at another session's pod must not make us act on this one.
     // A claimed warm pod keeps the name it was made with.
     let name = pod.metadata.name.as_deref();
-    if name != Some(pod_name(session_id).as_str())
-        && !name.is_some_and(crate::warm_pool::pod::is_warm_pod_name)
-    {
+    if name != Some(pod_name(session_id).as_str()) && !name.is_some_and(is_warm_pod_name) {
         return Err(RecordError::NameMismatch {
             name: pod.metadata.name.clone(),
             session_id: session_id.clone(),

@@ -427,6 +427,11 @@ async fn relay_one_attach(
     // What the container wrote up to about now; the first read also tells
     // where the output relayed before this attach ends in the log.
     if let Some(log) = read_log_or_gap(pods, pod_name, sink).await {
+        if !log.is_empty() {
+            // Some of it may wait to be placed (up to the settling read):
+            // the workload has started all the same.
+            sink.sink.output_pending();
+        }
         let parts = splice.log_read(&log, delivered, 0, false);
         relay(window.tag(parts, &mut splice), delivered, sink);
     }

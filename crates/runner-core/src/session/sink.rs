@@ -105,6 +105,14 @@ impl SessionSink {
         }
     }
 
+    /// The workload has written output the backend will relay once it
+    /// knows where it goes (a container log read before the live stream
+    /// is joined to it): the workload is up, so a `running` held for its
+    /// first output goes out now, ahead of that output.
+    pub fn output_pending(&self) {
+        self.session.signal_gate(GateSignal::Output);
+    }
+
     /// Output of app `app` on stream `tag`.
     pub fn app_output(&self, app: &str, tag: StreamTag, bytes: Bytes) {
         let empty = bytes.is_empty();

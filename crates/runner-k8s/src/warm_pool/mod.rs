@@ -22,6 +22,8 @@
 
 pub mod pod;
 
+pub use crate::config::PoolSpec;
+
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -38,13 +40,13 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use self::pod::{STATE_LABEL, WarmPodInput, build_warm_pod, pool_key, warm_pod_name};
+use self::pod::{STATE_LABEL, WarmPodInput, build_warm_pod, pool_key};
 use crate::api_error::{api_reason, is_conflict, is_not_found, is_quota_refusal};
 use crate::pod_spec::{PodSettings, Resources};
 use crate::pod_status::PodPhase;
 use crate::pod_watcher::KeyedPods;
 use crate::session::{SessionContext, delete_pod};
-use crate::session_record::SESSION_ID_LABEL;
+use crate::session_record::{SESSION_ID_LABEL, warm_pod_name};
 use crate::watch::pod::WORKSPACE_PORT;
 
 /// How long a full quota keeps a pool from trying again (doubling from the
@@ -55,13 +57,6 @@ const QUOTA_BACKOFF: (Duration, Duration) = (Duration::from_secs(2), Duration::f
 const RECHECK: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 /// How many pods a start tries to claim before it starts cold.
 const CLAIM_ATTEMPTS: usize = 3;
-
-/// One pool of `RUNNER_WARM_POOL`: `size` pods of `image`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolSpec {
-    pub image: String,
-    pub size: usize,
-}
 
 /// What every pool is built and claimed with.
 pub struct Shared {

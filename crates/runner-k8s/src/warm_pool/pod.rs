@@ -31,14 +31,6 @@ pub const IDLE: &str = "idle";
 pub const IMAGE_ANNOTATION: &str = "telo.run/warm-image";
 /// What the waiting container runs once it appears in `/app`.
 pub const LAUNCH_FILE: &str = ".telo-launch";
-/// `telo-warm-`: every warm pod's name starts so.
-pub const NAME_PREFIX: &str = "telo-warm-";
-
-/// A new warm pod's name: the prefix and a fresh id from the session-id
-/// alphabet (never the id of the session it will serve).
-pub fn warm_pod_name() -> String {
-    format!("{NAME_PREFIX}{}", runner_core::ids::new_session_id())
-}
 
 /// Whether `pod` is a warm pod no session has claimed.
 pub fn is_idle(pod: &Pod) -> bool {
@@ -47,12 +39,6 @@ pub fn is_idle(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|labels| labels.get(STATE_LABEL))
         .is_some_and(|state| state == IDLE)
-}
-
-/// Whether `name` is a warm pod's.
-pub fn is_warm_pod_name(name: &str) -> bool {
-    name.strip_prefix(NAME_PREFIX)
-        .is_some_and(runner_core::ids::is_session_id)
 }
 
 /// The pool label's value for `image`.
@@ -374,6 +360,7 @@ mod tests {
 
     #[test]
     fn warm_pod_names_are_told_apart_from_session_pod_names() {
+        use crate::session_record::{is_warm_pod_name, warm_pod_name};
         let name = warm_pod_name();
         assert!(is_warm_pod_name(&name), "{name}");
         assert!(!is_warm_pod_name("telo-run-abc234defghi"));
