@@ -549,6 +549,8 @@ impl Backend for KubeBackend {
             );
         }
         let (pod, pins) = self.build_pod(&spec)?;
+        // Held until the pod runs (or the start fails): the pools wait.
+        let _cold = self.warm.as_ref().map(|pools| pools.cold_start());
         let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
         if let Err(err) = self.create_pod(&pod).await {
             self.ctx.bundles.drop_bundle(&spec.session_id);

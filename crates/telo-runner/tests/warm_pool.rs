@@ -283,6 +283,53 @@ async fn a_warm_pod_that_stops_while_idle_is_replaced() {
     runner.stop().await;
 }
 
+/// While a session starts on a new pod, the pool does not refill: the pod
+/// that replaces a claimed one is created only once the cold session's pod
+/// runs (a session someone waits for comes first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refills_only_once_cold_starts_have_their_pods() {
+    let pool = pool_of(1);
+    // Long enough a sandbox that the warm claim below comes while the
+    // cold pod is still starting.
+    let latency = kube_sim::Latency {
+        sandbox: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let runner = Runner::start_kube(
+        common::cluster().latency(latency),
+        &[("RUNNER_WARM_POOL", pool.as_str())],
+    )
+    .await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 1).await;
+    let before = idle_pods(sim).await;
+
+    // `always` never starts warm: a new pod, whose start is under way once
+    // it exists.
+    let mut cold_body = body("cold", 0);
+    cold_body["config"]["pullPolicy"] = json!("always");
+    let cold = create(&runner.base, &cold_body).await;
+    let cold_pod = format!("telo-run-{cold}");
+    sim.wait_for::<k8s_openapi::api::core::v1::Pod>("telo-sessions", &cold_pod, |_| true, WAIT)
+        .await
+        .unwrap();
+    let (_, frames) = run_to_end(&runner.base, &body("warm", 0)).await;
+    assert!(progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
+
+    until_ready(&runner.base, 1).await;
+    let timeline = sim.pod_timeline();
+    let refill = timeline
+        .iter()
+        .find(|pod| pod.name.starts_with("telo-warm-") && !before.contains(&pod.name))
+        .expect("a new warm pod");
+    let cold = timeline.iter().find(|pod| pod.name == cold_pod).unwrap();
+    assert!(
+        refill.created_us.unwrap() >= cold.running_us.unwrap(),
+        "the refill waited for the cold pod: {refill:?} {cold:?}"
+    );
+    runner.stop().await;
+}
+
 /// A runner killed and started again takes over the pool as it stands: the
 /// same pods, no new ones, no leak.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,9 @@
 //!   starts cold. A claimed pod is the session's, never the pool's again.
 //! - **Refill.** Each pool's task follows its idle pods through the shared
 //!   pod watch and creates pods up to the pool's size; a pod counts from its
-//!   create until it leaves the pool.
+//!   create until it leaves the pool. Nothing is created while a session
+//!   starts on a new pod (a drained pool must not slow cold starts down),
+//!   and an idle pod that stopped is replaced.
 //! - **Quota.** Warm pods count against the namespace's quota like any pod.
 //!   A full quota stops the refill (the pool holds what it has, said once
 //!   in the log) and, when a cold start is refused by the quota, one idle
@@ -71,6 +73,21 @@ pub struct Shared {
 pub struct WarmPools {
     shared: Arc<Shared>,
     pools: Vec<Arc<Pool>>,
+    /// Cold starts under way: while any is, no pool creates pods.
+    cold_starts: watch::Sender<usize>,
+}
+
+/// A cold start under way ([`WarmPools::cold_start`]); the pools may refill
+/// again once every such guard is dropped.
+pub struct ColdStart {
+    counter: watch::Sender<usize>,
+}
+
+impl Drop for ColdStart {
+    fn drop(&mut self) {
+        self.counter
+            .send_modify(|count| *count = count.saturating_sub(1));
+    }
 }
 
 /// A claimed pod: the session's now, with the workspace service that takes
@@ -118,7 +135,20 @@ impl WarmPools {
         Arc::new(Self {
             shared: Arc::new(shared),
             pools,
+            cold_starts: watch::Sender::new(0),
         })
+    }
+
+    /// Marks a session starting on a new pod until the guard is dropped
+    /// (once its pod runs, or its start failed). Meanwhile the pools create
+    /// nothing: a drained pool refilling beside cold starts would compete
+    /// with them for the scheduler, the nodes and the container runtime,
+    /// and a session someone waits for comes before a pod someone may.
+    pub fn cold_start(&self) -> ColdStart {
+        self.cold_starts.send_modify(|count| *count += 1);
+        ColdStart {
+            counter: self.cold_starts.clone(),
+        }
     }
 
     /// Starts each pool's task (keeping it filled) under `tasks`, and the
@@ -133,6 +163,7 @@ impl WarmPools {
                 self.shared.clone(),
                 pool.clone(),
                 idle,
+                self.cold_starts.subscribe(),
                 tasks.stopping(),
             ));
         }
@@ -350,6 +381,7 @@ async fn keep_filled(
     shared: Arc<Shared>,
     pool: Arc<Pool>,
     mut idle: watch::Receiver<KeyedPods>,
+    mut cold_starts: watch::Receiver<usize>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     shared.ctx.pod_watcher.wait_synced().await;
@@ -383,7 +415,8 @@ async fn keep_filled(
             let present = pods.len() + state.creating.len();
             pool.size.saturating_sub(present)
         };
-        let may_create = retry_at.is_none_or(|at| tokio::time::Instant::now() >= at);
+        let may_create = retry_at.is_none_or(|at| tokio::time::Instant::now() >= at)
+            && *cold_starts.borrow_and_update() == 0;
         if missing > 0 && may_create {
             match create(&shared, &pool, missing).await {
                 Ok(()) => {
@@ -420,6 +453,7 @@ async fn keep_filled(
         };
         tokio::select! {
             changed = idle.changed() => if changed.is_err() { return },
+            changed = cold_starts.changed() => if changed.is_err() { return },
             () = wake => {}
             () = stop.cancelled() => return,
         }

@@ -207,15 +207,19 @@ async fn measure(
         until_ready(&stack, image, size).await?;
     }
     let before = stack.sim_stats().await?;
-    let script = json!({"stdout": ["ready"], "echo": true});
+    // The pool's image, named as a client names it (the session's kernel
+    // image is what a pool is matched by).
+    let mut body = clients::start_body(&json!({"stdout": ["ready"], "echo": true}));
+    body["config"]["image"] = json!(image);
+    let body = Arc::new(body);
     let gate = Arc::new(Semaphore::new(concurrency));
     let tasks = (0..n).map(|_| {
         let stack = stack.clone();
         let gate = gate.clone();
-        let script = script.clone();
+        let body = body.clone();
         async move {
             let _permit = gate.acquire().await?;
-            let created = clients::create(&stack, &script).await?;
+            let created = clients::create_with(&stack, &body).await?;
             let (running, output) = tokio::join!(
                 warm_and_running(&stack, &created.id),
                 first_output(&stack, &created.id)
