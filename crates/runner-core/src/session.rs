@@ -610,6 +610,11 @@ impl Session {
                     state.exited_at = Some(iso_now());
                 }
             }
+            // Counted before the event can be read: a client that saw
+            // `running` finds it in the metrics.
+            if came_up && let Some(admitted_at) = self.admitted_at {
+                self.metrics.session_running_after(admitted_at.elapsed());
+            }
             let size = frame.data.len();
             state.events.push(frame, size)
         };
@@ -617,9 +622,6 @@ impl Session {
         // Whoever recorded the end, what is tied to the session stops now.
         if terminal {
             self.ended.cancel();
-        }
-        if came_up && let Some(admitted_at) = self.admitted_at {
-            self.metrics.session_running_after(admitted_at.elapsed());
         }
         Some(id)
     }
