@@ -194,13 +194,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
         tty: Some(true),
         ports: container_ports(run.ports),
         resources: Some(resource_requirements(run.resources)),
-        volume_mounts: Some(vec![
-            mount("app", APP_DIR),
-            mount("telo-cache", DEPS_DIR),
-            mount("work", WORK_DIR),
-            mount("home", HOME_DIR),
-            mount("tmp", TMP_MOUNT),
-        ]),
+        volume_mounts: Some(run_session_mounts()),
         security_context: Some(hardened_container_security()),
         ..Container::default()
     };
@@ -217,12 +211,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
             security_context: Some(non_root_pod_security()),
             init_containers: Some(vec![body_fetch]),
             containers: vec![session],
-            volumes: Some(
-                ["app", "telo-cache", "work", "home", "tmp"]
-                    .into_iter()
-                    .map(empty_dir)
-                    .collect(),
-            ),
+            volumes: Some(run_session_volumes()),
             ..PodSpec::default()
         }),
         status: None,
@@ -436,6 +425,27 @@ pub(crate) fn runtime_default_seccomp() -> SeccompProfile {
         type_: "RuntimeDefault".to_owned(),
         localhost_profile: None,
     }
+}
+
+/// A run session's `session` container's volumes, where they are mounted:
+/// the bundle, the kernel's cache, its working directory, home and `/tmp`
+/// (the root filesystem is read-only). Warm pods mount the same.
+pub(crate) fn run_session_mounts() -> Vec<VolumeMount> {
+    vec![
+        mount("app", APP_DIR),
+        mount("telo-cache", DEPS_DIR),
+        mount("work", WORK_DIR),
+        mount("home", HOME_DIR),
+        mount("tmp", TMP_MOUNT),
+    ]
+}
+
+/// The emptyDir volumes behind [`run_session_mounts`].
+pub(crate) fn run_session_volumes() -> Vec<Volume> {
+    ["app", "telo-cache", "work", "home", "tmp"]
+        .into_iter()
+        .map(empty_dir)
+        .collect()
 }
 
 pub(crate) fn mount(volume: &str, path: &str) -> VolumeMount {

@@ -14,9 +14,10 @@ use runner_core::types::PullPolicy;
 use sha2::Digest;
 
 use crate::pod_spec::{
-    APP_DIR, DEPS_DIR, HOME_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_CONTAINER,
-    SESSION_RUNNER_ENV, TMP_MOUNT, WORK_DIR, empty_dir, env_var, hardened_container_security,
-    image_pull_secrets, mount, non_root_pod_security, pull_policy_to_k8s, resource_requirements,
+    APP_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_CONTAINER, SESSION_RUNNER_ENV,
+    TMP_MOUNT, WORK_DIR, env_var, hardened_container_security, image_pull_secrets, mount,
+    non_root_pod_security, pull_policy_to_k8s, resource_requirements, run_session_mounts,
+    run_session_volumes,
 };
 use crate::session_record::MANAGED_BY_LABEL;
 use crate::watch::pod::{WORKSPACE_CONTAINER, WORKSPACE_PORT};
@@ -141,13 +142,7 @@ pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
         stdin_once: Some(false),
         tty: Some(true),
         resources: Some(resource_requirements(input.resources)),
-        volume_mounts: Some(vec![
-            mount("app", APP_DIR),
-            mount("telo-cache", DEPS_DIR),
-            mount("work", WORK_DIR),
-            mount("home", HOME_DIR),
-            mount("tmp", TMP_MOUNT),
-        ]),
+        volume_mounts: Some(run_session_mounts()),
         security_context: Some(hardened_container_security()),
         ..Container::default()
     };
@@ -198,12 +193,7 @@ pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
             runtime_class_name: settings.runtime_class.clone(),
             security_context: Some(non_root_pod_security()),
             containers: vec![session, workspace],
-            volumes: Some(
-                ["app", "telo-cache", "work", "home", "tmp"]
-                    .into_iter()
-                    .map(empty_dir)
-                    .collect(),
-            ),
+            volumes: Some(run_session_volumes()),
             ..PodSpec::default()
         }),
         status: None,
