@@ -147,3 +147,27 @@ async fn a_stored_pod_the_kubelet_cannot_read_fails_with_the_reason() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn command_and_args_see_the_containers_declared_variables_expanded() {
+    let sim = sim().await;
+    let env = json!([
+        {"name": "GREETING", "value": "hello"},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]);
+    // `$(GREETING)` and `$(IP)` are the kubelet's to expand; `$$(GREETING)`
+    // is an escaped reference, `$(HOST)` names nothing the container
+    // declares (kube-sim's own process variable) and stays as written.
+    let mut pod = shell_pod("argpod", "echo \"$0|$1|$2|$3\"", env, json!([]));
+    pod["spec"]["containers"][0]["args"] =
+        json!(["$(GREETING)", "$$(GREETING)", "$(HOST)", "$(IP)"]);
+    sim.seed_value(pod).unwrap();
+    sim.wait_for::<Pod>("default", "argpod", |p| phase(p) == "Succeeded", WAIT)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let logs = pods.logs("argpod", &LogParams::default()).await.unwrap();
+    let (fixed, ip) = logs.trim_end().rsplit_once('|').unwrap();
+    assert_eq!(fixed, "hello|$(GREETING)|$(HOST)");
+    assert!(ip.starts_with("127."), "{logs}");
+}

@@ -1,6 +1,7 @@
 //! What a container runs as: the launch plan from its image behaviour,
 //! command, working directory, mounts and environment.
 
+use super::env::expand_refs;
 use super::*;
 
 impl Kubelet {
@@ -16,12 +17,16 @@ impl Kubelet {
         let mounts = container_mounts(ctx, c).await;
         let env = self.resolve_env(w, ctx, c, &mounts, &container_dir)?;
         let cwd = working_dir(c, &mounts, &container_dir).await;
+        // `command` and `args` see `$(VAR)` expanded from the variables the
+        // container declares (not the ones kube-sim adds for a process, such
+        // as `HOST`), as the kubelet expands them.
+        let declared = self.container_env(w, ctx, c)?;
         let argv: Vec<String> = c
             .command
             .iter()
             .chain(c.args.iter())
             .flatten()
-            .cloned()
+            .map(|arg| expand_refs(arg, &declared))
             .collect();
         let has_command = c.command.as_ref().is_some_and(|a| !a.is_empty());
         let tty = c.tty.unwrap_or(false);
