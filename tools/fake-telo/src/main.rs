@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod controllers;
 mod debug_frames;
 mod debug_stream;
 mod http;

@@ -11,6 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cli::RunOptions;
+use crate::controllers;
 use crate::debug_stream;
 use crate::lifetime::{Ending, Lifetime};
 use crate::listen;
@@ -36,6 +37,8 @@ pub enum RunError {
     },
     #[error(transparent)]
     Bind(#[from] BindError),
+    #[error(transparent)]
+    Cache(#[from] controllers::CacheError),
     #[error("cannot start {what}")]
     Start {
         what: &'static str,
@@ -106,6 +109,7 @@ pub(crate) fn print_start_lines(script: &Script) {
 
 /// The start output, in the order the README documents.
 fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
+    controllers::load(std::path::Path::new(&options.entry), &script.controllers)?;
     print_start_lines(script);
     if script.print_size {
         terminal::print_size_and_follow_resizes().map_err(|source| RunError::Start {

@@ -52,6 +52,9 @@ pub struct Script {
     /// SIGTERM is ignored: only a kill ends the process.
     #[serde(default)]
     pub ignore_sigterm: bool,
+    /// The controllers the application loads, through the kernel cache.
+    #[serde(default)]
+    pub controllers: Vec<crate::controllers::Controller>,
 }
 
 /// One `debugEvents` entry: an event name, or `{event, payload}` for a frame
@@ -233,6 +236,9 @@ fakeTelo:
   waitForInput: true
   stopLine: bye
   ignoreSigterm: true
+  controllers:
+    - { purl: "telo:local/js#Say" }
+    - { purl: "npm:x@1#y", work: npmInstall, coldMs: 900 }
 "#;
         let expected = Script {
             stdout: vec!["hello".to_owned()],
@@ -252,6 +258,18 @@ fakeTelo:
             wait_for_input: true,
             stop_line: Some("bye".to_owned()),
             ignore_sigterm: true,
+            controllers: vec![
+                crate::controllers::Controller {
+                    purl: "telo:local/js#Say".to_owned(),
+                    work: crate::controllers::Work::SourceBuild,
+                    cold_ms: 50,
+                },
+                crate::controllers::Controller {
+                    purl: "npm:x@1#y".to_owned(),
+                    work: crate::controllers::Work::NpmInstall,
+                    cold_ms: 900,
+                },
+            ],
         };
         assert_eq!(find_script(manifest).unwrap(), Some(expected));
     }

@@ -291,6 +291,12 @@ impl Session {
 
     /// The generation's start output, ports and loops (the README's start order).
     fn launch(&mut self, script: Script) {
+        if let Err(error) =
+            crate::controllers::load(std::path::Path::new(&self.entry), &script.controllers)
+        {
+            self.fail("load", &error);
+            return;
+        }
         self.publish("Kernel.Starting".into());
         run::print_start_lines(&script);
         if script.print_size {

@@ -138,6 +138,27 @@ fn ports_resolved_lists_the_generations_listen_ports() {
     assert_eq!(resolved["payload"], json!({ "ports": [] }));
 }
 
+/// A port added while the app is edited is announced by the generation that
+/// binds it: what a runner publishes live.
+#[test]
+fn a_reload_that_adds_a_port_resolves_it() {
+    let mut fake = launch("fakeTelo: { stdout: [no ports yet] }\n")
+        .args(WATCH_INSPECT)
+        .spawn();
+    let address = fake.line_after("inspect listening on ");
+    fake.line_after("no ports yet");
+    let (_, mut events) = open_events(&address);
+    let (_, resolved) = events_until(&mut events, "Kernel.PortsResolved");
+    assert_eq!(resolved["payload"], json!({ "ports": [] }));
+    write_entry(&fake, "fakeTelo: { listen: [0] }\n");
+    let port: u16 = fake.line_after("listening on ").parse().unwrap();
+    let (_, resolved) = events_until(&mut events, "Kernel.PortsResolved");
+    assert_eq!(
+        resolved["payload"],
+        json!({ "ports": [{ "name": "listen-0", "port": port, "protocol": "tcp" }] })
+    );
+}
+
 #[test]
 fn a_change_set_of_five_files_makes_exactly_one_reload() {
     let mut fake = launch("fakeTelo: { stdout: [generation one] }\n")

@@ -1,0 +1,117 @@
+//! The controllers a script loads go through the kernel cache as the real
+//! kernel's do: a cold load writes the cache (and, on a terminal, shows its
+//! progress), a warm one finds it there and says nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+const APP: &str = "kind: Telo.Application\n\
+metadata: { name: cached }\n\
+fakeTelo:\n  \
+  stdout: [\"app output\"]\n  \
+  controllers:\n    \
+    - { purl: \"telo:local/js#Say\", coldMs: 5 }\n    \
+    - { purl: \"npm:@telorun/http-server@0.28.0#http-server-api\", work: npmInstall, coldMs: 5 }\n";
+
+/// Runs `fake-telo run app.yaml` in `dir` with `env`; on a terminal
+/// (util-linux `script` gives it one) when `tty`. Returns its output.
+fn run_in(dir: &Path, env: &[(&str, &str)], tty: bool) -> String {
+    let fake_telo = env!("CARGO_BIN_EXE_fake-telo");
+    let mut command = if tty {
+        let mut script = Command::new("script");
+        script.args(["-qec", &format!("{fake_telo} run app.yaml"), "/dev/null"]);
+        script
+    } else {
+        let mut direct = Command::new(fake_telo);
+        direct.args(["run", "app.yaml"]);
+        direct
+    };
+    command.current_dir(dir).env_remove("TELO_CACHE_DIR");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.output().expect("run fake-telo");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn cache_files(cache: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for kind in ["controller-src", "npm"] {
+        for entry in std::fs::read_dir(cache.join(kind)).into_iter().flatten() {
+            for file in std::fs::read_dir(entry.unwrap().path()).unwrap() {
+                let path = file.unwrap().path();
+                files.push(path.strip_prefix(cache).unwrap().display().to_string());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn a_cold_start_fills_the_cache_beside_the_entry_and_a_warm_one_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), APP).unwrap();
+    let cold = run_in(dir.path(), &[], true);
+    assert!(
+        cold.contains("⬇ telo:local/js#Say source-build…"),
+        "{cold:?}"
+    );
+    assert!(cold.contains("✓ telo:local/js#Say (local, "), "{cold:?}");
+    assert!(
+        cold.contains("⬇ npm:@telorun/http-server@0.28.0#http-server-api npm-install…"),
+        "{cold:?}"
+    );
+    // The progress comes before the application's own output.
+    assert!(
+        cold.find("✓ telo:local/js#Say").unwrap() < cold.find("app output").unwrap(),
+        "{cold:?}"
+    );
+    let cache = dir.path().join(".telo");
+    let files = cache_files(&cache);
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files[0].starts_with("controller-src/") && files[0].ends_with("/bundle.mjs"));
+    assert!(files[1].starts_with("npm/") && files[1].ends_with("/.telo-state.json"));
+
+    let warm = run_in(dir.path(), &[], true);
+    assert!(!warm.contains('⬇') && !warm.contains('✓'), "{warm:?}");
+    assert!(warm.contains("app output"), "{warm:?}");
+}
+
+#[test]
+fn off_a_terminal_nothing_is_shown_and_telo_cache_dir_moves_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), APP).unwrap();
+    let cache_var = cache.path().to_string_lossy().into_owned();
+    let output = run_in(dir.path(), &[("TELO_CACHE_DIR", &cache_var)], false);
+    assert_eq!(output, "app output\n");
+    assert_eq!(cache_files(cache.path()).len(), 2);
+    assert!(!dir.path().join(".telo").exists());
+}
+
+#[test]
+fn a_cache_that_cannot_be_written_fails_the_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), APP).unwrap();
+    // A file where the cache directory should be.
+    let blocked = dir.path().join("cache-is-a-file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fake-telo"))
+        .args(["run", "app.yaml"])
+        .current_dir(dir.path())
+        .env("TELO_CACHE_DIR", &blocked)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot write the kernel cache at {}",
+            blocked.display()
+        )),
+        "{stderr}"
+    );
+}
