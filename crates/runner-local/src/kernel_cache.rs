@@ -24,7 +24,7 @@
 //!   npm's own cache is content-addressed and safe to share.
 //!
 //! Checked against the real kernel: 5 rounds of 12 concurrent `telo run`s
-//! (4 each of hello-world, javascript, bundled-hello) and 3 rounds of 4
+//! (4 each of hello-world, javascript and a self-contained bundle) and 3 rounds of 4
 //! concurrent http-hello servers (the npm install path), each round on an
 //! empty cache, all succeeded with the expected output. So the first sessions
 //! fill the cache together; nothing here serializes them.

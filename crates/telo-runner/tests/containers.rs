@@ -3,6 +3,11 @@
 //! both). The runner image serves as uid 1000 on a read-only root, and as
 //! the Kubernetes backend on the host network it runs a session on kube-sim
 //! end to end.
+//!
+//! Session pods run the stand-in kernel image (fake-telo as `telo`, built by
+//! `scripts/image.sh fake-kernel`) wherever the test is about the runner; the
+//! tests that run the real kernel's image are `#[ignore]`d real-kernel tests
+//! (`TELO_REAL_KERNEL_DIR`, then `scripts/image.sh session`).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -151,10 +156,10 @@ async fn the_runner_image_runs_a_session_on_kube_sim_as_the_kubernetes_backend()
 
 /// A runner (in this process) on a kube-sim whose pods are real containers:
 /// the init container is busybox fetching the bundle from this runner over
-/// the host network, the kernel image the real Telo 0.81 image.
-async fn runner_on_containers(vars: &[(&str, &str)]) -> Runner {
+/// the host network, the kernel image `kernel`.
+async fn runner_on_containers(kernel: Image, vars: &[(&str, &str)]) -> Runner {
     let sim = common::cluster().runtime(kube_sim::Runtime::Docker);
-    let session = Image::Session.reference();
+    let session = kernel.reference();
     let init = Image::Init.reference();
     let mut all = vec![
         ("RUNNER_IMAGE", session.as_str()),
@@ -177,10 +182,11 @@ async fn run_to_end(runner: &Runner, body: Value) -> (Value, String) {
     (status, runner.full_output(&id).await)
 }
 
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_session_runs_the_real_kernel_image_in_hardened_containers() {
     engine(&[Image::Session, Image::Init]);
-    let runner = runner_on_containers(&[]).await;
+    let runner = runner_on_containers(Image::Session, &[]).await;
     let bundle = example_bundle_in_image("hello-world", &image_modules_dir());
     let (status, output) = run_to_end(&runner, run_body(bundle)).await;
     assert!(output.contains("Hello from Telo!"), "{output}");
@@ -217,7 +223,7 @@ async fn the_session_pods_hardening_holds_inside_the_container() {
             true,
         )],
     );
-    let runner = runner_on_containers(&[]).await;
+    let runner = runner_on_containers(Image::FakeKernel, &[]).await;
     let mut body = test_support::bundle::start_body(json!({}));
     body["config"] = json!({"image": probe.tag, "pullPolicy": "never"});
     let (status, output) = run_to_end(&runner, body).await;
@@ -238,27 +244,33 @@ async fn the_session_pods_hardening_holds_inside_the_container() {
 }
 
 /// A workload over its memory limit is OOM-killed by the engine, and the
-/// session fails saying so, with the limit.
+/// session fails saying so, with the limit. The workload is a kernel image
+/// whose `telo` keeps everything it reads from /dev/zero (`tail` holds the
+/// whole of a line that never ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_over_its_memory_limit_fails_as_oom_killed() {
-    engine(&[Image::Session, Image::Init]);
-    let runner = runner_on_containers(&[("RUNNER_MAX_MEMORY", "200Mi")]).await;
-    let modules = image_modules_dir();
-    let manifest = format!(
-        "kind: Telo.Application\n\
-         metadata: {{ name: Hungry }}\n\
-         imports:\n  JavaScript: \"{modules}/javascript\"\n\
-         targets:\n  - invoke: !ref eat\n\
-         ---\n\
-         kind: JavaScript.Script\n\
-         metadata: {{ name: eat }}\n\
-         code: |\n  function main() {{\n    const kept = [];\n    for (;;) {{ kept.push(new Uint8Array(16 * 1024 * 1024).fill(1)); }}\n  }}\n"
+    let client = engine(&[Image::Base, Image::Init]);
+    let tag = format!(
+        "telo-runner-test/hungry:{}",
+        runner_core::ids::new_session_id()
     );
-    let bundle = json!({
-        "entryRelativePath": "telo.yaml",
-        "files": [{"relativePath": "telo.yaml", "contents": manifest}],
-    });
-    let (status, output) = run_to_end(&runner, run_body(bundle)).await;
+    let hungry = TestImage::build(
+        &client,
+        &tag,
+        &format!(
+            "FROM {}\nCOPY telo /usr/local/bin/telo\nUSER 1000:1000\n",
+            Image::Base.reference()
+        ),
+        &[(
+            "telo",
+            "#!/bin/sh\necho eating\nexec tail /dev/zero\n",
+            true,
+        )],
+    );
+    let runner = runner_on_containers(Image::FakeKernel, &[("RUNNER_MAX_MEMORY", "200Mi")]).await;
+    let mut body = test_support::bundle::start_body(json!({}));
+    body["config"] = json!({"image": hungry.tag, "pullPolicy": "never"});
+    let (status, output) = run_to_end(&runner, body).await;
     assert_eq!(
         status,
         json!({"kind": "failed", "message": "container \"session\" failed: OOMKilled (exit code 137): it used more memory than its limit of 200Mi and was killed"}),
@@ -270,27 +282,24 @@ async fn a_session_over_its_memory_limit_fails_as_oom_killed() {
 /// An app session runs its catalog image with the image's own entrypoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_session_runs_its_catalog_image_in_a_container() {
-    let client = engine(&[Image::Session]);
+    let client = engine(&[Image::FakeKernel]);
     let tag = format!(
         "telo-runner-test/hello-app:{}",
         runner_core::ids::new_session_id()
     );
-    let manifest = example_files_with_modules("hello-world", &image_modules_dir())
-        .into_iter()
-        .find(|(path, _)| path == "telo.yaml")
-        .expect("the example's manifest")
-        .1;
+    let manifest = "kind: Telo.Application\nmetadata: { name: hello }\nfakeTelo:\n  stdout: [\"Hello from a catalog app\"]\n";
     let app = TestImage::build(
         &client,
         &tag,
         &format!(
             "FROM {}\nCOPY telo.yaml /opt/app/telo.yaml\nCMD [\"telo\", \"run\", \"/opt/app/telo.yaml\"]\n",
-            Image::Session.reference()
+            Image::FakeKernel.reference()
         ),
-        &[("telo.yaml", manifest.as_str(), false)],
+        &[("telo.yaml", manifest, false)],
     );
     let catalog = json!({"hello": {"image": app.tag, "pullPolicy": "never"}}).to_string();
-    let runner = runner_on_containers(&[("RUNNER_APPS", catalog.as_str())]).await;
+    let runner =
+        runner_on_containers(Image::FakeKernel, &[("RUNNER_APPS", catalog.as_str())]).await;
     let (status, created) = runner.post("/v1/apps/hello/sessions", &json!({})).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["sessionId"].as_str().unwrap().to_owned();
@@ -298,25 +307,52 @@ async fn an_app_session_runs_its_catalog_image_in_a_container() {
         .await
         .expect("the session ends");
     let output = runner.full_output(&id).await;
-    assert!(output.contains("Hello from Telo!"), "{output}");
+    assert!(output.contains("Hello from a catalog app"), "{output}");
     assert_eq!(status, json!({"kind": "exited", "code": 0}), "{output}");
     runner.stop().await;
 }
 
+/// A one-file bundle: `telo.yaml` as given.
+fn manifest_bundle(manifest: &str) -> Value {
+    json!({
+        "entryRelativePath": "telo.yaml",
+        "files": [{"relativePath": "telo.yaml", "contents": manifest}],
+    })
+}
+
+/// A manifest the stand-in kernel runs: it prints `line` and exits 0.
+fn fake_manifest(line: &str) -> String {
+    format!(
+        "kind: Telo.Application\nmetadata: {{ name: hello }}\nfakeTelo:\n  stdout: [{line:?}]\n"
+    )
+}
+
+/// The hello-world example rendered for the real kernel's image, with its
+/// greeting replaced by `line`.
+fn real_manifest(line: &str) -> String {
+    example_files_with_modules("hello-world", &image_modules_dir())
+        .into_iter()
+        .find(|(path, _)| path == "telo.yaml")
+        .expect("the example's manifest")
+        .1
+        .replace("Hello from Telo!", line)
+}
+
 /// A watch session's pod in containers: the workspace service (the runner
-/// image) and the app (the kernel image) share the workspace volume as
+/// image) and the app (`kernel`'s image) share the workspace volume as
 /// uid 1000 on read-only roots; an edit reloads the app in place.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
-    engine(&[Image::Session, Image::Runner]);
+async fn watch_pod_shares_its_workspace(kernel: Image, manifest: fn(&str) -> String) {
+    engine(&[kernel, Image::Runner]);
     let workspace_image = Image::Runner.reference();
-    let runner = runner_on_containers(&[
-        ("RUNNER_WATCH_SESSIONS", "true"),
-        ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
-    ])
+    let runner = runner_on_containers(
+        kernel,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
+        ],
+    )
     .await;
-    let modules = image_modules_dir();
-    let mut body = run_body(example_bundle_in_image("hello-world", &modules));
+    let mut body = run_body(manifest_bundle(&manifest("Hello from a container")));
     body["mode"] = json!("watch");
     let id = runner.create_body(body).await;
     let mut events = runner.events(&id, &[]).await;
@@ -331,13 +367,8 @@ async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
         .await
         .expect("generation 1 starts");
     let mut socket = runner.io(&id, "?app=app").await;
-    ws::read_until_output_within(&mut socket, "Hello from Telo!", KERNEL_WAIT).await;
-    let edited = example_files_with_modules("hello-world", &modules)
-        .into_iter()
-        .find(|(path, _)| path == "telo.yaml")
-        .unwrap()
-        .1
-        .replace("Hello from Telo!", "Hello again, edited in a container");
+    ws::read_until_output_within(&mut socket, "Hello from a container", KERNEL_WAIT).await;
+    let edited = manifest("Hello again, edited in a container");
     let (status, _) = runner
         .post(
             &format!("/v1/sessions/{id}/workspace"),
@@ -358,20 +389,33 @@ async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
     runner.stop().await;
 }
 
-/// A warm pool in real containers: the pool's pod waits, hardened, on the
-/// real kernel image with the runner image's workspace service beside it;
-/// a session claims it, gets its bundle through that service, and the real
-/// kernel runs it as it would on a new pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_warm_pod_runs_the_real_kernel_in_hardened_containers() {
-    engine(&[Image::Session, Image::Runner]);
-    let session_image = Image::Session.reference();
+async fn a_watch_session_pod_shares_its_workspace_across_hardened_containers() {
+    watch_pod_shares_its_workspace(Image::FakeKernel, fake_manifest).await;
+}
+
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_session_pod_reloads_the_real_kernel_in_hardened_containers() {
+    watch_pod_shares_its_workspace(Image::Session, real_manifest).await;
+}
+
+/// A warm pool in real containers: the pool's pod waits, hardened, on
+/// `kernel`'s image with the runner image's workspace service beside it; a
+/// session claims it, gets its bundle through that service, and the kernel
+/// runs it as it would on a new pod.
+async fn warm_pod_runs_a_session(kernel: Image, manifest: fn(&str) -> String) {
+    engine(&[kernel, Image::Runner]);
+    let session_image = kernel.reference();
     let pool = format!("{session_image}=1");
     let workspace_image = Image::Runner.reference();
-    let runner = runner_on_containers(&[
-        ("RUNNER_WARM_POOL", pool.as_str()),
-        ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
-    ])
+    let runner = runner_on_containers(
+        kernel,
+        &[
+            ("RUNNER_WARM_POOL", pool.as_str()),
+            ("RUNNER_WORKSPACE_IMAGE", workspace_image.as_str()),
+        ],
+    )
     .await;
     let deadline = Instant::now() + KERNEL_WAIT;
     let ready_line = format!("telo_runner_warm_pods{{pool=\"{session_image}\",state=\"ready\"}} 1");
@@ -384,7 +428,7 @@ async fn a_warm_pod_runs_the_real_kernel_in_hardened_containers() {
         assert!(Instant::now() < deadline, "no warm pod ready:\n{metrics}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let mut body = run_body(example_bundle_in_image("hello-world", &image_modules_dir()));
+    let mut body = run_body(manifest_bundle(&manifest("Hello from a warm pod")));
     body["config"] = json!({"image": session_image, "pullPolicy": "missing"});
     let id = runner.create_body(body).await;
     let mut events = runner.events(&id, &[]).await;
@@ -397,11 +441,22 @@ async fn a_warm_pod_runs_the_real_kernel_in_hardened_containers() {
         "{frames:?}"
     );
     let output = runner.full_output(&id).await;
-    assert!(output.contains("Hello from Telo!"), "{output}");
+    assert!(output.contains("Hello from a warm pod"), "{output}");
     assert_eq!(
         frames.last().unwrap().json()["status"],
         json!({"kind": "exited", "code": 0}),
         "{output}"
     );
     runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pod_runs_a_session_in_hardened_containers() {
+    warm_pod_runs_a_session(Image::FakeKernel, fake_manifest).await;
+}
+
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pod_runs_the_real_kernel_in_hardened_containers() {
+    warm_pod_runs_a_session(Image::Session, real_manifest).await;
 }

@@ -31,7 +31,7 @@ enum Scenario {
     /// Watches held and API requests per session start and stop.
     ApiserverLoad,
     /// The real Telo kernel through the runner, cold and warm: hello-world
-    /// and http-hello (needs the fixture installed, see `--telo`).
+    /// and http-hello (needs a real kernel given, see `--telo`).
     RealKernel,
     /// N sessions (C at a time, default 5) printing 3 numbered lines while
     /// the terminal attaches: each line shown exactly once.
@@ -104,11 +104,11 @@ struct Args {
     #[arg(long)]
     cold: Option<usize>,
     /// watch-reload: the kernel the watch session runs (default fake-telo;
-    /// `real` is the Telo CLI fixture, see `--telo`).
+    /// `real` is a real Telo CLI you give, see `--telo`).
     #[arg(long, value_enum, default_value = "fake-telo")]
     kernel: KernelKind,
     /// real-kernel, watch-reload: the real Telo CLI (default:
-    /// `$TELO_REAL_KERNEL_DIR/bin/telo`, else `~/.cache/telo-real/bin/telo`).
+    /// `$TELO_REAL_KERNEL_DIR/bin/telo`; there is no other).
     #[arg(long)]
     telo: Option<PathBuf>,
     /// real-kernel: the fixture's example apps (default:

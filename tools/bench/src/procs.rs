@@ -208,7 +208,7 @@ pub enum BackendKind {
 pub enum KernelKind {
     /// fake-telo, the simulated kernel.
     FakeTelo,
-    /// The real Telo CLI fixture (see `--telo`).
+    /// The real Telo CLI given (see `--telo`).
     Real,
 }
 

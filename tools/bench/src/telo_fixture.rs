@@ -1,6 +1,5 @@
-//! The real Telo kernel fixture (`shared/telo`, installed by its
-//! `install.sh`): where the kernel is, and its example apps rendered into
-//! session bundles.
+//! The real Telo kernel, where one is given (telo-runner ships none): where
+//! it is, and the example apps rendered into session bundles.
 
 use std::path::{Path, PathBuf};
 
@@ -11,11 +10,8 @@ use serde_json::{Value, json};
 /// installed `modules/` directory before a bundle is sent.
 pub const MODULES_PLACEHOLDER: &str = "@TELO_MODULES@";
 
-/// Overrides the directory the fixture was installed into.
+/// Names a Telo CLI layout (`bin/telo`, `modules/`).
 pub const KERNEL_DIR_ENV: &str = "TELO_REAL_KERNEL_DIR";
-
-/// The default install directory under `$HOME`.
-const DEFAULT_KERNEL_DIR: &str = ".cache/telo-real";
 
 /// The installed kernel: its `bin/telo` wrapper and its std modules.
 #[derive(Debug, Clone)]
@@ -24,14 +20,12 @@ pub struct Kernel {
     pub modules: PathBuf,
 }
 
-/// `bin/telo` under `$TELO_REAL_KERNEL_DIR`, else under
-/// `$HOME/.cache/telo-real`.
-pub fn default_telo_path(kernel_dir: Option<&str>, home: Option<&str>) -> Option<PathBuf> {
-    match (kernel_dir.filter(|d| !d.is_empty()), home) {
-        (Some(dir), _) => Some(Path::new(dir).join("bin/telo")),
-        (None, Some(home)) => Some(Path::new(home).join(DEFAULT_KERNEL_DIR).join("bin/telo")),
-        (None, None) => None,
-    }
+/// `bin/telo` under `$TELO_REAL_KERNEL_DIR`; nothing when it is unset or
+/// empty (there is no default kernel).
+pub fn default_telo_path(kernel_dir: Option<&str>) -> Option<PathBuf> {
+    kernel_dir
+        .filter(|d| !d.is_empty())
+        .map(|dir| Path::new(dir).join("bin/telo"))
 }
 
 /// The repository's copy of the fixture (`<workspace>/../shared/telo`).
@@ -51,10 +45,9 @@ pub fn default_examples_dir() -> PathBuf {
 
 fn install_hint() -> String {
     format!(
-        "install it with `bash ../shared/telo/install.sh ~/.cache/telo-real` from the repository \
-         root (here: {}/install.sh), or pass --telo <path>, or set {KERNEL_DIR_ENV} to its \
-         install directory",
-        fixture_source_dir().display()
+        "telo-runner ships no Telo CLI: set {KERNEL_DIR_ENV} to a Telo CLI layout you have \
+         (bin/telo, modules/; ../shared/telo/install.sh lays one out from a build), or pass \
+         --telo <path>"
     )
 }
 
@@ -64,16 +57,8 @@ impl Kernel {
     pub fn locate(telo: Option<&Path>) -> anyhow::Result<Kernel> {
         let telo = match telo {
             Some(path) => path.to_path_buf(),
-            None => default_telo_path(
-                std::env::var(KERNEL_DIR_ENV).ok().as_deref(),
-                std::env::var("HOME").ok().as_deref(),
-            )
-            .with_context(|| {
-                format!(
-                    "neither {KERNEL_DIR_ENV} nor HOME is set; {}",
-                    install_hint()
-                )
-            })?,
+            None => default_telo_path(std::env::var(KERNEL_DIR_ENV).ok().as_deref())
+                .with_context(|| format!("no real Telo kernel given; {}", install_hint()))?,
         };
         if !telo.is_file() {
             bail!(
@@ -214,16 +199,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_kernel_dir_variable_wins_over_home() {
+    fn only_the_kernel_dir_variable_names_a_kernel() {
         assert_eq!(
-            default_telo_path(Some("/opt/telo"), Some("/root")),
+            default_telo_path(Some("/opt/telo")),
             Some(PathBuf::from("/opt/telo/bin/telo"))
         );
-        assert_eq!(
-            default_telo_path(Some(""), Some("/root")),
-            Some(PathBuf::from("/root/.cache/telo-real/bin/telo"))
-        );
-        assert_eq!(default_telo_path(None, None), None);
+        assert_eq!(default_telo_path(Some("")), None);
+        assert_eq!(default_telo_path(None), None);
     }
 
     #[test]
@@ -234,7 +216,7 @@ mod tests {
             text.contains("/nonexistent/bin/telo does not exist"),
             "{text}"
         );
-        assert!(text.contains("install.sh ~/.cache/telo-real"), "{text}");
+        assert!(text.contains("set TELO_REAL_KERNEL_DIR"), "{text}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! These tests need a running engine and the local images
 //! `telo-runner/debian:bookworm` and `busybox:stable`; without them they
 //! fail, saying how to get them (`scripts/engine.sh start`, then
-//! `scripts/image.sh bases session`). The docker client is
+//! `scripts/image.sh bases`). The docker client is
 //! `TELO_RUNNER_CONTAINER_ENGINE`, else `docker`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -53,13 +53,13 @@ fn require_engine() {
     let ready = READY.get_or_init(|| {
         docker(&["info", "--format", "{{.ServerVersion}}"]).map_err(|e| {
             format!(
-                "no container engine answers ({} info: {e}). These tests run real containers: start one with `scripts/engine.sh start`, then build the images with `scripts/image.sh bases session`",
+                "no container engine answers ({} info: {e}). These tests run real containers: start one with `scripts/engine.sh start`, then build the images with `scripts/image.sh bases`",
                 client()
             )
         })?;
         docker(&["image", "inspect", "--format", "{{.Id}}", BASE, BUSYBOX]).map_err(|e| {
             format!(
-                "the local images {BASE} and {BUSYBOX} are missing ({e}): build them with `scripts/image.sh bases session`"
+                "the local images {BASE} and {BUSYBOX} are missing ({e}): build them with `scripts/image.sh bases`"
             )
         })?;
         Ok(())

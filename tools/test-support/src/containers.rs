@@ -10,8 +10,12 @@ use std::process::{Command, Output};
 pub enum Image {
     /// The runner (`telo-runner:dev`).
     Runner,
-    /// The Telo kernel image sessions run (`telorun/node:0.81.0-slim`).
+    /// The real Telo kernel's image (`telorun/node:0.81.0-slim`), built
+    /// only where a kernel is given: its tests are real-kernel tests.
     Session,
+    /// The stand-in kernel image (`telo-runner/fake-telo:dev`): fake-telo as
+    /// `telo`, laid out like the real kernel's image.
+    FakeKernel,
     /// The init container's image (`busybox:stable`).
     Init,
     /// A Debian base with coreutils (`telo-runner/debian:bookworm`).
@@ -24,6 +28,7 @@ impl Image {
         let (var, default) = match self {
             Image::Runner => ("TELO_RUNNER_IMAGE_RUNNER", "telo-runner:dev"),
             Image::Session => ("TELO_RUNNER_IMAGE_SESSION", "telorun/node:0.81.0-slim"),
+            Image::FakeKernel => ("TELO_RUNNER_IMAGE_FAKE_KERNEL", "telo-runner/fake-telo:dev"),
             Image::Init => ("TELO_RUNNER_IMAGE_INIT", "busybox:stable"),
             Image::Base => ("TELO_RUNNER_IMAGE_BASE", "telo-runner/debian:bookworm"),
         };
@@ -55,10 +60,13 @@ pub fn engine(images: &[Image]) -> String {
             .args(["image", "inspect", "--format", "{{.Id}}", &reference])
             .output()
             .is_ok_and(|out| out.status.success());
-        assert!(
-            present,
-            "image {reference} is missing: run `scripts/image.sh all` before the container tests"
-        );
+        let how = match image {
+            Image::Session => {
+                "give a real kernel (TELO_REAL_KERNEL_DIR) and run `scripts/image.sh session`"
+            }
+            _ => "run `scripts/image.sh all` before the container tests",
+        };
+        assert!(present, "image {reference} is missing: {how}");
     }
     client
 }

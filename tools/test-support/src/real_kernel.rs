@@ -1,35 +1,52 @@
-//! The real Telo CLI test fixture (0.81, installed by `shared/telo/install.sh`)
-//! and its example applications, for the `real_kernel` test targets.
+//! The real Telo kernel, where one is given, and the example applications
+//! the real-kernel tests run.
 //!
-//! Those targets need the installed fixture and fail, saying how to install
-//! it, when it is missing. Its location: `$TELO_REAL_KERNEL_DIR`, else
-//! `~/.cache/telo-real` (where `.ci/run` installs it).
+//! No Telo CLI ships with telo-runner: CI runs every test on fake-telo, and
+//! the tests that need the real kernel are `#[ignore]`d with
+//! [`NEEDS_REAL_KERNEL`] as their reason. They run when a developer points
+//! `TELO_REAL_KERNEL_DIR` at a Telo CLI layout (`bin/telo`, and `modules/`
+//! for the examples that import std modules) and asks for ignored tests
+//! (`.ci/run` does both when the variable is set). Asked to run without a
+//! kernel, they fail saying what is missing: they never pass vacuously.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+/// The variable that names a Telo CLI layout.
+pub const KERNEL_DIR_ENV: &str = "TELO_REAL_KERNEL_DIR";
+
+/// Why a real-kernel test is left out of a default run (its `#[ignore]`
+/// reason: keep the two in step).
+pub const NEEDS_REAL_KERNEL: &str =
+    "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)";
+
 /// How long a real-kernel test waits for the kernel before it fails. A cold
 /// start takes a few seconds on a quiet 2-core machine and many times that
 /// while builds share it; this bounds a hang, it measures nothing.
 pub const KERNEL_WAIT: Duration = Duration::from_secs(90);
 
-/// The installed fixture: `bin/telo` (the wrapper, on Node.js 24),
-/// `telo-cli/`, `modules/`.
-pub fn fixture_dir() -> PathBuf {
-    let dir = std::env::var_os("TELO_REAL_KERNEL_DIR")
+/// The given kernel's layout, when `TELO_REAL_KERNEL_DIR` names one that
+/// holds `bin/telo`.
+pub fn given_kernel_dir() -> Option<PathBuf> {
+    std::env::var_os(KERNEL_DIR_ENV)
+        .filter(|dir| !dir.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cache/telo-real")))
-        .expect("neither TELO_REAL_KERNEL_DIR nor HOME is set");
-    assert!(
-        dir.join("bin/telo").is_file(),
-        "the real Telo CLI fixture is not installed at {}: install it with \
-         `bash ../shared/telo/install.sh ~/.cache/telo-real` (from the repository root; needs npm), \
-         or set TELO_REAL_KERNEL_DIR to where it is installed",
-        dir.display()
-    );
-    dir
+        .filter(|dir| dir.join("bin/telo").is_file())
+}
+
+/// The given kernel's layout: `bin/telo` (a wrapper that runs the CLI on
+/// Node.js 24), `modules/`. Panics, saying what to set, without one.
+pub fn fixture_dir() -> PathBuf {
+    given_kernel_dir().unwrap_or_else(|| {
+        panic!(
+            "this test needs the real Telo kernel: set {KERNEL_DIR_ENV} to a Telo CLI layout \
+             holding bin/telo (and modules/ for the examples that import std modules); \
+             it is {:?}",
+            std::env::var_os(KERNEL_DIR_ENV)
+        )
+    })
 }
 
 /// The real kernel's executable (the fixture's wrapper).
@@ -100,6 +117,86 @@ pub fn example_bundle(name: &str) -> Value {
 pub fn example_bundle_in_image(name: &str, modules: &str) -> Value {
     bundle_of(example_files_with_modules(name, modules))
 }
+
+/// A self-contained bundle: the application imports a module of its own
+/// (`./greeter`, inside the bundle) whose controller is a plain JavaScript
+/// file, and prints `Hello from a self-contained Telo bundle!` with it. No
+/// std module, no absolute path, no npm: it runs wherever the kernel does.
+pub fn self_contained_bundle() -> Value {
+    bundle_of(vec![
+        ("telo.yaml".to_owned(), SELF_CONTAINED_APP.to_owned()),
+        ("greeter/telo.yaml".to_owned(), GREETER_MODULE.to_owned()),
+        ("greeter/say.mjs".to_owned(), GREETER_CONTROLLER.to_owned()),
+    ])
+}
+
+const SELF_CONTAINED_APP: &str = r#"kind: Telo.Application
+metadata:
+  name: SelfContainedHello
+  version: 1.0.0
+imports:
+  Greeter: ./greeter
+targets:
+  - invoke: !ref hello
+---
+kind: Greeter.Say
+metadata:
+  name: hello
+message: "Hello from a self-contained Telo bundle!"
+"#;
+
+/// A module of telo-runner's own making: one invocable kind, `Say`.
+const GREETER_MODULE: &str = r#"kind: Telo.Library
+metadata:
+  name: Greeter
+  version: 1.0.0
+exports:
+  kinds:
+    - Say
+---
+kind: Telo.Definition
+metadata:
+  name: Say
+capability: Telo.Invocable
+controllers:
+  - pkg:telo/local/js?path=./say.mjs#Say
+schema:
+  type: object
+  properties:
+    message: { type: string }
+  required: [message]
+  additionalProperties: false
+inputType:
+  kind: Telo.JsonSchema
+  schema:
+    type: object
+    properties:
+      message: { type: string }
+    additionalProperties: false
+outputType:
+  kind: Telo.JsonSchema
+  schema:
+    type: object
+    properties:
+      line: { type: string }
+    required: [line]
+    additionalProperties: false
+"#;
+
+/// The `Say` controller: the kernel imports it as it is (no build step) and
+/// calls `create`; the instance's `invoke` writes the message as one line.
+const GREETER_CONTROLLER: &str = r#"export const Say = {
+  async create(resource, ctx) {
+    return {
+      async invoke(inputs) {
+        const line = String(inputs?.message ?? resource.message);
+        ctx.stdout.write(line + "\n");
+        return { line };
+      },
+    };
+  },
+};
+"#;
 
 fn bundle_of(files: Vec<(String, String)>) -> Value {
     let files: Vec<Value> = files

@@ -35,9 +35,9 @@ pub struct Ctx {
     pub cold: Option<usize>,
     /// watch-reload: fake-telo or the real Telo CLI.
     pub kernel: KernelKind,
-    /// real-kernel, watch-reload: the Telo CLI to run (default: the installed fixture).
+    /// real-kernel, watch-reload: the Telo CLI to run (default: `$TELO_REAL_KERNEL_DIR/bin/telo`).
     pub telo: Option<PathBuf>,
-    /// real-kernel: the fixture's example apps.
+    /// real-kernel: the example apps (`../shared/telo/examples`).
     pub examples: Option<PathBuf>,
     /// real-kernel: start sessions with `inspect: true`.
     pub inspect: bool,

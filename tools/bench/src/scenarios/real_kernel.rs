@@ -1,4 +1,4 @@
-//! The real Telo kernel (the fixture's CLI) behind the runner, cold and warm.
+//! The real Telo kernel (a Telo CLI someone gives) behind the runner, cold and warm.
 //!
 //! Cold: an app's first session on a freshly started runner — an empty work
 //! directory on the local backend, a fresh kube-sim on Kubernetes. Warm: the

@@ -6,7 +6,7 @@
 //! → the first new output byte, and POST → the new generation's line.
 //!
 //! The kernel is fake-telo (its change watch debounces 75 ms) or the real
-//! Telo CLI (`--kernel real`: the fixture's hello-world, whose line is
+//! Telo CLI (`--kernel real`: the example hello-world, whose line is
 //! renumbered per edit). The kernel's own reload time cannot be seen from
 //! outside the session, so the same kernel is also run with no runner
 //! (`run --watch` in a directory of its own, output to a pipe) and given the
