@@ -64,6 +64,11 @@ struct WatchLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WarmPodLabels {
     pool: String,
     state: &'static str,
@@ -104,6 +109,7 @@ pub struct Metrics {
     watch_restarts: Family<WatchLabel, Counter>,
     warm_pods: Family<WarmPodLabels, Gauge>,
     warm_starts: Family<WarmStartLabels, Counter>,
+    workspace_checkpoints: Family<OutcomeLabel, Counter>,
 }
 
 /// The gauges of one warm pool: its idle pods ready to be claimed, and
@@ -220,6 +226,12 @@ impl Metrics {
             "Run sessions of a pooled image, by whether they started on a warm pod or a new one",
             warm_starts.clone(),
         );
+        let workspace_checkpoints = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "workspace_checkpoints",
+            "Watch-session workspace checkpoints (periodic and for a suspend), by outcome: stored or failed",
+            workspace_checkpoints.clone(),
+        );
         Self {
             registry,
             sessions,
@@ -233,6 +245,7 @@ impl Metrics {
             watch_restarts,
             warm_pods,
             warm_starts,
+            workspace_checkpoints,
         }
     }
 
@@ -305,6 +318,14 @@ impl Metrics {
                 verb: verb.to_owned(),
                 resource: resource.to_owned(),
             })
+            .inc();
+    }
+
+    /// A watch session's workspace checkpoint was stored, or failed.
+    pub fn workspace_checkpoint(&self, stored: bool) {
+        let outcome = if stored { "stored" } else { "failed" };
+        self.workspace_checkpoints
+            .get_or_create(&OutcomeLabel { outcome })
             .inc();
     }
 

@@ -58,6 +58,9 @@ pub struct SessionRegistry {
     inner: Arc<RegistryInner>,
 }
 
+/// See `RegistryInner::checkpoint_slots`.
+const CHECKPOINTS_AT_ONCE: usize = 2;
+
 struct RegistryInner {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     limits: RegistryLimits,
@@ -73,6 +76,10 @@ struct RegistryInner {
     /// The operator's catalog, where a watch session's agent is looked up
     /// at each start (set once by the server).
     agents: std::sync::OnceLock<crate::apps::AppCatalog>,
+    /// Checkpoints and suspends under way at most at once: every due session
+    /// checkpointing in the same round made a runner of many large
+    /// workspaces miss its liveness probes.
+    checkpoint_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl SessionRegistry {
@@ -98,6 +105,7 @@ impl SessionRegistry {
                 supervising: std::sync::atomic::AtomicBool::new(false),
                 metrics,
                 agents: std::sync::OnceLock::new(),
+                checkpoint_slots: Arc::new(tokio::sync::Semaphore::new(CHECKPOINTS_AT_ONCE)),
             }),
         }
     }

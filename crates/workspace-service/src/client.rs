@@ -34,6 +34,19 @@ pub fn default_max_response_bytes() -> u64 {
     body_cap(WorkspaceLimits::default().max_workspace_bytes)
 }
 
+/// Why [`WorkspaceClient::checkpoint`] brought nothing back.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointFetchError {
+    /// The stored form is `bytes` long, more than the caller can store.
+    #[error("the workspace's checkpoint is {bytes} bytes compressed")]
+    TooLarge { bytes: u64 },
+    /// The service has no checkpoint route (an older one).
+    #[error("the workspace service does not make checkpoints")]
+    NotServed,
+    #[error(transparent)]
+    Failed(#[from] WorkspaceFailure),
+}
+
 /// A client for one session's workspace service.
 #[derive(Clone)]
 pub struct WorkspaceClient {
@@ -153,6 +166,43 @@ impl WorkspaceClient {
         let url = self.url("/v1/snapshot", None)?;
         let body: CheckpointBody = decode(&self.send(self.http.get(url)).await?)?;
         Ok(body.files)
+    }
+
+    /// `GET /v1/checkpoint`: the workspace in a checkpoint's stored form
+    /// (see `runner_workspace::checkpoint`), refused unread when its
+    /// `Content-Length` is over `max_bytes`.
+    pub async fn checkpoint(&self, max_bytes: u64) -> Result<Vec<u8>, CheckpointFetchError> {
+        let url = self.url("/v1/checkpoint", None)?;
+        let response = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(did_not_answer)?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            // A workspace service from before the route (a pod an older
+            // runner made): the caller takes the snapshot instead.
+            return Err(CheckpointFetchError::NotServed);
+        }
+        if !status.is_success() {
+            let body = read_capped(response, 64 * 1024).await?;
+            return Err(refused(status, &body).into());
+        }
+        match response.content_length() {
+            Some(bytes) if bytes > max_bytes => Err(CheckpointFetchError::TooLarge { bytes }),
+            // Without a length (never sent so by the service) it is read up
+            // to one byte past the bound, never further.
+            _ => {
+                read_capped(response, max_bytes)
+                    .await
+                    .map_err(|_| CheckpointFetchError::TooLarge {
+                        bytes: max_bytes.saturating_add(1),
+                    })
+            }
+        }
     }
 
     /// `POST /v1/restore`: writes a checkpoint's files back.

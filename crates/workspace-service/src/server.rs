@@ -158,6 +158,7 @@ pub fn router_exiting(
         .route("/v1/touch", post(touch))
         .route("/v1/seed", post(seed))
         .route("/v1/snapshot", get(snapshot))
+        .route("/v1/checkpoint", get(checkpoint))
         .route("/v1/restore", post(restore))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
@@ -298,6 +299,19 @@ async fn snapshot(State(shared): State<Arc<Shared>>) -> Result<Response, Refusal
         })
         .await?;
     Ok(json_bytes(StatusCode::OK, bytes))
+}
+
+/// The workspace in a checkpoint's stored form (gzip of the snapshot's JSON),
+/// made here, beside the files: the runner receives only what it stores,
+/// and learns its size from `Content-Length` before it reads any of it.
+async fn checkpoint(State(shared): State<Arc<Shared>>) -> Result<Response, Refusal> {
+    let bytes = shared.run(|workspace| Ok(workspace.checkpoint()?)).await?;
+    let mut response = (StatusCode::OK, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/gzip"),
+    );
+    Ok(response)
 }
 
 /// The largest body a route reads, and the variable it follows from.

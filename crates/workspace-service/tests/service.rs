@@ -12,7 +12,7 @@ use runner_api::types::BundleFile;
 use runner_api::watch::{FileEncoding, WorkspaceChangeSet, WorkspaceWrite};
 use runner_core::WorkspaceFailure;
 use runner_workspace::WorkspaceLimits;
-use runner_workspace_service::client::WorkspaceClient;
+use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
 use runner_workspace_service::{Config, body_cap, serve_on};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -242,6 +242,30 @@ async fn every_route_round_trips_through_the_client() {
         .await;
     assert_eq!((status, body), (200, json!({"ok": true})));
     fresh.stop().await;
+    served.stop().await;
+}
+
+/// A checkpoint is made beside the files, in the form the runner stores,
+/// and its size is known from its length before any of it is read: a
+/// workspace too large to store costs the runner nothing.
+#[tokio::test]
+async fn a_checkpoint_is_the_compressed_snapshot_and_its_size_comes_first() {
+    let served = Served::start(WorkspaceLimits::default()).await;
+    std::fs::write(served.root.join("a.txt"), "a".repeat(10_000)).unwrap();
+    std::fs::write(served.root.join("b.bin"), [0u8, 159, 146, 150]).unwrap();
+    let client = &served.client;
+    let stored = bounded(client.checkpoint(1 << 20)).await.unwrap();
+    assert!(stored.len() < 1000, "{}", stored.len());
+    let files = runner_workspace::checkpoint::decode(&stored, 1 << 24).unwrap();
+    assert_eq!(files, bounded(client.snapshot()).await.unwrap());
+    match bounded(client.checkpoint(10)).await {
+        Err(CheckpointFetchError::TooLarge { bytes }) => assert_eq!(bytes, stored.len() as u64),
+        other => panic!("{other:?}"),
+    }
+    let (status, answer) = served
+        .raw(reqwest::Method::GET, "/v1/checkpoint", None, None)
+        .await;
+    assert_eq!((status, &answer["error"]), (401, &json!("unauthorized")));
     served.stop().await;
 }
 

@@ -11,6 +11,7 @@
 
 mod apply;
 mod beneath;
+pub mod checkpoint;
 mod error;
 mod walk;
 
@@ -171,6 +172,15 @@ impl Workspace {
         })?;
         files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(files)
+    }
+
+    /// [`Workspace::snapshot`] in a checkpoint's stored form
+    /// ([`checkpoint::encode`]).
+    pub fn checkpoint(&self) -> Result<Vec<u8>, WorkspaceError> {
+        let files = self.snapshot()?;
+        checkpoint::encode(&files).map_err(|err| {
+            WorkspaceError::io("encode", "the checkpoint", std::io::Error::other(err))
+        })
     }
 
     /// Walks the tree and reads each listed file, one at a time, within the

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use runner_api::types::{RunBundle, RunEvent, RunPhase, RunStatus, SessionCreated};
 use runner_api::watch::{AppSpec, RunTrigger, SessionMode};
@@ -314,7 +315,12 @@ impl SessionRegistry {
                 let due = state
                     .checkpointed_at
                     .is_none_or(|at| at.elapsed() >= config.checkpoint_every);
-                if !expired && !idle && !due {
+                // A checkpoint (or a suspend, which needs one) that failed
+                // waits its backoff out; expiry never waits.
+                let backing_off = state
+                    .checkpoint_retry_at
+                    .is_some_and(|at| tokio::time::Instant::now() < at);
+                if !expired && (backing_off || (!idle && !due)) {
                     continue;
                 }
                 state.busy = true;
@@ -328,12 +334,25 @@ impl SessionRegistry {
             };
             let registry = self.clone();
             let span = info_span!("session", session_id = %session.id);
+            let slots = self.inner.checkpoint_slots.clone();
+            let every = config.checkpoint_every;
+            let metrics = self.inner.metrics.clone();
             self.inner.tasks.spawn(
                 async move {
                     match job {
                         Job::Expire => expire(&session).await,
-                        Job::Suspend => registry.suspend(&session).await,
-                        Job::Checkpoint => checkpoint(&session).await,
+                        Job::Suspend | Job::Checkpoint => {
+                            // Closed only if the registry is gone.
+                            let Ok(_slot) = slots.acquire_owned().await else {
+                                return;
+                            };
+                            let outcome = match job {
+                                Job::Suspend => registry.suspend(&session).await,
+                                _ => checkpoint(&session).await,
+                            };
+                            metrics.workspace_checkpoint(outcome.is_ok());
+                            note_checkpoint(&session, outcome, every);
+                        }
                     }
                     if let Some(mut state) = session.watch_state() {
                         state.busy = false;
@@ -346,10 +365,10 @@ impl SessionRegistry {
 
     /// Suspends an idle session: the backend checkpoints and ends its
     /// workload; the session stays, `suspended`. A failed suspend is tried
-    /// again next round.
-    async fn suspend(&self, session: &Arc<Session>) {
+    /// again after the checkpoint backoff.
+    async fn suspend(&self, session: &Arc<Session>) -> Result<(), String> {
         let Some(workload) = session.watch_workload() else {
-            return;
+            return Ok(());
         };
         match workload.suspend().await {
             Ok(()) => {
@@ -364,8 +383,12 @@ impl SessionRegistry {
                     status: RunStatus::Suspended,
                 });
                 session.release_spare_capacity();
+                Ok(())
             }
-            Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
+            Err(err) => {
+                warn!(error = %err, "watch session checkpoint/suspend failed");
+                Err(err.message)
+            }
         }
     }
 
@@ -425,17 +448,73 @@ async fn expire(session: &Arc<Session>) {
     }
 }
 
-async fn checkpoint(session: &Arc<Session>) {
+async fn checkpoint(session: &Arc<Session>) -> Result<(), String> {
     let Some(workload) = session.watch_workload() else {
-        return;
+        return Ok(());
     };
     match workload.checkpoint().await {
         Ok(()) => {
             if let Some(mut state) = session.watch_state() {
                 state.checkpointed_at = Some(tokio::time::Instant::now());
             }
+            Ok(())
         }
-        Err(err) => warn!(error = %err, "watch session checkpoint/suspend failed"),
+        Err(err) => {
+            warn!(error = %err, "watch session checkpoint/suspend failed");
+            Err(err.message)
+        }
+    }
+}
+
+/// The longest wait before a failed checkpoint is tried again, in
+/// checkpoint periods.
+const MAX_CHECKPOINT_BACKOFF_PERIODS: u32 = 8;
+
+/// Records how a checkpoint (or a suspend) went: a failure backs the next
+/// attempt off (one checkpoint period, doubling), and the session's clients
+/// are told once what cannot be kept — a workspace the runner cannot
+/// checkpoint is lost by a suspend or the loss of its pod, and its user
+/// must know before that, not only the runner's log. A later success says
+/// so too.
+fn note_checkpoint(session: &Arc<Session>, outcome: Result<(), String>, every: Duration) {
+    let tell = {
+        let Some(mut state) = session.watch_state() else {
+            return;
+        };
+        match outcome {
+            Ok(()) => {
+                state.checkpoint_failures = 0;
+                state.checkpoint_retry_at = None;
+                state
+                    .checkpoint_failure_told
+                    .take()
+                    .map(|_| "the workspace is checkpointed again".to_owned())
+            }
+            Err(reason) => {
+                state.checkpoint_failures = state.checkpoint_failures.saturating_add(1);
+                let periods = 2u32
+                    .saturating_pow(state.checkpoint_failures - 1)
+                    .min(MAX_CHECKPOINT_BACKOFF_PERIODS);
+                state.checkpoint_retry_at = Some(tokio::time::Instant::now() + every * periods);
+                let message = format!(
+                    "the workspace could not be checkpointed: {reason}; until it can be, \
+                     the session is not suspended when idle, and its newest files live only \
+                     in its running workload"
+                );
+                (state.checkpoint_failure_told.as_deref() != Some(message.as_str())).then(|| {
+                    state.checkpoint_failure_told = Some(message.clone());
+                    message
+                })
+            }
+        }
+    };
+    if let Some(message) = tell {
+        session.emit(RunEvent::Progress {
+            app: None,
+            phase: RunPhase::Provision,
+            message,
+            done: None,
+        });
     }
 }
 

@@ -19,6 +19,13 @@ pub struct WatchState {
     /// compares.
     pub(crate) suspended_at: Option<(Instant, String)>,
     pub(crate) checkpointed_at: Option<Instant>,
+    /// Checkpoints (and the suspends that need one) that failed in a row,
+    /// and when the next may be tried: a failure is retried after a
+    /// checkpoint period, doubling, never at every supervisor round.
+    pub(crate) checkpoint_failures: u32,
+    pub(crate) checkpoint_retry_at: Option<Instant>,
+    /// The failure the session's clients were last told of.
+    pub(crate) checkpoint_failure_told: Option<String>,
     /// When the running workload started (its lifetime limit counts from it).
     pub(crate) started_at: Option<Instant>,
     /// A checkpoint, suspend, resume or app change is under way: the
@@ -34,6 +41,9 @@ impl WatchState {
             spec,
             suspended_at: None,
             checkpointed_at: None,
+            checkpoint_failures: 0,
+            checkpoint_retry_at: None,
+            checkpoint_failure_told: None,
             started_at: None,
             busy: false,
             budget: Arc::new(ReloadBudget::default()),

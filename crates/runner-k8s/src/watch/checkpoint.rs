@@ -7,18 +7,21 @@
 //! ConfigMap, because both hold what the session's user wrote and the
 //! record holds the session's environment and token.
 //!
-//! A Secret holds at most 1 MiB. A workspace whose compressed files do not
-//! fit ([`MAX_CHECKPOINT_BYTES`]) cannot be checkpointed: the checkpoint
-//! fails with a message saying so, the last good checkpoint stays, and an
-//! idle session that cannot be checkpointed is not suspended (it keeps
-//! running until its lifetime limit) — nothing is lost silently.
+//! A Secret holds at most 1 MiB, record and files together
+//! ([`SECRET_MAX_BYTES`]). A workspace whose compressed files do not fit
+//! beside the record cannot be checkpointed: the checkpoint fails with a
+//! message saying so (the session's clients are told), the last good
+//! checkpoint stays, and an idle session that cannot be checkpointed is not
+//! suspended (it keeps running until its lifetime limit) — nothing is lost
+//! silently.
+//!
+//! The compressed files are made by the session's workspace service, beside
+//! the files ([`WorkspaceClient::checkpoint`]): the runner learns their size
+//! before it reads them and never reads more than a Secret can hold, so a
+//! large workspace costs the runner neither CPU nor memory.
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
 
-use flate2::Compression;
-use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,6 +29,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use runner_core::WatchSpec;
 use runner_core::watch_types::WorkspaceCheckpointFile;
+use runner_workspace::checkpoint as stored_form;
+use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
 use serde::{Deserialize, Serialize};
 
 use crate::api_error::{api_reason, is_not_found};
@@ -36,9 +41,9 @@ use crate::watch::pod::{MODE_LABEL, WATCH_MODE};
 const RECORD_KEY: &str = "record.json";
 /// The files' key: gzip of `[WorkspaceCheckpointFile]` as JSON.
 const FILES_KEY: &str = "workspace.json.gz";
-/// The most compressed workspace a checkpoint takes: a Secret's 1 MiB less
-/// room for the record.
-pub const MAX_CHECKPOINT_BYTES: usize = 1024 * 1024 - 64 * 1024;
+/// The most a Secret's data holds, keys and values together (the
+/// apiserver refuses a larger one with 422).
+pub const SECRET_MAX_BYTES: usize = 1024 * 1024;
 /// The most a stored checkpoint may expand to when read back (bounds a
 /// Secret edited into a decompression bomb).
 const MAX_EXPANDED_BYTES: u64 = 256 * 1024 * 1024;
@@ -57,9 +62,11 @@ pub struct WatchRecord {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error(
-        "the workspace is {compressed} bytes compressed; a checkpoint in the cluster holds at most {MAX_CHECKPOINT_BYTES} (a Secret's 1 MiB)"
+        "the workspace is {compressed} bytes compressed and the session's record {record} bytes; a checkpoint in the cluster holds at most {SECRET_MAX_BYTES} bytes together (a Secret's 1 MiB)"
     )]
-    TooLarge { compressed: usize },
+    TooLarge { compressed: u64, record: usize },
+    #[error("could not read the workspace: {0}")]
+    Workspace(String),
     #[error("could not store the checkpoint: {0}")]
     Api(String),
     #[error("could not encode the checkpoint: {0}")]
@@ -124,19 +131,61 @@ impl Checkpoints {
             .await
     }
 
-    /// Stores the workspace's files as the session's checkpoint.
+    /// Stores the workspace's files, as they are now, as the session's
+    /// checkpoint: compressed by the workspace service when it can (read
+    /// only when they fit), else snapshotted and compressed here, off the
+    /// async workers.
+    pub async fn save_from(
+        &self,
+        record: &WatchRecord,
+        client: &WorkspaceClient,
+    ) -> Result<(), CheckpointError> {
+        let room = room_for_files(record);
+        let stored = match client.checkpoint(room as u64).await {
+            Ok(stored) => stored,
+            Err(CheckpointFetchError::TooLarge { bytes }) => {
+                return Err(CheckpointError::TooLarge {
+                    compressed: bytes,
+                    record: record_size(record),
+                });
+            }
+            Err(CheckpointFetchError::NotServed) => {
+                let files = client
+                    .snapshot()
+                    .await
+                    .map_err(|err| CheckpointError::Workspace(err.message))?;
+                return self.save_files(record, files).await;
+            }
+            Err(CheckpointFetchError::Failed(err)) => {
+                return Err(CheckpointError::Workspace(err.message));
+            }
+        };
+        self.store(record, stored).await
+    }
+
+    /// Stores `files` as the session's checkpoint.
     pub async fn save_files(
         &self,
-        session_id: &str,
-        files: &[WorkspaceCheckpointFile],
+        record: &WatchRecord,
+        files: Vec<WorkspaceCheckpointFile>,
     ) -> Result<(), CheckpointError> {
-        let compressed = compress(files)?;
-        if compressed.len() > MAX_CHECKPOINT_BYTES {
+        let stored = tokio::task::spawn_blocking(move || stored_form::encode(&files))
+            .await
+            .map_err(|err| CheckpointError::Encode(err.to_string()))?
+            .map_err(|err| CheckpointError::Encode(err.to_string()))?;
+        self.store(record, stored).await
+    }
+
+    /// Writes the compressed files beside `record`, when the two fit in one
+    /// Secret.
+    async fn store(&self, record: &WatchRecord, stored: Vec<u8>) -> Result<(), CheckpointError> {
+        if stored.len() > room_for_files(record) {
             return Err(CheckpointError::TooLarge {
-                compressed: compressed.len(),
+                compressed: stored.len() as u64,
+                record: record_size(record),
             });
         }
-        self.patch(session_id, FILES_KEY, compressed)
+        self.patch(&record.spec.session_id, FILES_KEY, stored)
             .await
             .map_err(|err| CheckpointError::Api(api_reason(&err)))
     }
@@ -172,7 +221,15 @@ impl Checkpoints {
             ));
         };
         let files = match secret.data.as_ref().and_then(|d| d.get(FILES_KEY)) {
-            Some(bytes) => Some(decompress(&bytes.0)?),
+            Some(bytes) => {
+                let bytes = bytes.0.clone();
+                let decoded = tokio::task::spawn_blocking(move || {
+                    stored_form::decode(&bytes, MAX_EXPANDED_BYTES)
+                })
+                .await
+                .map_err(|err| format!("the checkpoint cannot be read: {err}"))?;
+                Some(decoded.map_err(|err| err.to_string())?)
+            }
             None => None,
         };
         Ok(Some((record, files)))
@@ -241,40 +298,45 @@ fn record_of(secret: &Secret) -> Option<WatchRecord> {
         .then_some(record)
 }
 
-fn compress(files: &[WorkspaceCheckpointFile]) -> Result<Vec<u8>, CheckpointError> {
-    let json = serde_json::to_vec(files).map_err(|err| CheckpointError::Encode(err.to_string()))?;
-    let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
-    encoder
-        .write_all(&json)
-        .and_then(|()| encoder.finish())
-        .map_err(|err| CheckpointError::Encode(err.to_string()))
+/// The record's size as stored.
+fn record_size(record: &WatchRecord) -> usize {
+    encode_record(record).len()
 }
 
-fn decompress(bytes: &[u8]) -> Result<Vec<WorkspaceCheckpointFile>, String> {
-    let mut json = Vec::new();
-    GzDecoder::new(bytes)
-        .take(MAX_EXPANDED_BYTES)
-        .read_to_end(&mut json)
-        .map_err(|err| format!("the checkpoint cannot be read: {err}"))?;
-    serde_json::from_slice(&json).map_err(|err| format!("the checkpoint cannot be read: {err}"))
+/// What the files may take in the Secret beside `record` and the two keys.
+fn room_for_files(record: &WatchRecord) -> usize {
+    SECRET_MAX_BYTES.saturating_sub(RECORD_KEY.len() + record_size(record) + FILES_KEY.len())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use runner_core::watch_types::FileEncoding;
+    use runner_core::WatchSpec;
+
+    fn record(env_bytes: usize) -> WatchRecord {
+        let spec: WatchSpec = serde_json::from_value(serde_json::json!({
+            "session_id": "s",
+            "created_at": "now",
+            "apps": [],
+            "env": [["BIG", "x".repeat(env_bytes)]],
+            "config": {"image": "telorun/node:0-slim", "pullPolicy": "missing"},
+        }))
+        .expect("a watch spec");
+        WatchRecord {
+            spec,
+            generation: 0,
+            token: "t".repeat(32),
+        }
+    }
 
     #[test]
-    fn files_survive_compression_and_a_bomb_is_bounded() {
-        let files = vec![WorkspaceCheckpointFile {
-            path: "telo.yaml".into(),
-            hash: "h".into(),
-            content: "kind: Telo.Application\n".repeat(1000),
-            encoding: FileEncoding::Utf8,
-        }];
-        let compressed = compress(&files).expect("compresses");
-        assert!(compressed.len() < 2000, "{}", compressed.len());
-        assert_eq!(decompress(&compressed).expect("reads"), files);
-        assert!(decompress(b"not gzip").is_err());
+    fn the_room_for_files_is_what_the_record_leaves_of_a_secret() {
+        let small = record(0);
+        let large = record(700 * 1024);
+        assert_eq!(
+            room_for_files(&small),
+            SECRET_MAX_BYTES - RECORD_KEY.len() - FILES_KEY.len() - record_size(&small)
+        );
+        assert!(room_for_files(&large) < SECRET_MAX_BYTES - 700 * 1024);
     }
 }

@@ -50,7 +50,7 @@ use crate::session::{
 };
 use crate::telo_images::{TeloImageSource, TeloPins};
 use crate::terminal::{self, Output, Terminal};
-use checkpoint::{Checkpoints, WatchRecord};
+use checkpoint::{CheckpointError, Checkpoints, WatchRecord};
 use pod::{
     WORKSPACE_PORT, WatchPodInput, app_container, build_watch_pod, inspect_port_for, watch_pod_name,
 };
@@ -131,7 +131,7 @@ pub async fn start(
                     "could not record the watch session",
                 )
             })?;
-            (record, Fill::Seed(bundle.files))
+            (record, Some(Fill::Seed(bundle.files)))
         }
         WatchStart::Resume | WatchStart::Adopt => {
             let loaded = wctx
@@ -139,23 +139,26 @@ pub async fn start(
                 .load(&id)
                 .await
                 .map_err(|reason| StartError::new(StartStage::Resume, reason))?;
-            let Some((mut record, Some(files))) = loaded else {
-                return Err(StartError::new(
-                    StartStage::Resume,
-                    "the session's checkpoint is gone",
-                ));
+            let gone = || StartError::new(StartStage::Resume, "the session's checkpoint is gone");
+            let Some((mut record, files)) = loaded else {
+                return Err(gone());
             };
+            // A pod left running is taken over whether or not its workspace
+            // was ever checkpointed; only a resume needs the files.
+            if files.is_none() && matches!(start, WatchStart::Resume) {
+                return Err(gone());
+            }
             if record.spec != spec {
                 record.spec = spec.clone();
                 if let Err(err) = wctx.checkpoints.save_record(&record).await {
                     warn!(session_id = %id, error = %err, "could not record the resumed session");
                 }
             }
-            (record, Fill::Restore(files))
+            (record, files.map(Fill::Restore))
         }
     };
     let adopting = matches!(start, WatchStart::Adopt);
-    let seeding = matches!(fill, Fill::Seed(_));
+    let seeding = matches!(fill, Some(Fill::Seed(_)));
     let watch = Arc::new(KubeWatch {
         wctx: wctx.clone(),
         id: id.clone(),
@@ -170,7 +173,13 @@ pub async fn start(
         if adopting && watch.adopt(&spec.apps).await {
             Ok(())
         } else {
-            watch.bring_up(spec.apps.clone(), fill).await
+            match fill {
+                Some(fill) => watch.bring_up(spec.apps.clone(), fill).await,
+                None => Err(StartError::new(
+                    StartStage::Resume,
+                    "the session's pod could not be taken over, and its workspace was never checkpointed",
+                )),
+            }
         }
     };
     if let Err(err) = brought_up {
@@ -320,16 +329,9 @@ impl KubeWatch {
                 })?;
                 // The first checkpoint at once: a session whose runner dies
                 // before the first periodic one is still resumable.
-                match client.snapshot().await {
-                    Ok(seeded) => {
-                        if let Err(err) = self.wctx.checkpoints.save_files(&self.id, &seeded).await
-                        {
-                            warn!(session_id = %self.id, error = %err, "could not store the seeded workspace as the first checkpoint");
-                        }
-                    }
-                    Err(err) => {
-                        warn!(session_id = %self.id, error = %err, "could not read the seeded workspace for the first checkpoint");
-                    }
+                let record = lock(&self.record).clone();
+                if let Err(err) = self.wctx.checkpoints.save_from(&record, &client).await {
+                    warn!(session_id = %self.id, error = %err, "could not store the seeded workspace as the first checkpoint");
                 }
             }
             Fill::Restore(files) => client.restore(&files).await.map_err(|err| {
@@ -520,10 +522,11 @@ impl KubeWatch {
 
     /// The workspace's files, stored as the session's checkpoint.
     async fn save_checkpoint(&self) -> Result<(), WorkspaceFailure> {
-        let files = self.client()?.snapshot().await?;
+        let client = self.client()?;
+        let record = lock(&self.record).clone();
         self.wctx
             .checkpoints
-            .save_files(&self.id, &files)
+            .save_from(&record, &client)
             .await
             .map_err(|err| WorkspaceFailure::unavailable(err.to_string()))
     }
@@ -870,18 +873,22 @@ pub async fn recover_suspended(
                 .with_limits(&wctx.workspace_limits);
                 // Checkpointed first: its newest files survive whatever
                 // happens to the pod next.
-                match snapshot_with_retries(&client).await {
-                    Ok(files) => match wctx.checkpoints.save_files(&id, &files).await {
-                        Ok(()) => {
-                            has_files = true;
-                            running = serving;
-                        }
-                        Err(err) => {
-                            warn!(session_id = %id, error = %err, "could not checkpoint a watch pod left running");
-                        }
-                    },
+                match checkpoint_with_retries(wctx, &record, &client).await {
+                    Ok(()) => {
+                        has_files = true;
+                        running = serving;
+                    }
                     Err(err) => {
-                        warn!(session_id = %id, error = %err, "a watch pod left running did not answer; its last checkpoint stays");
+                        // A pod that answers is taken over all the same:
+                        // deleting it would lose exactly the files the
+                        // checkpoint could not hold. The session's clients
+                        // hear of it when the next checkpoint fails too.
+                        running = serving && client.health().await;
+                        if running {
+                            warn!(session_id = %id, error = %err, "could not checkpoint a watch pod left running; taking it over as it runs");
+                        } else {
+                            warn!(session_id = %id, error = %err, "a watch pod left running did not answer; its last checkpoint stays");
+                        }
                     }
                 }
             }
@@ -890,9 +897,9 @@ pub async fn recover_suspended(
                 take_down_pod(&ctx, &name, watching).await;
             }
         }
-        if !has_files {
-            // Never checkpointed (the runner ended while it started): nothing
-            // to resume from.
+        if !has_files && !running {
+            // Never checkpointed (the runner ended while it started) and no
+            // pod to take over: nothing to resume from.
             warn!(session_id = %id, "dropping a watch session that was never checkpointed");
             if let Err(err) = wctx.checkpoints.delete(&id).await {
                 warn!(session_id = %id, error = %api_reason(&err), "could not delete a watch session record");
@@ -935,15 +942,19 @@ pub async fn recover_suspended(
     kept
 }
 
-/// A left-running pod's files, asked for a few times: a pod that answers
-/// late (a busy node) still gets its newest files checkpointed.
-async fn snapshot_with_retries(
+/// A left-running pod's files checkpointed, asked for a few times: a pod
+/// that answers late (a busy node) still gets its newest files kept. A
+/// workspace too large to keep is not asked for again.
+async fn checkpoint_with_retries(
+    wctx: &WatchContext,
+    record: &WatchRecord,
     client: &WorkspaceClient,
-) -> Result<Vec<WorkspaceCheckpointFile>, WorkspaceFailure> {
+) -> Result<(), CheckpointError> {
     let mut attempt = 1;
     loop {
-        match client.snapshot().await {
-            Ok(files) => return Ok(files),
+        match wctx.checkpoints.save_from(record, client).await {
+            Ok(()) => return Ok(()),
+            Err(err @ CheckpointError::TooLarge { .. }) => return Err(err),
             Err(err) if attempt >= RECOVERY_SNAPSHOT_ATTEMPTS => return Err(err),
             Err(err) => {
                 warn!(error = %err, attempt, "a watch pod left running did not give its files; asking again");
