@@ -171,6 +171,13 @@ pub async fn set_apps(
         .map_err(|err| ApiError::bad_request("invalid_request", err.message))?;
     let session = watch_session(&state, &id)?;
     live_workload(&session, NO_LIVE_WORKLOAD)?;
+    // An app-set change restarts every kernel of the session: it spends the
+    // reload budget as a reload does.
+    spend_budget(
+        &state,
+        &session,
+        "reloads, workspace writes and app set changes",
+    )?;
     let apps = resolve_apps(Some(apps), || {
         unreachable!("PUT /apps always names its apps")
     })

@@ -90,6 +90,11 @@ impl SessionRegistry {
     /// its checkpoint, with every app's next generation attributed `resume`.
     pub async fn resume(&self, id: &str) -> Result<(), ResumeError> {
         let not_suspended = || ResumeError::NotSuspended(id.to_owned());
+        let lifecycle = self
+            .get(id)
+            .and_then(|s| s.watch_lifecycle())
+            .ok_or_else(not_suspended)?;
+        let _turn = lifecycle.lock().await;
         let session = self
             .get(id)
             .filter(|s| matches!(s.status(), RunStatus::Suspended))
@@ -138,6 +143,9 @@ impl SessionRegistry {
         session: &Arc<Session>,
         apps: Vec<AppSpec>,
     ) -> Result<Vec<String>, SetAppsError> {
+        let lifecycle = session.watch_lifecycle().ok_or(SetAppsError::NotRunning)?;
+        // One change at a time; a later one finds the earlier one's apps.
+        let _turn = lifecycle.lock().await;
         let workload = session.watch_workload().ok_or(SetAppsError::NotRunning)?;
         let added = session.add_channels(&apps);
         session.attribute_next_run(None, RunTrigger::Resume);
@@ -337,8 +345,13 @@ impl SessionRegistry {
             let slots = self.inner.checkpoint_slots.clone();
             let every = config.checkpoint_every;
             let metrics = self.inner.metrics.clone();
+            let lifecycle = session.watch_lifecycle();
             self.inner.tasks.spawn(
                 async move {
+                    let _turn = match &lifecycle {
+                        Some(lifecycle) => Some(lifecycle.lock().await),
+                        None => None,
+                    };
                     match job {
                         Job::Expire => expire(&session).await,
                         Job::Suspend | Job::Checkpoint => {

@@ -27,6 +27,12 @@ impl Session {
         self.watch_state()?.workload.clone()
     }
 
+    /// The lock its app-set changes, resumes, suspends and checkpoints take
+    /// in turn.
+    pub(crate) fn watch_lifecycle(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        Some(self.watch_state()?.lifecycle.clone())
+    }
+
     /// The watch session's reload budget.
     pub(crate) fn reload_budget(&self) -> Option<Arc<crate::watch::ReloadBudget>> {
         Some(self.watch_state()?.budget.clone())

@@ -32,6 +32,10 @@ pub struct WatchState {
     /// supervisor leaves the session alone.
     pub(crate) busy: bool,
     pub(crate) budget: Arc<ReloadBudget>,
+    /// Held through an app-set change, a resume, a suspend or a checkpoint:
+    /// one at a time per session. Concurrent `PUT /apps` calls each started
+    /// a new set of kernels, and the channels they left listed none.
+    pub(crate) lifecycle: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl WatchState {
@@ -47,6 +51,7 @@ impl WatchState {
             started_at: None,
             busy: false,
             budget: Arc::new(ReloadBudget::default()),
+            lifecycle: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
