@@ -82,9 +82,24 @@ impl LocalBackend {
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
             );
         }
+        let cgroups = match (&config.sandbox, crate::cgroup::CgroupTree::delegated()) {
+            (SandboxConfig::None, _) => None,
+            (_, Ok(tree)) => {
+                info!(
+                    "sessions get a cgroup v2 child each: memory, processes and CPU are bounded per session"
+                );
+                Some(Arc::new(tree))
+            }
+            (_, Err(err)) => {
+                warn!(reason = %err, "no cgroup v2 delegated to the runner: sessions are bounded by rlimits only (memory per process, processes per session unless the runner runs as root, no CPU bound)");
+                None
+            }
+        };
         let sandbox = Arc::new(SandboxMonitor::new(
             config.sandbox.clone(),
             &config.work_root,
+            config.limits,
+            cgroups,
         ));
         let kernel = KernelMonitor::new(
             &config.telo,
