@@ -465,6 +465,10 @@ impl Backend for LocalBackend {
             &sink,
             self.config.max_ttl,
             self.config.stop_grace,
+            crate::disk_bound::DiskBound {
+                dir: work.root().to_owned(),
+                max_bytes: self.config.limits.disk_bytes,
+            },
         ) {
             Ok(wired) => wired,
             Err(err) => {
@@ -476,8 +480,17 @@ impl Backend for LocalBackend {
 
         sink.status(RunStatus::running_unrouted(spec.ports.iter()));
         // Only now: the terminal status must never overtake `running`.
-        self.tasks
-            .spawn(supervise(supervision).instrument(Span::current()));
+        // The directory goes as soon as the session has ended: its output
+        // lives in the registry's memory, and a finished session's files
+        // kept for the exit TTL were disk a tenant could fill and leave.
+        let finished = work.clone();
+        self.tasks.spawn(
+            async move {
+                supervise(supervision).await;
+                finished.discard();
+            }
+            .instrument(Span::current()),
+        );
 
         Observer {
             tasks: &self.tasks,
@@ -599,6 +612,7 @@ fn wire_session(
     sink: &SessionSink,
     max_ttl: Duration,
     stop_grace: Duration,
+    disk: crate::disk_bound::DiskBound,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let output_sink = sink.clone();
     let wired = wire_process(
@@ -614,6 +628,7 @@ fn wire_session(
         exited: wired.exited,
         output_drained: wired.output_drained,
         max_ttl,
+        disk: Some(disk),
     };
     Ok((wired.session, supervision))
 }

@@ -26,6 +26,7 @@ pub mod args_file;
 pub mod backend;
 pub mod cgroup;
 pub mod config;
+pub mod disk_bound;
 pub mod executable;
 pub mod kernel_cache;
 pub mod kernel_check;
