@@ -81,7 +81,7 @@ pub fn human_bytes(bytes: u64) -> String {
     ];
     UNITS
         .iter()
-        .find(|(unit, _)| bytes >= *unit && bytes % unit == 0)
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
         .map_or_else(
             || format!("{bytes} bytes"),
             |(unit, name)| format!("{} {name}", bytes / unit),
