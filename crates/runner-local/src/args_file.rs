@@ -12,6 +12,8 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub struct ArgsFile {
     file: std::fs::File,
+    /// The sandbox's cgroup, which lives exactly as long.
+    _cgroup: Option<crate::cgroup::SessionCgroup>,
 }
 
 impl ArgsFile {
@@ -29,7 +31,17 @@ impl ArgsFile {
             bytes.push(0);
         }
         file.write_all(&bytes)?;
-        Ok(Self { file })
+        Ok(Self {
+            file,
+            _cgroup: None,
+        })
+    }
+
+    /// Keeps `cgroup` for as long as the sandbox's arguments are kept: the
+    /// session's life.
+    pub fn with_cgroup(mut self, cgroup: Option<crate::cgroup::SessionCgroup>) -> Self {
+        self._cgroup = cgroup;
+        self
     }
 
     /// Where another process of the same user can open it.

@@ -82,9 +82,24 @@ impl LocalBackend {
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
             );
         }
+        let cgroups = match (&config.sandbox, crate::cgroup::CgroupTree::delegated()) {
+            (SandboxConfig::None, _) => None,
+            (_, Ok(tree)) => {
+                info!(
+                    "sessions get a cgroup v2 child each: memory, processes and CPU are bounded per session"
+                );
+                Some(Arc::new(tree))
+            }
+            (_, Err(err)) => {
+                warn!(reason = %err, "no cgroup v2 delegated to the runner: sessions are bounded by rlimits only (memory per process, processes per session unless the runner runs as root, no CPU bound)");
+                None
+            }
+        };
         let sandbox = Arc::new(SandboxMonitor::new(
             config.sandbox.clone(),
             &config.work_root,
+            config.limits,
+            cgroups,
         ));
         let kernel = KernelMonitor::new(
             &config.telo,
@@ -450,6 +465,10 @@ impl Backend for LocalBackend {
             &sink,
             self.config.max_ttl,
             self.config.stop_grace,
+            crate::disk_bound::DiskBound {
+                dir: work.root().to_owned(),
+                max_bytes: self.config.limits.disk_bytes,
+            },
         ) {
             Ok(wired) => wired,
             Err(err) => {
@@ -461,8 +480,17 @@ impl Backend for LocalBackend {
 
         sink.status(RunStatus::running_unrouted(spec.ports.iter()));
         // Only now: the terminal status must never overtake `running`.
-        self.tasks
-            .spawn(supervise(supervision).instrument(Span::current()));
+        // The directory goes as soon as the session has ended: its output
+        // lives in the registry's memory, and a finished session's files
+        // kept for the exit TTL were disk a tenant could fill and leave.
+        let finished = work.clone();
+        self.tasks.spawn(
+            async move {
+                supervise(supervision).await;
+                finished.discard();
+            }
+            .instrument(Span::current()),
+        );
 
         Observer {
             tasks: &self.tasks,
@@ -584,6 +612,7 @@ fn wire_session(
     sink: &SessionSink,
     max_ttl: Duration,
     stop_grace: Duration,
+    disk: crate::disk_bound::DiskBound,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let output_sink = sink.clone();
     let wired = wire_process(
@@ -599,6 +628,7 @@ fn wire_session(
         exited: wired.exited,
         output_drained: wired.output_drained,
         max_ttl,
+        disk: Some(disk),
     };
     Ok((wired.session, supervision))
 }

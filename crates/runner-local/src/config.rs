@@ -64,6 +64,8 @@ pub struct LocalConfig {
     pub sandbox: SandboxConfig,
     /// What one watch session's workspace may hold.
     pub workspace: runner_workspace::WorkspaceLimits,
+    /// What one session may use (memory, processes, CPU, disk).
+    pub limits: crate::limits::SessionLimits,
 }
 
 pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
@@ -101,6 +103,26 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_LOCAL_SANDBOX_READ_ONLY",
         default: "(unset)",
         description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_MAX_MEMORY",
+        default: crate::limits::DEFAULT_MAX_MEMORY,
+        description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_MAX_PROCESSES",
+        default: "512",
+        description: "Processes and threads of one session (RLIMIT_NPROC in the session's own user namespace; pids.max with a delegated cgroup, which a runner running as root needs for this bound).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_MAX_CPU",
+        default: crate::limits::DEFAULT_MAX_CPU,
+        description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_LOCAL_MAX_DISK",
+        default: crate::limits::DEFAULT_MAX_DISK,
+        description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a session past it is stopped and failed). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",
@@ -207,6 +229,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }
     };
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
+    let limits = crate::limits::load_session_limits(env)?;
     Ok(LocalConfig {
         telo,
         telo_versions,
@@ -216,6 +239,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         stop_grace: DEFAULT_STOP_GRACE,
         sandbox,
         workspace,
+        limits,
     })
 }
 
@@ -247,6 +271,7 @@ mod tests {
                     read_only: Vec::new(),
                 }),
                 workspace: runner_workspace::WorkspaceLimits::default(),
+                limits: crate::limits::SessionLimits::default(),
             }
         );
     }
@@ -392,6 +417,10 @@ mod tests {
                 "RUNNER_MAX_TTL_SECONDS",
                 "RUNNER_LOCAL_SANDBOX",
                 "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+                "RUNNER_LOCAL_MAX_MEMORY",
+                "RUNNER_LOCAL_MAX_PROCESSES",
+                "RUNNER_LOCAL_MAX_CPU",
+                "RUNNER_LOCAL_MAX_DISK",
                 "RUNNER_WORKSPACE_MAX_FILE_BYTES",
                 "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
                 "RUNNER_WORKSPACE_MAX_BYTES",

@@ -24,13 +24,16 @@
 
 pub mod args_file;
 pub mod backend;
+pub mod cgroup;
 pub mod config;
+pub mod disk_bound;
 pub mod executable;
 pub mod kernel_cache;
 pub mod kernel_check;
 pub mod kernel_fingerprint;
 pub mod kernel_monitor;
 pub mod launch;
+pub mod limits;
 pub mod pipes;
 pub mod proc_tree;
 pub mod process_group;

@@ -43,8 +43,12 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use crate::args_file::ArgsFile;
+use crate::cgroup::{CgroupTree, SessionCgroup};
 use crate::launch::{LaunchPlan, SpawnPlan};
+use crate::limits::{RunnerLimits, SessionLimits, prlimit_argv};
 use crate::process_group::Members;
 
 /// Directories a program needs to run at all, shown read-only (or, when the
@@ -93,6 +97,16 @@ pub const ARGS_FD: u32 = 3;
 /// Opens the arguments file (`$1`) as descriptor 3 and becomes `bwrap`
 /// (`$0`) with the command line that follows.
 pub const EXEC_BWRAP: &str = "f=$1; shift; exec \"$0\" --args 3 -- \"$@\" 3<\"$f\"";
+
+/// [`EXEC_BWRAP`] after moving itself into the session's cgroup (`$1`,
+/// its `cgroup.procs`), so every process of the sandbox starts there; a
+/// sandbox that cannot be bounded does not start.
+pub const EXEC_BWRAP_IN_CGROUP: &str =
+    "g=$1; f=$2; shift 2; echo $$ > \"$g\" || exit 125; exec \"$0\" --args 3 -- \"$@\" 3<\"$f\"";
+
+/// The empty directory covering the work root holds only the mount points
+/// of what is shown in it.
+pub const MASK_TMPFS_BYTES: u64 = 1 << 20;
 
 /// One system directory as the host has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +184,9 @@ pub struct SandboxSpec<'a> {
     pub cwd: &'a Path,
     /// The workload's whole environment.
     pub env: &'a [(String, String)],
+    /// The size of each private `/tmp`: memory, bounded apart from the
+    /// session's directory.
+    pub private_tmp_bytes: u64,
 }
 
 /// `bwrap`'s arguments, up to (not including) the command.
@@ -209,14 +226,26 @@ pub fn bwrap_args(spec: &SandboxSpec<'_>) -> Vec<OsString> {
         "--dev".as_ref(),
         "/dev".as_ref(),
     ]);
+    let tmp_size = spec.private_tmp_bytes.to_string();
     for dir in PRIVATE_TMP_DIRS {
-        push(&["--tmpfs".as_ref(), dir.as_ref()]);
+        push(&[
+            "--size".as_ref(),
+            tmp_size.as_ref(),
+            "--tmpfs".as_ref(),
+            dir.as_ref(),
+        ]);
     }
     // After the private /tmp, so an installation under /tmp shows through it.
     for dir in spec.read_only {
         push(&["--ro-bind".as_ref(), dir.as_ref(), dir.as_ref()]);
     }
-    push(&["--tmpfs".as_ref(), spec.masked.as_ref()]);
+    let mask_size = MASK_TMPFS_BYTES.to_string();
+    push(&[
+        "--size".as_ref(),
+        mask_size.as_ref(),
+        "--tmpfs".as_ref(),
+        spec.masked.as_ref(),
+    ]);
     for dir in spec.read_write {
         push(&["--bind".as_ref(), dir.as_ref(), dir.as_ref()]);
     }
@@ -257,6 +286,8 @@ pub struct SandboxPrograms {
     pub bwrap: PathBuf,
     /// util-linux's (or busybox's) `setsid`, run inside the sandbox.
     pub setsid: PathBuf,
+    /// util-linux's `prlimit`, which sets the session's rlimits inside.
+    pub prlimit: PathBuf,
 }
 
 /// Which session the workload runs in, inside the sandbox.
@@ -273,20 +304,28 @@ pub enum WorkloadSession {
 }
 
 /// What the runner executes: `sh -c EXEC_BWRAP bwrap <args file> [setsid
-/// [--ctty]] <argv>`, the workload in `session`.
+/// [--ctty]] <argv>`, the workload in `session` — or, with a cgroup,
+/// `sh -c EXEC_BWRAP_IN_CGROUP bwrap <cgroup.procs> <args file> …`.
 pub fn host_command(
     programs: &SandboxPrograms,
     args_file: &Path,
+    cgroup_procs: Option<&Path>,
     argv: &[OsString],
     session: WorkloadSession,
 ) -> Vec<OsString> {
+    let script = if cgroup_procs.is_some() {
+        EXEC_BWRAP_IN_CGROUP
+    } else {
+        EXEC_BWRAP
+    };
     let mut command: Vec<OsString> = vec![
         programs.sh.clone().into(),
         "-c".into(),
-        EXEC_BWRAP.into(),
+        script.into(),
         programs.bwrap.clone().into(),
-        args_file.into(),
     ];
+    command.extend(cgroup_procs.map(OsString::from));
+    command.push(args_file.into());
     match session {
         WorkloadSession::Terminal => {
             command.push(programs.setsid.clone().into());
@@ -310,6 +349,12 @@ pub struct Sandbox {
     pub hidden: Vec<PathBuf>,
     /// Shown read-only in every sandbox (`RUNNER_LOCAL_SANDBOX_READ_ONLY`).
     pub read_only: Vec<PathBuf>,
+    /// What each sandbox's workload may use.
+    pub limits: SessionLimits,
+    /// The runner's own hard limits, which cap the workload's.
+    pub runner_limits: RunnerLimits,
+    /// Where each sandbox gets a cgroup of its own, when the host delegates.
+    pub cgroups: Option<Arc<CgroupTree>>,
 }
 
 impl Sandbox {
@@ -349,10 +394,31 @@ impl Sandbox {
             hidden: &self.hidden,
             cwd: &plan.cwd,
             env: &plan.env,
+            private_tmp_bytes: self.limits.private_tmp_bytes(),
         });
-        let args_file = ArgsFile::new(&args)?;
+        let cgroup = match &self.cgroups {
+            Some(tree) => Some(tree.child(&self.limits).map_err(std::io::Error::other)?),
+            None => None,
+        };
+        let procs = cgroup.as_ref().map(SessionCgroup::procs);
+        // The limits hold for the workload and all it starts; the
+        // workload runs under `setsid`, then `prlimit`.
+        let argv: Vec<OsString> =
+            prlimit_argv(&self.programs.prlimit, &self.limits, &self.runner_limits)
+                .into_iter()
+                .chain(plan.argv)
+                .collect();
+        // Kept as long as the session (with its arguments): the cgroup
+        // goes when the session does.
+        let args_file = ArgsFile::new(&args)?.with_cgroup(cgroup);
         Ok(SpawnPlan {
-            argv: host_command(&self.programs, &args_file.path(), &plan.argv, session),
+            argv: host_command(
+                &self.programs,
+                &args_file.path(),
+                procs.as_deref(),
+                &argv,
+                session,
+            ),
             cwd: plan.cwd,
             // Nothing of the session's environment reaches `sh` and `bwrap`.
             env: Vec::new(),
@@ -467,6 +533,7 @@ mod tests {
             hidden,
             cwd: Path::new("/srv/work/abcdefgh2345/app"),
             env,
+            private_tmp_bytes: 1 << 20,
         }
     }
 
@@ -617,11 +684,13 @@ mod tests {
             sh: "/bin/sh".into(),
             bwrap: "/usr/bin/bwrap".into(),
             setsid: "/usr/bin/setsid".into(),
+            prlimit: "/usr/bin/prlimit".into(),
         };
         let argv: Vec<OsString> = vec!["/opt/telo/bin/telo".into(), "run".into()];
         let with_terminal = host_command(
             &programs,
             Path::new("/proc/7/fd/9"),
+            None,
             &argv,
             WorkloadSession::Terminal,
         );
@@ -642,6 +711,7 @@ mod tests {
         let detached = host_command(
             &programs,
             Path::new("/proc/7/fd/9"),
+            None,
             &argv,
             WorkloadSession::Detached,
         );
@@ -652,10 +722,48 @@ mod tests {
         let shared = host_command(
             &programs,
             Path::new("/proc/7/fd/9"),
+            None,
             &argv,
             WorkloadSession::Shared,
         );
         assert_eq!(strings(&shared)[5..], ["/opt/telo/bin/telo", "run"]);
+        let bounded = host_command(
+            &programs,
+            Path::new("/proc/7/fd/9"),
+            Some(Path::new("/sys/fs/cgroup/sessions/s1-0/cgroup.procs")),
+            &argv,
+            WorkloadSession::Shared,
+        );
+        assert_eq!(
+            strings(&bounded)[2..],
+            [
+                EXEC_BWRAP_IN_CGROUP,
+                "/usr/bin/bwrap",
+                "/sys/fs/cgroup/sessions/s1-0/cgroup.procs",
+                "/proc/7/fd/9",
+                "/opt/telo/bin/telo",
+                "run"
+            ]
+        );
+    }
+
+    #[test]
+    fn private_tmp_directories_and_the_work_root_mask_are_bounded_in_size() {
+        let layout = merged_usr();
+        let args = strings(&bwrap_args(&spec(&layout, &[], &[], &[], &[])));
+        let sized: Vec<(String, String)> = args
+            .windows(4)
+            .filter(|w| w[0] == "--size" && w[2] == "--tmpfs")
+            .map(|w| (w[3].clone(), w[1].clone()))
+            .collect();
+        assert_eq!(
+            sized,
+            [
+                ("/tmp".to_owned(), "1048576".to_owned()),
+                ("/var/tmp".to_owned(), "1048576".to_owned()),
+                ("/srv/work".to_owned(), MASK_TMPFS_BYTES.to_string()),
+            ]
+        );
     }
 
     #[test]

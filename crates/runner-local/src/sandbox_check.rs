@@ -21,11 +21,13 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::cgroup::CgroupTree;
 use crate::config::{BubblewrapConfig, SandboxConfig};
 use crate::executable::resolve_executable;
 use crate::kernel_check::{CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check};
 use crate::kernel_fingerprint::FileStamp;
 use crate::launch::LaunchPlan;
+use crate::limits::{RunnerLimits, SessionLimits};
 use crate::sandbox::{HostLayout, Sandbox, SandboxPrograms};
 
 /// Where the programs run inside every sandbox are looked up: directories
@@ -139,15 +141,24 @@ impl Verdict {
 pub struct SandboxMonitor {
     config: SandboxConfig,
     work_root: PathBuf,
+    limits: SessionLimits,
+    cgroups: Option<Arc<CgroupTree>>,
     /// Held for the whole of a check: the single flight.
     verdict: Mutex<Option<Verdict>>,
 }
 
 impl SandboxMonitor {
-    pub fn new(config: SandboxConfig, work_root: &Path) -> Self {
+    pub fn new(
+        config: SandboxConfig,
+        work_root: &Path,
+        limits: SessionLimits,
+        cgroups: Option<Arc<CgroupTree>>,
+    ) -> Self {
         Self {
             config,
             work_root: work_root.to_owned(),
+            limits,
+            cgroups,
             verdict: Mutex::new(None),
         }
     }
@@ -193,6 +204,12 @@ impl SandboxMonitor {
                 "util-linux (it provides setsid)",
             ));
         };
+        let Some(prlimit) = found("prlimit") else {
+            return SandboxHealth::Unusable(sandbox_program_missing(
+                "prlimit",
+                "util-linux (it provides prlimit)",
+            ));
+        };
         let Some(true_program) = found("true") else {
             return SandboxHealth::Unusable(sandbox_program_missing("true", "coreutils"));
         };
@@ -204,6 +221,7 @@ impl SandboxMonitor {
                 sh: PathBuf::from(HOST_SHELL),
                 bwrap: bwrap.clone(),
                 setsid: setsid.clone(),
+                prlimit,
             },
             layout: HostLayout::read(),
             work_root: self.work_root.clone(),
@@ -215,6 +233,9 @@ impl SandboxMonitor {
                 .map(|file| std::fs::canonicalize(file).unwrap_or_else(|_| file.clone()))
                 .collect(),
             read_only: config.read_only.clone(),
+            limits: self.limits,
+            runner_limits: RunnerLimits::read(),
+            cgroups: self.cgroups.clone(),
         };
         let plan = LaunchPlan {
             argv: vec![setsid.into(), true_program.into()],

@@ -175,6 +175,8 @@ pub struct Supervision {
     /// Fires once all terminal output was delivered.
     pub output_drained: oneshot::Receiver<()>,
     pub max_ttl: Duration,
+    /// The session's directory and the most it may hold.
+    pub disk: Option<crate::disk_bound::DiskBound>,
 }
 
 /// Waits for the session to end — on its own, by `stop`, by its lifetime
@@ -188,9 +190,18 @@ pub async fn supervise(supervision: Supervision) {
         mut exited,
         output_drained,
         max_ttl,
+        disk,
     } = supervision;
     let ended = sink.ended();
     let mut lifetime_exceeded = false;
+    let mut disk_exceeded = None;
+    let disk_bound = disk.as_ref().map(|bound| bound.max_bytes);
+    let over_disk_bound = async move {
+        match disk {
+            Some(bound) => crate::disk_bound::exceeded(bound).await,
+            None => std::future::pending().await,
+        }
+    };
     let ran_out = tokio::select! {
         code = &mut exited => Some(code),
         () = tokio::time::sleep(max_ttl) => {
@@ -205,6 +216,12 @@ pub async fn supervise(supervision: Supervision) {
             None
         }
         () = session.terminated.cancelled() => None,
+        used = over_disk_bound => {
+            disk_exceeded = disk_bound;
+            warn!(session_id = %session.id, used_bytes = used, "session directory past its disk bound");
+            session.terminate_logged("disk bound exceeded");
+            None
+        }
     };
     let exit_code = match ran_out {
         Some(code) => code,
@@ -228,6 +245,9 @@ pub async fn supervise(supervision: Supervision) {
     let stopped = session.stop_requested.load(Ordering::SeqCst) || sink.is_user_stopped();
     let status = match exit_code {
         _ if stopped => RunStatus::Stopped,
+        _ if disk_exceeded.is_some() => RunStatus::failed(crate::disk_bound::exceeded_message(
+            disk_exceeded.unwrap_or_default(),
+        )),
         _ if lifetime_exceeded => RunStatus::failed(format!(
             "session exceeded its maximum lifetime of {} s and was stopped",
             max_ttl.as_secs()

@@ -480,8 +480,11 @@ impl LocalWatch {
 
     /// Starts the co-resident agent: the operator's program, over the
     /// workspace, with the operator's env (its token included) and nothing
-    /// of the session's. It runs on pipes in a sandbox of its own; its
-    /// output is not a session channel, so it goes to the runner's log.
+    /// of the session's. It runs on pipes in a sandbox of its own, with a
+    /// home of its own that no app's sandbox shows; its output is not a
+    /// session channel, so it goes to the runner's log. The workspace is
+    /// the one place it shares with the apps, which write it: what the
+    /// agent finds there is untrusted input.
     async fn launch_agent(&self, agent: Option<&AgentLaunch>) -> Result<(), StartError> {
         let Some(agent) = agent else {
             return Ok(());
@@ -507,6 +510,10 @@ impl LocalWatch {
                 )
             })?;
         let workspace = self.work.app();
+        let home = self
+            .work
+            .create_agent_home()
+            .map_err(|err| StartError::new(StartStage::Start, err.to_string()).with_source(err))?;
         let mut env = agent.env.clone();
         env.push((
             "WORKSPACE_DIR".to_owned(),
@@ -515,7 +522,7 @@ impl LocalWatch {
         let plan = LaunchPlan {
             argv: crate::launch::app_argv(&program, command),
             cwd: workspace.clone(),
-            env: workload_env(&env, &self.work.home(), &launcher.path, None),
+            env: workload_env(&env, &home, &launcher.path, None),
         };
         let spawn = match &launcher.sandbox {
             None => SpawnPlan::unsandboxed(plan),
@@ -532,7 +539,11 @@ impl LocalWatch {
                             .map(std::path::Path::to_path_buf),
                     )
                     .collect();
-                let read_write = vec![workspace, self.work.home()];
+                // Its own home, never the apps' one: what an app writes into
+                // its home must not become the agent's configuration, and
+                // what the agent keeps in its home (credentials a tool
+                // caches) must not be an app's to read.
+                let read_write = vec![workspace, home];
                 sandbox
                     .spawn_plan(plan, &read_only, &read_write, WorkloadSession::Detached)
                     .map_err(|err| {

@@ -1,7 +1,8 @@
 //! Each session's private directory: `<root>/<sessionId>/app` holds the bundle
 //! and is the workload's working directory, `<root>/<sessionId>/home` is its
 //! `HOME`, so nothing a workload writes lands in another session or in the
-//! runner's own home.
+//! runner's own home. A watch session's co-resident agent has a home of its
+//! own beside them (`agent-home`), which no app of the session is shown.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,31 @@ impl WorkDir {
     /// The workload's `HOME`.
     pub fn home(&self) -> PathBuf {
         self.root.join("home")
+    }
+
+    /// The `HOME` of a watch session's co-resident agent. Not the apps'
+    /// `home`: an app that could write there planted a `~/.gitconfig`
+    /// (`core.fsmonitor`) and a Python `usercustomize.py` that the agent's
+    /// `git status` and `python3` then ran with the operator's secrets in
+    /// their environment.
+    pub fn agent_home(&self) -> PathBuf {
+        self.root.join("agent-home")
+    }
+
+    /// Creates [`WorkDir::agent_home`], private to the runner's user; an
+    /// existing one (a resumed session's) is kept.
+    pub fn create_agent_home(&self) -> Result<PathBuf, WorkDirError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.agent_home();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|source| WorkDirError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        Ok(dir)
     }
 
     /// Creates the (empty) `app` and `home` directories, private to the
@@ -283,6 +309,10 @@ mod tests {
         let dir = WorkDir::for_session(root, ID).unwrap();
         assert_eq!(dir.app(), Path::new("/tmp/root/abcdefgh2345/app"));
         assert_eq!(dir.home(), Path::new("/tmp/root/abcdefgh2345/home"));
+        assert_eq!(
+            dir.agent_home(),
+            Path::new("/tmp/root/abcdefgh2345/agent-home")
+        );
     }
 
     #[test]

@@ -372,3 +372,74 @@ async fn an_operator_who_opted_out_runs_sessions_unsandboxed() {
     .await;
     assert_eq!(output, "reached\r\n");
 }
+
+fn bounded(memory_bytes: u64, processes: u64, disk_bytes: u64) -> Harness {
+    Harness::with(
+        move |c| {
+            c.limits = runner_local::limits::SessionLimits {
+                memory_bytes,
+                processes,
+                cpu_millis: 1000,
+                disk_bytes,
+            };
+        },
+        limits(),
+    )
+}
+
+/// The soft and hard values of `name` in a `/proc/<pid>/limits` text.
+fn limit_of(text: &str, name: &str) -> (String, String) {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(name))
+        .unwrap_or_else(|| panic!("{name} missing from {text}"));
+    let mut values = line[name.len()..].split_whitespace();
+    (
+        values.next().unwrap().to_owned(),
+        values.next().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_processes_run_under_its_resource_limits() {
+    let harness = bounded(64 << 20, 100, 1 << 20);
+    let output = run_script(&harness, "cat /proc/self/limits", &[]).await;
+    let text = output.replace("\r\n", "\n");
+    let both = |value: &str| (value.to_owned(), value.to_owned());
+    assert_eq!(limit_of(&text, "Max processes"), both("100"), "{text}");
+    assert_eq!(limit_of(&text, "Max data size"), both("67108864"), "{text}");
+    assert_eq!(limit_of(&text, "Max file size"), both("1048576"), "{text}");
+    assert_eq!(limit_of(&text, "Max core file size"), both("0"), "{text}");
+    let (soft, hard) = limit_of(&text, "Max open files");
+    assert_eq!(soft, hard, "{text}");
+    assert!(soft.parse::<u64>().unwrap() <= 4096, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cannot_allocate_past_its_memory_bound() {
+    let harness = bounded(64 << 20, 100, 1 << 20);
+    let output = run_script(
+        &harness,
+        "python3 -c 'bytearray(256 << 20)' 2>&1 | tail -1; echo end",
+        &[],
+    )
+    .await;
+    assert!(output.contains("MemoryError"), "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_cannot_write_a_file_past_its_disk_bound() {
+    let harness = bounded(64 << 20, 100, 1 << 20);
+    let output = run_script(
+        &harness,
+        "(head -c 4194304 /dev/zero > big) 2>/dev/null; wc -c < big; (head -c 4194304 /dev/zero > /tmp/big) 2>/dev/null; wc -c < /tmp/big",
+        &[],
+    )
+    .await;
+    // The shell reports each writer killed by SIGXFSZ; the sizes follow.
+    let sizes: Vec<&str> = output
+        .lines()
+        .filter(|line| line.bytes().all(|b| b.is_ascii_digit()))
+        .collect();
+    assert_eq!(sizes, ["1048576", "1048576"], "{output}");
+}

@@ -264,3 +264,95 @@ async fn the_manifest_wins_a_port_clash_and_bad_agents_are_refused(#[case] backe
     }
     runner.stop().await;
 }
+
+/// A kernel that, under `--watch`, plants a `~/.gitconfig` in its home before
+/// it starts, then (in the background) tries to read the agent's secret and
+/// to write into the agent's home, whose path the agent publishes in the
+/// workspace; what it managed goes to `app-saw.txt`.
+fn home_planting_kernel(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        r#"#!/bin/sh
+case " $* " in *" --watch "*)
+  printf '[core]\n\tfsmonitor = planted-by-the-app\n' > "$HOME/.gitconfig"
+  (
+    i=0
+    while [ ! -s agent-home.txt ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+    h=$(cat agent-home.txt)
+    {{
+      cat "$h/secret" 2>/dev/null || echo unreadable
+      printf '[core]\n\tfsmonitor = planted-later\n' > "$h/.gitconfig" 2>/dev/null
+    }} > app-saw.tmp
+    mv app-saw.tmp app-saw.txt
+  ) > /dev/null 2>&1 &
+esac
+exec '{}' "$@"
+"#,
+        fake_telo_path().display()
+    );
+    let kernel = dir.join("telo");
+    std::fs::write(&kernel, script).unwrap();
+    std::fs::set_permissions(&kernel, std::fs::Permissions::from_mode(0o755)).unwrap();
+    kernel
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_never_shares_its_home_with_the_apps_of_its_session() {
+    let kernel_dir = tempfile::tempdir().unwrap();
+    let kernel = home_planting_kernel(kernel_dir.path());
+    let port = free_port();
+    // The agent keeps a secret in its home, says what it finds of the app's
+    // planted configuration there, and publishes where its home is.
+    let script = format!(
+        r#"printf 'agent-secret-5c1e' > "$HOME/secret"; if [ -e "$HOME/.gitconfig" ]; then cat "$HOME/.gitconfig"; else echo none; fi > "$WORKSPACE_DIR/agent-saw.tmp"; mv "$WORKSPACE_DIR/agent-saw.tmp" "$WORKSPACE_DIR/agent-saw.txt"; printf '%s' "$HOME" > "$WORKSPACE_DIR/agent-home.tmp"; mv "$WORKSPACE_DIR/agent-home.tmp" "$WORKSPACE_DIR/agent-home.txt"; printf 'kind: Telo.Application\nmetadata: {{ name: agent }}\nfakeTelo:\n  listen: [{port}]\n' > "$HOME/agent.yaml"; exec "$0" run "$HOME/agent.yaml""#
+    );
+    let catalog = json!({
+        "helper": {
+            "image": "acme/agent:1",
+            "port": port,
+            "command": ["/bin/sh", "-c", script, fake_telo_path().to_string_lossy()],
+        },
+    })
+    .to_string();
+    let fake_telo = fake_telo_path().to_string_lossy().into_owned();
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_APPS", &catalog),
+            ("RUNNER_LOCAL_TELO", &kernel.to_string_lossy()),
+            // The wrapper runs fake-telo from outside its own directory.
+            ("RUNNER_LOCAL_SANDBOX_READ_ONLY", &fake_telo),
+        ],
+    )
+    .await;
+    let id = runner.create_body(watch_body("helper", json!([]))).await;
+    let mut events = runner.events(&id, &[]).await;
+    running(&mut events).await;
+
+    let wait_for = async |path: &str| {
+        let deadline = std::time::Instant::now() + test_support::WAIT;
+        loop {
+            if let Some(text) = workspace_file(&runner, &id, path).await {
+                return text;
+            }
+            assert!(std::time::Instant::now() < deadline, "{path} never written");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    // What the app wrote into its home is not the agent's configuration...
+    assert_eq!(wait_for("agent-saw.txt").await, "none\n");
+    // ...and the agent's home is neither readable nor writable by the app.
+    let app_saw = wait_for("app-saw.txt").await;
+    assert_eq!(app_saw, "unreadable\n");
+    let agent_home = std::path::PathBuf::from(wait_for("agent-home.txt").await);
+    assert_eq!(
+        std::fs::read_to_string(agent_home.join("secret")).unwrap(),
+        "agent-secret-5c1e"
+    );
+    assert!(
+        !agent_home.join(".gitconfig").exists(),
+        "the app wrote into the agent's home"
+    );
+    runner.stop().await;
+}

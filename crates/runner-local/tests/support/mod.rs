@@ -36,6 +36,7 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         stop_grace: runner_local::config::DEFAULT_STOP_GRACE,
         sandbox: bubblewrap(),
         workspace: Default::default(),
+        limits: Default::default(),
     }
 }
 
