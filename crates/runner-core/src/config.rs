@@ -338,6 +338,11 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         description: "How long a suspended watch session (and its files) is kept before it is removed.",
     },
     EnvVarDoc {
+        name: "RUNNER_WATCH_MAX_SUSPENDED",
+        default: "64",
+        description: "Suspended watch sessions kept at once. They do not count against RUNNER_MAX_SESSIONS and are never evicted to admit another session; at this bound an idle session keeps running (until its time limit) instead of being suspended, and its clients are told.",
+    },
+    EnvVarDoc {
         name: "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
         default: "30",
         description: "How often a live watch session's workspace is checkpointed, so a suspend or a runner crash loses at most this much.",

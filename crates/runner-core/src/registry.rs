@@ -339,13 +339,17 @@ impl SessionRegistry {
             {
                 return Err(AdmissionError::TooManyWatchSessions { max });
             }
-            if sessions.len() >= self.inner.limits.max_sessions {
-                // History yields to live work: the finished (or suspended)
-                // session that left longest ago makes room; live sessions
+            // Suspended watch sessions have their own bound
+            // (RUNNER_WATCH_MAX_SUSPENDED) and hold no place here: they are
+            // someone's kept work, promised their own retention.
+            let occupied = sessions.values().filter(|s| !s.is_suspended()).count();
+            if occupied >= self.inner.limits.max_sessions {
+                // History yields to live work: the finished session that
+                // ended longest ago makes room; live and suspended sessions
                 // are never evicted.
                 let oldest_finished = sessions
                     .values()
-                    .filter_map(|s| s.reclaimable_since().map(|at| (at, s.id.clone())))
+                    .filter_map(|s| s.exited_at().map(|at| (at, s.id.clone())))
                     .min();
                 match oldest_finished {
                     Some((_, id)) => evicted = sessions.remove(&id),

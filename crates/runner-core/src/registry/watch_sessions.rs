@@ -292,6 +292,8 @@ impl SessionRegistry {
     /// checkpointed when due, suspended ones dropped past their TTL.
     fn supervise(&self) {
         let config = &self.inner.limits.watch;
+        let mut suspended = self.sessions().iter().filter(|s| s.is_suspended()).count();
+        let mut kept_running = Vec::new();
         for session in self.sessions() {
             if session.mode() != SessionMode::Watch {
                 continue;
@@ -317,9 +319,18 @@ impl SessionRegistry {
                 let expired = state
                     .started_at
                     .is_some_and(|at| at.elapsed() >= config.max_ttl);
-                let idle = session
+                let mut idle = session
                     .idle_since()
                     .is_some_and(|since| since.elapsed() >= config.idle);
+                if idle && suspended >= config.max_suspended {
+                    // No place to keep it suspended: it runs on (to its time
+                    // limit) rather than push another session's work out.
+                    idle = false;
+                    if !std::mem::replace(&mut state.kept_running_told, true) {
+                        // Told once the watch state's lock is released.
+                        kept_running.push(session.clone());
+                    }
+                }
                 let due = state
                     .checkpointed_at
                     .is_none_or(|at| at.elapsed() >= config.checkpoint_every);
@@ -335,6 +346,7 @@ impl SessionRegistry {
                 if expired {
                     Job::Expire
                 } else if idle {
+                    suspended += 1;
                     Job::Suspend
                 } else {
                     Job::Checkpoint
@@ -373,6 +385,17 @@ impl SessionRegistry {
                 }
                 .instrument(span),
             );
+        }
+        for session in kept_running {
+            session.emit(RunEvent::Progress {
+                app: None,
+                phase: RunPhase::Provision,
+                message: format!(
+                    "this idle session keeps running: the runner already keeps {} suspended sessions (RUNNER_WATCH_MAX_SUSPENDED)",
+                    config.max_suspended
+                ),
+                done: None,
+            });
         }
     }
 

@@ -38,13 +38,9 @@ impl Session {
         Some(self.watch_state()?.budget.clone())
     }
 
-    /// When the session became reclaimable: its end, or its suspension.
-    pub(crate) fn reclaimable_since(&self) -> Option<String> {
-        if let Some(at) = self.exited_at() {
-            return Some(at);
-        }
-        let state = self.watch_state()?;
-        state.suspended_at.as_ref().map(|(_, iso)| iso.clone())
+    /// A watch session that is suspended (its files kept, no workload).
+    pub(crate) fn is_suspended(&self) -> bool {
+        self.mode == SessionMode::Watch && matches!(self.status(), RunStatus::Suspended)
     }
 
     /// Counts against `RUNNER_WATCH_MAX_SESSIONS`: a watch session neither

@@ -26,6 +26,9 @@ pub struct WatchState {
     pub(crate) checkpoint_retry_at: Option<Instant>,
     /// The failure the session's clients were last told of.
     pub(crate) checkpoint_failure_told: Option<String>,
+    /// Its clients were told it stays running, idle, because the runner
+    /// keeps as many suspended sessions as it may.
+    pub(crate) kept_running_told: bool,
     /// When the running workload started (its lifetime limit counts from it).
     pub(crate) started_at: Option<Instant>,
     /// A checkpoint, suspend, resume or app change is under way: the
@@ -48,6 +51,7 @@ impl WatchState {
             checkpoint_failures: 0,
             checkpoint_retry_at: None,
             checkpoint_failure_told: None,
+            kept_running_told: false,
             started_at: None,
             busy: false,
             budget: Arc::new(ReloadBudget::default()),

@@ -15,6 +15,7 @@ pub const DEFAULT_MAX_WATCH_SESSIONS: u64 = 8;
 pub const DEFAULT_RELOAD_LIMIT: u64 = 30;
 pub const DEFAULT_SUSPENDED_TTL_SECONDS: u64 = 86_400;
 pub const DEFAULT_CHECKPOINT_SECONDS: u64 = 30;
+pub const DEFAULT_MAX_SUSPENDED: u64 = 64;
 /// How often the supervisor looks at every watch session, at most (the
 /// reference's cadence); shorter idle, checkpoint or lifetime windows are looked at
 /// four times per window, so a suspend is never late by more than a
@@ -36,6 +37,9 @@ pub struct WatchConfig {
     pub reload_limit: usize,
     /// How long a suspended session is kept.
     pub suspended_ttl: Duration,
+    /// Suspended sessions kept at once; at the bound an idle session keeps
+    /// running instead of being suspended.
+    pub max_suspended: usize,
     /// How often a live session's workspace is checkpointed.
     pub checkpoint_every: Duration,
     /// How often the supervisor runs ([`SUPERVISOR_TICK`] or a quarter of
@@ -52,6 +56,7 @@ impl Default for WatchConfig {
             max_sessions: DEFAULT_MAX_WATCH_SESSIONS as usize,
             reload_limit: DEFAULT_RELOAD_LIMIT as usize,
             suspended_ttl: Duration::from_secs(DEFAULT_SUSPENDED_TTL_SECONDS),
+            max_suspended: DEFAULT_MAX_SUSPENDED as usize,
             checkpoint_every: Duration::from_secs(DEFAULT_CHECKPOINT_SECONDS),
             tick: SUPERVISOR_TICK,
         }
@@ -82,6 +87,11 @@ pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
         suspended_ttl: seconds(
             "RUNNER_WATCH_SUSPENDED_TTL_SECONDS",
             DEFAULT_SUSPENDED_TTL_SECONDS,
+        )?,
+        max_suspended: parse_positive_usize(
+            var("RUNNER_WATCH_MAX_SUSPENDED"),
+            DEFAULT_MAX_SUSPENDED,
+            "RUNNER_WATCH_MAX_SUSPENDED",
         )?,
         checkpoint_every: seconds(
             "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
@@ -124,6 +134,7 @@ mod tests {
             ("RUNNER_WATCH_MAX_SESSIONS", "x"),
             ("RUNNER_WATCH_RELOAD_LIMIT", "1.5"),
             ("RUNNER_WATCH_SUSPENDED_TTL_SECONDS", "0"),
+            ("RUNNER_WATCH_MAX_SUSPENDED", "0"),
             ("RUNNER_WORKSPACE_CHECKPOINT_SECONDS", "abc"),
         ] {
             let err = load_watch_config(&env_from_pairs(&[(var, value)])).unwrap_err();
