@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use runner_api::types::{RunEvent, RunStatus, SessionCreated};
+use runner_api::watch::SessionMode;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -401,9 +402,20 @@ impl SessionRegistry {
         let sink = SessionSink::new(session.clone());
         let shutdown = self.inner.shutdown.clone();
         let metrics = self.inner.metrics.clone();
+        let backend = self.inner.backend.clone();
         let span = info_span!("session", session_id = %session.id);
         self.inner.tasks.spawn(
             async move {
+                // A watch session deleted while it started or resumed never
+                // got a workload whose stop would discard what the backend
+                // keeps for a resume (its checkpoint): it is discarded here,
+                // as for a session deleted while suspended, so a restart
+                // never brings the deleted session back.
+                let discard_if_deleted = |session: &Session| {
+                    if session.mode() == SessionMode::Watch && session.is_user_stopped() {
+                        backend.release(&session.id);
+                    }
+                };
                 let started = tokio::select! {
                     started = launch(sink.clone()) => started,
                     () = shutdown.cancelled() => {
@@ -429,11 +441,13 @@ impl SessionRegistry {
                     Err(err) if err.is_cancelled() => {
                         info!("session stopped while starting");
                         sink.status(RunStatus::Stopped);
+                        discard_if_deleted(&session);
                     }
                     Err(err) => {
                         error!(stage = %err.stage, error = ?err, "session start failed");
                         metrics.start_failed(err.stage);
                         sink.status(RunStatus::failed(err.to_string()));
+                        discard_if_deleted(&session);
                     }
                 }
             }

@@ -130,3 +130,46 @@ async fn at_the_suspended_bound_an_idle_session_keeps_running_and_says_so() {
     runner.delete(&format!("/v1/sessions/{first}")).await;
     runner.stop().await;
 }
+
+/// A DELETE that races a resume on Kubernetes: the session's checkpoint
+/// Secret goes with it, so no later runner brings the deleted session back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_racing_a_resume_leaves_no_checkpoint_behind() {
+    let runner = Runner::start_on(
+        Backend::Kubernetes,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+        ],
+    )
+    .await;
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["editing"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    run_event(&mut events, "app", "started", 1).await;
+    drop(events);
+    until_status(&runner, &id, "suspended").await;
+    let (status, _) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    until_status(&runner, &id, "stopped").await;
+    let sim = runner.sim.as_ref().unwrap();
+    let secret = format!("telo-watch-{id}");
+    let deadline = std::time::Instant::now() + WAIT;
+    while sim.get_value("secrets", "telo-sessions", &secret).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted session's checkpoint Secret stays"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    runner.stop().await;
+}
