@@ -537,16 +537,21 @@ impl Backend for KubeBackend {
             && let Some((image, pull_policy)) = self.kernel_image(&spec)
             && pools.serves(&image, pull_policy)
         {
-            if let Some(session) = self.start_warm(pools, &spec, &image, &sink).await? {
+            // Checked before a pod is claimed: a bundle that starts cold
+            // starts cold rather than failing on (and losing) a warm pod.
+            let too_large = crate::warm_pool::bundle_exceeds_warm_pod(&spec.bundle);
+            if too_large.is_none()
+                && let Some(session) = self.start_warm(pools, &spec, &image, &sink).await?
+            {
                 pools.count_start(&image, true);
                 return Ok(session);
             }
             pools.count_start(&image, false);
-            sink.progress(
-                RunPhase::Provision,
-                "No warm pod is ready: starting a new pod",
-                None,
-            );
+            let message = match too_large {
+                Some(reason) => format!("{reason}: starting a new pod"),
+                None => "No warm pod is ready: starting a new pod".to_owned(),
+            };
+            sink.progress(RunPhase::Provision, &message, None);
         }
         let (pod, pins) = self.build_pod(&spec)?;
         // Held until the pod runs (or the start fails): the pools wait.

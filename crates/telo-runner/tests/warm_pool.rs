@@ -462,3 +462,42 @@ async fn a_full_quota_shrinks_the_pool_and_sessions_still_start_cold() {
     drop(runner);
     sim.shutdown().await;
 }
+
+/// A bundle that starts cold starts cold with a pool too: one larger than
+/// a warm pod's workspace takes (10,050 files) is sent to a new pod, decided
+/// before any pod is claimed, and the pool keeps its pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_too_large_for_a_warm_pod_starts_cold_and_claims_none() {
+    let pool = pool_of(1);
+    let runner =
+        Runner::start_kube(common::cluster(), &[("RUNNER_WARM_POOL", pool.as_str())]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 1).await;
+    let before = idle_pods(sim).await;
+    let mut body = body("hello from a large bundle", 0);
+    let files = body["bundle"]["files"].as_array_mut().unwrap();
+    for index in 0..10_049 {
+        files.push(json!({"relativePath": format!("lib/f{index}.txt"), "contents": ""}));
+    }
+    let (id, frames) = run_to_end(&runner.base, &body).await;
+    let progress = progress_messages(&frames);
+    assert!(
+        progress.contains(
+            &"The bundle has 10050 files, more than a warm pod takes (10000): starting a new pod"
+                .to_owned()
+        ),
+        "{progress:?}"
+    );
+    assert_eq!(
+        frames.last().unwrap().json()["status"],
+        json!({"kind": "exited", "code": 0})
+    );
+    assert!(
+        runner
+            .full_output(&id)
+            .await
+            .contains("hello from a large bundle")
+    );
+    assert_eq!(idle_pods(sim).await, before, "the warm pod was claimed");
+    runner.stop().await;
+}

@@ -628,3 +628,39 @@ async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), Create
     }
     Ok(())
 }
+
+/// Why `bundle` cannot be handed to a warm pod, if it cannot: its
+/// workspace service takes a bundle within the workspace limits it runs
+/// with (the defaults: a warm pod is made before any session's bundle is
+/// known), which a run session's bundle need not respect. Such a bundle
+/// starts cold, decided before a pod is claimed.
+pub fn bundle_exceeds_warm_pod(bundle: &runner_core::types::RunBundle) -> Option<String> {
+    let limits = runner_workspace::WorkspaceLimits::default();
+    let files = bundle.files.len();
+    if files > limits.max_files {
+        return Some(format!(
+            "The bundle has {files} files, more than a warm pod takes ({})",
+            limits.max_files
+        ));
+    }
+    let total: u64 = bundle.files.iter().map(|f| f.contents.len() as u64).sum();
+    let largest = bundle
+        .files
+        .iter()
+        .map(|f| f.contents.len() as u64)
+        .max()
+        .unwrap_or(0);
+    if largest > limits.max_file_bytes {
+        return Some(format!(
+            "The bundle has a file of {largest} bytes, more than a warm pod takes ({})",
+            limits.max_file_bytes
+        ));
+    }
+    let cap = limits.max_workspace_bytes.min(limits.max_change_set_bytes);
+    if total > cap {
+        return Some(format!(
+            "The bundle holds {total} bytes, more than a warm pod takes ({cap})"
+        ));
+    }
+    None
+}
