@@ -59,6 +59,42 @@ pub enum CorsOrigins {
     List(Vec<String>),
 }
 
+impl CorsOrigins {
+    /// Whether `origin` (what a browser sent) is an entry of the list. A
+    /// literal `*` entry matches nothing here: each route decides what it
+    /// makes of one.
+    pub fn lists(&self, origin: &str) -> bool {
+        match self {
+            CorsOrigins::Any => false,
+            CorsOrigins::List(list) => list.iter().any(|entry| origin_matches(entry, origin)),
+        }
+    }
+}
+
+/// An entry matches its own text, and an entry ending in `:*`
+/// (`http://localhost:*`) matches that scheme and host on any port: a
+/// loopback editor or dev server picks its port at random, so listing the
+/// ports one by one is no choice at all. The host must end where the entry
+/// does, so `http://localhost:*` never admits `http://localhost.evil.example`.
+pub fn origin_matches(entry: &str, origin: &str) -> bool {
+    if entry == origin {
+        return true;
+    }
+    let Some(scheme_and_host) = entry.strip_suffix(":*") else {
+        return false;
+    };
+    if !scheme_and_host.contains("://") {
+        return false;
+    }
+    match origin.strip_prefix(scheme_and_host) {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix(':').is_some_and(|port| {
+            !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
+        }),
+        None => false,
+    }
+}
+
 /// Everything `loadCoreConfig` resolves, plus our body limit, the terms and the
 /// app catalog (resolved once at boot so what is advertised and what is
 /// enforced can never drift).
@@ -345,7 +381,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
         default: "*",
-        description: "Comma-separated browser origins allowed to call the API, or `*` for any origin.",
+        description: "Comma-separated browser origins allowed to call the API, or `*` for any origin. An entry ending in `:*` (`http://localhost:*`) admits that scheme and host on any port.",
     },
     EnvVarDoc {
         name: "TELO_REGISTRY_URL",
@@ -429,6 +465,28 @@ mod tests {
         #[case] expected: CorsOrigins,
     ) {
         assert_eq!(parse_cors_origins(raw), expected);
+    }
+
+    #[rstest]
+    #[case("http://localhost:*", "http://localhost:5173", true)]
+    #[case("http://localhost:*", "http://localhost", true)]
+    #[case("http://[::1]:*", "http://[::1]:8080", true)]
+    #[case("http://127.0.0.1:*", "http://127.0.0.1:65535", true)]
+    #[case("https://editor.example", "https://editor.example", true)]
+    #[case("http://localhost:*", "http://localhost.evil.example", false)]
+    #[case("http://localhost:*", "http://localhost.evil.example:80", false)]
+    #[case("http://localhost:*", "http://localhost:80.evil.example", false)]
+    #[case("http://localhost:*", "https://localhost:443", false)]
+    #[case("http://localhost:*", "http://localhost:", false)]
+    #[case("http://localhost:*", "http://localhost:*", true)]
+    #[case("https://editor.example", "https://editor.example:8443", false)]
+    #[case("*", "https://evil.example", false)]
+    fn an_entry_ending_in_a_star_port_admits_its_host_on_any_port(
+        #[case] entry: &str,
+        #[case] origin: &str,
+        #[case] admitted: bool,
+    ) {
+        assert_eq!(origin_matches(entry, origin), admitted);
     }
 
     #[test]
