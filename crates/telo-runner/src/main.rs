@@ -174,11 +174,15 @@ async fn serve_on(
             return ExitCode::FAILURE;
         }
     };
+    // Handlers first: a SIGTERM sent as soon as the address is printed
+    // (a supervisor, a test, `dev`'s user) must stop the service cleanly,
+    // not kill it with its sessions and kube-sim left behind.
+    let handlers = install_signal_handlers();
     println!("listening on http://{bound}");
     info!(addr = %bound, "telo-runner serving");
     serving(bound);
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let signals = tokio::spawn(wait_for_signal(handlers, shutdown.clone()));
     let served = service.serve(listener, shutdown).await;
     stop_waiting(signals).await;
     match served {
@@ -220,7 +224,8 @@ fn workspace(env: &HashMap<String, String>) -> ExitCode {
                 }
             }
             let shutdown = CancellationToken::new();
-            let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+            let signals =
+                tokio::spawn(wait_for_signal(install_signal_handlers(), shutdown.clone()));
             let served = runner_workspace_service::serve_on(listener, config, shutdown).await;
             stop_waiting(signals).await;
             match served {
@@ -336,13 +341,27 @@ async fn stop_waiting(signals: tokio::task::JoinHandle<()>) {
     let _ = signals.await;
 }
 
-async fn wait_for_signal(shutdown: CancellationToken) {
+/// SIGTERM and SIGINT handlers, installed at once (from then on neither
+/// kills the process); `None` when they could not be.
+fn install_signal_handlers() -> Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        error!("could not install signal handlers");
+    ) {
+        (Ok(term), Ok(int)) => Some((term, int)),
+        _ => {
+            error!("could not install signal handlers");
+            None
+        }
+    }
+}
+
+async fn wait_for_signal(
+    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+    shutdown: CancellationToken,
+) {
+    let Some((mut term, mut int)) = handlers else {
         return;
     };
     tokio::select! {

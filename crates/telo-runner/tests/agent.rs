@@ -296,12 +296,11 @@ async fn the_edge_check_asks_for_a_token_whenever_the_host_is_unclear() {
     let app_port = free_port();
     let catalog = catalog(agent_port);
     let runner = runner(Backend::Local, &catalog, false).await;
-    let id = runner
-        .create_body(watch_body(
-            "helper",
-            json!([{"port": app_port, "protocol": "tcp"}]),
-        ))
-        .await;
+    // The app listens on its declared port, so the kernel's own account of
+    // its ports (which replaces the declared ones) names it too.
+    let mut body = watch_body("helper", json!([{"port": app_port, "protocol": "tcp"}]));
+    body["bundle"] = test_support::bundle::fake_telo_bundle(json!({"listen": [app_port]}));
+    let id = runner.create_body(body).await;
     let mut events = runner.events(&id, &[]).await;
     let token = running(&mut events).await["agent"]["token"]
         .as_str()
