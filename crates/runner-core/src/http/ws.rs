@@ -1,8 +1,11 @@
 //! `GET /v1/sessions/:id/io`: the terminal byte channel over WebSocket.
 //!
-//! Every rejection happens after the handshake, with a 44xx close code a
-//! browser can read; a refused upgrade would only show as 1006, which clients
-//! treat as a network blip and retry forever.
+//! Every rejection about the session or the origin happens after the
+//! handshake, with a 44xx close code a browser can read; a refused upgrade
+//! would only show as 1006, which clients treat as a network blip and retry
+//! forever. The one exception is the subscriber cap: a socket past it is
+//! answered `429` instead of being upgraded, since upgrading it would hold
+//! the very connection the cap exists to keep free.
 
 use std::sync::Arc;
 use std::time::Duration;
