@@ -40,6 +40,15 @@ pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 5;
 /// of the pod, and 1,100 idle plus 3,000 slow clients still fit beside the
 /// editor.
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 6_000;
+/// Event streams plus terminal sockets open on one session at once. An
+/// editor tab holds one stream and a socket per app; the cap is far above
+/// that and far below what would let one session's watchers take the
+/// service's connections.
+pub const DEFAULT_MAX_SUBSCRIBERS_PER_SESSION: u64 = 64;
+/// Event streams plus terminal sockets one client holds at once, across
+/// sessions. A client is its bearer token when it presents one, else its
+/// address.
+pub const DEFAULT_MAX_SUBSCRIBERS_PER_CLIENT: u64 = 256;
 /// A client that has not sent a request's whole header block within this
 /// time, including an idle keep-alive connection, is disconnected.
 pub const DEFAULT_HEADER_TIMEOUT_SECONDS: u64 = 10;
@@ -57,6 +66,42 @@ pub enum CorsOrigins {
     /// Exact-match origins. May contain a literal `"*"`: whether that acts as a
     /// wildcard differs per route in the reference (§1.3), so callers decide.
     List(Vec<String>),
+}
+
+impl CorsOrigins {
+    /// Whether `origin` (what a browser sent) is an entry of the list. A
+    /// literal `*` entry matches nothing here: each route decides what it
+    /// makes of one.
+    pub fn lists(&self, origin: &str) -> bool {
+        match self {
+            CorsOrigins::Any => false,
+            CorsOrigins::List(list) => list.iter().any(|entry| origin_matches(entry, origin)),
+        }
+    }
+}
+
+/// An entry matches its own text, and an entry ending in `:*`
+/// (`http://localhost:*`) matches that scheme and host on any port: a
+/// loopback editor or dev server picks its port at random, so listing the
+/// ports one by one is no choice at all. The host must end where the entry
+/// does, so `http://localhost:*` never admits `http://localhost.evil.example`.
+pub fn origin_matches(entry: &str, origin: &str) -> bool {
+    if entry == origin {
+        return true;
+    }
+    let Some(scheme_and_host) = entry.strip_suffix(":*") else {
+        return false;
+    };
+    if !scheme_and_host.contains("://") {
+        return false;
+    }
+    match origin.strip_prefix(scheme_and_host) {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix(':').is_some_and(|port| {
+            !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
+        }),
+        None => false,
+    }
 }
 
 /// Everything `loadCoreConfig` resolves, plus our body limit, the terms and the
@@ -87,6 +132,42 @@ pub struct CoreConfig {
     pub io_frames: FrameFormat,
     /// `RUNNER_WATCH_*`: watch sessions.
     pub watch: WatchConfig,
+    /// `RUNNER_MAX_SUBSCRIBERS_*`: streams per session and per client.
+    pub subscribers: SubscriberLimits,
+}
+
+/// How many subscribers (event streams and terminal sockets) one session
+/// and one client may hold, so that no one client's streams can take every
+/// connection the service has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubscriberLimits {
+    pub per_session: usize,
+    pub per_client: usize,
+}
+
+impl Default for SubscriberLimits {
+    fn default() -> Self {
+        Self {
+            per_session: DEFAULT_MAX_SUBSCRIBERS_PER_SESSION as usize,
+            per_client: DEFAULT_MAX_SUBSCRIBERS_PER_CLIENT as usize,
+        }
+    }
+}
+
+fn load_subscriber_limits(env: &Env) -> Result<SubscriberLimits, ConfigError> {
+    let var = |key: &str| env.get(key).map(String::as_str);
+    Ok(SubscriberLimits {
+        per_session: parse_positive_usize(
+            var("RUNNER_MAX_SUBSCRIBERS_PER_SESSION"),
+            DEFAULT_MAX_SUBSCRIBERS_PER_SESSION,
+            "RUNNER_MAX_SUBSCRIBERS_PER_SESSION",
+        )?,
+        per_client: parse_positive_usize(
+            var("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT"),
+            DEFAULT_MAX_SUBSCRIBERS_PER_CLIENT,
+            "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
+        )?,
+    })
 }
 
 /// What one client connection may cost the service (our hardening; the
@@ -195,6 +276,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let connections = load_connection_limits(env)?;
     let io_frames = parse_io_frames(var("RUNNER_IO_FRAMES"))?;
     let watch = load_watch_config(env)?;
+    let subscribers = load_subscriber_limits(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -212,6 +294,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         connections,
         io_frames,
         watch,
+        subscribers,
     })
 }
 
@@ -283,6 +366,16 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
         description: "Client connections served at once; past it a new connection gets 503 `too_many_connections` and is closed. Bounded further by the open-file limit, which is raised to its hard limit at boot.",
     },
     EnvVarDoc {
+        name: "RUNNER_MAX_SUBSCRIBERS_PER_SESSION",
+        default: "64",
+        description: "Event streams and terminal sockets open on one session at once; past it a new one gets 429 `too_many_subscribers` (a socket before its upgrade).",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
+        default: "256",
+        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address: behind a proxy without tokens every client is the proxy); past it 429 `too_many_subscribers`.",
+    },
+    EnvVarDoc {
         name: "RUNNER_HEADER_TIMEOUT_SECONDS",
         default: "10",
         description: "A connection that has not sent a whole request header block within this time (idle keep-alive connections included) is closed.",
@@ -350,7 +443,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_CORS_ORIGINS",
         default: "*",
-        description: "Comma-separated browser origins allowed to call the API, or `*` for any origin.",
+        description: "Comma-separated browser origins allowed to call the API, or `*` for any origin. An entry ending in `:*` (`http://localhost:*`) admits that scheme and host on any port.",
     },
     EnvVarDoc {
         name: "TELO_REGISTRY_URL",
@@ -436,6 +529,28 @@ mod tests {
         assert_eq!(parse_cors_origins(raw), expected);
     }
 
+    #[rstest]
+    #[case("http://localhost:*", "http://localhost:5173", true)]
+    #[case("http://localhost:*", "http://localhost", true)]
+    #[case("http://[::1]:*", "http://[::1]:8080", true)]
+    #[case("http://127.0.0.1:*", "http://127.0.0.1:65535", true)]
+    #[case("https://editor.example", "https://editor.example", true)]
+    #[case("http://localhost:*", "http://localhost.evil.example", false)]
+    #[case("http://localhost:*", "http://localhost.evil.example:80", false)]
+    #[case("http://localhost:*", "http://localhost:80.evil.example", false)]
+    #[case("http://localhost:*", "https://localhost:443", false)]
+    #[case("http://localhost:*", "http://localhost:", false)]
+    #[case("http://localhost:*", "http://localhost:*", true)]
+    #[case("https://editor.example", "https://editor.example:8443", false)]
+    #[case("*", "https://evil.example", false)]
+    fn an_entry_ending_in_a_star_port_admits_its_host_on_any_port(
+        #[case] entry: &str,
+        #[case] origin: &str,
+        #[case] admitted: bool,
+    ) {
+        assert_eq!(origin_matches(entry, origin), admitted);
+    }
+
     #[test]
     fn an_empty_environment_yields_the_documented_defaults() {
         let config = load_core_config(&Env::new(), 8061).unwrap();
@@ -463,8 +578,41 @@ mod tests {
                 },
                 io_frames: FrameFormat::Tagged,
                 watch: WatchConfig::default(),
+                subscribers: SubscriberLimits {
+                    per_session: 64,
+                    per_client: 256,
+                },
             }
         );
+    }
+
+    #[test]
+    fn subscriber_caps_are_read_and_refused_by_name() {
+        let config = load_core_config(
+            &vars(&[
+                ("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "3"),
+                ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "5"),
+            ]),
+            8061,
+        )
+        .unwrap();
+        assert_eq!(
+            config.subscribers,
+            SubscriberLimits {
+                per_session: 3,
+                per_client: 5
+            }
+        );
+        for (name, raw) in [
+            ("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "0"),
+            ("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "many"),
+            ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "-1"),
+        ] {
+            assert_eq!(
+                load_core_config(&vars(&[(name, raw)]), 8061).map_err(|err| err.to_string()),
+                Err(format!("{name} must be a positive integer, got '{raw}'."))
+            );
+        }
     }
 
     #[test]

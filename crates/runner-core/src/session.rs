@@ -510,13 +510,17 @@ impl Session {
     /// known, so every token of the session applies) that presents
     /// `presented` may pass: an app session's token guards all its ports,
     /// an agent's token its own port, and a watch session's apps are
-    /// public. Compared by digest, in constant time.
+    /// public. A port no app of the session publishes is not one of the
+    /// public ones: every token applies there too, so a host the edge
+    /// routes by pattern cannot name an undeclared port to get in without
+    /// one. Compared by digest, in constant time.
     pub fn edge_access(&self, presented: Option<&str>, port: Option<u16>) -> EdgeAccess {
         use subtle::ConstantTimeEq;
+        let published = port.is_some_and(|port| self.publishes_tcp_port(port));
         let digests = lock(&self.edge_digests);
         let guarding: Vec<&[u8; 32]> = digests
             .iter()
-            .filter(|(guarded, _)| guarded.is_none() || port.is_none() || *guarded == port)
+            .filter(|(guarded, _)| guarded.is_none() || !published || *guarded == port)
             .map(|(_, digest)| digest)
             .collect();
         if guarding.is_empty() {
@@ -536,6 +540,15 @@ impl Session {
         } else {
             EdgeAccess::Denied
         }
+    }
+
+    /// Whether an app of this session declares tcp `port`.
+    fn publishes_tcp_port(&self, port: u16) -> bool {
+        lock(&self.state).channels.iter().any(|channel| {
+            channel.ports.iter().any(|mapping| {
+                mapping.port == port && mapping.protocol == runner_api::types::PortProtocol::Tcp
+            })
+        })
     }
 
     /// Stamps the workload tokens on the endpoints an event reports.

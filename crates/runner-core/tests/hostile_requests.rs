@@ -257,6 +257,7 @@ fn harness() -> Harness {
         sse_heartbeat: Duration::from_secs(3600),
         auth_tokens: None,
         io_frames: Default::default(),
+        subscribers: Default::default(),
     };
     let router = router(
         AppState {
@@ -264,6 +265,7 @@ fn harness() -> Harness {
             options: Arc::new(options),
             going_away: Default::default(),
             sockets: Default::default(),
+            subscribers: Default::default(),
         },
         Router::new(),
     );

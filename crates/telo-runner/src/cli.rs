@@ -92,6 +92,19 @@ pub enum Command {
         /// (fake-telo, which plays an example's `fakeTelo:` script).
         #[arg(long, value_name = "PATH")]
         telo: Option<PathBuf>,
+        /// A browser origin whose pages may use this runner, besides pages
+        /// served from loopback (repeatable), e.g. a hosted editor's
+        /// `https://editor.example`.
+        #[arg(
+            long = "allow-origin",
+            value_name = "ORIGIN",
+            conflicts_with = "any_origin"
+        )]
+        allow_origin: Vec<String>,
+        /// Let pages of every origin use this runner: any web page open in a
+        /// browser on this machine could then start sessions.
+        #[arg(long)]
+        any_origin: bool,
     },
     /// Print a session's output so far, as the application wrote it.
     ///

@@ -9,19 +9,26 @@
 //! to bound.
 
 use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use runner_core::config::ConnectionLimits;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 use tracing::{info, warn};
 
 /// File descriptors kept free of client connections: session terminals and
@@ -39,6 +46,18 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// A header block of at most this many header lines.
 const MAX_HEADERS: usize = 100;
+/// Connections kept for `/livez` and `/readyz` past the connection limit:
+/// a kubelet whose probe gets a 503 restarts the runner, so a client that
+/// holds every slot (thousands of event streams) must not be able to take
+/// the probes' too.
+const PROBE_SLOTS: usize = 8;
+/// How much of a request past the limit is read to tell a probe from the
+/// rest: its request line.
+const REQUEST_LINE_BYTES: usize = 1024;
+/// How long a probe served past the limit may take.
+const PROBE_TIME: Duration = Duration::from_secs(5);
+/// The paths served past the connection limit.
+const PROBE_PATHS: &[&str] = &["/livez", "/readyz"];
 
 /// Raises the open-file soft limit to the hard limit and returns the soft
 /// limit now in force (`None` where it cannot be read).
@@ -93,9 +112,9 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout)
         .max_buf_size(limits.max_header_bytes)
         .max_headers(MAX_HEADERS);
-    let service = TowerToHyperService::new(router);
     let slots = Arc::new(Semaphore::new(max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
+    let probes = Arc::new(Semaphore::new(PROBE_SLOTS));
     let closing = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let mut last_accept_warning: Option<Instant> = None;
@@ -105,8 +124,8 @@ pub async fn serve(
             () = stop.cancelled() => break,
         };
         while tasks.try_join_next().is_some() {}
-        let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) if is_peer_error(&err) => continue,
             Err(err) => {
                 // Out of descriptors: the connections already open go on;
@@ -129,15 +148,21 @@ pub async fn serve(
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                let past = PastTheLimit {
+                    limit: max_connections,
+                    probes: probes.clone(),
+                    http: http.clone(),
+                    service: with_peer(router.clone(), peer),
+                };
                 tasks.spawn(async move {
-                    refuse(tcp, max_connections).await;
+                    past.answer(tcp).await;
                     drop(refusal);
                 });
             }
             continue;
         };
         let connection = http
-            .serve_connection(TokioIo::new(tcp), service.clone())
+            .serve_connection(TokioIo::new(tcp), with_peer(router.clone(), peer))
             .with_upgrades();
         let closing = closing.clone();
         tasks.spawn(async move {
@@ -175,6 +200,138 @@ fn is_peer_error(err: &io::Error) -> bool {
     )
 }
 
+/// The router, with the peer's address on every request (as axum's
+/// `ConnectInfo`): the subscriber caps count a client without a token by
+/// its address.
+fn with_peer(
+    router: Router,
+    peer: SocketAddr,
+) -> TowerToHyperService<
+    impl tower::Service<
+        Request<Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + 'static,
+> {
+    TowerToHyperService::new(router.map_request(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request
+    }))
+}
+
+/// What a connection past the limit gets: a probe is served on one of the
+/// slots kept for probes, anything else a 503.
+struct PastTheLimit<S> {
+    limit: usize,
+    probes: Arc<Semaphore>,
+    http: http1::Builder,
+    service: S,
+}
+
+impl<S> PastTheLimit<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = axum::response::Response> + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send,
+{
+    async fn answer(self, mut tcp: TcpStream) {
+        let head = tokio::time::timeout(REFUSAL_TIME, read_request_line(&mut tcp))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        if is_probe(&head)
+            && let Ok(probe_slot) = self.probes.try_acquire_owned()
+        {
+            let mut http = self.http;
+            http.keep_alive(false);
+            let connection =
+                http.serve_connection(TokioIo::new(Replayed::new(head, tcp)), self.service);
+            let _ = tokio::time::timeout(PROBE_TIME, connection).await;
+            drop(probe_slot);
+            return;
+        }
+        refuse(tcp, self.limit).await;
+    }
+}
+
+/// Reads up to the end of the request line (or [`REQUEST_LINE_BYTES`]).
+async fn read_request_line(tcp: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(256);
+    let mut buf = [0_u8; 256];
+    while !head.contains(&b'\n') && head.len() < REQUEST_LINE_BYTES {
+        let n = tcp.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Ok(head)
+}
+
+/// Whether a request line is a `GET` of one of the [`PROBE_PATHS`].
+fn is_probe(head: &[u8]) -> bool {
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let path = target.split(|b| *b == b'?').next().unwrap_or_default();
+    method == b"GET" && PROBE_PATHS.iter().any(|probe| probe.as_bytes() == path)
+}
+
+/// A connection whose first bytes were already read: they are read again
+/// first, then the socket.
+struct Replayed {
+    head: Vec<u8>,
+    at: usize,
+    tcp: TcpStream,
+}
+
+impl Replayed {
+    fn new(head: Vec<u8>, tcp: TcpStream) -> Self {
+        Self { head, at: 0, tcp }
+    }
+}
+
+impl AsyncRead for Replayed {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.at < this.head.len() {
+            let n = (this.head.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.head[this.at..this.at + n]);
+            this.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replayed {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
 /// A connection past the limit gets a 503 saying so, then is closed. The
 /// request is read and discarded only so that closing does not reset the
 /// connection before the client has read the answer.
@@ -199,6 +356,17 @@ async fn refuse(mut tcp: TcpStream, limit: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_get_of_livez_or_readyz_is_a_probe() {
+        assert!(is_probe(b"GET /livez HTTP/1.1\r\nhost: x\r\n"));
+        assert!(is_probe(b"GET /readyz?verbose HTTP/1.1\r\n"));
+        assert!(!is_probe(b"POST /livez HTTP/1.1\r\n"));
+        assert!(!is_probe(b"GET /livez/x HTTP/1.1\r\n"));
+        assert!(!is_probe(b"GET /v1/sessions HTTP/1.1\r\n"));
+        assert!(!is_probe(b"GET /liv"));
+        assert!(!is_probe(b""));
+    }
 
     #[test]
     fn the_limit_leaves_room_for_the_runners_own_files() {

@@ -46,6 +46,89 @@ pub enum DevError {
     KubeSimStart(String),
     #[error("could not create a directory for kube-sim's kubeconfig: {0}")]
     TempDir(#[source] std::io::Error),
+    #[error(
+        "--allow-origin '{0}': expected a browser origin such as https://editor.example (scheme://host[:port], no path); --any-origin admits every origin"
+    )]
+    BadOrigin(String),
+    #[error(
+        "RUNNER_CORS_ORIGINS is set, but dev decides the browser origins itself: unset it and pass --allow-origin ORIGIN (repeatable) or --any-origin"
+    )]
+    CorsFromEnv,
+}
+
+/// Browser origins a dev runner admits without being told: pages served
+/// from this machine's loopback, on any port (where an editor or a dev
+/// server runs locally). The Telo editor has no fixed hosted origin this
+/// project could name, so a hosted editor is admitted by naming its origin
+/// (`--allow-origin`); every other page is refused `403
+/// origin_not_allowed`, because a dev runner starts whatever it is sent and
+/// any page open in a browser could otherwise send it.
+pub const LOOPBACK_ORIGINS: &[&str] =
+    &["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+
+/// Which browser pages a dev runner serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevOrigins {
+    /// [`LOOPBACK_ORIGINS`] and the origins named with `--allow-origin`.
+    Listed(Vec<String>),
+    /// `--any-origin`: every page, which dev warns about.
+    Any,
+}
+
+impl DevOrigins {
+    /// From `--allow-origin` (each checked to be an origin) and
+    /// `--any-origin`; a `RUNNER_CORS_ORIGINS` in the environment is
+    /// refused rather than silently overridden or silently obeyed.
+    pub fn choose(
+        allowed: &[String],
+        any: bool,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, DevError> {
+        if env.contains_key("RUNNER_CORS_ORIGINS") {
+            return Err(DevError::CorsFromEnv);
+        }
+        if any {
+            return Ok(DevOrigins::Any);
+        }
+        let mut list: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect();
+        for origin in allowed {
+            let origin = origin.trim().trim_end_matches('/');
+            if !is_origin(origin) {
+                return Err(DevError::BadOrigin(origin.to_owned()));
+            }
+            if !list.iter().any(|known| known == origin) {
+                list.push(origin.to_owned());
+            }
+        }
+        Ok(DevOrigins::Listed(list))
+    }
+
+    /// The `RUNNER_CORS_ORIGINS` value the runner is given.
+    fn env_value(&self) -> String {
+        match self {
+            DevOrigins::Any => "*".to_owned(),
+            DevOrigins::Listed(list) => list.join(","),
+        }
+    }
+}
+
+/// `scheme://host[:port]` as a browser sends it in `Origin`: http or https,
+/// a host, no path, query, fragment or credentials.
+fn is_origin(text: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(text) else {
+        return false;
+    };
+    matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some_and(|host| !host.is_empty())
+        && url.username().is_empty()
+        && url.password().is_none()
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.path() == "/"
+        && !text.ends_with('/')
+        && text
+            .split_once("://")
+            .is_some_and(|(_, rest)| !rest.contains('/'))
 }
 
 /// The kernel dev sessions run.
@@ -191,6 +274,7 @@ pub fn runner_env(
     user: &HashMap<String, String>,
     kernel: &Kernel,
     cluster: Option<&Cluster>,
+    origins: &DevOrigins,
     bound: std::net::SocketAddr,
 ) -> HashMap<String, String> {
     let mut env = user.clone();
@@ -200,6 +284,7 @@ pub fn runner_env(
     let self_url = format!("http://{bound}");
     // dev listens itself (`--port 0` included); the runner is told where.
     set("PORT", bound.port().to_string());
+    set("RUNNER_CORS_ORIGINS", origins.env_value());
     match cluster {
         None => {
             set("RUNNER_BACKEND", "local".to_owned());
@@ -217,8 +302,14 @@ pub fn runner_env(
     env
 }
 
-/// What dev prints once the runner serves: what runs where, and what to type.
-pub fn next_steps(runner_url: &str, kernel: &Kernel, cluster: Option<&Cluster>) -> String {
+/// What dev prints once the runner serves: what runs where, who may drive
+/// it, the warnings that apply, and what to type.
+pub fn next_steps(
+    runner_url: &str,
+    kernel: &Kernel,
+    cluster: Option<&Cluster>,
+    access: &DevAccess,
+) -> String {
     let client = if runner_url == crate::client::DEFAULT_RUNNER_URL {
         "telo-runner".to_owned()
     } else {
@@ -236,6 +327,7 @@ pub fn next_steps(runner_url: &str, kernel: &Kernel, cluster: Option<&Cluster>) 
         )),
     }
     text.push_str(&format!("  kernel   {}\n", kernel.describe()));
+    text.push_str(&access.describe(cluster.is_some()));
     text.push_str("Next, in another terminal:\n");
     // The client's subcommand comes first: `--runner` belongs to it.
     let command = |sub: &str| match client.split_once(' ') {
@@ -253,6 +345,54 @@ pub fn next_steps(runner_url: &str, kernel: &Kernel, cluster: Option<&Cluster>) 
         }
     ));
     text
+}
+
+/// Who can drive a dev runner, said plainly when it starts: a dev runner
+/// has no token, so what keeps strangers out is the loopback listener and
+/// the origin list.
+#[derive(Debug, Clone)]
+pub struct DevAccess {
+    pub origins: DevOrigins,
+    /// Whether the user's environment turned tokens on
+    /// (`RUNNER_AUTH_TOKENS_FILE`).
+    pub tokens: bool,
+    /// The effective user id dev runs as (kube-sim's pods run as it).
+    pub uid: u32,
+}
+
+impl DevAccess {
+    fn describe(&self, kubernetes: bool) -> String {
+        let mut text = String::new();
+        match &self.origins {
+            DevOrigins::Listed(list) => text.push_str(&format!(
+                "  browser  pages from {} only (--allow-origin ORIGIN admits another, e.g. a hosted editor's); any other page is refused\n",
+                list.join(", ")
+            )),
+            DevOrigins::Any => text.push_str(
+                "  browser  pages from any origin\nwarning: --any-origin: every web page open in a browser on this machine can start sessions on this runner and run what it sends\n",
+            ),
+        }
+        if self.tokens {
+            text.push_str(
+                "  access   a token from RUNNER_AUTH_TOKENS_FILE is required (pass it with --token or TELO_RUNNER_TOKEN)\n",
+            );
+        } else {
+            text.push_str(
+                "  access   open, no token: every program and user on this machine that can reach loopback can start sessions\n",
+            );
+        }
+        if kubernetes {
+            let who = if self.uid == 0 {
+                "as root, with the whole machine in reach".to_owned()
+            } else {
+                format!("as this user (uid {})", self.uid)
+            };
+            text.push_str(&format!(
+                "warning: --kubernetes: kube-sim runs each session pod as a plain process on this host, {who}, with no container and no sandbox; run only applications you trust\n"
+            ));
+        }
+        text
+    }
 }
 
 #[cfg(test)]
@@ -274,7 +414,18 @@ mod tests {
             ("RUNNER_BACKEND".to_owned(), "kubernetes".to_owned()),
         ]);
         let kernel = Kernel::StandIn(PathBuf::from("/opt/bin/fake-telo"));
-        let env = runner_env(&user, &kernel, None, "127.0.0.1:40123".parse().unwrap());
+        let origins = DevOrigins::choose(&[], false, &HashMap::new()).unwrap();
+        let env = runner_env(
+            &user,
+            &kernel,
+            None,
+            &origins,
+            "127.0.0.1:40123".parse().unwrap(),
+        );
+        assert_eq!(
+            env["RUNNER_CORS_ORIGINS"],
+            "http://localhost:*,http://127.0.0.1:*,http://[::1]:*"
+        );
         assert_eq!(env["LOG_LEVEL"], "debug");
         assert_eq!(env["RUNNER_BACKEND"], "local");
         assert_eq!(env["RUNNER_LOCAL_TELO"], "/opt/bin/fake-telo");
@@ -285,13 +436,18 @@ mod tests {
     #[test]
     fn next_steps_name_the_runner_only_when_it_is_not_the_clients_default() {
         let kernel = Kernel::Telo(PathBuf::from("/usr/bin/telo"));
-        let default = next_steps("http://127.0.0.1:8061", &kernel, None);
+        let access = DevAccess {
+            origins: DevOrigins::Listed(vec!["http://localhost:*".into()]),
+            tokens: false,
+            uid: 1000,
+        };
+        let default = next_steps("http://127.0.0.1:8061", &kernel, None, &access);
         assert!(
             default.contains("\n  telo-runner run examples/hello\n"),
             "{default}"
         );
         assert!(default.contains("the Telo CLI /usr/bin/telo"), "{default}");
-        let other = next_steps("http://127.0.0.1:9000", &kernel, None);
+        let other = next_steps("http://127.0.0.1:9000", &kernel, None, &access);
         assert!(
             other.contains("\n  telo-runner run examples/hello --runner http://127.0.0.1:9000\n"),
             "{other}"
@@ -327,5 +483,46 @@ mod tests {
             Kernel::choose(None, Some(&alone), ""),
             Err(DevError::NoStandIn)
         ));
+    }
+
+    #[test]
+    fn dev_origins_are_loopback_and_what_the_user_names() {
+        let none = HashMap::new();
+        assert_eq!(
+            DevOrigins::choose(&["https://editor.example/".into()], false, &none).unwrap(),
+            DevOrigins::Listed(vec![
+                "http://localhost:*".into(),
+                "http://127.0.0.1:*".into(),
+                "http://[::1]:*".into(),
+                "https://editor.example".into(),
+            ])
+        );
+        assert_eq!(
+            DevOrigins::choose(&[], true, &none).unwrap(),
+            DevOrigins::Any
+        );
+        for bad in [
+            "*",
+            "editor.example",
+            "https://editor.example/app",
+            "ftp://x",
+            "https://u:p@x.example",
+        ] {
+            assert_eq!(
+                DevOrigins::choose(&[bad.into()], false, &none)
+                    .unwrap_err()
+                    .to_string(),
+                format!(
+                    "--allow-origin '{bad}': expected a browser origin such as https://editor.example (scheme://host[:port], no path); --any-origin admits every origin"
+                )
+            );
+        }
+        let set = HashMap::from([("RUNNER_CORS_ORIGINS".to_owned(), "*".to_owned())]);
+        assert_eq!(
+            DevOrigins::choose(&[], false, &set)
+                .unwrap_err()
+                .to_string(),
+            "RUNNER_CORS_ORIGINS is set, but dev decides the browser origins itself: unset it and pass --allow-origin ORIGIN (repeatable) or --any-origin"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use telo_runner::cli::{Cli, Command, ListFormat};
 use telo_runner::client::{self, api::RunnerApi, run::RunOptions};
-use telo_runner::dev::{self, Cluster, DevError, Kernel};
+use telo_runner::dev::{self, Cluster, DevAccess, DevError, DevOrigins, Kernel};
 use telo_runner::logging;
 use telo_runner::server::Service;
 use tokio::net::TcpListener;
@@ -54,7 +54,9 @@ fn main() -> ExitCode {
             kubernetes,
             port,
             telo,
-        } => dev(&env, kubernetes, port, telo),
+            allow_origin,
+            any_origin,
+        } => dev(&env, kubernetes, port, telo, &allow_origin, any_origin),
         Command::Logs { id, follow, runner } => client(client::logs::logs(
             RunnerApi::new(&runner.url, runner.token),
             id,
@@ -172,11 +174,15 @@ async fn serve_on(
             return ExitCode::FAILURE;
         }
     };
+    // Handlers first: a SIGTERM sent as soon as the address is printed
+    // (a supervisor, a test, `dev`'s user) must stop the service cleanly,
+    // not kill it with its sessions and kube-sim left behind.
+    let handlers = install_signal_handlers();
     println!("listening on http://{bound}");
     info!(addr = %bound, "telo-runner serving");
     serving(bound);
     let shutdown = CancellationToken::new();
-    let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+    let signals = tokio::spawn(wait_for_signal(handlers, shutdown.clone()));
     let served = service.serve(listener, shutdown).await;
     stop_waiting(signals).await;
     match served {
@@ -218,7 +224,8 @@ fn workspace(env: &HashMap<String, String>) -> ExitCode {
                 }
             }
             let shutdown = CancellationToken::new();
-            let signals = tokio::spawn(wait_for_signal(shutdown.clone()));
+            let signals =
+                tokio::spawn(wait_for_signal(install_signal_handlers(), shutdown.clone()));
             let served = runner_workspace_service::serve_on(listener, config, shutdown).await;
             stop_waiting(signals).await;
             match served {
@@ -238,7 +245,23 @@ fn dev(
     kubernetes: bool,
     port: u16,
     telo: Option<std::path::PathBuf>,
+    allow_origin: &[String],
+    any_origin: bool,
 ) -> ExitCode {
+    let origins = match DevOrigins::choose(allow_origin, any_origin, env) {
+        Ok(origins) => origins,
+        Err(err) => {
+            eprintln!("telo-runner dev: {err}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let access = DevAccess {
+        origins: origins.clone(),
+        tokens: env
+            .get("RUNNER_AUTH_TOKENS_FILE")
+            .is_some_and(|path| !path.trim().is_empty()),
+        uid: nix::unistd::geteuid().as_raw(),
+    };
     let exe = std::env::current_exe().ok();
     let search_path = env.get("PATH").map_or("", String::as_str);
     let kernel = match Kernel::choose(telo.as_deref(), exe.as_deref(), search_path) {
@@ -260,7 +283,8 @@ fn dev(
     };
     service_main(env, |runtime| {
         runtime.block_on(async {
-            // Loopback only: a dev runner has no tokens and no terms.
+            // Loopback only: a dev runner has no tokens and no terms, so
+            // the listener and the origin list are what keep strangers out.
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
             let listener = match TcpListener::bind(addr).await {
                 Ok(listener) => listener,
@@ -287,10 +311,10 @@ fn dev(
                     }
                 },
             };
-            let runner_env = dev::runner_env(env, &kernel, cluster.as_ref(), bound);
+            let runner_env = dev::runner_env(env, &kernel, cluster.as_ref(), &origins, bound);
             let code = match Service::from_env(&runner_env).await {
                 Ok(service) => {
-                    let steps = dev::next_steps(&runner_url, &kernel, cluster.as_ref());
+                    let steps = dev::next_steps(&runner_url, &kernel, cluster.as_ref(), &access);
                     serve_on(service, listener, |_| {
                         print!("{steps}");
                         let _ = std::io::Write::flush(&mut std::io::stdout());
@@ -317,13 +341,27 @@ async fn stop_waiting(signals: tokio::task::JoinHandle<()>) {
     let _ = signals.await;
 }
 
-async fn wait_for_signal(shutdown: CancellationToken) {
+/// SIGTERM and SIGINT handlers, installed at once (from then on neither
+/// kills the process); `None` when they could not be.
+fn install_signal_handlers() -> Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        error!("could not install signal handlers");
+    ) {
+        (Ok(term), Ok(int)) => Some((term, int)),
+        _ => {
+            error!("could not install signal handlers");
+            None
+        }
+    }
+}
+
+async fn wait_for_signal(
+    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+    shutdown: CancellationToken,
+) {
+    let Some((mut term, mut int)) = handlers else {
         return;
     };
     tokio::select! {

@@ -104,6 +104,7 @@ impl Service {
             sse_heartbeat: core.sse_heartbeat,
             auth_tokens: core.auth_tokens.clone(),
             io_frames: core.io_frames,
+            subscribers: core.subscribers,
         };
         let going_away = CancellationToken::new();
         let sockets = TaskTracker::new();
@@ -113,6 +114,7 @@ impl Service {
                 options: Arc::new(options),
                 going_away: going_away.clone(),
                 sockets: sockets.clone(),
+                subscribers: Default::default(),
             },
             routes,
         );

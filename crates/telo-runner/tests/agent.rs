@@ -356,3 +356,94 @@ async fn an_agent_never_shares_its_home_with_the_apps_of_its_session() {
     );
     runner.stop().await;
 }
+
+/// What the edge check answers for session `id` given `headers`, with the
+/// body, so two answers can be compared whole.
+async fn edge_answer(
+    runner: &Runner,
+    id: &str,
+    headers: &[(&str, String)],
+    bearer: Option<&str>,
+) -> (StatusCode, String) {
+    let mut request = runner
+        .client
+        .get(runner.url(&format!("/internal/sessions/{id}/access")));
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+/// The edge check fails closed: a request whose host the headers do not
+/// name unambiguously, or a port no app publishes, needs a token of the
+/// session; only the apps' own declared ports are public. And it answers
+/// an unknown id exactly as it refuses a known one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_edge_check_asks_for_a_token_whenever_the_host_is_unclear() {
+    let agent_port = free_port();
+    let app_port = free_port();
+    let catalog = catalog(agent_port);
+    let runner = runner(Backend::Local, &catalog, false).await;
+    // The app listens on its declared port, so the kernel's own account of
+    // its ports (which replaces the declared ones) names it too.
+    let mut body = watch_body("helper", json!([{"port": app_port, "protocol": "tcp"}]));
+    body["bundle"] = test_support::bundle::fake_telo_bundle(json!({"listen": [app_port]}));
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let token = running(&mut events).await["agent"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = |port: u16| format!("{port}-{id}.sessions.example.com");
+    let app_host = host(app_port);
+    let agent_host = host(agent_port);
+
+    // The app's own port is public, as in the reference.
+    let public = [("x-forwarded-host", app_host.clone())];
+    assert_eq!(
+        edge_answer(&runner, &id, &public, None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    let ambiguous: Vec<(&str, Vec<(&str, String)>)> = vec![
+        (
+            "an X-Original-URL without a scheme does not fall back to X-Forwarded-Host",
+            vec![
+                ("x-original-url", format!("{agent_host}/")),
+                ("x-forwarded-host", app_host.clone()),
+            ],
+        ),
+        (
+            "a list in X-Forwarded-Host is not read for its first value",
+            vec![("x-forwarded-host", format!("{app_host}, {agent_host}"))],
+        ),
+        (
+            "a port no app declares is not public",
+            vec![("x-forwarded-host", host(9))],
+        ),
+        (
+            "headers naming different hosts",
+            vec![
+                ("x-original-url", format!("https://{agent_host}/")),
+                ("x-forwarded-host", app_host.clone()),
+            ],
+        ),
+    ];
+    for (case, headers) in &ambiguous {
+        let (status, _) = edge_answer(&runner, &id, headers, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{case}");
+        let (status, _) = edge_answer(&runner, &id, headers, Some(&token)).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{case}, with the token");
+    }
+
+    // No id oracle: an unknown id is refused exactly like a known one.
+    let agent = [("x-original-url", format!("https://{agent_host}/"))];
+    let known = edge_answer(&runner, &id, &agent, Some("wrong")).await;
+    let unknown = edge_answer(&runner, "zzzzzzzzzzzz", &agent, Some("wrong")).await;
+    assert_eq!(known.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(known, unknown);
+    runner.stop().await;
+}

@@ -80,9 +80,11 @@ async fn idle_and_half_sent_connections_are_closed_at_the_header_deadline() {
 }
 
 #[tokio::test]
-async fn past_the_connection_limit_a_client_is_told_and_probes_answer_once_slots_free() {
+async fn past_the_connection_limit_a_client_is_told_and_the_probes_still_answer() {
     const LIMIT: usize = 8;
     let runner = Runner::start_with(&[("RUNNER_MAX_CONNECTIONS", "8")]).await;
+    // Ready, so /readyz's own answer is 200.
+    runner.service.as_ref().unwrap().recovered().await;
     let addr = addr_of(&runner.base);
     // Connections are accepted in the order they were made, so once a
     // request on the last one of these is answered, all of them hold a slot.
@@ -102,9 +104,20 @@ async fn past_the_connection_limit_a_client_is_told_and_probes_answer_once_slots
     assert_eq!(parse_response(&buf[..n]).0, 200);
     held.push(last);
 
+    // The kubelet's probes are served on slots of their own.
+    for probe in ["/livez", "/readyz"] {
+        let mut probed = TcpStream::connect(&addr).await.unwrap();
+        probed
+            .write_all(format!("GET {probe} HTTP/1.1\r\nhost: runner\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let (status, body) = parse_response(&read_to_close(&mut probed).await);
+        assert_eq!(status, 200, "{probe} at the connection limit: {body}");
+    }
+
     let mut refused = TcpStream::connect(&addr).await.unwrap();
     refused
-        .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\n\r\n")
+        .write_all(b"GET /v1/health HTTP/1.1\r\nhost: runner\r\n\r\n")
         .await
         .unwrap();
     let (status, body) = parse_response(&read_to_close(&mut refused).await);
@@ -127,13 +140,13 @@ async fn past_the_connection_limit_a_client_is_told_and_probes_answer_once_slots
         let mut probe = TcpStream::connect(&addr).await.unwrap();
         // The write fails when the refusal has already closed the socket.
         let _ = probe
-            .write_all(b"GET /livez HTTP/1.1\r\nhost: runner\r\nconnection: close\r\n\r\n")
+            .write_all(b"GET /v1/health HTTP/1.1\r\nhost: runner\r\nconnection: close\r\n\r\n")
             .await;
         let answer = read_to_close(&mut probe).await;
         if !answer.is_empty() && parse_response(&answer).0 == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "/livez never answered again");
+        assert!(Instant::now() < deadline, "/v1/health never answered again");
         tokio::task::yield_now().await;
     }
     runner.stop().await;
@@ -252,4 +265,140 @@ async fn thousands_of_idle_and_slow_connections_leave_probes_and_posts_answering
         "RSS grew to {rss_loaded} bytes under the load"
     );
     drop(connections);
+}
+
+/// An event stream held open until dropped.
+async fn open_events(runner: &Runner, id: &str, token: Option<&str>) -> reqwest::Response {
+    let mut request = runner
+        .client
+        .get(runner.url(&format!("/v1/sessions/{id}/events")));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap()
+}
+
+/// A terminal socket's handshake: the socket, or the HTTP answer that
+/// refused it before the upgrade.
+async fn open_io(
+    runner: &Runner,
+    id: &str,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>,
+    (u16, Value),
+> {
+    match tokio_tungstenite::connect_async(runner.ws_url(&format!("/v1/sessions/{id}/io"))).await {
+        Ok((socket, _)) => Ok(socket),
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            let status = response.status().as_u16();
+            let body = response
+                .body()
+                .as_ref()
+                .map(|body| serde_json::from_slice(body).unwrap())
+                .unwrap_or(Value::Null);
+            Err((status, body))
+        }
+        Err(err) => panic!("the handshake failed: {err}"),
+    }
+}
+
+#[tokio::test]
+async fn a_session_past_its_subscriber_cap_refuses_the_next_stream_and_socket() {
+    let runner = Runner::start_with(&[("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "2")]).await;
+    let id = runner.create(json!({"echo": true})).await;
+    let message = format!(
+        "session '{id}' has its limit of 2 subscribers open (event streams and terminal sockets; RUNNER_MAX_SUBSCRIBERS_PER_SESSION)"
+    );
+    let first = open_events(&runner, &id, None).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let socket = open_io(&runner, &id)
+        .await
+        .expect("the second subscriber is admitted");
+
+    let refused = open_events(&runner, &id, None).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap(),
+        json!({"error": "too_many_subscribers", "message": message})
+    );
+    let Err((status, body)) = open_io(&runner, &id).await else {
+        panic!("the third subscriber was upgraded");
+    };
+    assert_eq!(status, 429);
+    assert_eq!(
+        body,
+        json!({"error": "too_many_subscribers", "message": message})
+    );
+
+    // Another session is not affected.
+    let other = runner.create(json!({"echo": true})).await;
+    assert_eq!(
+        open_events(&runner, &other, None).await.status(),
+        StatusCode::OK
+    );
+
+    // A subscriber that leaves gives its place back.
+    drop(socket);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match open_io(&runner, &id).await {
+            Ok(_) => break,
+            Err((429, _)) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the socket's place never came back"
+                );
+                tokio::task::yield_now().await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    drop(first);
+    runner.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_past_its_subscriber_cap_is_refused_on_every_session_and_others_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "greedy-token\nother-token\n").unwrap();
+    let runner = Runner::start_with(&[
+        ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "2"),
+        ("RUNNER_AUTH_TOKENS_FILE", tokens.to_str().unwrap()),
+    ])
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let created: Value = runner
+            .client
+            .post(runner.url("/v1/sessions"))
+            .bearer_auth("greedy-token")
+            .json(&start_body(json!({"echo": true})))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(created["sessionId"].as_str().unwrap().to_owned());
+    }
+    let held = [
+        open_events(&runner, &ids[0], Some("greedy-token")).await,
+        open_events(&runner, &ids[0], Some("greedy-token")).await,
+    ];
+    assert!(held.iter().all(|stream| stream.status() == StatusCode::OK));
+    let refused = open_events(&runner, &ids[1], Some("greedy-token")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap(),
+        json!({
+            "error": "too_many_subscribers",
+            "message": "this client holds its limit of 2 subscribers open across sessions (event streams and terminal sockets; RUNNER_MAX_SUBSCRIBERS_PER_CLIENT)",
+        })
+    );
+    // Another token is another client, from the same address.
+    let other = open_events(&runner, &ids[1], Some("other-token")).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    drop(held);
+    runner.stop().await;
 }

@@ -706,6 +706,39 @@ async fn cors_preflight_and_origin_echo_follow_the_configured_list(#[case] backe
     runner.stop().await;
 }
 
+/// The origin check is skipped only for the terminal socket's handshake:
+/// an `Upgrade: websocket` header on any other request buys a foreign page
+/// nothing.
+#[tokio::test]
+async fn an_upgrade_header_does_not_carry_a_foreign_origin_past_the_check() {
+    let runner = Runner::start_with(&[("RUNNER_CORS_ORIGINS", "https://editor.example")]).await;
+    for (method, path) in [
+        (reqwest::Method::POST, "/v1/sessions"),
+        (reqwest::Method::GET, "/v1/sessions"),
+        (reqwest::Method::POST, "/v1/sessions/nope/io"),
+    ] {
+        let response = runner
+            .client
+            .request(method.clone(), runner.url(path))
+            .header("origin", "https://evil.example")
+            .header("upgrade", "websocket")
+            .header("connection", "Upgrade")
+            .header("content-type", "application/json")
+            .body(start_body(json!({"exitCode": 0})).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{method} {path}");
+        assert_eq!(
+            response.json::<Value>().await.unwrap()["error"],
+            "origin_not_allowed"
+        );
+    }
+    let (_, listed) = runner.get("/v1/sessions").await;
+    assert_eq!(listed["sessions"], json!([]), "no session was started");
+    runner.stop().await;
+}
+
 #[rstest]
 #[case::local(Backend::Local)]
 #[case::kubernetes(Backend::Kubernetes)]

@@ -69,7 +69,16 @@ const SSE_CLIENTS: usize = 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_sockets_and_event_streams_get_identical_complete_output() {
-    let runner = Runner::start_on(Backend::Local, &[]).await;
+    // One client fanning out to a thousand subscribers of one session:
+    // past the default caps, which this test is not about.
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[
+            ("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "2000"),
+            ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "2000"),
+        ],
+    )
+    .await;
     let base = runner.base.clone();
     // Holds its output until told to start, so every client is there first.
     let id = runner

@@ -658,6 +658,26 @@ async fn logs_replays_a_finished_sessions_output() {
     runner.stop().await;
 }
 
+/// A runner that serves only named browser origins still serves the
+/// terminal client, which sends no `Origin`: its io socket is not a page's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_work_under_a_narrowed_origin_list() {
+    let runner = Runner::start_with(&[("RUNNER_CORS_ORIGINS", "https://editor.example")]).await;
+    let id = runner
+        .create(json!({ "stdout": ["only the editor's origin"], "exitCode": 0 }))
+        .await;
+    runner.wait_terminal(&id).await;
+    let mut logs = Piped::spawn(&["logs", &id, "--runner", &runner.base]);
+    assert_eq!(logs.exit_code(), 0, "{}", logs.stderr);
+    assert!(
+        logs.stdout.contains("only the editor's origin\n"),
+        "stdout {:?}, stderr {:?}",
+        logs.stdout,
+        logs.stderr
+    );
+    runner.stop().await;
+}
+
 /// Without `--follow`, a running session's output so far; the session is
 /// left running and gets no input from the client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -351,6 +351,9 @@ impl Stack {
         env.insert("RUNNER_SELF_URL".into(), format!("http://127.0.0.1:{port}"));
         env.insert("LOG_LEVEL".into(), "warn".into());
         env.insert("RUNNER_MAX_SESSIONS".into(), "100000".into());
+        // The bench is one client holding every session's streams.
+        env.insert("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT".into(), "100000".into());
+        env.insert("RUNNER_MAX_SUBSCRIBERS_PER_SESSION".into(), "100000".into());
         for (key, value) in extra_env {
             env.insert((*key).to_string(), value.clone());
         }

@@ -6,10 +6,9 @@
 //! Since runner-core 0.15 a narrowed `RUNNER_CORS_ORIGINS` is enforced here
 //! too, not only by browsers: a request whose `Origin` is not in the list is
 //! refused with `403 origin_not_allowed` before any route sees it. Requests
-//! without `Origin` (curl, the terminal client, kubelet probes) pass;
-//! WebSocket upgrades are left to the socket's own check (close 4403); a
-//! preflight is answered as before (a browser's actual request is what gets
-//! the 403).
+//! without `Origin` (curl, the terminal client, kubelet probes) pass; the
+//! terminal socket's handshake (and only it) is left to the socket's own
+//! check (close 4403); a preflight from a foreign origin gets the same 403.
 
 use std::sync::Arc;
 
@@ -31,20 +30,23 @@ pub fn allow_origin(origins: &CorsOrigins, origin: Option<&HeaderValue>) -> Opti
         CorsOrigins::List(list) if list.iter().any(|o| o == "*") => {
             Some(HeaderValue::from_static("*"))
         }
-        CorsOrigins::List(list) => {
+        CorsOrigins::List(_) => {
             let origin = origin?;
             let text = origin.to_str().ok()?;
-            list.iter().any(|o| o == text).then(|| origin.clone())
+            origins.lists(text).then(|| origin.clone())
         }
     }
 }
 
 /// SSE and WebSocket routes match origins literally: `*` inside a list is just
-/// a string that no browser sends.
+/// a string that no browser sends. A request without `Origin` is not a
+/// browser page's (the terminal client, curl) and passes, as it does on
+/// every other route: refusing it closed `telo-runner run`, `attach` and
+/// `logs` with 4403 under a narrowed list, and kept out no page.
 pub fn stream_allows_origin(origins: &CorsOrigins, origin: Option<&str>) -> bool {
-    match origins {
-        CorsOrigins::Any => true,
-        CorsOrigins::List(list) => origin.is_some_and(|o| list.iter().any(|allowed| allowed == o)),
+    match (origins, origin) {
+        (CorsOrigins::Any, _) | (CorsOrigins::List(_), None) => true,
+        (CorsOrigins::List(_), Some(origin)) => origins.lists(origin),
     }
 }
 
@@ -54,16 +56,19 @@ pub async fn cors(
     next: Next,
 ) -> Response {
     let origin = request.headers().get(header::ORIGIN).cloned();
-    if request.method() == Method::OPTIONS {
-        return preflight(&origins, request.headers(), origin.as_ref());
-    }
+    let preflight_request = request.method() == Method::OPTIONS;
+    // A page of a foreign origin is refused at its preflight too: a
+    // browser would not send the actual request after a preflight without
+    // `Access-Control-Allow-Origin`, but saying so plainly costs nothing and
+    // leaves a probing page no route to learn from.
     if let (CorsOrigins::List(list), Some(origin)) = (origins.as_ref(), origin.as_ref())
-        && !is_websocket_upgrade(request.headers())
-        && !list
-            .iter()
-            .any(|allowed| allowed.as_bytes() == origin.as_bytes())
+        && (preflight_request || !is_io_handshake(&request))
+        && !origin.to_str().is_ok_and(|text| origins.lists(text))
     {
         return origin_not_allowed(list, origin);
+    }
+    if preflight_request {
+        return preflight(&origins, request.headers(), origin.as_ref());
     }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -85,11 +90,30 @@ pub async fn cors(
     response
 }
 
-/// `upgrade: websocket`, in any case.
-fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
-    headers
+/// The terminal socket's handshake: a `GET` of `/v1/sessions/{id}/io` with
+/// `Upgrade: websocket` and `Connection: upgrade`. Only it is left to its
+/// own origin check (a 4403 close a browser can read); any other request
+/// that merely carries an `Upgrade` header is checked here like the rest,
+/// or a page could add the header to a `POST` and pass.
+fn is_io_handshake(request: &Request) -> bool {
+    let headers = request.headers();
+    let upgrade = headers
         .get(header::UPGRADE)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let connection = headers.get_all(header::CONNECTION).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|b| *b == b',')
+            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    request.method() == Method::GET && upgrade && connection && is_io_path(request.uri().path())
+}
+
+/// `/v1/sessions/{id}/io`, with exactly one non-empty id segment.
+fn is_io_path(path: &str) -> bool {
+    path.strip_prefix("/v1/sessions/")
+        .and_then(|rest| rest.strip_suffix("/io"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// The 403 for a browser origin the runner does not serve; the list is
@@ -136,4 +160,61 @@ fn preflight(origins: &CorsOrigins, request: &HeaderMap, origin: Option<&HeaderV
         );
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request {
+        let mut builder = Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Body::empty()).unwrap_or_default()
+    }
+
+    const UPGRADE: &[(&str, &str)] = &[
+        ("upgrade", "websocket"),
+        ("connection", "keep-alive, Upgrade"),
+    ];
+
+    #[test]
+    fn only_the_io_handshake_skips_the_origin_check() {
+        assert!(is_io_handshake(&request(
+            Method::GET,
+            "/v1/sessions/abc/io?app=x",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::POST,
+            "/v1/sessions",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::POST,
+            "/v1/sessions/abc/io",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::GET,
+            "/v1/sessions/abc/events",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::GET,
+            "/v1/sessions/a/b/io",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::GET,
+            "/v1/sessions//io",
+            UPGRADE
+        )));
+        assert!(!is_io_handshake(&request(
+            Method::GET,
+            "/v1/sessions/abc/io",
+            &[("upgrade", "websocket")]
+        )));
+    }
 }

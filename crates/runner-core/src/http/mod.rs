@@ -7,6 +7,7 @@ mod error;
 pub mod openapi;
 mod routes;
 mod sse;
+pub mod subscribers;
 mod telo;
 mod watch;
 mod ws;
@@ -25,7 +26,7 @@ use runner_api::types::RunnerTerms;
 
 use crate::apps::AppCatalog;
 use crate::auth::AuthTokens;
-use crate::config::CorsOrigins;
+use crate::config::{CorsOrigins, SubscriberLimits};
 use crate::registry::SessionRegistry;
 
 /// Header carrying the version of the terms the user accepted.
@@ -51,6 +52,8 @@ pub struct ServerOptions {
     pub auth_tokens: Option<AuthTokens>,
     /// The layout of `/io` output frames (`RUNNER_IO_FRAMES`).
     pub io_frames: FrameFormat,
+    /// Event streams and terminal sockets per session and per client.
+    pub subscribers: SubscriberLimits,
 }
 
 #[derive(Clone)]
@@ -65,6 +68,9 @@ pub struct AppState {
     /// Every open terminal socket, so shutdown can let each send its close
     /// frame before the process exits.
     pub sockets: tokio_util::task::TaskTracker,
+    /// The event streams and terminal sockets open now, counted against
+    /// [`ServerOptions::subscribers`].
+    pub subscribers: subscribers::SubscriberCounts,
 }
 
 /// One route of the core router and the methods it answers.

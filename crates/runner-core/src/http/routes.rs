@@ -542,7 +542,9 @@ fn admission_error(err: AdmissionError) -> ApiError {
 /// request may pass (the session has no workload token, or the request's
 /// `Authorization: Bearer` is one of its tokens), else `401`. Outside `/v1`
 /// and not gated by `RUNNER_AUTH_TOKENS_FILE`: the session's token is the
-/// credential here, and the answer says nothing but yes or no.
+/// credential here, and the answer says nothing but yes or no — an unknown
+/// id, a finished session and a refused token get the very same `401`, so
+/// the check cannot be used to learn which session ids exist.
 pub async fn edge_access(
     State(state): State<AppState>,
     PathParam(id): PathParam,
@@ -556,30 +558,81 @@ pub async fn edge_access(
         .map(|session| session.edge_access(super::auth::bearer_token(&headers), port));
     match access {
         Some(EdgeAccess::Open | EdgeAccess::Granted) => StatusCode::NO_CONTENT.into_response(),
-        Some(EdgeAccess::Denied) => edge_refusal("this session's workload token is required"),
-        None => edge_refusal("no session by that id runs here"),
+        Some(EdgeAccess::Denied) | None => edge_refusal(),
     }
 }
 
 /// The session port a checked request is for, read from the host it was
 /// sent to (`<port>-<session id>.<domain>`) as the edge passes it on:
-/// `X-Original-URL` (ingress-nginx), else `X-Forwarded-Host`. `None` when
-/// neither names a host of this session: every token of the session then
-/// applies.
+/// `X-Original-URL` (ingress-nginx: an absolute URL), else
+/// `X-Forwarded-Host`. `None` — every token of the session applies — when
+/// that is in any way unclear: a header sent twice or holding a list (the
+/// client's own value may be first), an `X-Original-URL` that is not an
+/// absolute http(s) URL (never a fall-back to the other header, which the
+/// client may have set), the two headers naming different hosts, or a host
+/// that is not one of this session's.
 fn requested_port(id: &str, headers: &HeaderMap) -> Option<u16> {
-    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let host = header("x-original-url")
-        .and_then(|url| url.split_once("://").map(|(_, rest)| rest))
-        .map(|rest| rest.split(['/', '?']).next().unwrap_or(rest))
-        .or_else(|| header("x-forwarded-host"))?;
+    let single = |name: &str| -> Result<Option<&str>, ()> {
+        let mut values = headers.get_all(name).iter();
+        let Some(value) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(());
+        }
+        let text = value.to_str().map_err(|_| ())?.trim();
+        if text.is_empty() || text.contains(',') {
+            return Err(());
+        }
+        Ok(Some(text))
+    };
+    let original_url = single("x-original-url").ok()?;
+    let forwarded_host = single("x-forwarded-host").ok()?;
+    let from_url = match original_url {
+        Some(url) => Some(host_of_url(url)?),
+        None => None,
+    };
+    let from_forwarded = forwarded_host.map(strip_port);
+    let host = match (from_url, from_forwarded) {
+        (Some(url), Some(forwarded)) if !url.eq_ignore_ascii_case(forwarded) => return None,
+        (Some(host), _) | (None, Some(host)) => host,
+        (None, None) => return None,
+    };
     let label = host.split('.').next()?;
     let (port, session) = label.split_once('-')?;
-    (session == id).then(|| port.parse().ok()).flatten()
+    let port: u16 = port.parse().ok()?;
+    // `08080-<id>` is not the host the session's route names.
+    (session == id && port != 0 && label.starts_with(&format!("{port}-"))).then_some(port)
 }
 
-fn edge_refusal(message: &'static str) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+/// The host (without a port) of an absolute `http(s)://` URL.
+fn host_of_url(url: &str) -> Option<&str> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    Some(strip_port(authority))
+}
+
+/// `host[:port]` without the port.
+fn strip_port(authority: &str) -> &str {
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    }
+}
+
+fn edge_refusal() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "a workload token of this session is required",
+    )
+    .into_response();
     response.headers_mut().insert(
         axum::http::header::WWW_AUTHENTICATE,
         axum::http::HeaderValue::from_static("Bearer realm=\"telo session\""),
@@ -591,39 +644,70 @@ fn edge_refusal(message: &'static str) -> Response {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_checked_port_comes_from_the_host_the_request_was_sent_to() {
-        let with = |name: &'static str, value: &'static str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(name, axum::http::HeaderValue::from_static(value));
-            headers
-        };
-        assert_eq!(
-            requested_port(
-                "abc234defghi",
-                &with(
-                    "x-original-url",
-                    "https://7070-abc234defghi.run.example.com/ws?x=1"
-                )
-            ),
-            Some(7070)
-        );
-        assert_eq!(
-            requested_port(
-                "abc234defghi",
-                &with("x-forwarded-host", "8080-abc234defghi.run.example.com")
-            ),
-            Some(8080)
-        );
-        // Another session's host, or none: no port is taken from it.
-        assert_eq!(
-            requested_port(
-                "abc234defghi",
-                &with("x-forwarded-host", "8080-zzzzzzzzzzzz.run.example.com")
-            ),
-            None
-        );
-        assert_eq!(requested_port("abc234defghi", &HeaderMap::new()), None);
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, axum::http::HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[rstest::rstest]
+    #[case(&[("x-original-url", "https://7070-abc234defghi.run.example.com/ws?x=1")], Some(7070))]
+    #[case(&[("x-original-url", "http://7070-abc234defghi.run.example.com:80")], Some(7070))]
+    #[case(&[("x-forwarded-host", "8080-abc234defghi.run.example.com")], Some(8080))]
+    #[case(&[("x-forwarded-host", "8080-abc234defghi.run.example.com:443")], Some(8080))]
+    #[case(
+        &[
+            ("x-original-url", "https://7070-abc234defghi.run.example.com/"),
+            ("x-forwarded-host", "7070-abc234defghi.run.example.com"),
+        ],
+        Some(7070)
+    )]
+    // Another session's host, or none: no port is taken from it.
+    #[case(&[("x-forwarded-host", "8080-zzzzzzzzzzzz.run.example.com")], None)]
+    #[case(&[], None)]
+    // A URL without a scheme is not read, and not replaced by the other header.
+    #[case(
+        &[
+            ("x-original-url", "7070-abc234defghi.run.example.com/ws"),
+            ("x-forwarded-host", "8080-abc234defghi.run.example.com"),
+        ],
+        None
+    )]
+    #[case(&[("x-original-url", "/ws"), ("x-forwarded-host", "8080-abc234defghi.run.example.com")], None)]
+    #[case(&[("x-original-url", "ftp://8080-abc234defghi.run.example.com/")], None)]
+    // A list, or a header sent twice: the client's value may be the first.
+    #[case(&[("x-forwarded-host", "8080-abc234defghi.run.example.com, 7070-abc234defghi.run.example.com")], None)]
+    #[case(
+        &[
+            ("x-forwarded-host", "8080-abc234defghi.run.example.com"),
+            ("x-forwarded-host", "7070-abc234defghi.run.example.com"),
+        ],
+        None
+    )]
+    #[case(
+        &[
+            ("x-original-url", "https://8080-abc234defghi.run.example.com/"),
+            ("x-original-url", "https://7070-abc234defghi.run.example.com/"),
+        ],
+        None
+    )]
+    // The two headers disagree.
+    #[case(
+        &[
+            ("x-original-url", "https://8080-abc234defghi.run.example.com/"),
+            ("x-forwarded-host", "7070-abc234defghi.run.example.com"),
+        ],
+        None
+    )]
+    #[case(&[("x-forwarded-host", "08080-abc234defghi.run.example.com")], None)]
+    #[case(&[("x-original-url", "https://evil@8080-abc234defghi.run.example.com/")], None)]
+    fn the_checked_port_is_read_only_when_the_headers_are_unambiguous(
+        #[case] pairs: &[(&'static str, &'static str)],
+        #[case] port: Option<u16>,
+    ) {
+        assert_eq!(requested_port("abc234defghi", &headers(pairs)), port);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! `GET /v1/sessions/:id/events`: replay from the client's last event id, then
 //! live events, ending after the terminal status.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -13,6 +15,7 @@ use runner_api::sse::{GAP_FRAME, HEARTBEAT_FRAME, parse_resume_id, put_event};
 use tokio::time::{Instant, Interval, interval_at};
 
 use super::error::ApiError;
+use super::subscribers::{ClientKey, SubscriberSlot};
 use super::{AppState, PathParam, query_value, stream_allows_origin};
 use crate::metrics::{SubscriberGuard, Transport};
 use crate::session::{Batch, Cursor, EventFrame};
@@ -20,6 +23,7 @@ use crate::session::{Batch, Cursor, EventFrame};
 pub async fn events(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -27,6 +31,14 @@ pub async fn events(
         .registry
         .get(&id)
         .ok_or_else(|| ApiError::session_not_found(&id))?;
+    let client = ClientKey::of(
+        &headers,
+        &uri,
+        peer.map(|Extension(ConnectInfo(peer))| peer),
+    );
+    let slot = state
+        .subscribers
+        .admit(state.options.subscribers, &id, client)?;
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -51,6 +63,7 @@ pub async fn events(
         going_away: state.going_away.clone(),
         _subscriber: state.registry.metrics().subscriber(Transport::Sse),
         _watching: session.watcher(),
+        _slot: slot,
     };
     let body = Body::from_stream(stream::unfold(stream, EventStream::step));
 
@@ -102,6 +115,8 @@ struct EventStream {
     _subscriber: SubscriberGuard,
     /// And as someone watching the session (idle suspension).
     _watching: crate::session::WatcherGuard,
+    /// Its place under the subscriber caps, given back when it ends.
+    _slot: SubscriberSlot,
 }
 
 impl EventStream {

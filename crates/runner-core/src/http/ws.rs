@@ -1,8 +1,11 @@
 //! `GET /v1/sessions/:id/io`: the terminal byte channel over WebSocket.
 //!
-//! Every rejection happens after the handshake, with a 44xx close code a
-//! browser can read; a refused upgrade would only show as 1006, which clients
-//! treat as a network blip and retry forever.
+//! Every rejection about the session or the origin happens after the
+//! handshake, with a 44xx close code a browser can read; a refused upgrade
+//! would only show as 1006, which clients treat as a network blip and retry
+//! forever. The one exception is the subscriber cap: a socket past it is
+//! answered `429` instead of being upgraded, since upgrading it would hold
+//! the very connection the cap exists to keep free.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +25,8 @@ use runner_api::io::{
 use runner_api::watch::IoMode;
 use tokio::time::{Instant, sleep_until};
 
+use super::error::ApiError;
+use super::subscribers::ClientKey;
 use super::{AppState, query_value, stream_allows_origin, trimmed_query};
 use crate::metrics::{Metrics, Transport};
 use crate::session::{AppResolution, Batch, OutputChunk, Session};
@@ -60,6 +65,20 @@ pub async fn io(
             return response;
         }
     };
+    // Counted before the upgrade, so a refusal is a 429 a client can read
+    // rather than one more socket held open to be closed. An unknown id is
+    // not counted: it gets its 4404 after the handshake, as before.
+    let slot = match state.registry.get(&id) {
+        None => None,
+        Some(_) => match state.subscribers.admit(
+            state.options.subscribers,
+            &id,
+            ClientKey::of_parts(&parts),
+        ) {
+            Ok(slot) => Some(slot),
+            Err(refusal) => return ApiError::from(refusal).into_response(),
+        },
+    };
     let origin = parts
         .headers
         .get(header::ORIGIN)
@@ -75,6 +94,7 @@ pub async fn io(
         .read_buffer_size(CLIENT_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let _open = state.sockets.token();
+            let _slot = slot;
             if !stream_allows_origin(&state.options.cors, origin.as_deref()) {
                 close_with(socket, CLOSE_FORBIDDEN_ORIGIN, "forbidden_origin").await;
                 return;

@@ -34,9 +34,39 @@ fn an_app_sessions_token_guards_every_port_and_only_it_passes() {
     }
 }
 
+fn session_with_app_port(port: u16) -> Session {
+    Session::with_apps(
+        "s1".into(),
+        iso_now(),
+        64 * 1024,
+        0,
+        None,
+        Arc::new(Metrics::new()),
+        SessionMode::Watch,
+        &[SessionApp::default_app(vec![PortMapping {
+            port,
+            protocol: runner_api::types::PortProtocol::Tcp,
+        }])],
+    )
+}
+
+#[test]
+fn a_port_no_app_publishes_asks_for_every_token() {
+    let session = session_with_app_port(8080);
+    session.guard_with_token_digest(Some(7070), token_digest("agent-token"));
+    assert_eq!(session.edge_access(None, Some(8080)), EdgeAccess::Open);
+    for undeclared in [Some(9999), Some(8081)] {
+        assert_eq!(session.edge_access(None, undeclared), EdgeAccess::Denied);
+        assert_eq!(
+            session.edge_access(Some("agent-token"), undeclared),
+            EdgeAccess::Granted
+        );
+    }
+}
+
 #[test]
 fn an_agents_token_guards_its_port_and_leaves_the_apps_public() {
-    let session = session();
+    let session = session_with_app_port(8080);
     session.guard_with_token_digest(Some(7070), token_digest("agent-token"));
     assert_eq!(session.edge_access(None, Some(8080)), EdgeAccess::Open);
     assert_eq!(session.edge_access(None, Some(7070)), EdgeAccess::Denied);

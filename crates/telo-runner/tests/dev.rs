@@ -1,0 +1,264 @@
+//! `telo-runner dev` as a user starts it: the real binary on a free port,
+//! driven over real sockets. A dev runner has no token, so which browser
+//! pages it serves, and what it says about who can drive it, is the
+//! security boundary these tests hold.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use test_support::bundle::start_body;
+
+const BIN: &str = env!("CARGO_BIN_EXE_telo-runner");
+const START_BOUND: Duration = Duration::from_secs(60);
+const STOP_BOUND: Duration = Duration::from_secs(30);
+
+/// A running `telo-runner dev`, stopped with SIGTERM (killed if the test
+/// ends first), with what it printed up to its next steps.
+struct Dev {
+    child: Option<Child>,
+    said: Vec<String>,
+    base: String,
+}
+
+impl Dev {
+    fn start(args: &[&str]) -> Dev {
+        for companion in ["fake-telo", "kube-sim"] {
+            test_support::fake_telo::workspace_binary(companion);
+        }
+        let mut child = dev_command(args).stdout(Stdio::piped()).spawn().unwrap();
+        let (lines, seen) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut said = Vec::new();
+        loop {
+            let line = seen
+                .recv_timeout(START_BOUND)
+                .unwrap_or_else(|_| panic!("dev did not come up; it said {said:#?}"));
+            let done = line.starts_with("Next, in another terminal:");
+            said.push(line);
+            if done {
+                break;
+            }
+        }
+        let base = said
+            .iter()
+            .find_map(|line| line.strip_prefix("listening on "))
+            .expect("dev says where it listens")
+            .trim()
+            .to_owned();
+        Dev {
+            child: Some(child),
+            said,
+            base,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn said_line(&self, line: &str) -> bool {
+        self.said.iter().any(|said| said == line)
+    }
+
+    /// SIGTERM, and it stops with what it started.
+    fn stop(mut self) {
+        let mut child = self.child.take().unwrap();
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let (exited, exit) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = exited.send(child.wait());
+        });
+        let status = exit.recv_timeout(STOP_BOUND).unwrap().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn dev_command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("dev")
+        .args(["--port", "0"])
+        .args(args)
+        .env_remove("PORT")
+        .env_remove("RUNNER_CORS_ORIGINS")
+        .env_remove("RUNNER_AUTH_TOKENS_FILE")
+        .env_remove("RUNNER_BACKEND")
+        .env_remove("LOG_LEVEL")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+async fn preflight(client: &reqwest::Client, dev: &Dev, origin: &str) -> reqwest::Response {
+    client
+        .request(reqwest::Method::OPTIONS, dev.url("/v1/sessions"))
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn start_from(client: &reqwest::Client, dev: &Dev, origin: &str) -> reqwest::Response {
+    client
+        .post(dev.url("/v1/sessions"))
+        .header("origin", origin)
+        .json(&start_body(json!({"stdout": ["hi"], "exitCode": 0})))
+        .send()
+        .await
+        .unwrap()
+}
+
+const LOOPBACK_LINE: &str = "  browser  pages from http://localhost:*, http://127.0.0.1:*, http://[::1]:* only (--allow-origin ORIGIN admits another, e.g. a hosted editor's); any other page is refused";
+const OPEN_LINE: &str = "  access   open, no token: every program and user on this machine that can reach loopback can start sessions";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_refuses_a_foreign_page_and_serves_loopback_pages() {
+    let dev = Dev::start(&[]);
+    assert!(dev.said_line(LOOPBACK_LINE), "{:#?}", dev.said);
+    assert!(dev.said_line(OPEN_LINE), "{:#?}", dev.said);
+    let client = test_support::http_client();
+
+    let refused = preflight(&client, &dev, "https://evil.example").await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert!(
+        refused
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"],
+        "origin_not_allowed"
+    );
+    let refused = start_from(&client, &dev, "https://evil.example").await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        refused.json::<Value>().await.unwrap()["error"],
+        "origin_not_allowed"
+    );
+    // A look-alike of loopback is a foreign host.
+    let refused = start_from(&client, &dev, "http://localhost.evil.example").await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    let listed: Value = client
+        .get(dev.url("/v1/sessions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["sessions"], json!([]), "no page started a session");
+
+    let admitted = preflight(&client, &dev, "http://localhost:5173").await;
+    assert_eq!(admitted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        admitted.headers()["access-control-allow-origin"],
+        "http://localhost:5173"
+    );
+    let created = start_from(&client, &dev, "http://127.0.0.1:3000").await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(
+        created.headers()["access-control-allow-origin"],
+        "http://127.0.0.1:3000"
+    );
+    dev.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_admits_a_named_origin_and_warns_when_every_origin_is_let_in() {
+    let client = test_support::http_client();
+    let named = Dev::start(&["--allow-origin", "https://editor.example"]);
+    let admitted = preflight(&client, &named, "https://editor.example").await;
+    assert_eq!(admitted.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        preflight(&client, &named, "https://evil.example")
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    named.stop();
+
+    let any = Dev::start(&["--any-origin"]);
+    assert!(
+        any.said_line("warning: --any-origin: every web page open in a browser on this machine can start sessions on this runner and run what it sends"),
+        "{:#?}",
+        any.said
+    );
+    assert_eq!(
+        preflight(&client, &any, "https://evil.example")
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    any.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_on_kubernetes_warns_that_pods_are_host_processes() {
+    let dev = Dev::start(&["--kubernetes"]);
+    let uid = nix::unistd::geteuid().as_raw();
+    let who = if uid == 0 {
+        "as root, with the whole machine in reach".to_owned()
+    } else {
+        format!("as this user (uid {uid})")
+    };
+    let warning = format!(
+        "warning: --kubernetes: kube-sim runs each session pod as a plain process on this host, {who}, with no container and no sandbox; run only applications you trust"
+    );
+    assert!(dev.said_line(&warning), "{:#?}", dev.said);
+    assert!(dev.said_line(LOOPBACK_LINE), "{:#?}", dev.said);
+    dev.stop();
+}
+
+#[test]
+fn dev_refuses_origins_it_cannot_honour_with_exit_2() {
+    for (args, env, message) in [
+        (
+            &["--allow-origin", "https://editor.example/app"][..],
+            None,
+            "telo-runner dev: --allow-origin 'https://editor.example/app': expected a browser origin such as https://editor.example (scheme://host[:port], no path); --any-origin admits every origin\n",
+        ),
+        (
+            &[][..],
+            Some("*"),
+            "telo-runner dev: RUNNER_CORS_ORIGINS is set, but dev decides the browser origins itself: unset it and pass --allow-origin ORIGIN (repeatable) or --any-origin\n",
+        ),
+    ] {
+        let mut command = dev_command(args);
+        if let Some(value) = env {
+            command.env("RUNNER_CORS_ORIGINS", value);
+        }
+        let output = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        assert_eq!(String::from_utf8_lossy(&output.stderr), message);
+    }
+}
