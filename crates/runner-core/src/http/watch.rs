@@ -171,13 +171,6 @@ pub async fn set_apps(
         .map_err(|err| ApiError::bad_request("invalid_request", err.message))?;
     let session = watch_session(&state, &id)?;
     live_workload(&session, NO_LIVE_WORKLOAD)?;
-    // An app-set change restarts every kernel of the session: it spends the
-    // reload budget as a reload does.
-    spend_budget(
-        &state,
-        &session,
-        "reloads, workspace writes and app set changes",
-    )?;
     let apps = resolve_apps(Some(apps), || {
         unreachable!("PUT /apps always names its apps")
     })
@@ -210,6 +203,13 @@ pub async fn set_apps(
     .map_err(ApiError::Telo)?;
     super::telo::pin_versions(&mut apps, versions.as_deref());
     super::routes::check_io(&state, &apps, true)?;
+    // An app-set change restarts every kernel of the session: it spends the
+    // reload budget as a reload does (a refused request spends nothing).
+    spend_budget(
+        &state,
+        &session,
+        "reloads, workspace writes and app set changes",
+    )?;
     match state.registry.set_apps(&session, apps).await {
         Ok(names) => Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response()),
         Err(SetAppsError::NotRunning) => Err(not_running(NO_LIVE_WORKLOAD)),
