@@ -1,22 +1,23 @@
-//! The HTTP server's accept loop, bounded so that anonymous clients cannot
-//! take the service down: a connection limit with a clear refusal, a
+//! The HTTP accept loop of every server the runner binary runs (the runner's
+//! API, `telo-runner workspace`), bounded so that anonymous clients cannot
+//! take a service down: a connection limit with a clear refusal, a
 //! deadline for every request's header block (idle keep-alive connections
 //! included), a header size cap, and the open-file limit raised at boot.
 //!
 //! HTTP/1.1 only, with upgrades for the terminal WebSocket: every client of
 //! the runner (the editor, the terminal client, probes, proxies in front of
-//! it) speaks it, and a cleartext HTTP/2 preface would only be one more thing
-//! to bound.
+//! it, the runner itself for the workspace service) speaks it, and a
+//! cleartext HTTP/2 preface would only be one more thing to bound.
 
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::config::ConnectionLimits;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use runner_core::config::ConnectionLimits;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -67,12 +68,39 @@ pub fn effective_max_connections(configured: usize, fd_limit: Option<u64>) -> us
     configured.min(room.max(1))
 }
 
+/// Which service a refusal at the connection limit speaks for, and the
+/// setting that raises the limit (if any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceName {
+    /// `runner`: "The runner is serving its limit of …".
+    pub name: &'static str,
+    /// `RUNNER_MAX_CONNECTIONS`, named in the refusal and the warnings.
+    pub limit_setting: Option<&'static str>,
+}
+
+impl ServiceName {
+    /// The refusal's message at `limit` connections.
+    pub fn refusal(&self, limit: usize) -> String {
+        match self.limit_setting {
+            Some(setting) => format!(
+                "The {} is serving its limit of {limit} connections ({setting}); try again shortly.",
+                self.name
+            ),
+            None => format!(
+                "The {} is serving its limit of {limit} connections; try again shortly.",
+                self.name
+            ),
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `stop` fires, then gives open
 /// connections [`CLOSE_GRACE`] to finish and drops the rest.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    name: ServiceName,
     stop: CancellationToken,
 ) -> io::Result<()> {
     let max_connections = effective_max_connections(limits.max_connections, raise_fd_limit());
@@ -80,7 +108,8 @@ pub async fn serve(
         warn!(
             configured = limits.max_connections,
             serving = max_connections,
-            "RUNNER_MAX_CONNECTIONS is more than the open-file limit allows; serving fewer"
+            setting = name.limit_setting.unwrap_or("the connection limit"),
+            "the connection limit is more than the open-file limit allows; serving fewer"
         );
     }
     info!(
@@ -129,8 +158,9 @@ pub async fn serve(
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                let message = name.refusal(max_connections);
                 tasks.spawn(async move {
-                    refuse(tcp, max_connections).await;
+                    refuse(tcp, &message).await;
                     drop(refusal);
                 });
             }
@@ -178,10 +208,8 @@ fn is_peer_error(err: &io::Error) -> bool {
 /// A connection past the limit gets a 503 saying so, then is closed. The
 /// request is read and discarded only so that closing does not reset the
 /// connection before the client has read the answer.
-async fn refuse(mut tcp: TcpStream, limit: usize) {
-    let body = format!(
-        r#"{{"error":"too_many_connections","message":"The runner is serving its limit of {limit} connections (RUNNER_MAX_CONNECTIONS); try again shortly."}}"#
-    );
+async fn refuse(mut tcp: TcpStream, message: &str) {
+    let body = serde_json::json!({"error": "too_many_connections", "message": message}).to_string();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
@@ -206,5 +234,25 @@ mod tests {
         assert_eq!(effective_max_connections(6000, Some(1_048_576)), 6000);
         assert_eq!(effective_max_connections(6000, Some(1024)), 512);
         assert_eq!(effective_max_connections(6000, Some(100)), 1);
+    }
+
+    #[test]
+    fn a_refusal_names_the_service_and_its_setting() {
+        let runner = ServiceName {
+            name: "runner",
+            limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
+        };
+        assert_eq!(
+            runner.refusal(8),
+            "The runner is serving its limit of 8 connections (RUNNER_MAX_CONNECTIONS); try again shortly."
+        );
+        let workspace = ServiceName {
+            name: "workspace service",
+            limit_setting: None,
+        };
+        assert_eq!(
+            workspace.refusal(64),
+            "The workspace service is serving its limit of 64 connections; try again shortly."
+        );
     }
 }
