@@ -22,6 +22,7 @@ import copy
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -119,10 +120,38 @@ class Cluster:
     base: str
     kubeconfig: str
 
+    def token(self) -> str:
+        """The bearer token kube-sim wrote into its kubeconfig."""
+        with open(self.kubeconfig) as f:
+            return yaml.safe_load(f)["users"][0]["user"]["token"]
+
+    def tls(self) -> ssl.SSLContext:
+        """Trusts the CA kube-sim wrote into its kubeconfig, nothing else."""
+        with open(self.kubeconfig) as f:
+            cluster = yaml.safe_load(f)["clusters"][0]["cluster"]
+        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+        return ssl.create_default_context(cadata=ca)
+
+    def open(self, req: urllib.request.Request):
+        return urllib.request.urlopen(req, timeout=10, context=self.tls())
+
+    def request(
+        self, path: str, method: str = "GET", body: dict[str, Any] | None = None
+    ) -> urllib.request.Request:
+        """A request to kube-sim carrying its kubeconfig's token."""
+        headers = {"Authorization": f"Bearer {self.token()}"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+        return urllib.request.Request(
+            f"{self.base}{path}", data=data, headers=headers, method=method
+        )
+
     def get(self, path: str) -> dict[str, Any] | None:
         """GET an object; None when the apiserver says 404."""
         try:
-            with urllib.request.urlopen(f"{self.base}{path}", timeout=10) as resp:
+            with self.open(self.request(path)) as resp:
                 return json.load(resp)
         except urllib.error.HTTPError as err:
             if err.code == 404:
@@ -135,9 +164,8 @@ class Cluster:
         return obj
 
     def delete(self, path: str) -> None:
-        req = urllib.request.Request(f"{self.base}{path}", method="DELETE")
         try:
-            urllib.request.urlopen(req, timeout=10).close()
+            self.open(self.request(path, "DELETE")).close()
         except urllib.error.HTTPError as err:
             if err.code != 404:
                 raise
@@ -204,7 +232,7 @@ def cluster(tmp_path: Path):
         reader.start()
         reader.join(timeout=30)
         line = first_line[0].strip() if first_line else ""
-        if not line.startswith("listening on http://"):
+        if not line.startswith("listening on https://"):
             raise AssertionError(f"kube-sim did not start (first line {line!r})")
         # Keep reading so kube-sim never blocks on a full pipe.
         threading.Thread(target=proc.stdout.read, daemon=True).start()
@@ -776,12 +804,9 @@ def test_the_notes_follow_the_values(cluster):
 
 def test_namespaces_are_left_alone_when_managed_elsewhere(cluster):
     for ns in (RUNNER_NS, SESSION_NS):
-        req = urllib.request.Request(
-            f"{cluster.base}/api/v1/namespaces", method="POST",
-            data=json.dumps({"apiVersion": "v1", "kind": "Namespace",
-                             "metadata": {"name": ns}}).encode(),
-            headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=10).close()
+        req = cluster.request("/api/v1/namespaces", "POST",
+                              {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        cluster.open(req).close()
     release = cluster.install({"createNamespaces": False})
     assert "kind: Namespace" not in release["manifest"]
     labels = cluster.must_get(f"/api/v1/namespaces/{SESSION_NS}")["metadata"].get("labels", {})
@@ -811,14 +836,11 @@ def test_the_plain_install_puts_the_runner_in_the_current_namespace(cluster):
 
 
 def test_an_existing_session_namespace_is_used_as_it_is(cluster):
-    request = urllib.request.Request(
-        f"{cluster.base}/api/v1/namespaces",
-        data=json.dumps({"apiVersion": "v1", "kind": "Namespace",
-                         "metadata": {"name": SESSION_NS}}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
+    request = cluster.request(
+        "/api/v1/namespaces", "POST",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SESSION_NS}},
     )
-    urllib.request.urlopen(request, timeout=10).close()
+    cluster.open(request).close()
     release = cluster.install()
     assert release["info"]["status"] == "deployed"
     assert "kind: Namespace" not in release["manifest"]

@@ -4,6 +4,7 @@
 //! data (wire types, validation, frame codecs) is the `runner-api` crate,
 //! re-exported here under its module names for the backends.
 
+pub mod accept;
 pub mod apps;
 pub mod auth;
 pub mod backend;

@@ -91,8 +91,12 @@ impl KubeBackend {
             metrics.watch_restarts("events"),
             stop.clone(),
         );
+        // Pods' workspace services close a connection idle past their
+        // header deadline; a pooled connection is dropped here well before,
+        // so a request never goes out on one the service is closing.
         let http = runner_core::http_client::client_builder()
             .no_proxy()
+            .pool_idle_timeout(WORKSPACE_POOL_IDLE)
             .build()
             .unwrap_or_else(|_| runner_core::http_client::client());
         tasks.adopt(pod_task);
@@ -661,4 +665,9 @@ impl Backend for KubeBackend {
 
 /// How long shutdown waits for the backend's tasks once they are told to
 /// stop; they end at once unless a request hangs.
+/// How long a connection to a pod (its workspace service) may idle in the
+/// pool: half the service's header deadline.
+const WORKSPACE_POOL_IDLE: Duration =
+    Duration::from_secs(runner_core::config::DEFAULT_HEADER_TIMEOUT_SECONDS / 2);
+
 const TASKS_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);

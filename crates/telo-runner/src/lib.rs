@@ -5,7 +5,6 @@
 pub mod bundle;
 pub mod cli;
 pub mod client;
-pub mod connections;
 pub mod dev;
 pub mod logging;
 pub mod server;

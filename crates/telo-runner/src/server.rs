@@ -165,7 +165,7 @@ impl Service {
                 going_away.cancel();
                 // Each terminal socket sends its close frame.
                 sockets.close();
-                if tokio::time::timeout(crate::connections::CLOSE_GRACE, sockets.wait())
+                if tokio::time::timeout(runner_core::accept::CLOSE_GRACE, sockets.wait())
                     .await
                     .is_err()
                 {
@@ -174,10 +174,11 @@ impl Service {
                 drained.cancel();
             }
         };
-        let server = crate::connections::serve(
+        let server = runner_core::accept::serve(
             listener,
             self.router,
             self.core.connections,
+            RUNNER_SERVICE,
             drained.clone(),
         );
         let stop_recovery = async move {
@@ -190,6 +191,12 @@ impl Service {
         served
     }
 }
+
+/// The runner's API in the accept loop's refusals.
+const RUNNER_SERVICE: runner_core::accept::ServiceName = runner_core::accept::ServiceName {
+    name: "runner",
+    limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
+};
 
 /// A service running in the background of the current runtime (tests, the
 /// terminal client's embedded mode).

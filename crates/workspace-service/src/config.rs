@@ -3,13 +3,33 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positive_int};
+use std::time::Duration;
+
+use runner_core::config::{
+    ConfigError, ConnectionLimits, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES, Env,
+    EnvVarDoc, env_string, parse_positive_int,
+};
 use runner_workspace::WorkspaceLimits;
 
 /// Where the service listens unless `RUNNER_WORKSPACE_LISTEN` says otherwise.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8099";
 /// The shortest token the service accepts.
 pub const MIN_TOKEN_CHARS: usize = 32;
+/// The connections the service serves at once. Its one client is the
+/// runner (a few requests at a time per session); anything past this is a
+/// process on the pod's network holding connections open.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The service's connection bounds: [`MAX_CONNECTIONS`], and the runner's
+/// own defaults for the header deadline and size.
+pub fn connection_limits() -> ConnectionLimits {
+    ConnectionLimits {
+        max_connections: MAX_CONNECTIONS,
+        header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
+        body_timeout: crate::server::BODY_TIMEOUT,
+        max_header_bytes: usize::try_from(DEFAULT_MAX_HEADER_BYTES).unwrap_or(usize::MAX),
+    }
+}
 
 const DIR_VAR: &str = "RUNNER_WORKSPACE_DIR";
 const LISTEN_VAR: &str = "RUNNER_WORKSPACE_LISTEN";
@@ -54,6 +74,8 @@ pub struct Config {
     pub limits: WorkspaceLimits,
     /// The service exits once a change set wrote this path (normalized).
     pub exit_after_write: Option<String>,
+    /// What connections may cost (default [`connection_limits`]).
+    pub connections: ConnectionLimits,
 }
 
 impl std::fmt::Debug for Config {
@@ -64,6 +86,7 @@ impl std::fmt::Debug for Config {
             .field("token", &"<redacted>")
             .field("limits", &self.limits)
             .field("exit_after_write", &self.exit_after_write)
+            .field("connections", &self.connections)
             .finish()
     }
 }
@@ -127,6 +150,7 @@ impl Config {
             token,
             limits: workspace_limits_from_env(env)?,
             exit_after_write,
+            connections: connection_limits(),
         })
     }
 }

@@ -15,7 +15,8 @@ pub mod server;
 pub mod wire;
 
 pub use config::{
-    Config, DEFAULT_LISTEN, MIN_TOKEN_CHARS, WORKSPACE_SERVICE_ENV_VARS, workspace_limits_from_env,
+    Config, DEFAULT_LISTEN, MAX_CONNECTIONS, MIN_TOKEN_CHARS, WORKSPACE_SERVICE_ENV_VARS,
+    connection_limits, workspace_limits_from_env,
 };
 pub use server::{ServeError, serve, serve_on};
 

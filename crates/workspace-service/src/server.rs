@@ -443,9 +443,20 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Se
     serve_on(listener, config, shutdown).await
 }
 
+/// The workspace service in the accept loop's refusals.
+const WORKSPACE_SERVICE: runner_core::accept::ServiceName = runner_core::accept::ServiceName {
+    name: "workspace service",
+    limit_setting: None,
+};
+
 /// Serves `config.dir` on `listener` (its `listen` is not used) until
 /// `shutdown` fires, then lets requests in flight finish. The directory is
 /// created (mode `0700`) if missing.
+///
+/// The runner's own accept loop serves it, with its bounds: a pod's
+/// network is shared by its app containers, which run the session's
+/// untrusted code, so a half-sent request is closed at the header deadline
+/// and connections past `config.connections` are refused.
 pub async fn serve_on(
     listener: TcpListener,
     config: Config,
@@ -460,7 +471,8 @@ pub async fn serve_on(
             dir: config.dir.clone(),
             source,
         })?;
-    let done = CancellationToken::new();
+    // Fires on shutdown, or once the exit file was written.
+    let done = shutdown.child_token();
     let exit = config
         .exit_after_write
         .clone()
@@ -469,15 +481,12 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, dir = %config.dir.display(), "workspace service serving");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = done.cancelled() => info!("the workspace's exit file was written; done"),
-            }
-        })
+    runner_core::accept::serve(listener, app, config.connections, WORKSPACE_SERVICE, done)
         .await
         .map_err(ServeError::Serve)?;
+    if !shutdown.is_cancelled() {
+        info!("the workspace's exit file was written; done");
+    }
     info!("workspace service shut down");
     Ok(())
 }

@@ -45,6 +45,7 @@ impl Served {
             token: TOKEN.to_owned(),
             limits,
             exit_after_write: None,
+            connections: runner_workspace_service::connection_limits(),
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
@@ -600,6 +601,7 @@ async fn a_relative_or_unusable_directory_is_a_serve_error() {
         token: TOKEN.to_owned(),
         limits: WorkspaceLimits::default(),
         exit_after_write: None,
+        connections: runner_workspace_service::connection_limits(),
     };
     let err = bounded(serve_on(listener, config, CancellationToken::new()))
         .await
@@ -627,6 +629,7 @@ async fn the_service_exits_after_writing_its_exit_file() {
         token: TOKEN.to_owned(),
         limits: WorkspaceLimits::default(),
         exit_after_write: Some(".launch".to_owned()),
+        connections: runner_workspace_service::connection_limits(),
     };
     let served = tokio::spawn(serve_on(listener, config, CancellationToken::new()));
     let client = WorkspaceClient::new(runner_core::http_client::client(), addr, TOKEN.to_owned());

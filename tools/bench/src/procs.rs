@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use base64::Engine as _;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -228,7 +229,8 @@ pub struct Stack {
     pub runner: Proc,
     pub base: String,
     pub sim: Option<Proc>,
-    pub sim_url: Option<String>,
+    /// kube-sim's URL and a client with its kubeconfig's credentials.
+    pub sim_api: Option<SimApi>,
     pub http: reqwest::Client,
     _dir: tempfile::TempDir,
 }
@@ -299,7 +301,7 @@ impl Stack {
     ) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
         let mut env: HashMap<String, String> = HashMap::new();
-        let (sim, sim_url) = match backend {
+        let (sim, sim_api) = match backend {
             BackendKind::Kubernetes => {
                 let kubeconfig = dir.path().join("kubeconfig");
                 // `nice` execs kube-sim, so the pid stays kube-sim's.
@@ -327,11 +329,12 @@ impl Stack {
                     .arg(format!("telo-runner:*=bin:{}", runner_dir.display()));
                 cmd.args(sim_args);
                 let (sim, url) = Proc::spawn("kube-sim", cmd).await?;
+                let http = sim_http_client(&kubeconfig)?;
                 env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
                 env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
                 env.insert("RUNNER_IMAGE".into(), "telorun/node:0-slim".into());
                 env.insert("RUNNER_BASE_IMAGE_CATALOG_ENABLED".into(), "false".into());
-                (Some(sim), Some(url))
+                (Some(sim), Some(SimApi { url, http }))
             }
             BackendKind::Local => {
                 env.insert("RUNNER_BACKEND".into(), "local".into());
@@ -367,7 +370,7 @@ impl Stack {
             runner,
             base,
             sim,
-            sim_url,
+            sim_api,
             http: http_client()?,
             _dir: dir,
         };
@@ -416,10 +419,10 @@ impl Stack {
 
     /// kube-sim's request and watch counters.
     pub async fn sim_stats(&self) -> anyhow::Result<serde_json::Value> {
-        let url = self.sim_url.as_ref().context("no kube-sim in this stack")?;
-        Ok(self
+        let sim = self.sim_api.as_ref().context("no kube-sim in this stack")?;
+        Ok(sim
             .http
-            .get(format!("{url}/_sim/stats"))
+            .get(format!("{}/_sim/stats", sim.url))
             .send()
             .await?
             .error_for_status()?
@@ -429,10 +432,10 @@ impl Stack {
 
     /// kube-sim's pod timeline, by pod name.
     pub async fn sim_timeline(&self) -> anyhow::Result<HashMap<String, serde_json::Value>> {
-        let url = self.sim_url.as_ref().context("no kube-sim in this stack")?;
-        let body: serde_json::Value = self
+        let sim = self.sim_api.as_ref().context("no kube-sim in this stack")?;
+        let body: serde_json::Value = sim
             .http
-            .get(format!("{url}/_sim/timeline"))
+            .get(format!("{}/_sim/timeline", sim.url))
             .send()
             .await?
             .error_for_status()?
@@ -454,6 +457,58 @@ impl Stack {
         }
         runner
     }
+}
+
+/// Where kube-sim listens, and a client that trusts its CA and sends its
+/// token (both from the kubeconfig it wrote, before it said where it
+/// listens).
+pub struct SimApi {
+    pub url: String,
+    pub http: reqwest::Client,
+}
+
+fn sim_http_client(kubeconfig: &Path) -> anyhow::Result<reqwest::Client> {
+    #[derive(serde::Deserialize)]
+    struct Kubeconfig {
+        clusters: Vec<NamedCluster>,
+        users: Vec<NamedUser>,
+    }
+    #[derive(serde::Deserialize)]
+    struct NamedCluster {
+        cluster: Cluster,
+    }
+    #[derive(serde::Deserialize)]
+    struct Cluster {
+        #[serde(rename = "certificate-authority-data")]
+        ca_data: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct NamedUser {
+        user: User,
+    }
+    #[derive(serde::Deserialize)]
+    struct User {
+        token: String,
+    }
+    let what = || format!("kube-sim's kubeconfig {}", kubeconfig.display());
+    let text = std::fs::read_to_string(kubeconfig).with_context(what)?;
+    let config: Kubeconfig = serde_yaml_ng::from_str(&text).with_context(what)?;
+    let (Some(cluster), Some(user)) = (config.clusters.first(), config.users.first()) else {
+        bail!("{} names no cluster or no user", what());
+    };
+    let ca_pem = base64::engine::general_purpose::STANDARD
+        .decode(cluster.cluster.ca_data.trim())
+        .with_context(what)?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", user.user.token).parse()?,
+    );
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Ok(reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca_pem)?])
+        .default_headers(headers)
+        .build()?)
 }
 
 pub fn http_client() -> anyhow::Result<reqwest::Client> {

@@ -278,6 +278,12 @@ impl ApiError {
         Self::new(403, "Forbidden", message, Some(Self::details(name, gr)))
     }
 
+    /// `401 Unauthorized`, as the apiserver answers a request whose
+    /// credentials no authenticator accepts (anonymous access off).
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized", None)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message, None)
     }

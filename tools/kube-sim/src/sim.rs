@@ -2,7 +2,6 @@
 //! get a `kube::Client`, seed and read objects, flip controllers and
 //! faults, and wait for conditions — without sleeping.
 
-use axum::serve::ListenerExt as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +13,9 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::apiserver::authn::BearerToken;
 use crate::apiserver::authz::{Authorizer, Denial};
+use crate::apiserver::tls::ServingIdentity;
 use crate::apiserver::watch::DEFAULT_BOOKMARK_INTERVAL;
 use crate::apiserver::{ApiContext, router};
 use crate::controllers::{self, Switch};
@@ -49,6 +50,8 @@ pub enum StartError {
     Image(String),
     #[error("the docker runtime needs a container engine: {0}")]
     Engine(String),
+    #[error(transparent)]
+    Tls(#[from] crate::apiserver::tls::TlsError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +236,7 @@ impl KubeSimBuilder {
             addr: self.listen,
             source,
         })?;
+        let identity = Arc::new(ServingIdentity::generate(addr.ip())?);
         let root = tempfile::Builder::new()
             .prefix("kube-sim-")
             .tempdir()
@@ -299,6 +303,7 @@ impl KubeSimBuilder {
             server_address: addr.to_string(),
             bookmark_interval: self.bookmark_interval,
             attach_delay: self.attach_delay,
+            token: BearerToken::random(),
             shutdown: shutdown.clone(),
         });
         let ingress = Switch::new(self.ingress_controller);
@@ -326,19 +331,15 @@ impl KubeSimBuilder {
             )));
         }
         let app = router(ctx.clone());
-        let server_shutdown = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            // Go's net/http, which the apiserver is built on, turns Nagle's
-            // algorithm off on every connection; so does the simulator.
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_shutdown.cancelled().await })
-                .await;
-        }));
+        tasks.push(tokio::spawn(crate::apiserver::tls::serve(
+            listener,
+            identity.acceptor(),
+            app,
+            shutdown.clone(),
+        )));
         Ok(KubeSim {
             addr,
+            identity,
             ctx,
             registry,
             kubelet,
@@ -375,6 +376,7 @@ pub fn find_fake_telo() -> Option<PathBuf> {
 /// the docker runtime removed).
 pub struct KubeSim {
     addr: SocketAddr,
+    identity: Arc<ServingIdentity>,
     ctx: Arc<ApiContext>,
     registry: Arc<Registry>,
     kubelet: Arc<Kubelet>,
@@ -394,27 +396,90 @@ impl KubeSim {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("https://{}", self.addr)
     }
 
-    /// A kube-rs client for this simulator (default namespace `default`).
+    /// The CA that signed the simulator's serving certificate (PEM); the
+    /// kubeconfig carries it.
+    pub fn ca_pem(&self) -> &str {
+        self.identity.ca_pem()
+    }
+
+    /// A rustls client configuration that trusts this simulator, for raw
+    /// TLS clients (a WebSocket attach, say).
+    pub fn tls_client_config(&self) -> Arc<rustls::ClientConfig> {
+        self.identity
+            .client_config()
+            .unwrap_or_else(|e| panic!("TLS client config for kube-sim: {e}"))
+    }
+
+    /// A TLS connection to the simulator, verified against its CA, for
+    /// clients that speak HTTP themselves.
+    pub async fn connect_tls(
+        &self,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await?;
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        tokio_rustls::TlsConnector::from(self.tls_client_config())
+            .connect(name, tcp)
+            .await
+    }
+
+    /// A reqwest client that trusts the simulator and sends no credential.
+    pub fn anonymous_http_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .tls_backend_preconfigured((*self.tls_client_config()).clone())
+            .build()
+            .unwrap_or_else(|e| panic!("HTTP client for kube-sim: {e}"))
+    }
+
+    /// A reqwest client that trusts the simulator and sends its token.
+    pub fn http_client(&self) -> reqwest::Client {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(value) = http::HeaderValue::from_str(&self.authorization()) {
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        reqwest::Client::builder()
+            .tls_backend_preconfigured((*self.tls_client_config()).clone())
+            .default_headers(headers)
+            .build()
+            .unwrap_or_else(|e| panic!("HTTP client for kube-sim: {e}"))
+    }
+
+    /// The bearer token every request to this simulator must carry (the
+    /// one its kubeconfig holds); for raw HTTP clients.
+    pub fn token(&self) -> &str {
+        self.ctx.token.as_str()
+    }
+
+    /// `Bearer <token>`, an `Authorization` header value.
+    pub fn authorization(&self) -> String {
+        format!("Bearer {}", self.token())
+    }
+
+    /// A kube-rs client for this simulator (default namespace `default`),
+    /// with its token.
     pub fn client(&self) -> kube::Client {
         let uri: http::Uri = self
             .url()
             .parse()
             .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1"));
-        let config = kube::Config::new(uri);
+        let mut config = kube::Config::new(uri);
+        config.root_cert = Some(vec![self.identity.ca_der().to_vec()]);
+        config.auth_info.token = Some(self.token().to_owned().into());
         kube::Client::try_from(config).unwrap_or_else(|e| panic!("kube client for kube-sim: {e}"))
     }
 
     pub fn kubeconfig_yaml(&self) -> String {
-        crate::kubeconfig::render(&self.url(), "default")
+        crate::kubeconfig::render(&self.url(), "default", self.ca_pem(), self.token())
     }
 
+    /// Writes this simulator's kubeconfig, its token included, readable by
+    /// its owner only.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        crate::kubeconfig::write(path, &self.url(), "default")
+        crate::kubeconfig::write(path, &self.url(), "default", self.ca_pem(), self.token())
     }
 
     /// How this simulator runs containers.

@@ -52,7 +52,7 @@ impl Server {
             .read_line(&mut first)
             .unwrap();
         assert!(
-            first.starts_with("listening on http://127.0.0.1:"),
+            first.starts_with("listening on https://127.0.0.1:"),
             "{first:?}"
         );
         Self { child, dir }
@@ -219,6 +219,30 @@ fn kubectl_shows_api_errors_verbatim() {
         err.contains(
             "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\""
         ),
+        "{err}"
+    );
+}
+
+#[test]
+fn kubectl_with_a_wrong_token_must_log_in() {
+    if !have_kubectl() {
+        return;
+    }
+    let server = Server::start();
+    let with_token = std::fs::read_to_string(server.kubeconfig()).unwrap();
+    let wrong: String = with_token
+        .lines()
+        .map(|line| match line.split_once("token: ") {
+            Some((indent, _)) => format!("{indent}token: not-the-token\n"),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert_ne!(wrong, with_token);
+    std::fs::write(server.kubeconfig(), wrong).unwrap();
+    let (ok, _, err) = server.run(&["get", "secrets", "-A"]);
+    assert!(!ok);
+    assert!(
+        err.contains("You must be logged in to the server (the server has asked for the client to provide credentials)"),
         "{err}"
     );
 }

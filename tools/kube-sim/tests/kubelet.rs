@@ -699,15 +699,19 @@ async fn attach_speaks_the_v4_channel_protocol() {
         .await
         .unwrap();
     let url = format!(
-        "ws://{}/api/v1/namespaces/default/pods/v4/attach?container=session&stdin=true&stdout=true&stderr=true",
+        "wss://{}/api/v1/namespaces/default/pods/v4/attach?container=session&stdin=true&stdout=true&stderr=true",
         sim.addr()
     );
     let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", sim.authorization().parse().unwrap());
     req.headers_mut().insert(
         "sec-websocket-protocol",
         "v4.channel.k8s.io".parse().unwrap(),
     );
-    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, sim.connect_tls().await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(
         resp.headers().get("sec-websocket-protocol").unwrap(),
         "v4.channel.k8s.io"
@@ -774,15 +778,19 @@ async fn raw_attach(
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let url = format!(
-        "ws://{}/api/v1/namespaces/default/pods/{name}/attach?container=session&{query}",
+        "wss://{}/api/v1/namespaces/default/pods/{name}/attach?container=session&{query}",
         sim.addr()
     );
     let mut req = url.into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", sim.authorization().parse().unwrap());
     req.headers_mut().insert(
         "sec-websocket-protocol",
         "v5.channel.k8s.io".parse().unwrap(),
     );
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(req, sim.connect_tls().await.unwrap())
+        .await
+        .unwrap();
     for (channel, payload) in sent {
         let mut frame = vec![*channel];
         frame.extend_from_slice(payload);

@@ -67,7 +67,8 @@ async fn send(
     accept: &str,
     body: Vec<u8>,
 ) -> (u16, Option<String>, Value) {
-    let resp = reqwest::Client::new()
+    let resp = sim
+        .http_client()
         .request(method, format!("{}{path}", sim.url()))
         .header("content-type", content_type)
         .header("accept", accept)
@@ -243,7 +244,8 @@ async fn unknown_body_types_list_protobuf_for_built_in_kinds_only() {
 #[tokio::test]
 async fn a_client_accepting_only_protobuf_gets_406() {
     let sim = sim().await;
-    let resp = reqwest::Client::new()
+    let resp = sim
+        .http_client()
         .get(format!("{}{SECRETS}", sim.url()))
         .header("accept", PROTOBUF)
         .send()
@@ -256,7 +258,8 @@ async fn a_client_accepting_only_protobuf_gets_406() {
         body["message"],
         "only the following media types are accepted: application/json"
     );
-    let resp = reqwest::Client::new()
+    let resp = sim
+        .http_client()
         .get(format!("{}{SECRETS}", sim.url()))
         .header("accept", TYPED_ACCEPT)
         .send()

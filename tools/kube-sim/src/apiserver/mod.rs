@@ -2,6 +2,7 @@
 //! injection and request accounting in front of the registry.
 
 pub mod attach;
+pub mod authn;
 pub mod authz;
 pub mod discovery;
 pub mod handlers;
@@ -10,6 +11,7 @@ pub mod openapi;
 pub mod protobuf;
 pub mod request;
 pub mod table;
+pub mod tls;
 pub mod watch;
 
 use std::sync::Arc;
@@ -46,6 +48,8 @@ pub struct ApiContext {
     /// The longest an attach waits, after its upgrade was answered, before
     /// the container's stream is hooked up to it (see `attach`).
     pub attach_delay: Duration,
+    /// What every request must present (`Authorization: Bearer …`).
+    pub token: authn::BearerToken,
     pub shutdown: CancellationToken,
 }
 
@@ -76,6 +80,12 @@ pub fn router(ctx: Arc<ApiContext>) -> Router {
             get(sim_rbac_get).post(sim_rbac_post).delete(sim_rbac_clear),
         )
         .fallback(dispatch)
+        // Outermost, so no route — health, discovery, the `/_sim` admin
+        // routes, watches, upgrades — answers before the token is checked.
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            authn::require_bearer,
+        ))
         .with_state(ctx)
 }
 

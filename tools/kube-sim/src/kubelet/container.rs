@@ -241,6 +241,9 @@ impl Kubelet {
                     .await
             }
             Launch::Process(spec) => {
+                if w.is_terminating() {
+                    return Outcome::Abandoned;
+                }
                 let running = match process::spawn(&spec, streams.clone(), self.processes.clone()) {
                     Ok(running) => running,
                     Err(e) => {
@@ -248,7 +251,11 @@ impl Kubelet {
                         return Outcome::StartFailed;
                     }
                 };
-                w.slots().entry(name.to_string()).or_default().pgid = Some(running.pgid);
+                if !w.admit(name, |slot| slot.pgid = Some(running.pgid)) {
+                    process::signal(running.pgid, Signal::SIGKILL);
+                    let _ = running.exit.await;
+                    return Outcome::Abandoned;
+                }
                 self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
                 let code = running.exit.await.unwrap_or(137);
                 // Let the output readers drain the pipes before closing.
@@ -258,7 +265,9 @@ impl Kubelet {
             }
             Launch::BundleFetch(plan, mounts) => {
                 let stop = CancellationToken::new();
-                w.slots().entry(name.to_string()).or_default().stop = Some(stop.clone());
+                if !w.admit(name, |slot| slot.stop = Some(stop.clone())) {
+                    return Outcome::Abandoned;
+                }
                 self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
                 let out = tokio::select! {
                     out = bundle_fetch::run(&plan, &mounts, &self.http) => Some(out),
@@ -277,7 +286,9 @@ impl Kubelet {
             }
             Launch::Virtual => {
                 let stop = CancellationToken::new();
-                w.slots().entry(name.to_string()).or_default().stop = Some(stop.clone());
+                if !w.admit(name, |slot| slot.stop = Some(stop.clone())) {
+                    return Outcome::Abandoned;
+                }
                 self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
                 stop.cancelled().await;
                 w.slots().entry(name.to_string()).or_default().stop = None;

@@ -116,11 +116,16 @@ impl Kubelet {
                 return Outcome::StartFailed;
             }
         };
-        {
-            let mut slots = w.slots();
-            let slot = slots.entry(t.name.to_string()).or_default();
+        let admitted = w.admit(t.name, |slot| {
             slot.pgid = Some(running.pgid);
             slot.engine = Some(run.name.clone());
+        });
+        if !admitted {
+            engine.unwatch_start(&run.name);
+            process::signal(running.pgid, Signal::SIGKILL);
+            let _ = running.exit.await;
+            engine.remove(&run.name).await;
+            return Outcome::Abandoned;
         }
         let client_exited = CancellationToken::new();
         let _client_exited = client_exited.clone().drop_guard();

@@ -146,6 +146,24 @@ impl PodWorker {
         self.terminating.is_cancelled()
     }
 
+    /// Records, with `record`, how to stop container `name` that has just
+    /// been started — unless the pod began terminating, which is then
+    /// answered `false` and the caller stops what it started itself.
+    ///
+    /// Termination cancels `terminating` before it reads the slots to find
+    /// what to stop, and this checks it under the slots' lock: so either
+    /// termination sees what is recorded here, or this sees termination.
+    /// Without it, a container launched while its pod was being deleted
+    /// was never stopped, and its process outlived the pod.
+    fn admit(&self, name: &str, record: impl FnOnce(&mut ContainerSlot)) -> bool {
+        let mut slots = self.slots();
+        if self.is_terminating() {
+            return false;
+        }
+        record(slots.entry(name.to_string()).or_default());
+        true
+    }
+
     /// Sleeps for `delay`, or less if the pod begins terminating: a
     /// back-off before a restart or a retry has no point then.
     async fn back_off(&self, delay: Duration) {

@@ -11,8 +11,10 @@ Run by tools/kube-sim/tests/helm.rs with KUBE_SIM_BIN set; needs
 """
 
 import asyncio
+import base64
 import json
 import os
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
@@ -65,13 +67,27 @@ class KubeSim:
             text=True,
         )
         first = self.proc.stdout.readline().strip()
-        assert first.startswith("listening on http://"), f"kube-sim said {first!r}"
+        assert first.startswith("listening on https://"), f"kube-sim said {first!r}"
         self.url = first.split()[-1]
+        # The kubeconfig is written before the first line: its token is
+        # what every request must carry, its CA what signed the server.
+        fields = dict(
+            line.strip().split(": ", 1)
+            for line in self.kubeconfig.read_text().splitlines()
+            if line.strip().startswith(("token: ", "certificate-authority-data: "))
+        )
+        self.token = fields["token"]
+        self.tls = ssl.create_default_context(
+            cadata=base64.b64decode(fields["certificate-authority-data"]).decode()
+        )
 
     def get(self, path: str):
         """(status, JSON body) of a GET."""
+        req = urllib.request.Request(
+            self.url + path, headers={"Authorization": f"Bearer {self.token}"}
+        )
         try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=10, context=self.tls) as resp:
                 return resp.status, json.load(resp)
         except urllib.error.HTTPError as e:
             return e.code, json.load(e)

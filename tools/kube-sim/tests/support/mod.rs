@@ -28,8 +28,9 @@ pub async fn request(
     body: Option<Value>,
     content_type: &str,
 ) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let mut req = client.request(method, format!("{}{path}", sim.url()));
+    let mut req = sim
+        .http_client()
+        .request(method, format!("{}{path}", sim.url()));
     if let Some(b) = body {
         req = req.header("content-type", content_type).body(b.to_string());
     }

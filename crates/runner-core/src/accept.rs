@@ -1,12 +1,13 @@
-//! The HTTP server's accept loop, bounded so that anonymous clients cannot
-//! take the service down: a connection limit with a clear refusal, a
+//! The HTTP accept loop of every server the runner binary runs (the runner's
+//! API, `telo-runner workspace`), bounded so that anonymous clients cannot
+//! take a service down: a connection limit with a clear refusal, a
 //! deadline for every request's header block (idle keep-alive connections
 //! included), a header size cap, and the open-file limit raised at boot.
 //!
 //! HTTP/1.1 only, with upgrades for the terminal WebSocket: every client of
 //! the runner (the editor, the terminal client, probes, proxies in front of
-//! it) speaks it, and a cleartext HTTP/2 preface would only be one more thing
-//! to bound.
+//! it, the runner itself for the workspace service) speaks it, and a
+//! cleartext HTTP/2 preface would only be one more thing to bound.
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::config::ConnectionLimits;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::Request;
@@ -22,7 +24,6 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use runner_core::config::ConnectionLimits;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -86,12 +87,39 @@ pub fn effective_max_connections(configured: usize, fd_limit: Option<u64>) -> us
     configured.min(room.max(1))
 }
 
+/// Which service a refusal at the connection limit speaks for, and the
+/// setting that raises the limit (if any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceName {
+    /// `runner`: "The runner is serving its limit of …".
+    pub name: &'static str,
+    /// `RUNNER_MAX_CONNECTIONS`, named in the refusal and the warnings.
+    pub limit_setting: Option<&'static str>,
+}
+
+impl ServiceName {
+    /// The refusal's message at `limit` connections.
+    pub fn refusal(&self, limit: usize) -> String {
+        match self.limit_setting {
+            Some(setting) => format!(
+                "The {} is serving its limit of {limit} connections ({setting}); try again shortly.",
+                self.name
+            ),
+            None => format!(
+                "The {} is serving its limit of {limit} connections; try again shortly.",
+                self.name
+            ),
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `stop` fires, then gives open
 /// connections [`CLOSE_GRACE`] to finish and drops the rest.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    name: ServiceName,
     stop: CancellationToken,
 ) -> io::Result<()> {
     let max_connections = effective_max_connections(limits.max_connections, raise_fd_limit());
@@ -99,7 +127,8 @@ pub async fn serve(
         warn!(
             configured = limits.max_connections,
             serving = max_connections,
-            "RUNNER_MAX_CONNECTIONS is more than the open-file limit allows; serving fewer"
+            setting = name.limit_setting.unwrap_or("the connection limit"),
+            "the connection limit is more than the open-file limit allows; serving fewer"
         );
     }
     info!(
@@ -149,7 +178,7 @@ pub async fn serve(
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
                 let past = PastTheLimit {
-                    limit: max_connections,
+                    message: name.refusal(max_connections),
                     probes: probes.clone(),
                     http: http.clone(),
                     service: with_peer(router.clone(), peer),
@@ -225,7 +254,8 @@ fn with_peer(
 /// What a connection past the limit gets: a probe is served on one of the
 /// slots kept for probes, anything else a 503.
 struct PastTheLimit<S> {
-    limit: usize,
+    /// The refusal's message (it names the service and its limit).
+    message: String,
     probes: Arc<Semaphore>,
     http: http1::Builder,
     service: S,
@@ -254,7 +284,7 @@ where
             drop(probe_slot);
             return;
         }
-        refuse(tcp, self.limit).await;
+        refuse(tcp, &self.message).await;
     }
 }
 
@@ -335,10 +365,8 @@ impl AsyncWrite for Replayed {
 /// A connection past the limit gets a 503 saying so, then is closed. The
 /// request is read and discarded only so that closing does not reset the
 /// connection before the client has read the answer.
-async fn refuse(mut tcp: TcpStream, limit: usize) {
-    let body = format!(
-        r#"{{"error":"too_many_connections","message":"The runner is serving its limit of {limit} connections (RUNNER_MAX_CONNECTIONS); try again shortly."}}"#
-    );
+async fn refuse(mut tcp: TcpStream, message: &str) {
+    let body = serde_json::json!({"error": "too_many_connections", "message": message}).to_string();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
@@ -374,5 +402,25 @@ mod tests {
         assert_eq!(effective_max_connections(6000, Some(1_048_576)), 6000);
         assert_eq!(effective_max_connections(6000, Some(1024)), 512);
         assert_eq!(effective_max_connections(6000, Some(100)), 1);
+    }
+
+    #[test]
+    fn a_refusal_names_the_service_and_its_setting() {
+        let runner = ServiceName {
+            name: "runner",
+            limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
+        };
+        assert_eq!(
+            runner.refusal(8),
+            "The runner is serving its limit of 8 connections (RUNNER_MAX_CONNECTIONS); try again shortly."
+        );
+        let workspace = ServiceName {
+            name: "workspace service",
+            limit_setting: None,
+        };
+        assert_eq!(
+            workspace.refusal(64),
+            "The workspace service is serving its limit of 64 connections; try again shortly."
+        );
     }
 }
