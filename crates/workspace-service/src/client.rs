@@ -173,14 +173,7 @@ impl WorkspaceClient {
     /// `Content-Length` is over `max_bytes`.
     pub async fn checkpoint(&self, max_bytes: u64) -> Result<Vec<u8>, CheckpointFetchError> {
         let url = self.url("/v1/checkpoint", None)?;
-        let response = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(did_not_answer)?;
+        let response = self.answer(self.http.get(url)).await?;
         let status = response.status();
         if status == StatusCode::NOT_FOUND {
             // A workspace service from before the route (a pod an older
@@ -231,15 +224,20 @@ impl WorkspaceClient {
         self.send(request).await
     }
 
-    /// Sends `request` with the token and the timeout; the answer's body on
-    /// a 2xx, the failure it stands for otherwise.
-    async fn send(&self, request: RequestBuilder) -> Result<Vec<u8>, WorkspaceFailure> {
-        let response = request
+    /// Sends `request` with the token and the timeout: its answer, unread.
+    async fn answer(&self, request: RequestBuilder) -> Result<reqwest::Response, WorkspaceFailure> {
+        request
             .bearer_auth(&self.token)
             .timeout(REQUEST_TIMEOUT)
             .send()
             .await
-            .map_err(did_not_answer)?;
+            .map_err(did_not_answer)
+    }
+
+    /// Sends `request` with the token and the timeout; the answer's body on
+    /// a 2xx, the failure it stands for otherwise.
+    async fn send(&self, request: RequestBuilder) -> Result<Vec<u8>, WorkspaceFailure> {
+        let response = self.answer(request).await?;
         let status = response.status();
         let body = read_capped(response, self.max_response_bytes).await?;
         if status.is_success() {
