@@ -65,6 +65,11 @@ impl Delivered {
         self.tail.drain(..excess);
     }
 
+    /// Whether nothing was delivered yet.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// The last bytes delivered.
     pub fn tail(&self) -> &[u8] {
         &self.tail

@@ -69,6 +69,19 @@ const ATTACH_RETRY_DELAY: Duration = Duration::from_millis(100);
 /// the kubelet), so an attach that stayed silent after this read needs no
 /// other.
 const SETTLE_READ_AFTER: Duration = Duration::from_millis(500);
+/// While a session has shown no output at all, the log is also read at
+/// these offsets after the attach opened (before the settling read), so a
+/// first line written while the runtime was hooking the stream up is shown
+/// within milliseconds instead of at the settling read: the session's
+/// `running` waits for its first output. Each is one small log read, made
+/// only by a start whose workload printed nothing yet.
+const EARLY_READS_AFTER: [Duration; 5] = [
+    Duration::from_millis(5),
+    Duration::from_millis(12),
+    Duration::from_millis(30),
+    Duration::from_millis(80),
+    Duration::from_millis(200),
+];
 /// The wait before searching the log again for where the attach begins,
 /// doubling with each search (output that repeats itself).
 const PLACEMENT_RETRY: Duration = Duration::from_millis(20);
@@ -440,6 +453,11 @@ async fn relay_one_attach(
     let mut settle_at = Some(opened + SETTLE_READ_AFTER);
     // Whether the settling read was made (with nothing live yet).
     let mut settled = false;
+    // Reads made early for a first output; none once anything was shown.
+    let mut early_reads: VecDeque<Instant> = EARLY_READS_AFTER
+        .iter()
+        .map(|after| opened + *after)
+        .collect();
     let mut retry_at = opened;
     let mut first_live_at: Option<Instant> = None;
     loop {
@@ -455,6 +473,13 @@ async fn relay_one_attach(
             } else if splice.window_len() == 0 && settle_at.is_some_and(|at| now >= at) {
                 settle_at = None;
                 settled = true;
+                Some((0, false))
+            } else if splice.window_len() == 0
+                && delivered.is_empty()
+                && early_reads.front().is_some_and(|at| now >= *at)
+            {
+                // This read also stands for the offsets already past.
+                early_reads.retain(|at| *at > now);
                 Some((0, false))
             } else {
                 None
@@ -476,6 +501,10 @@ async fn relay_one_attach(
                         .filter(|_| splice.awaits_unfinished_line())
                         .map(|at| at + PLACEMENT_PATIENCE),
                     settle_at.filter(|_| splice.window_len() == 0),
+                    early_reads
+                        .front()
+                        .copied()
+                        .filter(|_| splice.window_len() == 0 && delivered.is_empty()),
                 ]
                 .into_iter()
                 .flatten()

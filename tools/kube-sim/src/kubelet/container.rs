@@ -290,6 +290,12 @@ impl Kubelet {
                     return Outcome::Abandoned;
                 }
                 self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
+                // One line, as a kernel prints when it starts: a runner
+                // that waits for a session's first output sees it.
+                streams.push(
+                    StreamKind::Stdout,
+                    Bytes::from_static(b"virtual container started\n"),
+                );
                 stop.cancelled().await;
                 w.slots().entry(name.to_string()).or_default().stop = None;
                 Outcome::Exited(143)

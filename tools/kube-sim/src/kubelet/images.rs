@@ -25,8 +25,8 @@ pub enum ImageBehaviour {
     /// looked up there by its file name. The runner's own image, built from
     /// the same binary the tests run.
     Binaries(PathBuf),
-    /// No process at all: the container runs until it is killed. For
-    /// scale benchmarks.
+    /// No process at all: the container prints one line when it starts
+    /// and runs until it is killed. For scale benchmarks.
     Virtual,
     /// The registry refuses the pull with this message.
     PullError(String),
