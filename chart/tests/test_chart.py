@@ -90,6 +90,12 @@ DEFAULT_ENV = {
     "SESSION_ROUTE_READY_TIMEOUT_SECONDS": "60",
 }
 
+# What watch sessions (checkpoints) and catalog entries (their pods' env)
+# add to the session Role.
+SECRETS_RULE = {"apiGroups": [""], "resources": ["secrets"],
+                "verbs": ["get", "list", "create", "patch", "delete"]}
+CATALOG_FOR_RBAC = {"hello": {"image": "ghcr.io/example/hello:1", "env": {"KEY": "v"}}}
+
 # The verbs the runner uses, and no others.
 SESSION_ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods"],
@@ -456,13 +462,26 @@ def test_watch_sessions_add_only_the_secrets_their_checkpoints_need(cluster):
     cluster.install({"watch": {"enabled": True}})
     rbac = "/apis/rbac.authorization.k8s.io/v1"
     role = cluster.must_get(f"{rbac}/namespaces/{SESSION_NS}/roles/{NAME}")
-    assert role["rules"] == SESSION_ROLE_RULES + [
-        {"apiGroups": [""], "resources": ["secrets"],
-         "verbs": ["get", "list", "create", "patch", "delete"]}]
+    assert role["rules"] == SESSION_ROLE_RULES + [SECRETS_RULE]
     env = env_values(cluster)
     assert env["RUNNER_WATCH_SESSIONS"] == "true"
     assert env["RUNNER_WATCH_IDLE_SECONDS"] == "300"
     assert env["RUNNER_WORKSPACE_IMAGE"] == runner_container(cluster)["image"]
+
+
+@pytest.mark.parametrize(
+    "apps",
+    [{"catalog": CATALOG_FOR_RBAC}, {"catalogSecret": "telo-apps"}],
+    ids=["inline", "secret"],
+)
+def test_an_app_catalog_adds_the_secrets_its_pods_env_needs(cluster, apps):
+    # A catalog app's (or agent's) env goes into a Secret per pod, never
+    # into the pod spec: the runner creates, ties (patch), sweeps (list)
+    # and deletes them.
+    cluster.install({"apps": apps})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    role = cluster.must_get(f"{rbac}/namespaces/{SESSION_NS}/roles/{NAME}")
+    assert role["rules"] == SESSION_ROLE_RULES + [SECRETS_RULE]
 
 
 def test_every_runner_setting_reaches_the_deployment(cluster):

@@ -23,9 +23,10 @@ use runner_core::{
 use serde_json::json;
 
 use crate::adoption::Adoption;
-use crate::api_error::{api_failure, is_quota_refusal};
+use crate::api_error::is_quota_refusal;
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
+use crate::env_secret::{EnvSecrets, PodEnvSecret};
 use crate::event_watcher::EventWatcher;
 use crate::limits::clamp_limits;
 use crate::pod_spec::{
@@ -110,6 +111,11 @@ impl KubeBackend {
         );
         let ctx = Arc::new(SessionContext {
             pods: Api::namespaced(client.clone(), &namespace),
+            env_secrets: EnvSecrets::new(
+                Api::namespaced(client.clone(), &namespace),
+                Api::namespaced(client.clone(), &namespace),
+                config.managed_by.clone(),
+            ),
             pod_watcher,
             event_watcher,
             bundles,
@@ -369,10 +375,12 @@ impl KubeBackend {
         }
     }
 
-    /// The pod of `spec`, and the containers of it that run a chosen telo
-    /// release.
-    fn build_pod(&self, spec: &StartSpec) -> Result<(Pod, TeloPins), StartError> {
+    /// The pod of `spec`, the env values it reads from its Secret, and the
+    /// containers of it that run a chosen telo release.
+    fn build_pod(&self, spec: &StartSpec) -> Result<(Pod, PodEnvSecret, TeloPins), StartError> {
         let mut pins = TeloPins::default();
+        let mut env_secret =
+            PodEnvSecret::for_pod(&crate::session_record::pod_name(&spec.session_id));
         let pod = match &spec.app {
             Some(app) => build_app_pod(
                 &self.settings,
@@ -388,6 +396,7 @@ impl KubeBackend {
                     token: app.token.as_deref(),
                     resources: &self.resources(true),
                 },
+                &mut env_secret,
             ),
             None => {
                 let bundle_url = self
@@ -430,7 +439,7 @@ impl KubeBackend {
                 )
             }
         };
-        Ok((pod, pins))
+        Ok((pod, env_secret, pins))
     }
 }
 
@@ -557,21 +566,25 @@ impl Backend for KubeBackend {
             };
             sink.progress(RunPhase::Provision, &message, None);
         }
-        let (pod, pins) = self.build_pod(&spec)?;
+        let (pod, env_secret, pins) = self.build_pod(&spec)?;
         // Held until the pod runs (or the start fails): the pools wait.
         let _cold = self.warm.as_ref().map(|pools| pools.cold_start());
         let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
-        if let Err(err) = self.create_pod(&pod).await {
+        let pod_name = crate::session_record::pod_name(&spec.session_id);
+        let created = self
+            .ctx
+            .env_secrets
+            .create_pod(&env_secret, &spec.session_id, &pod_name, || {
+                self.create_pod(&pod)
+            })
+            .await;
+        if let Err(err) = created {
             self.ctx.bundles.drop_bundle(&spec.session_id);
-            return Err(api_failure(
-                err,
-                StartStage::Create,
-                "could not create the session pod",
-            ));
+            return Err(err.into_start_error());
         }
         let shape = SessionShape {
             session_id: spec.session_id.clone(),
-            pod_name: crate::session_record::pod_name(&spec.session_id),
+            pod_name,
             ports: spec.ports.clone(),
             inspect: spec.inspect && !spec.self_contained(),
             memory_limit: self.resources(spec.self_contained()).memory,
@@ -580,9 +593,17 @@ impl Backend for KubeBackend {
     }
 
     async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
-        self.adoption
+        let recovered = self
+            .adoption
             .recover(&self.ctx.pod_watcher, &self.ctx.pods, &held)
-            .await
+            .await;
+        // Only catalog entries (app sessions, agents) have env Secrets; a
+        // runner without a catalog never made one, and may not be allowed
+        // to list Secrets.
+        if !self.config.core.apps.is_empty() {
+            self.ctx.env_secrets.sweep(&held).await;
+        }
+        recovered
     }
 
     async fn resume(

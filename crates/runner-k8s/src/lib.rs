@@ -10,6 +10,7 @@ pub mod base_images;
 pub mod bundle_store;
 pub mod client;
 pub mod config;
+pub mod env_secret;
 pub mod event_watcher;
 pub mod limits;
 pub mod pod_spec;

@@ -17,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 
+use crate::env_secret::PodEnvSecret;
 use crate::session_record::{
     MANAGED_BY_LABEL, SESSION_ID_LABEL, SessionKind, SessionRecord, pod_name, record_annotations,
 };
@@ -222,10 +223,20 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
 /// own entrypoint as its own user, so the pod is deliberately less locked
 /// down than a run pod (no user, no read-only root, no volumes).
 ///
-/// Like [`build_session_pod`], it carries the [`SessionRecord`] annotations
-/// and escapes env values against `$(VAR)` expansion; `FORCE_COLOR` set by
-/// the runner replaces one in the merged env.
-pub fn build_app_pod(settings: &PodSettings, app: &AppPodInput<'_>) -> Pod {
+/// Like [`build_session_pod`], it carries the [`SessionRecord`] annotations;
+/// `FORCE_COLOR` set by the runner replaces one in the merged env.
+///
+/// Departure from the reference: every value of the merged env — the
+/// operator's catalog `env`, the workload token, the client's values — is
+/// kept in `env_secret` and read from there (`secretKeyRef`), never written
+/// into the spec, where anyone who may read pods would see it. The env
+/// arrives merged, without saying whose each value is, and a client's value
+/// for the operator's program (a key of its own) deserves the same.
+pub fn build_app_pod(
+    settings: &PodSettings,
+    app: &AppPodInput<'_>,
+    env_secret: &mut PodEnvSecret,
+) -> Pod {
     let record = SessionRecord {
         session_id: app.session_id.to_owned(),
         created_at: app.created_at.to_owned(),
@@ -240,7 +251,12 @@ pub fn build_app_pod(settings: &PodSettings, app: &AppPodInput<'_>) -> Pod {
         name: SESSION_CONTAINER.to_owned(),
         image: Some(image_or_default(app.image, settings)),
         image_pull_policy: Some(pull_policy_to_k8s(app.pull_policy).to_owned()),
-        env: Some(container_env(app.env, &[("FORCE_COLOR", "1".to_owned())])),
+        env: Some(secret_container_env(
+            env_secret,
+            SESSION_CONTAINER,
+            app.env,
+            &[("FORCE_COLOR", "1".to_owned())],
+        )),
         stdin: Some(true),
         stdin_once: Some(false),
         tty: Some(true),
@@ -328,6 +344,28 @@ pub(crate) fn container_env(
                 .map(|(name, value)| env_var(name, value.clone())),
         )
         .collect()
+}
+
+/// [`container_env`] for values no spec may show: the session env's values
+/// go into `secret` (as written: a value read from a Secret is never
+/// expanded), the runner's entries stay literal.
+pub(crate) fn secret_container_env(
+    secret: &mut PodEnvSecret,
+    container: &str,
+    session_env: &[(String, String)],
+    runner_env: &[(&str, String)],
+) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = session_env
+        .iter()
+        .filter(|(name, _)| !runner_env.iter().any(|(ours, _)| ours == name))
+        .map(|(name, value)| secret.refer(container, name, value))
+        .collect();
+    env.extend(
+        runner_env
+            .iter()
+            .map(|(name, value)| env_var(name, value.clone())),
+    );
+    env
 }
 
 pub(crate) fn env_var(name: &str, value: String) -> EnvVar {

@@ -5,6 +5,7 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use runner_core::types::RunStatus;
 
+use crate::env_secret::env_secret_in_kubelet_message;
 use crate::event_watcher::ContainerKind;
 use crate::progress::{Line, Stage};
 use crate::telo_images::{IMAGE_WAIT_REASONS, TeloPins, unavailable_release_message};
@@ -230,10 +231,21 @@ pub fn start_blocker_naming(pod: &Pod, pins: &TeloPins) -> Option<String> {
         let reason = non_blank(waiting.reason.as_deref())?;
         START_BLOCKING_WAIT_REASONS.contains(&reason).then(|| {
             let problem = waiting_problem(reason, waiting.message.as_deref());
-            match pins.of_container(&container.name) {
-                Some(pin) if IMAGE_WAIT_REASONS.contains(&reason) => {
+            let env_secret = (reason == "CreateContainerConfigError")
+                .then(|| non_blank(waiting.message.as_deref()))
+                .flatten()
+                .and_then(|message| env_secret_in_kubelet_message(message.trim()));
+            match (pins.of_container(&container.name), env_secret) {
+                (Some(pin), _) if IMAGE_WAIT_REASONS.contains(&reason) => {
                     unavailable_release_message(pin, &problem)
                 }
+                // The kubelet's words name a Secret; the runner's say it is
+                // the session's own environment, and who took it away.
+                (_, Some(secret)) => format!(
+                    "{label} \"{}\" could not be given its environment: its Secret \"{secret}\" was deleted or changed outside the runner ({reason}{})",
+                    container.name,
+                    detail_suffix(waiting.message.as_deref()),
+                ),
                 _ => format!("{label} \"{}\" {problem}", container.name),
             }
         })
@@ -796,6 +808,41 @@ mod tests {
             start_blocker_naming(&config_error, &pins()).as_deref(),
             Some("container \"app-web\" waiting: CreateContainerConfigError: no secret")
         );
+    }
+
+    #[rstest]
+    #[case::deleted("secret \"telo-run-abc234defghi-env-0badc0de\" not found")]
+    #[case::key_removed(
+        "couldn't find key session.0 in Secret telo-sessions/telo-run-abc234defghi-env-0badc0de"
+    )]
+    fn a_missing_env_secret_is_told_as_the_sessions_environment(#[case] kubelet: &str) {
+        let pod = pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("session", "CreateContainerConfigError", Some(kubelet))],
+        }));
+        assert_eq!(
+            start_blocker(&pod),
+            Some(format!(
+                "container \"session\" could not be given its environment: its Secret \
+                 \"telo-run-abc234defghi-env-0badc0de\" was deleted or changed outside the runner \
+                 (CreateContainerConfigError: {kubelet})"
+            ))
+        );
+        // Another Secret (the operator's own) keeps the kubelet's account.
+        let other = pod_with_waiting("secret \"regcred\" not found");
+        assert_eq!(
+            start_blocker(&other).as_deref(),
+            Some(
+                "container \"session\" waiting: CreateContainerConfigError: secret \"regcred\" not found"
+            )
+        );
+    }
+
+    fn pod_with_waiting(message: &str) -> Pod {
+        pod(json!({
+            "phase": "Pending",
+            "containerStatuses": [waiting("session", "CreateContainerConfigError", Some(message))],
+        }))
     }
 
     #[test]

@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
 use crate::bundle_store::BundleStore;
+use crate::env_secret::EnvSecrets;
 use crate::event_watcher::{EventWatcher, PodEvent};
 use crate::pod_spec::INSPECT_PORT;
 use crate::pod_status::{
@@ -60,6 +61,8 @@ const OUTAGE_RETRY_MAX: Duration = Duration::from_secs(5);
 /// What every session of one backend shares.
 pub struct SessionContext {
     pub pods: Api<Pod>,
+    /// Where the env values no pod may show are kept, one Secret per pod.
+    pub env_secrets: EnvSecrets,
     pub pod_watcher: Arc<PodWatcher>,
     pub event_watcher: Arc<EventWatcher>,
     pub bundles: Arc<BundleStore>,

@@ -7,6 +7,7 @@
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, SecurityContext};
 use proptest::prelude::*;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
+use runner_k8s::env_secret::PodEnvSecret;
 use runner_k8s::pod_spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, build_app_pod, build_session_pod,
 };
@@ -14,6 +15,8 @@ use runner_k8s::session_record::{SessionKind, SessionRecord, pod_name, session_r
 
 const SESSION: &str = "abc234defghi";
 const CREATED_AT: &str = "2026-01-01T00:00:00.123Z";
+/// The env Secret of the session's pod, named as a test can know it.
+const ENV_SECRET: &str = "telo-run-abc234defghi-env-0badc0de";
 const BUNDLE_URL: &str =
     "http://k8s-runner.telo-runner.svc:8062/internal/bundles/abc234defghi?token=t";
 
@@ -175,8 +178,17 @@ fn app_pod() {
     let env = env(&[("SERVICE_TOKEN", "s3cret")]);
     let ports = [tcp(8080)];
     let resources = app_limits();
-    let pod = build_app_pod(&settings(), &app_input(&env, &ports, &resources));
+    let mut secret = PodEnvSecret::named(ENV_SECRET);
+    let pod = build_app_pod(
+        &settings(),
+        &app_input(&env, &ports, &resources),
+        &mut secret,
+    );
     insta::assert_yaml_snapshot!(pod);
+    insta::assert_yaml_snapshot!(
+        "app_pod_env_secret",
+        secret.manifest("telo-k8s-runner", SESSION, "telo-run-abc234defghi")
+    );
 }
 
 // --- pod-spec.test.ts: buildSessionPod ---
@@ -382,10 +394,20 @@ fn a_session_env_entry_the_runner_sets_is_not_duplicated() {
 // --- pod-spec.test.ts: buildAppPod ---
 
 fn tool_pod() -> Pod {
-    let env = env(&[("SERVICE_TOKEN", "s3cret")]);
+    tool_pod_and_secret().0
+}
+
+fn tool_pod_and_secret() -> (Pod, PodEnvSecret) {
+    let env = env(&[("SERVICE_TOKEN", "s3cret"), ("PRICE", "$(HOME) $$5")]);
     let ports = [tcp(8080)];
     let resources = app_limits();
-    build_app_pod(&settings(), &app_input(&env, &ports, &resources))
+    let mut secret = PodEnvSecret::named(ENV_SECRET);
+    let pod = build_app_pod(
+        &settings(),
+        &app_input(&env, &ports, &resources),
+        &mut secret,
+    );
+    (pod, secret)
 }
 
 #[test]
@@ -401,14 +423,46 @@ fn app_pod_runs_the_image_entrypoint_without_a_bundle() {
 }
 
 #[test]
-fn app_pod_carries_the_merged_env_and_its_ports() {
-    let pod = tool_pod();
+fn app_pod_reads_the_merged_env_from_its_secret_and_carries_its_ports() {
+    let (pod, secret) = tool_pod_and_secret();
     let session = session(&pod);
+    // Every value of the merged env is read from the pod's Secret, as
+    // written (a value read from a Secret is never expanded); only the
+    // runner's own variable is a literal.
+    /// An entry: its name, its literal value, the Secret and key it reads.
+    type Entry = (String, Option<String>, Option<(String, String)>);
+    let entries: Vec<Entry> = session
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let reference = e
+                .value_from
+                .as_ref()
+                .and_then(|f| f.secret_key_ref.as_ref());
+            (
+                e.name.clone(),
+                e.value.clone(),
+                reference.map(|r| (r.name.clone(), r.key.clone())),
+            )
+        })
+        .collect();
+    let from_secret = |key: &str| Some((ENV_SECRET.to_owned(), key.to_owned()));
     assert_eq!(
-        env_of(session),
-        [("SERVICE_TOKEN", "s3cret"), ("FORCE_COLOR", "1")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        entries,
+        [
+            ("SERVICE_TOKEN".to_owned(), None, from_secret("session.0")),
+            ("PRICE".to_owned(), None, from_secret("session.1")),
+            ("FORCE_COLOR".to_owned(), Some("1".to_owned()), None),
+        ]
     );
+    let data = secret
+        .manifest("telo-k8s-runner", SESSION, "telo-run-abc234defghi")
+        .data
+        .unwrap();
+    assert_eq!(data["session.0"].0, b"s3cret");
+    assert_eq!(data["session.1"].0, b"$(HOME) $$5");
+    assert!(!serde_json::to_string(&pod).unwrap().contains("s3cret"));
     let ports = session.ports.as_ref().unwrap();
     assert_eq!(ports.len(), 1);
     assert_eq!(ports[0].container_port, 8080);
@@ -543,6 +597,7 @@ fn pod_for(record: &SessionRecord) -> Pod {
                 inspect: record.inspect,
                 ..app_input(&[], &[], &resources)
             },
+            &mut PodEnvSecret::named(ENV_SECRET),
         ),
     }
 }

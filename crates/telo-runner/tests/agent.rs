@@ -205,6 +205,84 @@ async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token
     runner.stop().await;
 }
 
+/// The env secrets of the watch pod of session `id`, and that pod as
+/// stored, once it exists.
+async fn watch_pod_secrets(sim: &kube_sim::KubeSim, id: &str) -> (Vec<String>, String) {
+    let pod = sim
+        .wait_for_value(
+            "pods",
+            "telo-sessions",
+            &format!("telo-watch-{id}"),
+            |_| true,
+            test_support::WAIT,
+        )
+        .await
+        .unwrap();
+    (common::env_secrets_of(&pod), pod.to_string())
+}
+
+/// On Kubernetes the agent's operator env and its token are in no stored
+/// pod (anyone with `get pods` in the session namespace reads every spec),
+/// only in a Secret of the pod's own, which goes with the pod: at suspend,
+/// and when the session is deleted. The agent still gets every value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_operator_env_and_token_are_in_no_stored_pod_and_go_with_it() {
+    let port = free_port();
+    let catalog = catalog(port);
+    let runner = runner(Backend::Kubernetes, &catalog, true).await;
+    let sim = runner.sim.as_ref().unwrap();
+    let id = runner.create_body(watch_body("helper", json!([]))).await;
+    let mut events = runner.events(&id, &[]).await;
+    let token = running(&mut events).await["agent"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    let written = loop {
+        if let Some(text) = workspace_file(&runner, &id, "agent.txt").await {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(written, format!("operator-secret|{token}|unset"));
+    let (first, stored) = watch_pod_secrets(sim, &id).await;
+    assert!(!stored.contains("operator-secret"), "{stored}");
+    assert!(!stored.contains(&token), "{stored}");
+    assert_eq!(first.len(), 1, "{stored}");
+
+    // Suspended (idle), its pod and the pod's Secret are gone; resumed, a
+    // new pod has a new Secret, and is as clean.
+    drop(events);
+    common::watch::until_status(&runner, &id, "suspended").await;
+    sim.wait_for_deletion("secrets", "telo-sessions", &first[0], test_support::WAIT)
+        .await
+        .expect("a suspended session's pod Secret is deleted with its pod");
+    let (status, _) = runner
+        .post(&format!("/v1/sessions/{id}/resume"), &json!({}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let mut events = runner.events(&id, &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running") && f.id.unwrap_or(0) > 0)
+        .await;
+    let (second, stored) = watch_pod_secrets(sim, &id).await;
+    assert!(!stored.contains("operator-secret"), "{stored}");
+    assert!(!stored.contains(&token), "{stored}");
+    assert_eq!(second.len(), 1, "{stored}");
+    assert_ne!(second, first);
+
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    sim.wait_for_deletion("secrets", "telo-sessions", &second[0], test_support::WAIT)
+        .await
+        .expect("a deleted session's pod Secret is deleted with its pod");
+    runner.stop().await;
+}
+
 #[rstest]
 #[case::local(Backend::Local)]
 #[case::kubernetes(Backend::Kubernetes)]

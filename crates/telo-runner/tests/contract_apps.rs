@@ -229,15 +229,23 @@ async fn a_token_env_entry_mints_a_token_per_session_and_reports_it(#[case] back
             .to_owned();
         if let Some(sim) = &runner.sim {
             // The pod is given the token as its entry's variable, in place
-            // of the client's value.
+            // of the client's value, from the pod's env Secret: the spec
+            // names the key, never the token.
             let pod = sim
                 .get_value("pods", "telo-sessions", &format!("telo-run-{id}"))
                 .unwrap();
             let env = pod["spec"]["containers"][0]["env"].as_array().unwrap();
-            assert!(
-                env.contains(&json!({"name": "APP_TOKEN", "value": token})),
-                "{env:?}"
-            );
+            let entry = env
+                .iter()
+                .find(|e| e["name"] == "APP_TOKEN")
+                .unwrap_or_else(|| panic!("{env:?}"));
+            let reference = &entry["valueFrom"]["secretKeyRef"];
+            let secret: k8s_openapi::api::core::v1::Secret = sim
+                .get("telo-sessions", reference["name"].as_str().unwrap())
+                .unwrap();
+            let stored = &secret.data.unwrap()[reference["key"].as_str().unwrap()];
+            assert_eq!(stored.0, token.as_bytes());
+            assert!(!pod.to_string().contains(&token), "{pod}");
             assert!(!pod.to_string().contains("chosen-by-client"), "{pod}");
         }
         assert_eq!(token.len(), 32);

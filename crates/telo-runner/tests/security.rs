@@ -227,6 +227,96 @@ async fn the_bundle_url_serves_only_its_own_token_and_only_while_it_is_needed() 
     runner.stop().await;
 }
 
+/// An operator's catalog key: it must reach the operator's program and no
+/// object anyone with `get pods` in the session namespace can read.
+const OPERATOR_KEY: &str = "operator-key-4f2a9c";
+/// An operator value with what Kubernetes would expand in a literal `value`.
+const OPERATOR_DOLLARS: &str = "pa$$word $(HOME) $5";
+/// A client's value of an app session.
+const CLIENT_VALUE: &str = "client-value-81c3e7";
+
+/// An app session's environment — the entry's `env`, its workload token and
+/// the client's values — is in no pod the apiserver stores (`get pods`
+/// would show it), only in a Secret the pod refers to; the workload still
+/// gets every value byte for byte, and the Secret goes with the session.
+#[tokio::test]
+async fn an_app_sessions_env_is_in_no_stored_pod_yet_reaches_its_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("keyed.yaml");
+    std::fs::write(
+        &manifest,
+        "kind: Telo.Application\nmetadata: { name: keyed }\nfakeTelo:\n  printEnv: [API_KEY, SALT, APP_TOKEN, MODE]\n  echo: true\n",
+    )
+    .unwrap();
+    let catalog = json!({"keyed": {
+        "image": "acme/keyed:1",
+        "tokenEnv": "APP_TOKEN",
+        "env": {"API_KEY": OPERATOR_KEY, "SALT": OPERATOR_DOLLARS},
+    }})
+    .to_string();
+    let runner = Runner::start_kube(
+        common::cluster().image("acme/keyed:*", ImageBehaviour::FakeTeloEntry(manifest)),
+        &[("RUNNER_APPS", catalog.as_str())],
+    )
+    .await;
+    let sim = runner.sim.as_ref().unwrap();
+    let (status, created) = runner
+        .post(
+            "/v1/apps/keyed/sessions",
+            &json!({"env": {"MODE": CLIENT_VALUE}, "ports": [{"port": 8080, "protocol": "tcp"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let token = frames.last().unwrap().json()["status"]["endpoints"][0]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Read while the session runs: a finished session's pod is deleted.
+    let mut socket = runner.io(&id, "?lastSeq=0").await;
+    let mut frames = test_support::ws::read_until_output(&mut socket, "\nMODE=").await;
+    let pod = sim
+        .get_value("pods", NS, &format!("telo-run-{id}"))
+        .expect("the app pod");
+    let stored = pod.to_string();
+    for value in [OPERATOR_KEY, "pa$$", &token, CLIENT_VALUE] {
+        assert!(
+            !stored.contains(value),
+            "{value} is in the stored pod: {stored}"
+        );
+    }
+    let secrets = common::env_secrets_of(&pod);
+    assert_eq!(secrets.len(), 1, "{stored}");
+    assert!(sim.get_value("secrets", NS, &secrets[0]).is_some());
+
+    test_support::ws::send_stdin(&mut socket, b"exit\r").await;
+    frames.extend(test_support::ws::read_until_close(&mut socket).await);
+    let output = String::from_utf8_lossy(&test_support::ws::output_of(&frames)).into_owned();
+    for (name, value) in [
+        ("API_KEY", OPERATOR_KEY),
+        ("SALT", OPERATOR_DOLLARS),
+        ("APP_TOKEN", token.as_str()),
+        ("MODE", CLIENT_VALUE),
+    ] {
+        let line = format!("{name}={value}");
+        assert!(
+            output.lines().any(|l| l.trim_end_matches('\r') == line),
+            "{line}: {output}"
+        );
+    }
+    // The session ended by itself: its Secret goes with its pod.
+    runner.wait_terminal(&id).await;
+    sim.wait_for_deletion("secrets", NS, &secrets[0], test_support::WAIT)
+        .await
+        .expect("the session's env Secret is deleted with it");
+    runner.stop().await;
+}
+
 fn assert_hardened_container(container: &Container, read_only_root: bool) {
     let name = &container.name;
     let security = container.security_context.as_ref().unwrap();

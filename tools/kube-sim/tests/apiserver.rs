@@ -616,6 +616,82 @@ async fn dependents_are_garbage_collected_with_their_owner() {
         .unwrap();
 }
 
+/// The real collector follows updates too: an owner reference added later
+/// (a patch) is honoured like one given at creation — the dependent goes
+/// with a live owner, and at once when the owner it names is already gone.
+#[tokio::test]
+async fn an_owner_reference_added_by_a_patch_is_collected_like_one_given_at_creation() {
+    let sim = builder()
+        .image("idle:*", kube_sim::ImageBehaviour::Virtual)
+        .start()
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(sim.client(), "default");
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    let owned_by = |owner: &Pod| {
+        json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+            "name": owner.metadata.name.clone().unwrap(), "uid": owner.metadata.uid.clone().unwrap()}]}})
+    };
+    let pod = |name: &str| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "idle:1"}]}})).unwrap()
+    };
+    let secret = |name: &str| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "dg=="}})).unwrap()
+    };
+
+    // A live owner: the dependent stays until the owner goes.
+    let live = pods
+        .create(&PostParams::default(), &pod("live"))
+        .await
+        .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret("of-live"))
+        .await
+        .unwrap();
+    secrets
+        .patch(
+            "of-live",
+            &PatchParams::default(),
+            &Patch::Merge(owned_by(&live)),
+        )
+        .await
+        .unwrap();
+    assert!(secrets.get_opt("of-live").await.unwrap().is_some());
+    pods.delete("live", &now).await.unwrap();
+    sim.wait_for_deletion("secrets", "default", "of-live", WAIT)
+        .await
+        .unwrap();
+
+    // An owner already gone when the reference is added.
+    let gone = pods
+        .create(&PostParams::default(), &pod("gone"))
+        .await
+        .unwrap();
+    pods.delete("gone", &now).await.unwrap();
+    sim.wait_for_deletion("pods", "default", "gone", WAIT)
+        .await
+        .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret("of-gone"))
+        .await
+        .unwrap();
+    secrets
+        .patch(
+            "of-gone",
+            &PatchParams::default(),
+            &Patch::Merge(owned_by(&gone)),
+        )
+        .await
+        .unwrap();
+    sim.wait_for_deletion("secrets", "default", "of-gone", WAIT)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_terminating_namespace_refuses_new_content_then_goes() {
     let sim = sim().await;

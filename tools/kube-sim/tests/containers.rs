@@ -241,6 +241,69 @@ async fn run_as_non_root_refuses_a_root_image_and_starts_nothing() {
     assert!(containers_labelled(&[&label, &pod_label]).is_empty());
 }
 
+/// A real container's env takes a Secret's value as stored (never
+/// expanded), and a container whose Secret is missing waits on
+/// `CreateContainerConfigError` with the kubelet's message, no container
+/// created, until the Secret exists.
+#[tokio::test]
+async fn secret_key_refs_resolve_for_a_real_container_and_a_missing_secret_holds_it() {
+    let sim = docker_sim().await;
+    let (pods, uid) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "keyed"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": BUSYBOX,
+                    "command": ["sh", "-c", "echo \"$KEY|${OPT-unset}\""],
+                    "env": [
+                        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}},
+                        {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": true}}},
+                    ]}]
+            }
+        }),
+    )
+    .await;
+    let held = sim
+        .wait_for::<Pod>(
+            "default",
+            "keyed",
+            |p| {
+                main_status(p)
+                    .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                    .as_deref()
+                    == Some("CreateContainerConfigError")
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let waiting = main_status(&held)
+        .unwrap()
+        .state
+        .clone()
+        .unwrap()
+        .waiting
+        .unwrap();
+    assert_eq!(waiting.message.unwrap(), "secret \"creds\" not found");
+    let label = sim.container_label().unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    assert!(
+        containers_labelled(&[&label, &pod_label]).is_empty(),
+        "a container was created without its environment"
+    );
+    sim.seed_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "creds"},
+        // "pa$$ $(HOME)"
+        "data": {"k": "cGEkJCAkKEhPTUUp"},
+    }))
+    .unwrap();
+    let done = finished(&sim, "keyed").await;
+    assert_eq!(phase(&done), "Succeeded");
+    assert_eq!(log(&pods, "keyed", "c").await, "pa$$ $(HOME)|unset\n");
+}
+
 #[tokio::test]
 async fn a_container_over_its_memory_limit_is_oom_killed() {
     let sim = docker_sim().await;

@@ -122,6 +122,53 @@ async fn a_missing_secret_key_holds_the_container_until_the_key_exists() {
     assert_eq!(logs, "now\n");
 }
 
+/// A Secret that does not exist yet holds the container, as a kubelet
+/// does, with its message; once it exists the container starts and gets
+/// the value as stored — a value read from a Secret is never expanded.
+#[tokio::test]
+async fn a_missing_secret_holds_the_container_until_it_exists() {
+    let sim = sim().await;
+    let env = json!([
+        {"name": "HOME", "value": "/home/x"},
+        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k"}}},
+        {"name": "GONE", "valueFrom": {"secretKeyRef": {"name": "never", "key": "k", "optional": true}}},
+    ]);
+    sim.seed_value(shell_pod(
+        "secretless",
+        "echo \"$KEY|${GONE-unset}\"",
+        env,
+        json!([]),
+    ))
+    .unwrap();
+    let held = sim
+        .wait_for::<Pod>(
+            "default",
+            "secretless",
+            |p| waiting(p).is_some_and(|(r, _)| r == "CreateContainerConfigError"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(waiting(&held).unwrap().1, "secret \"later\" not found");
+    assert_eq!(phase(&held), "Pending");
+    sim.seed_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "later"},
+        // "pa$$ $(HOME)"
+        "data": {"k": "cGEkJCAkKEhPTUUp"},
+    }))
+    .unwrap();
+    sim.wait_for::<Pod>("default", "secretless", |p| phase(p) == "Succeeded", WAIT)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let logs = pods
+        .logs("secretless", &LogParams::default())
+        .await
+        .unwrap();
+    assert_eq!(logs, "pa$$ $(HOME)|unset\n");
+}
+
 #[tokio::test]
 async fn a_stored_pod_the_kubelet_cannot_read_fails_with_the_reason() {
     let sim = sim().await;

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::api_error::{api_failure, api_reason};
+use crate::env_secret::{PodCreateError, PodEnvSecret};
 use crate::pod_spec::{PodSettings, Resources};
 use crate::pod_status::{PodPhase, is_finished};
 use crate::pod_watcher::PodState;
@@ -248,6 +249,7 @@ impl KubeWatch {
             )
         };
         let telo_pins = pin_releases(&self.wctx.telo_images, &apps)?;
+        let mut env_secret = PodEnvSecret::for_pod(&name);
         let pod = build_watch_pod(
             &self.wctx.settings,
             &WatchPodInput {
@@ -263,15 +265,16 @@ impl KubeWatch {
                 resources: &self.wctx.resources,
                 agent: agent.as_ref(),
             },
+            &mut env_secret,
         );
         let mut watching = watch_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
-        if let Err(err) = ctx.pods.create(&PostParams::default(), &pod).await {
-            return Err(api_failure(
-                err,
-                StartStage::Create,
-                "could not create the session pod",
-            ));
-        }
+        let params = PostParams::default();
+        ctx.env_secrets
+            .create_pod(&env_secret, &self.id, &name, || {
+                ctx.pods.create(&params, &pod)
+            })
+            .await
+            .map_err(PodCreateError::into_start_error)?;
         let ours = Arc::new(AtomicBool::new(false));
         match self
             .serve(&ctx, &name, &token, apps, fill, &mut watching, &ours)

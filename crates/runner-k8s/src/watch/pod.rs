@@ -12,7 +12,9 @@
 //!   runner dials the pod IP anyway, and nothing listens where a sidecar or
 //!   a port-forward would find it by accident;
 //! - the pod is named `telo-watch-<id>`: a new pod for the same session is
-//!   created only once the previous one is gone, so the name never clashes.
+//!   created only once the previous one is gone, so the name never clashes;
+//! - the agent's env (the operator's values and its token) is read from the
+//!   pod's env Secret ([`crate::env_secret`]), never written into the spec.
 
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, VolumeMount,
@@ -22,10 +24,12 @@ use runner_core::AgentLaunch;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 use runner_core::watch_types::{AppSpec, IoMode};
 
+use crate::env_secret::PodEnvSecret;
 use crate::pod_spec::{
     HOME_DIR, INSPECT_PORT, PodSettings, Resources, TMP_MOUNT, WORK_DIR, container_env,
     container_ports, empty_dir, env_var, hardened_container_security, image_or_default,
     image_pull_secrets, mount, non_root_pod_security, pull_policy_to_k8s, resource_requirements,
+    secret_container_env,
 };
 use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
 use crate::telo_images::TeloPins;
@@ -89,7 +93,12 @@ pub const AGENT_CONTAINER: &str = "agent";
 /// shell line.
 const APP_SCRIPT: &str = r#"while [ ! -f "$TELO_ENTRY" ]; do sleep 0.2; done; exec telo run --watch --inspect "$TELO_INSPECT_ADDR" --no-open "$TELO_ENTRY""#;
 
-pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod {
+/// The watch pod of `input`; the agent's env values go into `env_secret`.
+pub fn build_watch_pod(
+    settings: &PodSettings,
+    input: &WatchPodInput<'_>,
+    env_secret: &mut PodEnvSecret,
+) -> Pod {
     let mut containers = vec![workspace_container(settings, input)];
     containers.extend(
         input
@@ -98,7 +107,11 @@ pub fn build_watch_pod(settings: &PodSettings, input: &WatchPodInput<'_>) -> Pod
             .enumerate()
             .map(|(index, app)| app_container_spec(settings, input, index, app)),
     );
-    containers.extend(input.agent.map(|agent| agent_container(input, agent)));
+    containers.extend(
+        input
+            .agent
+            .map(|agent| agent_container(input, agent, env_secret)),
+    );
     Pod {
         metadata: ObjectMeta {
             name: Some(watch_pod_name(input.session_id)),
@@ -255,9 +268,14 @@ fn app_container_spec(
 
 /// The co-resident agent: the operator's image (its `command`, when the
 /// entry has one, replaces the image's entrypoint) over the shared
-/// workspace, with the operator's env and its token, and `WORKSPACE_DIR`;
-/// never the session's env. Not attached: it has no terminal.
-fn agent_container(input: &WatchPodInput<'_>, agent: &AgentLaunch) -> Container {
+/// workspace, with the operator's env and its token (both read from the
+/// pod's env Secret), and `WORKSPACE_DIR`; never the session's env. Not
+/// attached: it has no terminal.
+fn agent_container(
+    input: &WatchPodInput<'_>,
+    agent: &AgentLaunch,
+    env_secret: &mut PodEnvSecret,
+) -> Container {
     let runner_env = [
         ("WORKSPACE_DIR", WORKSPACE_DIR.to_owned()),
         ("HOME", HOME_DIR.to_owned()),
@@ -271,7 +289,12 @@ fn agent_container(input: &WatchPodInput<'_>, agent: &AgentLaunch) -> Container 
         image_pull_policy: Some(pull_policy_to_k8s(agent.pull_policy).to_owned()),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
         command: agent.command.clone(),
-        env: Some(container_env(&agent.env, &runner_env)),
+        env: Some(secret_container_env(
+            env_secret,
+            AGENT_CONTAINER,
+            &agent.env,
+            &runner_env,
+        )),
         ports: container_ports(&[PortMapping {
             port: agent.port,
             protocol: PortProtocol::Tcp,
@@ -297,6 +320,10 @@ mod tests {
             runtime_class: None,
             termination_grace_seconds: 10,
         }
+    }
+
+    fn pod_spec_json(spec: &PodSpec) -> serde_json::Value {
+        serde_json::to_value(spec).expect("a pod spec serializes")
     }
 
     fn app(name: &str, entry: &str, ports: Vec<PortMapping>) -> AppSpec {
@@ -352,6 +379,7 @@ mod tests {
                 resources: &resources,
                 agent: None,
             },
+            &mut PodEnvSecret::named("telo-watch-abc234defghi-env-00000000"),
         );
         let spec = pod.spec.expect("spec");
         assert_eq!(
@@ -423,6 +451,7 @@ mod tests {
                 resources: &resources,
                 agent: None,
             },
+            &mut PodEnvSecret::named("telo-watch-abc234defghi-env-00000000"),
         );
         let spec = pod.spec.expect("spec");
         let (web, worker) = (&spec.containers[1], &spec.containers[2]);
@@ -460,6 +489,7 @@ mod tests {
                 ("AGENT_TOKEN".into(), "t".repeat(32)),
             ],
         };
+        let mut env_secret = PodEnvSecret::named("telo-watch-abc234defghi-env-00000000");
         let pod = build_watch_pod(
             &settings(),
             &WatchPodInput {
@@ -475,6 +505,7 @@ mod tests {
                 resources: &resources,
                 agent: Some(&agent),
             },
+            &mut env_secret,
         );
         let spec = pod.spec.expect("spec");
         let agent_container = spec.containers.last().expect("containers");
@@ -487,6 +518,28 @@ mod tests {
         assert!(names.contains(&"API_KEY") && names.contains(&"AGENT_TOKEN"));
         assert!(names.contains(&"WORKSPACE_DIR"));
         assert!(!names.contains(&"SESSION_ONLY"), "{names:?}");
+        // The operator's values are in the pod's Secret, not in its spec.
+        let stored = serde_json::to_string(&pod_spec_json(&spec)).expect("json");
+        assert!(!stored.contains("operator"), "{stored}");
+        assert!(!stored.contains(&"t".repeat(32)), "{stored}");
+        let data = env_secret
+            .manifest("telo-runner", "abc234defghi", "telo-watch-abc234defghi")
+            .data
+            .expect("data");
+        let values: Vec<&[u8]> = data.values().map(|v| v.0.as_slice()).collect();
+        assert_eq!(values, [b"operator".as_slice(), "t".repeat(32).as_bytes()]);
+        let api_key = agent_container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "API_KEY")
+            .expect("API_KEY");
+        let reference = api_key
+            .value_from
+            .as_ref()
+            .and_then(|from| from.secret_key_ref.as_ref())
+            .expect("a Secret reference");
+        assert_eq!(reference.name, env_secret.name());
         for other in &spec.containers[..spec.containers.len() - 1] {
             let names: Vec<String> = env_of(other).into_iter().map(|(name, _)| name).collect();
             assert!(

@@ -44,6 +44,24 @@ pub fn cluster() -> kube_sim::KubeSimBuilder {
         )
 }
 
+/// The Secrets a stored pod's containers take env values from
+/// (`valueFrom.secretKeyRef`), each named once.
+pub fn env_secrets_of(pod: &Value) -> Vec<String> {
+    let mut names: Vec<String> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|list| pod["spec"][list].as_array().cloned().unwrap_or_default())
+        .flat_map(|container| container["env"].as_array().cloned().unwrap_or_default())
+        .filter_map(|entry| {
+            entry["valueFrom"]["secretKeyRef"]["name"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Where the runner binary under test is: the runner image's executables
 /// (a watch pod's workspace container runs `telo-runner workspace`).
 pub fn runner_binaries() -> std::path::PathBuf {

@@ -240,7 +240,10 @@ impl GarbageCollector {
                         _ => {
                             let v = ev.obj.value.clone();
                             self.index(res, &v);
-                            if !owner_refs(&v).is_empty() && ev.kind == EventKind::Added {
+                            // Added or updated alike: an owner reference a
+                            // patch adds later, naming an owner already gone,
+                            // is collected as the real collector does.
+                            if !owner_refs(&v).is_empty() {
                                 let key = (
                                     res,
                                     ev.obj.namespace().to_string(),
