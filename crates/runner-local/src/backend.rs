@@ -570,6 +570,7 @@ impl Backend for LocalBackend {
             http: self.http.clone(),
             tasks: self.tasks.clone(),
             limits: self.config.workspace,
+            disk_bytes: self.config.limits.disk_bytes,
         };
         let watch =
             crate::watch::start(launcher, self.config.work_root.clone(), spec, start, sink).await?;

@@ -122,7 +122,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_DISK",
         default: crate::limits::DEFAULT_MAX_DISK,
-        description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a session past it is stopped and failed). Bytes, or with a Ki/Mi/Gi suffix.",
+        description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",

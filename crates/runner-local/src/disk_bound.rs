@@ -71,6 +71,17 @@ pub fn exceeded_message(max_bytes: u64) -> String {
     )
 }
 
+/// The end of a watch session's app taken down for the session
+/// directory's size. The session and its files stay: the user frees space
+/// and starts the app again.
+pub fn app_over_message(app: &str, used: u64, max_bytes: u64) -> String {
+    format!(
+        "app '{app}' was stopped: the session's directory holds {}, past its disk bound of {} (RUNNER_LOCAL_MAX_DISK); its files are kept: delete some, then change its app set to start it again",
+        human_bytes(used),
+        human_bytes(max_bytes)
+    )
+}
+
 /// `1 GiB`, `512 MiB`, `1500 bytes`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: &[(u64, &str)] = &[

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use runner_api::types::{PortMapping, PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
+use runner_api::types::{
+    PortMapping, PortProtocol, RunBundle, RunPhase, RunStatus, RunnerEndpoint,
+};
 use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
@@ -33,6 +35,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
+use crate::disk_bound::DiskBound;
 use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
 use crate::pipes::{Started, spawn_with_pipes};
 use crate::pty::spawn_in_pty;
@@ -73,6 +76,8 @@ pub(crate) struct Launcher {
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
     pub limits: WorkspaceLimits,
+    /// `RUNNER_LOCAL_MAX_DISK`: what the session's directory may hold.
+    pub disk_bytes: u64,
 }
 
 impl Launcher {
@@ -458,6 +463,7 @@ impl LocalWatch {
                 exited,
                 output_drained,
                 gone: gone_tx,
+                disk: self.disk_bound(),
             })
             .instrument(Span::current()),
         );
@@ -584,6 +590,7 @@ impl LocalWatch {
                 exited,
                 output_drained,
                 gone: gone_tx,
+                disk: self.disk_bound(),
             })
             .instrument(Span::current()),
         );
@@ -608,6 +615,14 @@ impl LocalWatch {
     async fn take_down(&self) {
         let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
         end_apps(&self.id, apps).await;
+    }
+
+    /// The session's directory and `RUNNER_LOCAL_MAX_DISK`.
+    fn disk_bound(&self) -> DiskBound {
+        DiskBound {
+            dir: self.work.root().to_owned(),
+            max_bytes: self.launcher.disk_bytes,
+        }
     }
 
     fn app(&self, name: &str) -> Option<Arc<LocalSession>> {
@@ -673,6 +688,19 @@ struct AppEnd {
     exited: oneshot::Receiver<i64>,
     output_drained: oneshot::Receiver<()>,
     gone: oneshot::Sender<()>,
+    /// The session's directory and its bound: an app is taken down while
+    /// the directory is past it.
+    disk: DiskBound,
+}
+
+/// How an app process came to its end.
+enum AppEnding {
+    /// It exited by itself, with this code.
+    Exited(i64),
+    /// The runner took it down (stop, suspend, a new app set, the end).
+    TakenDown,
+    /// The session's directory grew past its bound: this many bytes.
+    OverDisk(u64),
 }
 
 /// Waits for one app process to end — by itself, or taken down by the
@@ -689,12 +717,15 @@ async fn supervise_app(end: AppEnd) {
         mut exited,
         output_drained,
         gone,
+        disk,
     } = end;
-    let by_itself = tokio::select! {
-        code = &mut exited => Some(code.unwrap_or(-1)),
-        () = teardown.cancelled() => None,
+    let max_disk = disk.max_bytes;
+    let ending = tokio::select! {
+        code = &mut exited => AppEnding::Exited(code.unwrap_or(-1)),
+        () = teardown.cancelled() => AppEnding::TakenDown,
+        used = crate::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
     };
-    if by_itself.is_none() {
+    if !matches!(ending, AppEnding::Exited(_)) {
         process.terminate_logged("watch app taken down");
         if tokio::time::timeout(process.stop_grace, &mut exited)
             .await
@@ -711,23 +742,40 @@ async fn supervise_app(end: AppEnd) {
         warn!(app = %name, "terminal still open after a watch app ended");
     }
     process.close_terminal();
-    if let Some(code) = by_itself {
-        // Its relays end with it.
-        teardown.cancel();
-        if code == 0 {
-            sink.app_ended(&name, Some(0), None);
-        } else {
-            sink.app_ended(
+    match ending {
+        AppEnding::TakenDown => {}
+        AppEnding::Exited(code) => {
+            // Its relays end with it.
+            teardown.cancel();
+            if code == 0 {
+                sink.app_ended(&name, Some(0), None);
+            } else {
+                sink.app_ended(
+                    &name,
+                    None,
+                    Some(format!("application process exited (code {code})")),
+                );
+            }
+            sink.app_output(
                 &name,
-                None,
-                Some(format!("application process exited (code {code})")),
+                note_tag,
+                Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
             );
         }
-        sink.app_output(
-            &name,
-            note_tag,
-            Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
-        );
+        AppEnding::OverDisk(used) => {
+            teardown.cancel();
+            let message = crate::disk_bound::app_over_message(&name, used, max_disk);
+            warn!(app = %name, used, max_disk, "watch app taken down: the session's directory is past its disk bound");
+            // Said where an editor shows it, whether or not the kernel
+            // closed its run first on the way down.
+            sink.app_progress(&name, RunPhase::Boot, message.clone());
+            sink.app_ended(&name, None, Some(message.clone()));
+            sink.app_output(
+                &name,
+                note_tag,
+                Bytes::from(format!("\r\n[runner] {message}\r\n")),
+            );
+        }
     }
     let _ = gone.send(());
 }

@@ -525,3 +525,41 @@ async fn the_edge_check_asks_for_a_token_whenever_the_host_is_unclear() {
     assert_eq!(known, unknown);
     runner.stop().await;
 }
+
+/// A watch session's directory past `RUNNER_LOCAL_MAX_DISK` takes down what
+/// filled it (here its agent, writing into its home), saying so; the
+/// session, its workspace and its apps live on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_session_past_its_disk_bound_stops_the_writer_and_keeps_the_session() {
+    let filler = r#"for i in 1 2 3 4 5 6; do head -c 524288 /dev/urandom > "$HOME/f$i"; done; echo wrote; exec sleep 600"#;
+    let catalog = json!({
+        "filler": {"image": "acme/filler:1", "port": free_port(), "command": ["/bin/sh", "-c", filler]},
+    })
+    .to_string();
+    let runner = Runner::start_on(
+        Backend::Local,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_APPS", catalog.as_str()),
+            ("RUNNER_LOCAL_MAX_DISK", "1Mi"),
+        ],
+    )
+    .await;
+    let id = runner.create_body(watch_body("filler", json!([]))).await;
+    let mut events = runner.events(&id, &[]).await;
+    let told = "was stopped: the session's directory holds";
+    let frames = events
+        .events_until(|f| {
+            f.json().to_string().contains(told) || f.status_kind().as_deref() == Some("failed")
+        })
+        .await;
+    let last = frames.last().unwrap().json().to_string();
+    assert!(last.contains(told), "{last}");
+    assert!(
+        last.contains("past its disk bound of 1 MiB (RUNNER_LOCAL_MAX_DISK); its files are kept"),
+        "{last}"
+    );
+    let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(snapshot["status"]["kind"], "running", "{snapshot}");
+    assert!(workspace_file(&runner, &id, "telo.yaml").await.is_some());
+}

@@ -54,18 +54,24 @@ pub async fn create(stack: &Stack, script: &Value) -> anyhow::Result<Created> {
 
 /// `POST /v1/sessions` with a whole body (a bundle of any app).
 pub async fn create_with(stack: &Stack, body: &Value) -> anyhow::Result<Created> {
+    post_session(stack, "/v1/sessions", body).await
+}
+
+/// `POST /v1/apps/{app}/sessions`: a session of an operator catalog app.
+pub async fn create_app(stack: &Stack, app: &str) -> anyhow::Result<Created> {
+    post_session(stack, &format!("/v1/apps/{app}/sessions"), &json!({})).await
+}
+
+async fn post_session(stack: &Stack, path: &str, body: &Value) -> anyhow::Result<Created> {
     let sent_us = now_us();
-    let resp = tokio::time::timeout(
-        STEP,
-        stack.http.post(stack.url("/v1/sessions")).json(body).send(),
-    )
-    .await
-    .map_err(|_| anyhow!("POST /v1/sessions timed out"))??;
+    let resp = tokio::time::timeout(STEP, stack.http.post(stack.url(path)).json(body).send())
+        .await
+        .map_err(|_| anyhow!("POST {path} timed out"))??;
     let answered_us = now_us();
     let status = resp.status();
     let value: Value = resp.json().await?;
     if status.as_u16() != 201 {
-        bail!("POST /v1/sessions answered {status}: {value}");
+        bail!("POST {path} answered {status}: {value}");
     }
     let id = value["sessionId"]
         .as_str()

@@ -99,6 +99,12 @@ struct Args {
     /// processes, or kube-sim's virtual containers (default: virtual).
     #[arg(long, value_enum)]
     workloads: Option<Workloads>,
+    /// start-latency: start sessions through `POST /v1/sessions` (a bundle,
+    /// the default) or an operator catalog app (`POST /v1/apps/bench/sessions`,
+    /// its pod's env in a Secret; fake-telo as a process whatever
+    /// `--workloads` says).
+    #[arg(long, value_enum, default_value = "session")]
+    door: scenarios::start_latency::Door,
     /// real-kernel: cold samples per app, each on a freshly started runner
     /// (and kube-sim) with an empty work directory (default 3).
     #[arg(long)]
@@ -173,6 +179,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
             cmd.push_str(&format!(" {flag} {value}"));
         }
     }
+    if args.door == scenarios::start_latency::Door::App {
+        cmd.push_str(" --door app");
+    }
     if let Some(w) = args.workloads {
         cmd.push_str(match w {
             Workloads::Processes => " --workloads processes",
@@ -240,6 +249,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             lines: args.lines,
             files: args.files,
             workloads: args.workloads,
+            door: args.door,
             cold: args.cold,
             kernel: args.kernel,
             telo: args.telo.clone(),

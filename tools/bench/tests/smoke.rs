@@ -55,6 +55,8 @@ fn bin_dir() -> PathBuf {
 #[rstest]
 #[case::start_latency(&["start-latency", "--sessions", "4", "--concurrency", "2"])]
 #[case::start_latency_processes(&["start-latency", "--sessions", "2", "--workloads", "processes"])]
+#[case::start_latency_app_door(&["start-latency", "--sessions", "2", "--door", "app"])]
+#[case::start_latency_app_door_local(&["start-latency", "--sessions", "2", "--door", "app", "--backend", "local"])]
 #[case::relay_throughput(&["relay-throughput", "--bytes", "262144"])]
 #[case::relay_throughput_local(&["relay-throughput", "--bytes", "262144", "--backend", "local"])]
 #[case::fanout(&["fanout", "--sessions", "3", "--lines", "5"])]

@@ -375,8 +375,14 @@ impl SessionRegistry {
                                 Job::Suspend => registry.suspend(&session).await,
                                 _ => checkpoint(&session).await,
                             };
-                            metrics.workspace_checkpoint(outcome.is_ok());
-                            note_checkpoint(&session, outcome, every);
+                            // A session whose workload was already gone
+                            // had nothing to store: not counted.
+                            match &outcome {
+                                Ok(Stored::Yes) => metrics.workspace_checkpoint(true),
+                                Ok(Stored::NothingToStore) => {}
+                                Err(_) => metrics.workspace_checkpoint(false),
+                            }
+                            note_checkpoint(&session, outcome.map(|_| ()), every);
                         }
                     }
                     if let Some(mut state) = session.watch_state() {
@@ -402,9 +408,9 @@ impl SessionRegistry {
     /// Suspends an idle session: the backend checkpoints and ends its
     /// workload; the session stays, `suspended`. A failed suspend is tried
     /// again after the checkpoint backoff.
-    async fn suspend(&self, session: &Arc<Session>) -> Result<(), String> {
+    async fn suspend(&self, session: &Arc<Session>) -> Result<Stored, String> {
         let Some(workload) = session.watch_workload() else {
-            return Ok(());
+            return Ok(Stored::NothingToStore);
         };
         match workload.suspend().await {
             Ok(()) => {
@@ -419,7 +425,7 @@ impl SessionRegistry {
                     status: RunStatus::Suspended,
                 });
                 session.release_spare_capacity();
-                Ok(())
+                Ok(Stored::Yes)
             }
             Err(err) => {
                 warn!(error = %err, "watch session checkpoint/suspend failed");
@@ -484,16 +490,23 @@ async fn expire(session: &Arc<Session>) {
     }
 }
 
-async fn checkpoint(session: &Arc<Session>) -> Result<(), String> {
+/// Whether a checkpoint or a suspend stored the workspace.
+enum Stored {
+    Yes,
+    /// The session's workload was already gone.
+    NothingToStore,
+}
+
+async fn checkpoint(session: &Arc<Session>) -> Result<Stored, String> {
     let Some(workload) = session.watch_workload() else {
-        return Ok(());
+        return Ok(Stored::NothingToStore);
     };
     match workload.checkpoint().await {
         Ok(()) => {
             if let Some(mut state) = session.watch_state() {
                 state.checkpointed_at = Some(tokio::time::Instant::now());
             }
-            Ok(())
+            Ok(Stored::Yes)
         }
         Err(err) => {
             warn!(error = %err, "watch session checkpoint/suspend failed");

@@ -31,6 +31,8 @@ pub struct Ctx {
     pub files: Option<usize>,
     /// start-latency / apiserver-load: what the session containers run.
     pub workloads: Option<Workloads>,
+    /// start-latency: a bundle session or a catalog app session.
+    pub door: start_latency::Door,
     /// real-kernel: cold samples per app, each on a freshly started runner.
     pub cold: Option<usize>,
     /// watch-reload: fake-telo or the real Telo CLI.

@@ -1,5 +1,9 @@
 //! N sessions started C at a time; per session: POST → 201, POST → pod
 //! created (kube-sim's clock), pod Running (kube-sim) → `running` on SSE.
+//! `running` is announced once the workload printed its first line, so
+//! POST → `running` is also POST → first output. `--door app` starts them
+//! as an operator catalog app instead of a bundle: the app-session path,
+//! its pod's environment stored in a Secret first.
 
 use std::sync::Arc;
 
@@ -13,6 +17,21 @@ use crate::procs::{BackendKind, Stack, Workloads};
 use crate::report::{Report, Samples, ms};
 use crate::scenarios::Ctx;
 
+/// How sessions are started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Door {
+    /// `POST /v1/sessions` with a bundle.
+    Session,
+    /// `POST /v1/apps/bench/sessions`: a catalog app running fake-telo.
+    App,
+}
+
+/// The catalog app `--door app` starts: fake-telo as a process (kube-sim
+/// runs an unknown image's command on the host) on a manifest of its own,
+/// with one operator env value.
+const APP_NAME: &str = "bench";
+
 struct Started {
     id: String,
     sent_us: u64,
@@ -23,21 +42,44 @@ struct Started {
 pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let n = ctx.sessions.unwrap_or(500);
     let c = ctx.concurrency.unwrap_or(50).max(1);
-    let mut report = ctx.report(
-        "start-latency",
-        json!({"sessions": n, "concurrency": c, "backend": ctx.backend, "workloads": ctx.workloads.unwrap_or(Workloads::Virtual)}),
-    );
-    let stack = Arc::new(
-        Stack::start_with(
-            &ctx.bins,
-            ctx.backend,
-            &[],
-            ctx.workloads.unwrap_or(Workloads::Virtual),
-        )
-        .await?,
-    );
+    let door = ctx.door;
+    let workloads = match door {
+        Door::Session => ctx.workloads.unwrap_or(Workloads::Virtual),
+        Door::App => Workloads::Processes,
+    };
+    let mut params =
+        json!({"sessions": n, "concurrency": c, "backend": ctx.backend, "workloads": workloads});
+    if door == Door::App {
+        params["door"] = json!(door);
+    }
+    let mut report = ctx.report("start-latency", params);
     // A workload that prints a line and stays up until it is stopped.
     let script = json!({"stdout": ["ready"], "echo": true});
+    let app_dir = tempfile::tempdir()?;
+    let mut extra_env = Vec::new();
+    if door == Door::App {
+        let manifest = app_dir.path().join("app.yaml");
+        std::fs::write(
+            &manifest,
+            format!(
+                "kind: Telo.Application\nmetadata: {{ name: {APP_NAME} }}\nfakeTelo: {script}\n"
+            ),
+        )?;
+        let catalog = json!({APP_NAME: {
+            "image": "acme/bench-app:1",
+            "env": {"API_KEY": "operator-value"},
+            "command": [ctx.bins.fake_telo.to_string_lossy(), "run", manifest.to_string_lossy()],
+        }});
+        extra_env.push(("RUNNER_APPS", catalog.to_string()));
+    }
+    let stack = Arc::new(match (door, ctx.backend) {
+        // kube-sim runs the app image's command as a host process.
+        (Door::App, BackendKind::Kubernetes) => {
+            let sim_args = ["--image".to_string(), "acme/bench-app:1=host".to_string()];
+            Stack::start_sim_with(&ctx.bins, &extra_env, &sim_args).await?
+        }
+        _ => Stack::start_with(&ctx.bins, ctx.backend, &extra_env, workloads).await?,
+    });
     let cpu_before = stack.cpu()?;
     let began = std::time::Instant::now();
     let gate = Arc::new(Semaphore::new(c));
@@ -47,7 +89,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         let script = script.clone();
         async move {
             let _permit = gate.acquire().await?;
-            let created = clients::create(&stack, &script).await?;
+            let created = match door {
+                Door::Session => clients::create(&stack, &script).await?,
+                Door::App => clients::create_app(&stack, APP_NAME).await?,
+            };
             let mut sse = Sse::connect(&stack, &created.id).await?;
             let running_seen_us = sse.wait_status("running").await?;
             anyhow::Ok(Started {
