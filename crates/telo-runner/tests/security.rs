@@ -433,6 +433,10 @@ async fn with_a_token_file_only_discovery_and_probes_answer_anonymously(#[case] 
         &[("RUNNER_AUTH_TOKENS_FILE", tokens.to_str().unwrap())],
     )
     .await;
+    // Serving comes before being ready (a boot adopts what a previous
+    // runner left): `/readyz` is asserted open once there is nothing left
+    // to wait for, not raced against the boot.
+    common::watch::ready(&runner.url("")).await;
     let created: Value = runner
         .client
         .post(runner.url("/v1/sessions"))
