@@ -26,7 +26,10 @@ use tracing::{Instrument, Span, error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
 use crate::executable::resolve_executable;
-use crate::kernel_cache::KernelCache;
+use crate::kernel_cache::warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
+use crate::kernel_cache::{
+    CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SessionCache, SharedKernelCache,
+};
 use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel_monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
@@ -60,9 +63,10 @@ pub enum LocalBackendError {
 pub struct LocalBackend {
     config: LocalConfig,
     http: reqwest::Client,
-    kernel: KernelMonitor,
+    kernel: Arc<KernelMonitor>,
     sandbox: Arc<SandboxMonitor>,
-    kernel_cache: KernelCache,
+    /// The warmed caches sessions' kernels start from.
+    kernel_cache: KernelCacheWarmer,
     /// Every session's supervisor, reachability probe and debug relay.
     tasks: OwnedTasks,
     _work_root: WorkRootLock,
@@ -101,22 +105,107 @@ impl LocalBackend {
             config.limits,
             cgroups,
         ));
-        let kernel = KernelMonitor::new(
+        let kernel = Arc::new(KernelMonitor::new(
             &config.telo,
             &config.path,
             &config.work_root,
             sandbox.clone(),
-        );
+        ));
         kernel.spawn_boot_check();
+        let store = Arc::new(SharedKernelCache::under(
+            &config.work_root,
+            config.kernel_cache.max_bytes,
+        ));
+        // Before any warm-up can start: what a previous runner left
+        // half-done, or sessions wrote when this was their shared cache,
+        // must never be taken for a warmed cache.
+        match store.create() {
+            Ok(()) => {
+                store.sweep();
+            }
+            Err(err) => {
+                warn!(dir = %store.root().display(), error = %err, "could not create the kernel cache");
+            }
+        }
+        let kernel_cache = KernelCacheWarmer::new(
+            store,
+            config.kernel_cache.warm_up.as_deref(),
+            sandbox.clone(),
+            &config.path,
+        );
+        let tasks = OwnedTasks::new();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let kernel = kernel.clone();
+            let warmer = kernel_cache.clone();
+            // The configured kernel's cache is warmed once it passed its
+            // self-check, so the first sessions find it ready.
+            tasks.spawn(async move {
+                if kernel.health().await == KernelHealth::Usable
+                    && let Some(identity) = kernel.identity().await
+                    && warmer.key_for(&identity).is_some()
+                {
+                    let _ = warmer.warm(identity).await;
+                }
+            });
+        }
         Ok(Self {
-            kernel_cache: KernelCache::under(&config.work_root),
+            kernel_cache,
             config,
             http,
             kernel,
             sandbox,
-            tasks: OwnedTasks::new(),
+            tasks,
             _work_root: work_root,
         })
+    }
+
+    /// Warms the kernel cache sessions of `version`'s kernel (`None`: the
+    /// configured kernel, once it passed its self-check) start from, unless
+    /// it is ready, and waits for it.
+    pub async fn warm_kernel_cache(
+        &self,
+        version: Option<&TeloVersion>,
+    ) -> Result<CacheKey, WarmUpError> {
+        let kernel = match version {
+            Some(version) => self
+                .versioned_kernel(version)
+                .ok_or_else(|| WarmUpError::NoSuchKernel(version.to_string()))?,
+            None => {
+                if self.kernel.health().await != KernelHealth::Usable {
+                    return Err(WarmUpError::KernelUnusable);
+                }
+                self.kernel
+                    .identity()
+                    .await
+                    .ok_or(WarmUpError::KernelUnusable)?
+            }
+        };
+        self.kernel_cache.warm(kernel).await
+    }
+
+    /// The kernel a request naming `version` runs, as its cache knows it.
+    fn versioned_kernel(&self, version: &TeloVersion) -> Option<KernelIdentity> {
+        let dir = self.config.telo_versions.as_ref()?;
+        let telo = crate::telo_versions::supply(dir, version).ok()?;
+        Some(KernelIdentity {
+            telo,
+            version: Some(version.to_string()),
+            stamp: None,
+        })
+    }
+
+    /// What the session cache of a Telo session running `version` (`None`:
+    /// the configured kernel) is filled from.
+    async fn cache_source(&self, version: Option<&str>) -> CacheSource {
+        let kernel = match version.and_then(TeloVersion::parse) {
+            Some(version) if self.config.telo_versions.is_some() => self.versioned_kernel(&version),
+            _ => self.kernel.identity().await,
+        };
+        CacheSource {
+            warmer: self.kernel_cache.clone(),
+            kernel,
+            budget: self.config.limits.disk_bytes / SEED_SHARE_OF_DISK_BOUND,
+        }
     }
 
     /// Whether sessions can be sandboxed (see `sandbox_check`).
@@ -220,11 +309,28 @@ impl LocalBackend {
     /// blocking pool: a bundle of thousands of files takes hundreds of
     /// milliseconds of file system calls, which on the async runtime stalled
     /// every other request (`/livez` included).
-    async fn stage(&self, bundle: Option<RunBundle>, work: &WorkDir) -> Result<(), StartError> {
+    async fn stage(
+        &self,
+        bundle: Option<RunBundle>,
+        work: &WorkDir,
+        kernel_cache: Option<(SessionCache, CacheSource)>,
+    ) -> Result<(), StartError> {
         let dir = work.clone();
         let staged = tokio::task::spawn_blocking(move || {
             dir.create()?;
-            match &bundle {
+            let seeded = match &kernel_cache {
+                Some((cache, source)) => {
+                    let seeded = source.prepare(cache).map_err(|source| {
+                        crate::work_dir::WorkDirError::CreateKernelCache {
+                            path: cache.host_dir().to_owned(),
+                            source,
+                        }
+                    })?;
+                    Some((seeded, source.clone()))
+                }
+                None => None,
+            };
+            let written = match &bundle {
                 // Not for the one file of a small bundle: no waiting behind
                 // a big one.
                 Some(bundle) if bundle.files.len() > SMALL_BUNDLE_FILES => {
@@ -232,11 +338,17 @@ impl LocalBackend {
                 }
                 Some(bundle) => dir.write_bundle(bundle),
                 None => Ok(()),
-            }
+            };
+            written.map(|()| seeded)
         })
         .await;
         match staged {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(seeded)) => {
+                if let Some((seeded, source)) = seeded {
+                    source.after_prepare(&seeded);
+                }
+                Ok(())
+            }
             Ok(Err(err)) => {
                 Err(StartError::new(StartStage::Create, error_chain(&err)).with_source(err))
             }
@@ -257,6 +369,7 @@ impl LocalBackend {
         programs: &[&Path],
         extra_read_only: &[PathBuf],
         read_write: &[PathBuf],
+        kernel_cache: Option<&Path>,
     ) -> Result<SpawnPlan, StartError> {
         let Some(sandbox) = sandbox else {
             return Ok(SpawnPlan::unsandboxed(plan));
@@ -266,8 +379,11 @@ impl LocalBackend {
         sandbox
             .spawn_plan(
                 plan,
-                &read_only,
-                read_write,
+                crate::sandbox::SessionMounts {
+                    read_only: &read_only,
+                    read_write,
+                    kernel_cache,
+                },
                 crate::sandbox::WorkloadSession::Terminal,
             )
             .map_err(|err| {
@@ -388,31 +504,29 @@ impl Backend for LocalBackend {
             entry_relative_path: spec.bundle.entry_relative_path.clone(),
             files: std::mem::take(&mut spec.bundle.files),
         });
-        if let Err(err) = self.stage(bundle, &work).await {
+        // A Telo session's kernel caches into a directory of its own (an
+        // operator's app is its own program and gets none).
+        let kernel_cache = match &spec.app {
+            Some(_) => None,
+            None => Some(SessionCache::new(work.kernel_cache(), sandbox.is_some())),
+        };
+        let seed = match &kernel_cache {
+            Some(cache) => Some((cache.clone(), self.cache_source(spec.telo.as_deref()).await)),
+            None => None,
+        };
+        if let Err(err) = self.stage(bundle, &work, seed).await {
             work.discard();
             return Err(err);
         }
-        let kernel_cache = match &spec.app {
-            Some(_) => None,
-            None => {
-                // The kernel would create it too, but not private to the
-                // runner's user.
-                if let Err(err) = self.kernel_cache.create() {
-                    warn!(dir = %self.kernel_cache.root().display(), error = %err, "could not create the shared kernel cache");
-                }
-                Some(&self.kernel_cache)
-            }
-        };
         let program = PathBuf::from(&argv[0]);
         let node = resolve_executable("node", &self.config.path);
         let mut programs = vec![program.as_path()];
         let mut read_only = Vec::new();
-        let mut read_write = vec![work.root().to_owned()];
-        if let Some(cache) = kernel_cache {
+        let read_write = vec![work.root().to_owned()];
+        if kernel_cache.is_some() {
             // The kernel runs `node` from its PATH (the Telo CLI is a Node.js
-            // program), and caches into the shared cache.
+            // program).
             programs.extend(node.as_deref());
-            read_write.push(cache.root().to_owned());
         } else {
             // An operator's command may name files it runs or reads (a
             // script, a manifest): those files, exactly, are shown too
@@ -428,16 +542,27 @@ impl Backend for LocalBackend {
         let plan = LaunchPlan {
             argv,
             cwd: work.app(),
-            env: workload_env(&spec.env, &work.home(), &self.config.path, kernel_cache),
+            env: workload_env(
+                &spec.env,
+                &work.home(),
+                &self.config.path,
+                kernel_cache.as_ref(),
+            ),
         };
-        let spawn =
-            match self.spawn_plan(plan, sandbox.as_deref(), &programs, &read_only, &read_write) {
-                Ok(spawn) => spawn,
-                Err(err) => {
-                    work.discard();
-                    return Err(err);
-                }
-            };
+        let spawn = match self.spawn_plan(
+            plan,
+            sandbox.as_deref(),
+            &programs,
+            &read_only,
+            &read_write,
+            kernel_cache.as_ref().map(SessionCache::host_dir),
+        ) {
+            Ok(spawn) => spawn,
+            Err(err) => {
+                work.discard();
+                return Err(err);
+            }
+        };
         let members = spawn.members;
         let launched = on_spawner_thread(move || spawn_in_pty(spawn).map(Started::from))
             .await
@@ -551,9 +676,6 @@ impl Backend for LocalBackend {
         {
             return Err(StartError::new(StartStage::Start, problem.sentence()));
         }
-        if let Err(err) = self.kernel_cache.create() {
-            warn!(dir = %self.kernel_cache.root().display(), error = %err, "could not create the shared kernel cache");
-        }
         if let Some(version) = self.kernel.version().await {
             for app in spec.apps.iter().filter(|app| app.telo.is_none()) {
                 sink.kernel_version(Some(&app.name), version.clone());
@@ -564,8 +686,8 @@ impl Backend for LocalBackend {
             telo_versions: self.config.telo_versions.clone(),
             node: resolve_executable("node", &self.config.path),
             path: self.config.path.clone(),
+            kernel_cache: self.cache_source(None).await,
             sandbox,
-            kernel_cache: self.kernel_cache.clone(),
             stop_grace: self.config.stop_grace,
             http: self.http.clone(),
             tasks: self.tasks.clone(),
@@ -597,6 +719,7 @@ impl Backend for LocalBackend {
     async fn shutdown(&self) {
         self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
         self.kernel.shutdown(TASKS_SHUTDOWN_BOUND).await;
+        self.kernel_cache.shutdown(TASKS_SHUTDOWN_BOUND).await;
     }
 }
 

@@ -66,7 +66,12 @@ pub struct LocalConfig {
     pub workspace: runner_workspace::WorkspaceLimits,
     /// What one session may use (memory, processes, CPU, disk).
     pub limits: crate::limits::SessionLimits,
+    /// The warmed kernel caches sessions start from.
+    pub kernel_cache: crate::kernel_cache::KernelCacheConfig,
 }
+
+pub const KERNEL_CACHE_WARM_UP_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP";
+pub const KERNEL_CACHE_MAX_BYTES_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES";
 
 pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
@@ -82,7 +87,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_LOCAL_WORK_DIR",
         default: "(system temp dir)/telo-runner-sessions",
-        description: "Absolute directory holding one private work directory per session (leftovers are removed at boot) and the Telo kernel cache those sessions share (.kernel-cache).",
+        description: "Absolute directory holding one private work directory per session (leftovers are removed at boot) and the warmed Telo kernel caches sessions start from (.kernel-cache).",
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_PATH",
@@ -123,6 +128,16 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_LOCAL_MAX_DISK",
         default: crate::limits::DEFAULT_MAX_DISK,
         description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
+    },
+    EnvVarDoc {
+        name: KERNEL_CACHE_WARM_UP_VAR,
+        default: "(unset)",
+        description: "Absolute path of a Telo application manifest (importing modules by absolute path) that the runner runs once per kernel, in a sandbox, to warm the kernel cache Telo sessions start from; read at boot, it must exit 0 by itself. Each session gets its own copy of that cache and writes only the copy. Unset: no warm-up, every session's kernel starts with an empty cache.",
+    },
+    EnvVarDoc {
+        name: KERNEL_CACHE_MAX_BYTES_VAR,
+        default: crate::kernel_cache::DEFAULT_MAX_BYTES,
+        description: "Most bytes the warmed kernel caches (one per kernel and warm-up manifest) hold together; past it the least recently used is removed. Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",
@@ -230,6 +245,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
     };
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
     let limits = crate::limits::load_session_limits(env)?;
+    let kernel_cache = load_kernel_cache_config(env)?;
     Ok(LocalConfig {
         telo,
         telo_versions,
@@ -240,7 +256,37 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         sandbox,
         workspace,
         limits,
+        kernel_cache,
     })
+}
+
+fn load_kernel_cache_config(
+    env: &Env,
+) -> Result<crate::kernel_cache::KernelCacheConfig, ConfigError> {
+    let warm_up = match env_string(env, KERNEL_CACHE_WARM_UP_VAR) {
+        None => None,
+        Some(raw) => {
+            let path = PathBuf::from(&raw);
+            // Read at boot from wherever the runner happened to start
+            // otherwise.
+            if !path.is_absolute() {
+                return Err(ConfigError::invalid(
+                    KERNEL_CACHE_WARM_UP_VAR,
+                    "be an absolute path",
+                    &raw,
+                ));
+            }
+            Some(path)
+        }
+    };
+    let raw = env_string(env, KERNEL_CACHE_MAX_BYTES_VAR)
+        .unwrap_or_else(|| crate::kernel_cache::DEFAULT_MAX_BYTES.to_owned());
+    let max_bytes = crate::limits::parse_bytes(&raw)
+        .filter(|bytes| *bytes > 0)
+        .ok_or_else(|| {
+            ConfigError::invalid(KERNEL_CACHE_MAX_BYTES_VAR, crate::limits::BYTES_RULE, &raw)
+        })?;
+    Ok(crate::kernel_cache::KernelCacheConfig { warm_up, max_bytes })
 }
 
 #[cfg(test)]
@@ -272,8 +318,49 @@ mod tests {
                 }),
                 workspace: runner_workspace::WorkspaceLimits::default(),
                 limits: crate::limits::SessionLimits::default(),
+                kernel_cache: crate::kernel_cache::KernelCacheConfig::default(),
             }
         );
+    }
+
+    #[test]
+    fn the_kernel_cache_warm_up_and_bound_are_read_and_bad_values_refused() {
+        let env = vars(&[
+            (
+                "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP",
+                " /etc/telo-runner/warm-up.yaml ",
+            ),
+            ("RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES", "64Mi"),
+        ]);
+        assert_eq!(
+            load_local_config(&env).unwrap().kernel_cache,
+            crate::kernel_cache::KernelCacheConfig {
+                warm_up: Some(PathBuf::from("/etc/telo-runner/warm-up.yaml")),
+                max_bytes: 64 << 20,
+            }
+        );
+        for (name, raw, message) in [
+            (
+                "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP",
+                "warm-up.yaml",
+                "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP must be an absolute path, got 'warm-up.yaml'.",
+            ),
+            (
+                "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES",
+                "0",
+                "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES must be a byte size such as 512Mi, 1Gi or 1073741824, got '0'.",
+            ),
+            (
+                "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES",
+                "lots",
+                "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES must be a byte size such as 512Mi, 1Gi or 1073741824, got 'lots'.",
+            ),
+        ] {
+            assert_eq!(
+                load_local_config(&vars(&[(name, raw)])).map_err(|err| err.to_string()),
+                Err(message.to_owned())
+            );
+        }
     }
 
     #[test]
@@ -421,6 +508,8 @@ mod tests {
                 "RUNNER_LOCAL_MAX_PROCESSES",
                 "RUNNER_LOCAL_MAX_CPU",
                 "RUNNER_LOCAL_MAX_DISK",
+                "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP",
+                "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES",
                 "RUNNER_WORKSPACE_MAX_FILE_BYTES",
                 "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
                 "RUNNER_WORKSPACE_MAX_BYTES",

@@ -15,7 +15,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::kernel_cache::KernelCache;
+use crate::kernel_cache::{KernelIdentity, SessionCache};
 use crate::kernel_check::{
     CheckEnd, KernelProblem, RECHECK_FAILED_AFTER, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST,
     SELF_CHECK_TIMEOUT, TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version,
@@ -23,6 +23,7 @@ use crate::kernel_check::{
 };
 use crate::kernel_fingerprint::KernelFingerprint;
 use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
+use crate::sandbox::SessionMounts;
 use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
 
 /// The check's scratch directory under the work root: a fixed name (so a
@@ -159,6 +160,20 @@ impl KernelMonitor {
     pub async fn version(&self) -> Option<String> {
         self.inner.verdict.lock().await.as_ref()?.version.clone()
     }
+
+    /// The kernel as its cache knows it, if its last self-check passed.
+    pub async fn identity(&self) -> Option<KernelIdentity> {
+        let verdict = self.inner.verdict.lock().await;
+        let verdict = verdict
+            .as_ref()
+            .filter(|verdict| verdict.health == KernelHealth::Usable)?;
+        let stamp = verdict.fingerprint.telo.clone()?;
+        Some(KernelIdentity {
+            telo: stamp.path.clone(),
+            version: verdict.version.clone(),
+            stamp: verdict.version.is_none().then_some(stamp),
+        })
+    }
 }
 
 impl Inner {
@@ -210,7 +225,18 @@ impl Inner {
             return KernelHealth::Missing;
         };
         let scratch = self.work_root.join(KERNEL_CHECK_DIR_NAME);
-        let plan = match self.prepare(&scratch, telo) {
+        let sandbox = match self.sandbox.health().await {
+            SandboxHealth::Off => None,
+            SandboxHealth::Usable(sandbox) => Some(sandbox),
+            // Sessions cannot start either; the probe and every start say why.
+            SandboxHealth::Unusable(problem) => {
+                return KernelHealth::Unchecked(problem.message);
+            }
+        };
+        // A cache of its own, gone with the scratch directory: the check
+        // writes nothing any session or warm-up reads.
+        let cache = SessionCache::new(scratch.join("cache"), sandbox.is_some());
+        let plan = match self.prepare(&scratch, &cache, telo) {
             Ok(plan) => plan,
             Err(err) => {
                 warn!(error = ?err, "could not run the Telo CLI self-check");
@@ -222,21 +248,21 @@ impl Inner {
                 ));
             }
         };
-        let spawn = match self.sandbox.health().await {
-            SandboxHealth::Off => SpawnPlan::unsandboxed(plan),
-            SandboxHealth::Usable(sandbox) => {
+        let spawn = match sandbox {
+            None => SpawnPlan::unsandboxed(plan),
+            Some(sandbox) => {
                 let programs: Vec<&Path> = std::iter::once(telo)
                     .chain(fingerprint.node_path())
                     .collect();
                 let read_only = sandbox.installations(&programs);
-                let read_write = [
-                    scratch.clone(),
-                    KernelCache::under(&self.work_root).root().to_owned(),
-                ];
+                let read_write = [scratch.join("app"), scratch.join("home")];
                 match sandbox.spawn_plan(
                     plan,
-                    &read_only,
-                    &read_write,
+                    SessionMounts {
+                        read_only: &read_only,
+                        read_write: &read_write,
+                        kernel_cache: Some(cache.host_dir()),
+                    },
                     crate::sandbox::WorkloadSession::Shared,
                 ) {
                     Ok(spawn) => spawn,
@@ -247,11 +273,6 @@ impl Inner {
                         ));
                     }
                 }
-            }
-            // Sessions cannot start either; the probe and every start say why.
-            SandboxHealth::Unusable(problem) => {
-                remove_scratch(&scratch);
-                return KernelHealth::Unchecked(problem.message);
             }
         };
         let started = std::time::Instant::now();
@@ -282,8 +303,13 @@ impl Inner {
 
     /// A fresh scratch directory holding the check's application, and the
     /// launch a session of it would get: same command line shape, a scratch
-    /// `HOME`, the shared kernel cache, no session env.
-    fn prepare(&self, scratch: &Path, telo: &Path) -> Result<LaunchPlan, ScratchError> {
+    /// `HOME`, an empty kernel cache of its own, no session env.
+    fn prepare(
+        &self,
+        scratch: &Path,
+        cache: &SessionCache,
+        telo: &Path,
+    ) -> Result<LaunchPlan, ScratchError> {
         use std::os::unix::fs::DirBuilderExt;
         remove_scratch(scratch);
         let app = scratch.join("app");
@@ -299,14 +325,13 @@ impl Inner {
                 .create(dir)
                 .map_err(fail(dir))?;
         }
-        let cache = KernelCache::under(&self.work_root);
-        cache.create().map_err(fail(cache.root()))?;
+        cache.prepare(None, 0).map_err(fail(cache.host_dir()))?;
         let entry = app.join(SELF_CHECK_ENTRY);
         std::fs::write(&entry, SELF_CHECK_MANIFEST).map_err(fail(&entry))?;
         Ok(LaunchPlan {
             argv: telo_argv(telo, SELF_CHECK_ENTRY, None),
             cwd: app,
-            env: workload_env(&[], &home, &self.path, Some(&cache)),
+            env: workload_env(&[], &home, &self.path, Some(cache)),
         })
     }
 }

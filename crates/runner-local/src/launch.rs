@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use crate::args_file::ArgsFile;
-use crate::kernel_cache::KernelCache;
+use crate::kernel_cache::SessionCache;
 use crate::process_group::Members;
 
 /// Terminal type workloads see: the client renders an xterm-compatible
@@ -85,15 +85,15 @@ pub fn app_argv(program: &Path, command: &[String]) -> Vec<OsString> {
 /// `kernel_cache` (Telo sessions; an operator's app is its own program and
 /// gets none), `TELO_CACHE_DIR` and `npm_config_cache` point into it, and
 /// the session env cannot move them either: the runner owns that directory's
-/// lifecycle, and a cache pointed elsewhere would be written outside the work
-/// root, where nothing cleans it up and other runners may share it. `PATH`,
-/// `TERM`, `SHELL` and `FORCE_COLOR` are defaults the session env may
-/// override.
+/// lifecycle (it is counted against the session's disk bound and removed
+/// with it), and a cache pointed elsewhere would be written where nothing
+/// bounds or cleans it. `PATH`, `TERM`, `SHELL` and `FORCE_COLOR` are
+/// defaults the session env may override.
 pub fn workload_env(
     session_env: &[(String, String)],
     home: &Path,
     path: &str,
-    kernel_cache: Option<&KernelCache>,
+    kernel_cache: Option<&SessionCache>,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::with_capacity(session_env.len() + 7);
     for (name, value) in session_env {
@@ -259,8 +259,8 @@ mod tests {
     }
 
     #[test]
-    fn a_telo_session_shares_the_kernel_cache_and_cannot_move_it() {
-        let cache = KernelCache::under(Path::new("/w"));
+    fn a_telo_session_gets_its_own_kernel_cache_and_cannot_move_it() {
+        let cache = SessionCache::new(PathBuf::from("/w/id/kernel-cache"), true);
         let env = workload_env(
             &pairs(&[
                 ("TELO_CACHE_DIR", "/elsewhere"),
@@ -275,10 +275,10 @@ mod tests {
         assert_eq!(
             env,
             pairs(&[
-                ("TELO_CACHE_DIR", "/w/.kernel-cache/telo"),
+                ("TELO_CACHE_DIR", "/var/cache/telo-kernel/telo"),
                 ("FOO", "1"),
                 ("HOME", "/w/id/home"),
-                ("npm_config_cache", "/w/.kernel-cache/npm"),
+                ("npm_config_cache", "/var/cache/telo-kernel/npm"),
                 ("PATH", "/usr/bin"),
                 ("FORCE_COLOR", "1"),
                 ("TERM", "xterm-256color"),

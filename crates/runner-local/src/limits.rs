@@ -42,7 +42,7 @@ pub const MAX_OPEN_FILES: u64 = 4096;
 /// are memory, so they are bounded apart from the session's directory.
 pub const MAX_PRIVATE_TMP_BYTES: u64 = 256 << 20;
 
-const BYTES_RULE: &str = "be a byte size such as 512Mi, 1Gi or 1073741824";
+pub const BYTES_RULE: &str = "be a byte size such as 512Mi, 1Gi or 1073741824";
 const CPU_RULE: &str = "be a number of CPUs such as 1, 0.5 or 500m";
 
 /// One session's bounds.

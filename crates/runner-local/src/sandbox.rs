@@ -13,8 +13,9 @@
 //!   name resolution, certificates, time zone, linker cache), and the
 //!   installation of the program it runs (the Telo CLI and the first `node`
 //!   on its `PATH`, or an app's program; see [`installation_dirs`]);
-//! - read-write: its own session directory and, for Telo sessions, the
-//!   kernel cache sessions share;
+//! - read-write: its own session directory and, for Telo sessions, its
+//!   own kernel cache (a directory inside its session directory, shown at
+//!   [`KERNEL_CACHE_MOUNT`]; see `kernel_cache`);
 //! - private: `/proc` of its own PID namespace (no process of the runner or
 //!   of another session), a minimal `/dev`, empty `/tmp` and `/var/tmp`.
 //!
@@ -47,6 +48,7 @@ use std::sync::Arc;
 
 use crate::args_file::ArgsFile;
 use crate::cgroup::{CgroupTree, SessionCgroup};
+use crate::kernel_cache::KERNEL_CACHE_MOUNT;
 use crate::launch::{LaunchPlan, SpawnPlan};
 use crate::limits::{RunnerLimits, SessionLimits, prlimit_argv};
 use crate::process_group::Members;
@@ -176,9 +178,11 @@ pub struct SandboxSpec<'a> {
     /// Covered by an empty directory before `read_write` is shown: the work
     /// root, so only the session's own directory in it is visible.
     pub masked: &'a Path,
-    /// Shown read-write at their own paths (the session's directory, the
-    /// kernel cache).
+    /// Shown read-write at their own paths (the session's directory).
     pub read_write: &'a [PathBuf],
+    /// The session's own kernel cache, shown read-write at
+    /// [`KERNEL_CACHE_MOUNT`].
+    pub kernel_cache: Option<&'a Path>,
     /// Files of the runner covered by `/dev/null` where a mount shows them.
     pub hidden: &'a [PathBuf],
     pub cwd: &'a Path,
@@ -249,6 +253,13 @@ pub fn bwrap_args(spec: &SandboxSpec<'_>) -> Vec<OsString> {
     for dir in spec.read_write {
         push(&["--bind".as_ref(), dir.as_ref(), dir.as_ref()]);
     }
+    if let Some(cache) = spec.kernel_cache {
+        push(&[
+            "--bind".as_ref(),
+            cache.as_ref(),
+            KERNEL_CACHE_MOUNT.as_ref(),
+        ]);
+    }
     for file in spec.hidden {
         if shown(spec, file) {
             push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), file.as_ref()]);
@@ -265,8 +276,13 @@ pub fn bwrap_args(spec: &SandboxSpec<'_>) -> Vec<OsString> {
 
 /// Whether a mount of `spec` makes host path `file` visible.
 fn shown(spec: &SandboxSpec<'_>, file: &Path) -> bool {
-    let under_masked_root =
-        file.starts_with(spec.masked) && !spec.read_write.iter().any(|dir| file.starts_with(dir));
+    let under_masked_root = file.starts_with(spec.masked)
+        && !spec
+            .read_write
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(spec.kernel_cache)
+            .any(|dir| file.starts_with(dir));
     if under_masked_root {
         return false;
     }
@@ -276,6 +292,8 @@ fn shown(spec: &SandboxSpec<'_>, file: &Path) -> bool {
             .read_only
             .iter()
             .chain(spec.read_write)
+            .map(PathBuf::as_path)
+            .chain(spec.kernel_cache)
             .any(|dir| file.starts_with(dir))
 }
 
@@ -338,6 +356,19 @@ pub fn host_command(
     command
 }
 
+/// What a sandbox shows of the host besides the system and the runner's
+/// own read-only paths.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionMounts<'a> {
+    /// Shown read-only at their own paths (the program's installation).
+    pub read_only: &'a [PathBuf],
+    /// Shown read-write at their own paths.
+    pub read_write: &'a [PathBuf],
+    /// A Telo session's own kernel cache, shown read-write at
+    /// [`KERNEL_CACHE_MOUNT`].
+    pub kernel_cache: Option<&'a Path>,
+}
+
 /// A sandbox known to work on this host (see `sandbox_check`), ready to
 /// wrap launches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,21 +407,26 @@ impl Sandbox {
         dirs
     }
 
-    /// What runs `plan` in this sandbox, with `read_only` and `read_write`
-    /// shown besides the system, the workload in `session`.
+    /// What runs `plan` in this sandbox, with `mounts` shown besides the
+    /// system, the workload in `session`.
     pub fn spawn_plan(
         &self,
         plan: LaunchPlan,
-        read_only: &[PathBuf],
-        read_write: &[PathBuf],
+        mounts: SessionMounts<'_>,
         session: WorkloadSession,
     ) -> std::io::Result<SpawnPlan> {
-        let read_only: Vec<PathBuf> = read_only.iter().chain(&self.read_only).cloned().collect();
+        let read_only: Vec<PathBuf> = mounts
+            .read_only
+            .iter()
+            .chain(&self.read_only)
+            .cloned()
+            .collect();
         let args = bwrap_args(&SandboxSpec {
             layout: &self.layout,
             read_only: &read_only,
             masked: &self.work_root,
-            read_write,
+            read_write: mounts.read_write,
+            kernel_cache: mounts.kernel_cache,
             hidden: &self.hidden,
             cwd: &plan.cwd,
             env: &plan.env,
@@ -530,6 +566,7 @@ mod tests {
             read_only,
             masked: Path::new("/srv/work"),
             read_write,
+            kernel_cache: None,
             hidden,
             cwd: Path::new("/srv/work/abcdefgh2345/app"),
             env,
@@ -608,17 +645,11 @@ mod tests {
     fn the_work_root_is_masked_before_the_sessions_own_directory_is_shown() {
         let layout = merged_usr();
         let read_only = vec![PathBuf::from("/tmp/kernel"), PathBuf::from("/srv")];
-        let read_write = vec![
-            PathBuf::from("/srv/work/abcdefgh2345"),
-            PathBuf::from("/srv/work/.kernel-cache"),
-        ];
-        let args = strings(&bwrap_args(&spec(
-            &layout,
-            &read_only,
-            &read_write,
-            &[],
-            &[],
-        )));
+        let read_write = vec![PathBuf::from("/srv/work/abcdefgh2345")];
+        let args = strings(&bwrap_args(&SandboxSpec {
+            kernel_cache: Some(Path::new("/srv/work/abcdefgh2345/kernel-cache")),
+            ..spec(&layout, &read_only, &read_write, &[], &[])
+        }));
         let position = |needle: &[&str]| {
             args.windows(needle.len())
                 .position(|w| w == needle)
@@ -629,15 +660,27 @@ mod tests {
         let srv = position(&["--ro-bind", "/srv", "/srv"]);
         let mask = position(&["--tmpfs", "/srv/work"]);
         let session = position(&["--bind", "/srv/work/abcdefgh2345", "/srv/work/abcdefgh2345"]);
+        // The session's own cache, at the one path every kernel sees it.
         let cache = position(&[
             "--bind",
-            "/srv/work/.kernel-cache",
-            "/srv/work/.kernel-cache",
+            "/srv/work/abcdefgh2345/kernel-cache",
+            KERNEL_CACHE_MOUNT,
         ]);
         assert!(tmp < kernel && kernel < srv && srv < mask && mask < session && session < cache);
         assert!(position(&["--proc", "/proc"]) < tmp);
         assert!(position(&["--dev", "/dev"]) < tmp);
         assert!(position(&["--tmpfs", "/var/tmp"]) < kernel);
+        // Nothing of the work root is shown but the session's directory.
+        let shown_under_work: Vec<&String> = args
+            .iter()
+            .filter(|arg| arg.starts_with("/srv/work/"))
+            .collect();
+        assert!(
+            shown_under_work
+                .iter()
+                .all(|arg| arg.starts_with("/srv/work/abcdefgh2345")),
+            "{shown_under_work:?}"
+        );
     }
 
     #[test]

@@ -243,8 +243,11 @@ impl SandboxMonitor {
             env: vec![("PATH".to_owned(), SANDBOX_SYSTEM_PATH.to_owned())],
         };
         let started = std::time::Instant::now();
-        let run = match sandbox.spawn_plan(plan, &[], &[], crate::sandbox::WorkloadSession::Shared)
-        {
+        let run = match sandbox.spawn_plan(
+            plan,
+            crate::sandbox::SessionMounts::default(),
+            crate::sandbox::WorkloadSession::Shared,
+        ) {
             Ok(spawn) => run_check(spawn, SANDBOX_CHECK_TIMEOUT).await,
             Err(err) => CheckRun {
                 end: CheckEnd::SpawnFailed(format!(

@@ -71,7 +71,8 @@ pub(crate) struct Launcher {
     pub node: Option<PathBuf>,
     pub path: String,
     pub sandbox: Option<Arc<Sandbox>>,
-    pub kernel_cache: crate::kernel_cache::KernelCache,
+    /// What the session's own kernel cache is filled from.
+    pub kernel_cache: crate::kernel_cache::warm_up::CacheSource,
     pub stop_grace: Duration,
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
@@ -160,20 +161,36 @@ pub(crate) async fn start(
     let work = work_dir(&work_root, &spec.session_id)?;
     let limits = launcher.limits;
     let seeding = matches!(start, WatchStart::Seed(_));
+    let cache = session_cache(&launcher, &work);
     let prepared = {
         let work = work.clone();
         let spec = spec.clone();
-        tokio::task::spawn_blocking(move || prepare(&work, spec, start, limits))
-            .await
-            .map_err(|join| {
+        let source = launcher.kernel_cache.clone();
+        tokio::task::spawn_blocking(move || {
+            let prepared = prepare(&work, spec, start, limits)?;
+            // Every app of the session shares it: one tenant's kernels.
+            let seeded = source.prepare(&cache).map_err(|err| {
                 StartError::new(
                     StartStage::Create,
-                    format!("preparing the workspace was interrupted: {join}"),
+                    format!("could not create the session's kernel cache: {err}"),
                 )
-            })?
+                .with_source(err)
+            })?;
+            Ok((prepared, seeded))
+        })
+        .await
+        .map_err(|join| {
+            StartError::new(
+                StartStage::Create,
+                format!("preparing the workspace was interrupted: {join}"),
+            )
+        })?
     };
     let (workspace, record) = match prepared {
-        Ok(prepared) => prepared,
+        Ok((prepared, seeded)) => {
+            launcher.kernel_cache.after_prepare(&seeded);
+            prepared
+        }
         Err(err) => {
             if seeding {
                 work.discard();
@@ -208,6 +225,11 @@ pub(crate) async fn start(
     sink.status(running_status(&spec.apps, spec.agent_launch.as_ref()));
     info!(session_id = %spec.session_id, apps = spec.apps.len(), "watch session running");
     Ok(watch)
+}
+
+/// The session's own kernel cache, as its apps see it.
+fn session_cache(launcher: &Launcher, work: &WorkDir) -> crate::kernel_cache::SessionCache {
+    crate::kernel_cache::SessionCache::new(work.kernel_cache(), launcher.sandbox.is_some())
 }
 
 /// The directories, the seeded (or kept) workspace and the record.
@@ -386,12 +408,8 @@ impl LocalWatch {
         if terminal {
             env.push(("CLICOLOR_FORCE".to_owned(), "1".to_owned()));
         }
-        let mut env = workload_env(
-            &env,
-            &self.work.home(),
-            &launcher.path,
-            Some(&launcher.kernel_cache),
-        );
+        let cache = session_cache(launcher, &self.work);
+        let mut env = workload_env(&env, &self.work.home(), &launcher.path, Some(&cache));
         if !terminal {
             // Its output goes to pipes a client shows as it is: no colour
             // unless the session asks for it.
@@ -411,18 +429,22 @@ impl LocalWatch {
                 let read_only = sandbox.installations(&programs);
                 // The app and home directories, not the session's root: the
                 // record beside them names the agent's token.
-                let read_write = vec![
-                    self.work.app(),
-                    self.work.home(),
-                    launcher.kernel_cache.root().to_owned(),
-                ];
+                let read_write = vec![self.work.app(), self.work.home()];
                 let session = if terminal {
                     WorkloadSession::Terminal
                 } else {
                     WorkloadSession::Detached
                 };
                 sandbox
-                    .spawn_plan(plan, &read_only, &read_write, session)
+                    .spawn_plan(
+                        plan,
+                        crate::sandbox::SessionMounts {
+                            read_only: &read_only,
+                            read_write: &read_write,
+                            kernel_cache: Some(cache.host_dir()),
+                        },
+                        session,
+                    )
                     .map_err(|err| {
                         StartError::new(
                             StartStage::Start,
@@ -551,7 +573,15 @@ impl LocalWatch {
                 // caches) must not be an app's to read.
                 let read_write = vec![workspace, home];
                 sandbox
-                    .spawn_plan(plan, &read_only, &read_write, WorkloadSession::Detached)
+                    .spawn_plan(
+                        plan,
+                        crate::sandbox::SessionMounts {
+                            read_only: &read_only,
+                            read_write: &read_write,
+                            kernel_cache: None,
+                        },
+                        WorkloadSession::Detached,
+                    )
                     .map_err(|err| {
                         StartError::new(
                             StartStage::Start,

@@ -24,6 +24,13 @@ pub enum WorkDirError {
         #[source]
         source: io::Error,
     },
+    /// As for the directory: the path stays in the log.
+    #[error("could not create the session's kernel cache")]
+    CreateKernelCache {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error(transparent)]
     InvalidBundlePath(#[from] InvalidBundlePath),
     #[error("could not write bundle file '{relative_path}'")]
@@ -64,6 +71,13 @@ impl WorkDir {
     /// The workload's `HOME`.
     pub fn home(&self) -> PathBuf {
         self.root.join("home")
+    }
+
+    /// The session kernel's own cache (see `kernel_cache`): inside the
+    /// session's directory, so it counts against its disk bound and goes
+    /// with it.
+    pub fn kernel_cache(&self) -> PathBuf {
+        self.root.join(crate::kernel_cache::SESSION_CACHE_DIR_NAME)
     }
 
     /// The `HOME` of a watch session's co-resident agent. Not the apps'

@@ -181,41 +181,60 @@ async fn another_failure_names_its_last_error_line_and_exit_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_self_check_runs_like_a_session_and_cleans_up_after_itself() {
-    // The check runs sandboxed: what it records goes where it may write and
-    // the runner can read, the kernel cache.
+    // The check runs sandboxed, with a kernel cache of its own in its
+    // scratch directory: it records what it got there, then waits for the
+    // test to have read it (the scratch goes with the check).
     let kernel = Kernel::new(
-        "#!/bin/sh\nmkdir -p \"$TELO_CACHE_DIR\"\n{ echo \"argv=$*\"; echo \"cwd=$PWD\"; echo \"HOME=$HOME\"; echo \"PATH=$PATH\"; echo \"TELO_CACHE_DIR=$TELO_CACHE_DIR\"; echo \"npm_config_cache=$npm_config_cache\"; cat telo.yaml; } > \"$TELO_CACHE_DIR/../check.log\"\n",
+        "#!/bin/sh
+log=\"$TELO_CACHE_DIR/../check.log\"\n{ echo \"argv=$*\"; echo \"cwd=$PWD\"; echo \"HOME=$HOME\"; echo \"PATH=$PATH\"; echo \"TELO_CACHE_DIR=$TELO_CACHE_DIR\"; echo \"npm_config_cache=$npm_config_cache\"; cat telo.yaml; } > \"$log.tmp\" && mv \"$log.tmp\" \"$log\"\nwhile [ ! -e released ]; do sleep 0.05; done\n",
     );
     let harness = kernel.harness();
-    assert_eq!(harness.backend.kernel_health().await, KernelHealth::Usable);
-    let root = &harness.config.work_root;
+    let root = harness.config.work_root.clone();
     let scratch = root.join(".kernel-check");
-    let cache = root.join(".kernel-cache");
-    let log = cache.join("check.log");
+    let backend = harness.backend.clone();
+    let health = tokio::spawn(async move { backend.kernel_health().await });
+    let log = scratch.join("cache/check.log");
+    let recorded = tokio::time::timeout(test_support::WAIT, async {
+        let mut poll = tokio::time::interval(std::time::Duration::from_millis(10));
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&log) {
+                return text;
+            }
+            poll.tick().await;
+        }
+    })
+    .await
+    .expect("the self-check never recorded what it got");
+    std::fs::write(scratch.join("app/released"), "").unwrap();
+    assert_eq!(health.await.unwrap(), KernelHealth::Usable);
     assert_eq!(
-        std::fs::read_to_string(&log).unwrap(),
+        recorded,
         format!(
-            "argv=run ./telo.yaml\ncwd={}\nHOME={}\nPATH={}\nTELO_CACHE_DIR={}\nnpm_config_cache={}\nkind: Telo.Application\nmetadata:\n  name: RunnerSelfCheck\n  version: 1.0.0\n",
+            "argv=run ./telo.yaml\ncwd={}\nHOME={}\nPATH={}\nTELO_CACHE_DIR=/var/cache/telo-kernel/telo\nnpm_config_cache=/var/cache/telo-kernel/npm\nkind: Telo.Application\nmetadata:\n  name: RunnerSelfCheck\n  version: 1.0.0\n",
             scratch.join("app").display(),
             scratch.join("home").display(),
             kernel.search_path(),
-            cache.join("telo").display(),
-            cache.join("npm").display(),
         )
     );
     assert!(!scratch.exists(), "the scratch directory is left behind");
-    assert!(cache.is_dir());
+    // Nothing of the check is left where sessions' caches come from.
+    let shared: Vec<_> = std::fs::read_dir(root.join(".kernel-cache"))
+        .unwrap()
+        .collect();
+    assert!(shared.is_empty(), "{shared:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_probes_and_starts_share_one_check_and_it_is_not_repeated() {
-    // Slow enough that the probes below arrive while it runs; it counts its
-    // runs in the kernel cache, which the sandbox lets it write.
-    let kernel = Kernel::new(
-        "#!/bin/sh\nif [ \"$2\" = ./telo.yaml ]; then mkdir -p \"$TELO_CACHE_DIR\"; echo run >> \"$TELO_CACHE_DIR/../runs\"; sleep 0.5; fi\nexit 0\n",
-    );
+    // Slow enough that the probes below arrive while it runs; each check
+    // knocks once on a loopback port of the test (the sandbox shares the
+    // network, and no check may write anything that outlives it).
+    let knocks = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = knocks.local_addr().unwrap().port();
+    let kernel = Kernel::new(&format!(
+        "#!/bin/bash\nif [ \"$2\" = ./telo.yaml ]; then echo run > /dev/tcp/127.0.0.1/{port}; sleep 0.5; fi\nexit 0\n"
+    ));
     let harness = kernel.harness();
-    let runs = harness.config.work_root.join(".kernel-cache/runs");
     let config = probe_config();
     let probe = || harness.backend.probe(&config);
     let reports = tokio::join!(probe(), probe(), probe(), probe());
@@ -238,8 +257,13 @@ async fn concurrent_probes_and_starts_share_one_check_and_it_is_not_repeated() {
         harness.backend.probe(&probe_config()).await,
         AvailabilityReport::Ready
     );
-    // The boot check was the only one.
-    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "run\n");
+    // The boot check was the only one: one knock is queued.
+    knocks.set_nonblocking(true).unwrap();
+    let mut count = 0;
+    while knocks.accept().is_ok() {
+        count += 1;
+    }
+    assert_eq!(count, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! The local backend with the real Telo CLI: the self-check's verdict on
-//! Node.js 20 and 24, the shared kernel cache, and a graceful stop of a
-//! serving app.
+//! Node.js 20 and 24, the warmed kernel cache sessions start from, and a
+//! graceful stop of a serving app.
 //!
 //! Every test here is `#[ignore]`d: it runs only where a kernel is given
 //! (`TELO_REAL_KERNEL_DIR` naming a Telo CLI layout, and `--run-ignored`),
@@ -53,14 +53,136 @@ fn example_spec(name: &str) -> StartSpec {
 }
 
 fn real_harness(telo: &Path) -> Harness {
+    real_harness_with(telo, |_| {})
+}
+
+fn real_harness_with(telo: &Path, adjust: impl FnOnce(&mut runner_local::LocalConfig)) -> Harness {
     let telo = telo.to_string_lossy().into_owned();
     Harness::with(
         move |c| {
             c.telo = telo;
             c.path = SYSTEM_PATH.to_owned();
+            adjust(c);
         },
         limits(),
     )
+}
+
+/// A warm-up manifest loading every controller the examples below use:
+/// console, run and javascript built from source, the HTTP server's API
+/// installed with npm (whose server shares its package). It exits once
+/// they are loaded.
+fn warm_up_manifest(dir: &Path) -> PathBuf {
+    let modules = fixture().join("modules");
+    let modules = modules.display();
+    let manifest = format!(
+        r#"kind: Telo.Application
+metadata:
+  name: RunnerKernelCacheWarmUp
+  version: 1.0.0
+imports:
+  Console: "{modules}/console"
+  JavaScript: "{modules}/javascript"
+  Run: "{modules}/run"
+  Http: "{modules}/http-server"
+targets:
+  - invoke: !ref Console.writeLine
+    inputs:
+      output: "warm"
+---
+kind: JavaScript.Script
+metadata:
+  name: noop
+code: |
+  function main() {{ return {{}} }}
+---
+kind: Run.Value
+metadata:
+  name: value
+value:
+  message: "x"
+---
+kind: Http.Api
+metadata:
+  name: api
+routes:
+  - request:
+      path: /x
+      method: GET
+    handler: !ref value
+    returns:
+      - status: 200
+        content:
+          application/json:
+            schema: {{ type: object }}
+            body: {{}}
+"#
+    );
+    let path = dir.join("warm-up.yaml");
+    std::fs::write(&path, manifest).unwrap();
+    path
+}
+
+/// Every file under `dir` (symlinks as links), with its size and time.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                files.push((entry.path(), meta.len(), meta.modified().unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// http-hello on a free port, as a session.
+fn http_hello_spec() -> (StartSpec, u16) {
+    let port = free_port();
+    let mut spec = with_ports(
+        example_spec("http-hello"),
+        &[PortMapping {
+            port,
+            protocol: PortProtocol::Tcp,
+        }],
+    );
+    spec.env = vec![("PORT".to_owned(), port.to_string())];
+    (spec, port)
+}
+
+/// Starts http-hello and returns how long its first `200` took (polled
+/// every 10 ms), the session, and its output by then.
+async fn time_http_hello(harness: &Harness) -> (std::time::Duration, String) {
+    let (spec, port) = http_hello_spec();
+    let url = format!("http://127.0.0.1:{port}/v1/hello?name=World");
+    let http = runner_core::http_client::client();
+    let started = std::time::Instant::now();
+    let session = harness.start(spec);
+    let answered = tokio::time::timeout(KERNEL_WAIT, async {
+        let mut poll = tokio::time::interval(std::time::Duration::from_millis(10));
+        loop {
+            poll.tick().await;
+            if let Ok(response) = http.get(&url).send().await
+                && response.status() == 200
+            {
+                return started.elapsed();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("http-hello never answered: {:?}", output_now(&session)));
+    harness.registry.stop(session.id()).await.unwrap();
+    assert_eq!(
+        Events::of(&session).within(KERNEL_WAIT).terminal().await,
+        RunStatus::Stopped
+    );
+    (answered, output_now(&session))
 }
 
 fn probe_config() -> ProbeConfig {
@@ -147,9 +269,8 @@ async fn the_real_cli_wrapper_is_ready() {
 
 #[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_hello_world_session_builds_no_controller_from_source() {
+async fn without_a_warm_up_every_hello_world_session_builds_its_controller_itself() {
     let harness = real_harness(&fixture().join("bin/telo"));
-    let mut outputs = Vec::new();
     for _ in 0..2 {
         let session = harness.start(example_spec("hello-world"));
         assert_eq!(
@@ -158,27 +279,89 @@ async fn a_second_hello_world_session_builds_no_controller_from_source() {
         );
         let output = output_now(&session);
         assert!(output.contains("Hello from Telo!"), "{output:?}");
-        outputs.push(output);
+        // Nothing the first one built reached the second.
+        assert!(output.contains("source-build"), "{output:?}");
     }
-    // The first session of a fresh work root fills the cache (the self-check
-    // imports nothing), the second finds its controller there.
-    assert!(outputs[0].contains("source-build"), "{:?}", outputs[0]);
-    assert!(!outputs[1].contains("source-build"), "{:?}", outputs[1]);
+}
+
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_sessions_start_warm_from_the_runners_cache_and_never_change_it() {
+    let config = tempfile::tempdir().unwrap();
+    let manifest = warm_up_manifest(config.path());
+    let harness = real_harness_with(&fixture().join("bin/telo"), |c| {
+        c.kernel_cache.warm_up = Some(manifest);
+    });
+    let key = harness.backend.warm_kernel_cache(None).await.unwrap();
+    let entry = harness
+        .config
+        .work_root
+        .join(".kernel-cache")
+        .join(key.as_str());
+    let before = snapshot(&entry);
+    assert!(!before.is_empty());
+
+    for example in ["hello-world", "javascript"] {
+        let session = harness.start(example_spec(example));
+        assert_eq!(
+            Events::of(&session).within(KERNEL_WAIT).terminal().await,
+            RunStatus::Exited { code: 0 },
+            "{example}: {:?}",
+            output_now(&session)
+        );
+        let output = output_now(&session);
+        assert!(!output.contains('⬇'), "{example}: {output:?}");
+    }
+    // The npm install root too: the session sees its copy where the
+    // warm-up saw the original.
+    let (_, output) = time_http_hello(&harness).await;
+    assert!(output.contains("Listening"), "{output:?}");
+    assert!(!output.contains('⬇'), "{output:?}");
+    assert_eq!(snapshot(&entry), before);
+}
+
+/// Not a check but a measurement (`--no-capture` shows it): http-hello's
+/// first `200`, started cold (no warm-up) and warm (from the warmed cache).
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_kernel_http_hello_cold_and_warm_start_times() {
+    const SAMPLES: usize = 5;
+    let config = tempfile::tempdir().unwrap();
+    let manifest = warm_up_manifest(config.path());
+    let cold = real_harness(&fixture().join("bin/telo"));
+    let warm = real_harness_with(&fixture().join("bin/telo"), |c| {
+        c.kernel_cache.warm_up = Some(manifest);
+    });
+    assert_eq!(
+        cold.backend.kernel_health().await,
+        runner_local::KernelHealth::Usable
+    );
+    warm.backend.warm_kernel_cache(None).await.unwrap();
+    let mut times = (Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        let (took, output) = time_http_hello(&cold).await;
+        assert!(output.contains("npm-install"), "{output:?}");
+        times.0.push(took);
+        let (took, output) = time_http_hello(&warm).await;
+        assert!(!output.contains('⬇'), "{output:?}");
+        times.1.push(took);
+    }
+    for (name, samples) in [("cold", &mut times.0), ("warm", &mut times.1)] {
+        samples.sort();
+        eprintln!(
+            "http-hello first 200, {name}: min {:?} / median {:?} / max {:?}",
+            samples[0],
+            samples[SAMPLES / 2],
+            samples[SAMPLES - 1]
+        );
+    }
 }
 
 #[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_a_real_server_lets_it_log_stopped_listening_before_stopped() {
     let harness = real_harness(&fixture().join("bin/telo"));
-    let port = free_port();
-    let mut spec = with_ports(
-        example_spec("http-hello"),
-        &[PortMapping {
-            port,
-            protocol: PortProtocol::Tcp,
-        }],
-    );
-    spec.env = vec![("PORT".to_owned(), port.to_string())];
+    let (spec, port) = http_hello_spec();
     let session = harness.start(spec);
     let mut events = Events::of(&session).within(KERNEL_WAIT);
     events

@@ -87,6 +87,8 @@ async fn serving(mut command: Command) -> (ChildGuard, String) {
 #[case(&[("RUNNER_LOCAL_SANDBOX_READ_ONLY", "/opt/node:node_modules")], "RUNNER_LOCAL_SANDBOX_READ_ONLY must list absolute paths separated by ':', got 'node_modules'.")]
 #[case(&[("RUNNER_LOCAL_MAX_MEMORY", "1.5Gi")], "RUNNER_LOCAL_MAX_MEMORY must be a byte size such as 512Mi, 1Gi or 1073741824, got '1.5Gi'.")]
 #[case(&[("RUNNER_LOCAL_MAX_DISK", "0")], "RUNNER_LOCAL_MAX_DISK must be a byte size such as 512Mi, 1Gi or 1073741824, got '0'.")]
+#[case(&[("RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES", "lots")], "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES must be a byte size such as 512Mi, 1Gi or 1073741824, got 'lots'.")]
+#[case(&[("RUNNER_LOCAL_KERNEL_CACHE_WARM_UP", "warm-up.yaml")], "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP must be an absolute path, got 'warm-up.yaml'.")]
 #[case(&[("RUNNER_LOCAL_MAX_CPU", "two")], "RUNNER_LOCAL_MAX_CPU must be a number of CPUs such as 1, 0.5 or 500m, got 'two'.")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
 #[case(&[("LOG_LEVEL", "loud")], "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got 'loud').")]

@@ -343,9 +343,12 @@ impl Stack {
                     "RUNNER_LOCAL_WORK_DIR".into(),
                     dir.path().join("sessions").display().to_string(),
                 );
-                // To compare with and without the session sandbox.
-                if let Ok(sandbox) = std::env::var("RUNNER_LOCAL_SANDBOX") {
-                    env.insert("RUNNER_LOCAL_SANDBOX".into(), sandbox);
+                // To compare with and without the session sandbox, and
+                // sessions started from a warmed kernel cache.
+                for var in ["RUNNER_LOCAL_SANDBOX", "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP"] {
+                    if let Ok(value) = std::env::var(var) {
+                        env.insert(var.into(), value);
+                    }
                 }
                 (None, None)
             }

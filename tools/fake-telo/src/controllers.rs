@@ -17,6 +17,14 @@
 //! for the `controllers` a script lists, with the cold cost the script gives
 //! (`coldMs`), so a test sees a cold start cost time and write the cache, and
 //! a warm one not.
+//!
+//! The real kernel keys its npm install roots by where the cache sits
+//! relative to the kernel's own packages (the install root's `package.json`
+//! names them by relative `file:` paths), so a cache copied to another
+//! depth misses its npm installs and installs again, while its source
+//! builds, keyed by their sources, still hit. fake-telo keys an npm install
+//! by the path from `<cache>/npm` to its own executable's directory, so the
+//! same holds.
 
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -100,12 +108,47 @@ pub fn cache_dir(entry: &Path, cache_var: Option<&str>) -> PathBuf {
 
 /// The file that says the cache holds `controller`.
 pub fn cache_entry(cache: &Path, controller: &Controller) -> PathBuf {
-    let key = hex::encode(&Sha256::digest(controller.purl.as_bytes())[..8]);
+    let mut digest = Sha256::new();
+    digest.update(controller.purl.as_bytes());
+    if controller.work == Work::NpmInstall {
+        digest.update(b"\0");
+        digest.update(realm(cache).as_os_str().as_encoded_bytes());
+    }
+    let key = hex::encode(&digest.finalize()[..8]);
     let dir = cache.join(controller.work.cache_subdir()).join(key);
     match controller.work {
         Work::SourceBuild => dir.join("bundle.mjs"),
         Work::NpmInstall => dir.join(".telo-state.json"),
     }
+}
+
+/// Where the kernel's own packages are, seen from the cache's npm
+/// directory: a relative path, as the real kernel's install root records
+/// them.
+fn realm(cache: &Path) -> PathBuf {
+    let npm = std::path::absolute(cache.join("npm")).unwrap_or_else(|_| cache.join("npm"));
+    let kernel = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    relative_path(&npm, &kernel)
+}
+
+/// The path from directory `from` to `to`, both absolute, without
+/// touching the file system (`..` where they part, then the rest of `to`).
+pub fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path = PathBuf::new();
+    for _ in common..from.len() {
+        path.push("..");
+    }
+    for part in &to[common..] {
+        path.push(part);
+    }
+    path
 }
 
 /// Loads every controller in order: a cold one costs its `coldMs` and is
@@ -212,6 +255,18 @@ mod tests {
             &controller("npm:@telorun/http-server@0.28.0#api", Work::NpmInstall),
         );
         assert!(install.starts_with("/c/npm"), "{install:?}");
+    }
+
+    #[test]
+    fn a_relative_path_climbs_to_where_the_two_part() {
+        assert_eq!(
+            relative_path(Path::new("/w/cache/npm"), Path::new("/opt/telo/bin")),
+            PathBuf::from("../../../opt/telo/bin")
+        );
+        assert_eq!(
+            relative_path(Path::new("/opt/cache/npm"), Path::new("/opt/telo")),
+            PathBuf::from("../../telo")
+        );
     }
 
     #[test]

@@ -115,3 +115,42 @@ fn a_cache_that_cannot_be_written_fails_the_start_naming_it() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_cache_moved_to_another_depth_misses_its_npm_installs_but_not_its_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.yaml"), APP).unwrap();
+    let first = dir.path().join("a/cache");
+    let cache_var = first.to_string_lossy().into_owned();
+    run_in(dir.path(), &[("TELO_CACHE_DIR", &cache_var)], true);
+    // The same place again, and a copy as deep elsewhere: warm.
+    let again = run_in(dir.path(), &[("TELO_CACHE_DIR", &cache_var)], true);
+    assert!(!again.contains('⬇'), "{again:?}");
+    let sibling = dir.path().join("b/cache");
+    copy_dir(&first, &sibling);
+    let sibling_var = sibling.to_string_lossy().into_owned();
+    let beside = run_in(dir.path(), &[("TELO_CACHE_DIR", &sibling_var)], true);
+    assert!(!beside.contains('⬇'), "{beside:?}");
+    // Deeper: the npm install root is keyed by where the cache sits
+    // relative to the kernel, as the real kernel's is.
+    let deeper = dir.path().join("c/d/e/cache");
+    copy_dir(&first, &deeper);
+    let deeper_var = deeper.to_string_lossy().into_owned();
+    let moved = run_in(dir.path(), &[("TELO_CACHE_DIR", &deeper_var)], true);
+    assert!(
+        moved.contains("⬇ npm:@telorun/http-server@0.28.0#http-server-api npm-install…"),
+        "{moved:?}"
+    );
+    assert!(!moved.contains("source-build"), "{moved:?}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

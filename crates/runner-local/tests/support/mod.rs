@@ -37,6 +37,7 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         sandbox: bubblewrap(),
         workspace: Default::default(),
         limits: Default::default(),
+        kernel_cache: Default::default(),
     }
 }
 
