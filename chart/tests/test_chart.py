@@ -727,6 +727,7 @@ def test_warm_pools_reach_the_runner_with_the_workspace_image(cluster):
     }}})
     env = env_values(cluster)
     assert env["RUNNER_WARM_POOL"] == "telorun/node:0.96.0-slim=2,telorun/node:latest-slim=5"
+    assert env["RUNNER_WARM_POOL_SURGE"] == "4"
     assert env["RUNNER_WORKSPACE_IMAGE"] == "telo-runner:0.1.0"
     assert env["RUNNER_WATCH_SESSIONS"] == "false"
 
@@ -734,6 +735,22 @@ def test_warm_pools_reach_the_runner_with_the_workspace_image(cluster):
 def test_a_warm_pool_size_that_is_not_a_pod_count_is_refused(cluster):
     message = cluster.install_error({"warmPool": {"pools": {"telorun/node:latest-slim": "five"}}})
     assert "warmPool.pools.telorun/node:latest-slim must be a whole number of pods from 0 to 100" in message
+
+
+def test_a_warm_pool_surge_reaches_the_runner(cluster):
+    cluster.install({"warmPool": {"pools": {"telorun/node:latest-slim": 5}, "surge": 2}})
+    assert env_values(cluster)["RUNNER_WARM_POOL_SURGE"] == "2"
+
+
+def test_without_warm_pools_no_surge_is_passed(cluster):
+    cluster.install({"warmPool": {"surge": 2}})
+    assert "RUNNER_WARM_POOL_SURGE" not in env_values(cluster)
+
+
+@pytest.mark.parametrize("surge", [0, 101, 2.5, "two"])
+def test_a_warm_pool_surge_that_is_not_a_pod_count_is_refused(cluster, surge):
+    message = cluster.install_error({"warmPool": {"pools": {"telorun/node:latest-slim": 5}, "surge": surge}})
+    assert f"warmPool.surge must be a whole number of pods from 1 to 100 (got '{surge}')." in message
 
 
 CATALOG = {"hello": {"image": "ghcr.io/example/hello:1", "title": "Hello"}}

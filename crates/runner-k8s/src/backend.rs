@@ -179,6 +179,7 @@ impl KubeBackend {
                     workspace_image: config.workspace_image.clone(),
                 },
                 &config.warm_pools,
+                config.warm_pool_surge,
                 metrics,
             );
             pools.spawn(&tasks);
@@ -546,6 +547,9 @@ impl Backend for KubeBackend {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
+        // Held until the session runs on its pod, claimed or new (or its
+        // start failed): the pools wait.
+        let _starting = self.warm.as_ref().map(|pools| pools.starting());
         if let Some(pools) = &self.warm
             && let Some((image, pull_policy)) = self.kernel_image(&spec)
             && pools.serves(&image, pull_policy)
@@ -567,8 +571,6 @@ impl Backend for KubeBackend {
             sink.progress(RunPhase::Provision, &message, None);
         }
         let (pod, env_secret, pins) = self.build_pod(&spec)?;
-        // Held until the pod runs (or the start fails): the pools wait.
-        let _cold = self.warm.as_ref().map(|pools| pools.cold_start());
         let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
         let pod_name = crate::session_record::pod_name(&spec.session_id);
         let created = self
@@ -641,6 +643,8 @@ impl Backend for KubeBackend {
                 "watch sessions are not enabled on this runner (RUNNER_WATCH_SESSIONS)",
             ));
         };
+        // A watch pod is a cold start someone waits for, like any other.
+        let _starting = self.warm.as_ref().map(|pools| pools.starting());
         let started = crate::watch::start(watch.clone(), spec, start, sink).await?;
         Ok(started)
     }

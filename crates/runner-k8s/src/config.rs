@@ -121,6 +121,9 @@ pub struct K8sConfig {
     pub start_deadline: Duration,
     /// `RUNNER_WARM_POOL`: ready run pods kept per kernel image.
     pub warm_pools: Vec<PoolSpec>,
+    /// `RUNNER_WARM_POOL_SURGE`: the most pods one pool has starting
+    /// (created, not ready yet) at once.
+    pub warm_pool_surge: usize,
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
@@ -293,6 +296,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         "RUNNER_START_DEADLINE_SECONDS",
     )?);
     let warm_pools = load_warm_pools(env)?;
+    let warm_pool_surge = load_warm_pool_surge(env)?;
     Ok(K8sConfig {
         core,
         display_name,
@@ -314,12 +318,17 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         orphan_policy,
         start_deadline,
         warm_pools,
+        warm_pool_surge,
     })
 }
 
 /// The most pods one pool may keep: a pool is a latency cushion, not a
 /// reservation of the cluster.
 pub const MAX_WARM_POOL_SIZE: usize = 100;
+
+/// How many pods a pool starts at once by default (docs/benchmarks.md,
+/// `warm-pool`, has the runs it was chosen from).
+pub const DEFAULT_WARM_POOL_SURGE: usize = 4;
 
 /// One pool of `RUNNER_WARM_POOL`: `size` pods of `image`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -363,6 +372,24 @@ fn load_warm_pools(env: &Env) -> Result<Vec<PoolSpec>, ConfigError> {
         });
     }
     Ok(pools)
+}
+
+/// `RUNNER_WARM_POOL_SURGE`: a whole number of pods from 1 to the largest
+/// pool (more could never be starting at once).
+fn load_warm_pool_surge(env: &Env) -> Result<usize, ConfigError> {
+    const VAR: &str = "RUNNER_WARM_POOL_SURGE";
+    let raw = var(env, VAR);
+    parse_positive_int(raw, DEFAULT_WARM_POOL_SURGE as u64, VAR)
+        .ok()
+        .and_then(|surge| usize::try_from(surge).ok())
+        .filter(|surge| *surge <= MAX_WARM_POOL_SIZE)
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                VAR,
+                &format!("be a whole number of pods from 1 to {MAX_WARM_POOL_SIZE}"),
+                raw.unwrap_or_default(),
+            )
+        })
 }
 
 /// `RUNNER_SELF_URL`, trimmed and without trailing slashes. A value made only
@@ -697,6 +724,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_WARM_POOL",
         default: "(unset)",
         description: "Warm pools: `<image>=<count>` pairs, comma-separated (`telorun/node:latest-slim=5`); that many run pods of each kernel image are kept up and ready, and a run session of that image claims one instead of waiting for a new pod. Counts 0 to 100.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WARM_POOL_SURGE",
+        default: "4",
+        description: "Warm pools: the most pods one pool has starting (created, not ready yet) at once, 1 to 100; a drained pool refills this many at a time, so its refill does not crowd the cluster's container runtime.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_IMAGE",

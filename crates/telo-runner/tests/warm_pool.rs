@@ -330,6 +330,143 @@ async fn a_pool_refills_only_once_cold_starts_have_their_pods() {
     runner.stop().await;
 }
 
+/// The most warm pods that were ever starting (created, not running yet)
+/// at once, by kube-sim's timeline. A pod counts as starting until the
+/// runner found it ready, which is later than it ran: what the runner holds
+/// to is at least as strict as what this sees.
+fn most_starting_at_once(timeline: &[kube_sim::PodTimeline]) -> usize {
+    let warm: Vec<&kube_sim::PodTimeline> = timeline
+        .iter()
+        .filter(|pod| pod.name.starts_with("telo-warm-"))
+        .collect();
+    warm.iter()
+        .filter_map(|pod| pod.created_us)
+        .map(|at| {
+            warm.iter()
+                .filter(|pod| {
+                    pod.created_us.is_some_and(|created| created <= at)
+                        && pod.running_us.is_none_or(|running| running > at)
+                        && pod.deleted_us.is_none_or(|deleted| deleted > at)
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// A pool fills, and refills after claims, at most `RUNNER_WARM_POOL_SURGE`
+/// pods at a time: the next pod is created only once one of those starting
+/// is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_never_has_more_than_its_surge_starting() {
+    let pool = pool_of(4);
+    // A sandbox that takes a while, so pods created together would be
+    // starting together.
+    let latency = kube_sim::Latency {
+        sandbox: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let runner = Runner::start_kube(
+        common::cluster().latency(latency),
+        &[
+            ("RUNNER_WARM_POOL", pool.as_str()),
+            ("RUNNER_WARM_POOL_SURGE", "2"),
+        ],
+    )
+    .await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 4).await;
+    let filled = sim.pod_timeline();
+    let most = most_starting_at_once(&filled);
+    assert!(most <= 2, "filling: {most} starting at once: {filled:#?}");
+
+    // Three claims drain most of the pool; its refill is paced too.
+    for _ in 0..3 {
+        let (_, frames) = run_to_end(&runner.base, &body("warm", 0)).await;
+        assert!(progress_messages(&frames).contains(&"Starting on a warm pod".to_owned()));
+    }
+    until_ready(&runner.base, 4).await;
+    let refilled = sim.pod_timeline();
+    let warm_pods = refilled
+        .iter()
+        .filter(|pod| pod.name.starts_with("telo-warm-"))
+        .count();
+    assert_eq!(warm_pods, 7, "four, then three in the claimed ones' place");
+    let most = most_starting_at_once(&refilled);
+    assert!(
+        most <= 2,
+        "refilling: {most} starting at once: {refilled:#?}"
+    );
+    runner.stop().await;
+}
+
+/// A burst larger than the pool: the pool serves what it holds, the rest
+/// start cold, and the refill creates nothing until every start of the
+/// burst — claims and cold starts — has its pod and is running (here all
+/// are held at their terminal attach until the test lets them go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_served_from_the_pool_before_the_refill_starts() {
+    let pool = pool_of(2);
+    let runner =
+        Runner::start_kube(common::cluster(), &[("RUNNER_WARM_POOL", pool.as_str())]).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 2).await;
+    let before = idle_pods(sim).await;
+    sim.faults().hold("get", "pods/attach");
+
+    let warm = [
+        create(&runner.base, &body("warm", 0)).await,
+        create(&runner.base, &body("warm", 0)).await,
+    ];
+    for name in &before {
+        sim.wait_for::<k8s_openapi::api::core::v1::Pod>(
+            "telo-sessions",
+            name,
+            |pod| {
+                pod.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|labels| labels.contains_key("telo.run/session-id"))
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    }
+    let cold = create(&runner.base, &body("cold", 0)).await;
+    // All three are in flight: the two claimed pods and the new one are
+    // running, each start waiting for its attach.
+    tokio::time::timeout(WAIT, sim.faults().wait_held(3))
+        .await
+        .expect("three attaches held");
+    let released_us = kube_sim::timeline::now_us();
+    sim.faults().release();
+
+    let mut ids = warm.to_vec();
+    ids.push(cold.clone());
+    for id in &ids {
+        let mut events =
+            SseStream::connect(&format!("{}/v1/sessions/{id}/events", runner.base), &[]).await;
+        let frames = events.events_until_end().await;
+        let warm_start = progress_messages(&frames).contains(&"Starting on a warm pod".to_owned());
+        assert_eq!(warm_start, *id != cold, "{id}: {frames:?}");
+    }
+    until_ready(&runner.base, 2).await;
+    let timeline = sim.pod_timeline();
+    let refills: Vec<&kube_sim::PodTimeline> = timeline
+        .iter()
+        .filter(|pod| pod.name.starts_with("telo-warm-") && !before.contains(&pod.name))
+        .collect();
+    assert_eq!(refills.len(), 2, "{timeline:#?}");
+    for refill in refills {
+        assert!(
+            refill.created_us.unwrap() > released_us,
+            "a refill pod was created while the burst's starts were in flight: {refill:?}"
+        );
+    }
+    runner.stop().await;
+}
+
 /// A runner killed and started again takes over the pool as it stands: the
 /// same pods, no new ones, no leak.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

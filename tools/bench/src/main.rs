@@ -152,6 +152,9 @@ struct Args {
     /// (`docker`; needs the engine and the local images).
     #[arg(long, value_enum, default_value = "process")]
     runtime: scenarios::warm_pool::SimRuntime,
+    /// warm-pool: `RUNNER_WARM_POOL_SURGE` (default: the runner's).
+    #[arg(long)]
+    surge: Option<usize>,
 }
 
 fn command_line(args: &Args, scenario: Scenario) -> String {
@@ -203,6 +206,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     }
     if args.runtime == scenarios::warm_pool::SimRuntime::Docker {
         cmd.push_str(" --runtime docker");
+    }
+    if let Some(surge) = args.surge {
+        cmd.push_str(&format!(" --surge {surge}"));
     }
 
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
@@ -259,6 +265,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             label: args.label.clone(),
             pool_sizes: args.pool_sizes.clone(),
             runtime: args.runtime,
+            surge: args.surge,
         };
         let report = match scenario {
             Scenario::StartLatency => scenarios::start_latency::run(&ctx).await?,

@@ -97,6 +97,7 @@ fn only_the_self_url_is_required_and_everything_else_has_its_default() {
     );
     assert_eq!(config.orphan_policy, OrphanPolicy::Adopt);
     assert_eq!(config.start_deadline, Duration::from_secs(120));
+    assert_eq!(config.warm_pool_surge, DEFAULT_WARM_POOL_SURGE);
 }
 
 #[test]
@@ -136,6 +137,7 @@ fn every_variable_overrides_its_default() {
         ("SESSION_ROUTE_READY_TIMEOUT_SECONDS", "5"),
         ("RUNNER_ORPHAN_POLICY", "reap"),
         ("RUNNER_START_DEADLINE_SECONDS", "30"),
+        ("RUNNER_WARM_POOL_SURGE", " 7 "),
         ("RUNNER_TELO_IMAGE_REPOSITORY", " registry.lab/telo "),
         ("RUNNER_TELO_IMAGE_VARIANT", "bookworm"),
         ("RUNNER_TELO_UNRELEASED_IMAGE", "registry.lab/telo:dev"),
@@ -209,6 +211,7 @@ fn every_variable_overrides_its_default() {
     );
     assert_eq!(config.orphan_policy, OrphanPolicy::Reap);
     assert_eq!(config.start_deadline, Duration::from_secs(30));
+    assert_eq!(config.warm_pool_surge, 7);
 }
 
 #[rstest]
@@ -409,6 +412,22 @@ fn gateway_details_without_a_name_configure_no_gateway() {
     ])
     .unwrap();
     assert_eq!(config.routing.gateway, None);
+}
+
+#[rstest]
+#[case("0")]
+#[case("-1")]
+#[case("101")]
+#[case("2.5")]
+#[case("two")]
+#[case("18446744073709551616")]
+fn a_warm_pool_surge_that_is_not_a_pod_count_is_refused(#[case] raw: &str) {
+    assert_eq!(
+        error(&[("RUNNER_WARM_POOL_SURGE", raw)]),
+        format!(
+            "RUNNER_WARM_POOL_SURGE must be a whole number of pods from 1 to 100, got '{raw}'."
+        )
+    );
 }
 
 #[rstest]
@@ -619,6 +638,7 @@ fn the_documentation_table_names_each_variable_once() {
         "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
         "RUNNER_ORPHAN_POLICY",
         "RUNNER_START_DEADLINE_SECONDS",
+        "RUNNER_WARM_POOL_SURGE",
         "RUNNER_TELO_IMAGE_REPOSITORY",
         "RUNNER_TELO_IMAGE_VARIANT",
         "RUNNER_TELO_UNRELEASED_IMAGE",

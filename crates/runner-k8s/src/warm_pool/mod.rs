@@ -11,9 +11,12 @@
 //!   starts cold. A claimed pod is the session's, never the pool's again.
 //! - **Refill.** Each pool's task follows its idle pods through the shared
 //!   pod watch and creates pods up to the pool's size; a pod counts from its
-//!   create until it leaves the pool. Nothing is created while a session
-//!   starts on a new pod (a drained pool must not slow cold starts down),
-//!   and an idle pod that stopped is replaced.
+//!   create until it leaves the pool. At most `RUNNER_WARM_POOL_SURGE` pods
+//!   of a pool are starting (created, not ready) at once. Nothing is
+//!   created while any session is starting, warm or cold, nor for
+//!   [`REPLENISH_DELAY`] after the last one: a burst is served from the
+//!   pool and its cold starts never compete with a refill. An idle pod
+//!   that stopped is replaced.
 //! - **Quota.** Warm pods count against the namespace's quota like any pod.
 //!   A full quota stops the refill (the pool holds what it has, said once
 //!   in the log) and, when a cold start is refused by the quota, one idle
@@ -59,6 +62,14 @@ const QUOTA_BACKOFF: (Duration, Duration) = (Duration::from_secs(2), Duration::f
 const RECHECK: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
 /// How many pods a start tries to claim before it starts cold.
 const CLAIM_ATTEMPTS: usize = 3;
+/// How long the pools stay still after the last start under way ended. A
+/// burst arrives as starts close together, not at once: a client that
+/// starts sessions one after another posts the next a few milliseconds
+/// after it saw the last one run, and a refill begun in that gap would
+/// compete with the burst's later starts for the container runtime. Short
+/// against a pod's own start (about a second on a cluster), so a pool is
+/// whole again soon after the burst.
+pub const REPLENISH_DELAY: Duration = Duration::from_millis(500);
 
 /// What every pool is built and claimed with.
 pub struct Shared {
@@ -73,20 +84,51 @@ pub struct Shared {
 pub struct WarmPools {
     shared: Arc<Shared>,
     pools: Vec<Arc<Pool>>,
-    /// Cold starts under way: while any is, no pool creates pods.
-    cold_starts: watch::Sender<usize>,
+    /// Session starts under way: while any is, and for [`REPLENISH_DELAY`]
+    /// after the last, no pool creates pods.
+    starts: watch::Sender<Starts>,
 }
 
-/// A cold start under way ([`WarmPools::cold_start`]); the pools may refill
-/// again once every such guard is dropped.
-pub struct ColdStart {
-    counter: watch::Sender<usize>,
+/// Session starts under way, and when the last one ended.
+#[derive(Debug, Clone, Copy, Default)]
+struct Starts {
+    in_flight: usize,
+    last_ended: Option<tokio::time::Instant>,
 }
 
-impl Drop for ColdStart {
+impl Starts {
+    /// Until when the pools must not create pods (`None`: they may now).
+    fn hold_until(&self, now: tokio::time::Instant) -> Option<Hold> {
+        if self.in_flight > 0 {
+            return Some(Hold::WhileStarting);
+        }
+        let quiet_until = self.last_ended? + REPLENISH_DELAY;
+        (now < quiet_until).then_some(Hold::Until(quiet_until))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Until the starts under way end.
+    WhileStarting,
+    /// Until this instant (the quiet period after the last start).
+    Until(tokio::time::Instant),
+}
+
+/// A session start under way ([`WarmPools::starting`]); the pools may
+/// refill again [`REPLENISH_DELAY`] after every such guard is dropped.
+pub struct Starting {
+    starts: watch::Sender<Starts>,
+}
+
+impl Drop for Starting {
     fn drop(&mut self) {
-        self.counter
-            .send_modify(|count| *count = count.saturating_sub(1));
+        self.starts.send_modify(|starts| {
+            starts.in_flight = starts.in_flight.saturating_sub(1);
+            if starts.in_flight == 0 {
+                starts.last_ended = Some(tokio::time::Instant::now());
+            }
+        });
     }
 }
 
@@ -101,6 +143,8 @@ struct Pool {
     image: String,
     key: String,
     size: usize,
+    /// The most pods it has starting (created, not ready) at once.
+    surge: usize,
     state: Mutex<PoolState>,
     metrics: WarmPoolGauges,
 }
@@ -117,8 +161,20 @@ struct PoolState {
     busy: HashSet<String>,
 }
 
+impl PoolState {
+    /// Pods created and not ready yet: those not seen by the watch, and the
+    /// idle ones neither ready nor on their way out.
+    fn starting(&self, pods: &KeyedPods) -> usize {
+        let seen = pods
+            .keys()
+            .filter(|name| !self.busy.contains(*name) && !self.ready.contains(name))
+            .count();
+        seen + self.creating.len()
+    }
+}
+
 impl WarmPools {
-    pub fn new(shared: Shared, specs: &[PoolSpec], metrics: &Metrics) -> Arc<Self> {
+    pub fn new(shared: Shared, specs: &[PoolSpec], surge: usize, metrics: &Metrics) -> Arc<Self> {
         let pools = specs
             .iter()
             .filter(|spec| spec.size > 0)
@@ -127,6 +183,7 @@ impl WarmPools {
                     image: spec.image.clone(),
                     key: pool_key(&spec.image),
                     size: spec.size,
+                    surge: surge.max(1),
                     state: Mutex::new(PoolState::default()),
                     metrics: metrics.warm_pool(&spec.image),
                 })
@@ -135,19 +192,21 @@ impl WarmPools {
         Arc::new(Self {
             shared: Arc::new(shared),
             pools,
-            cold_starts: watch::Sender::new(0),
+            starts: watch::Sender::new(Starts::default()),
         })
     }
 
-    /// Marks a session starting on a new pod until the guard is dropped
-    /// (once its pod runs, or its start failed). Meanwhile the pools create
-    /// nothing: a drained pool refilling beside cold starts would compete
-    /// with them for the scheduler, the nodes and the container runtime,
-    /// and a session someone waits for comes before a pod someone may.
-    pub fn cold_start(&self) -> ColdStart {
-        self.cold_starts.send_modify(|count| *count += 1);
-        ColdStart {
-            counter: self.cold_starts.clone(),
+    /// Marks a session starting, on a claimed pod or a new one, until the
+    /// guard is dropped (once it runs, or its start failed). Meanwhile, and
+    /// for [`REPLENISH_DELAY`] after the last such start, the pools create
+    /// nothing: a refill beside the starts of a burst would compete with
+    /// them for the scheduler, the nodes and the container runtime (a claim
+    /// attaches and reads the log through that runtime too), and a session
+    /// someone waits for comes before a pod someone may.
+    pub fn starting(&self) -> Starting {
+        self.starts.send_modify(|starts| starts.in_flight += 1);
+        Starting {
+            starts: self.starts.clone(),
         }
     }
 
@@ -163,7 +222,7 @@ impl WarmPools {
                 self.shared.clone(),
                 pool.clone(),
                 idle,
-                self.cold_starts.subscribe(),
+                self.starts.subscribe(),
                 tasks.stopping(),
             ));
         }
@@ -381,7 +440,7 @@ async fn keep_filled(
     shared: Arc<Shared>,
     pool: Arc<Pool>,
     mut idle: watch::Receiver<KeyedPods>,
-    mut cold_starts: watch::Receiver<usize>,
+    mut starts: watch::Receiver<Starts>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     shared.ctx.pod_watcher.wait_synced().await;
@@ -410,15 +469,26 @@ async fn keep_filled(
             trim(&shared, &pool, &pods).await;
             trimmed = true;
         }
-        let missing = {
+        // What is missing, as far as the surge lets it be started now; the
+        // rest follows as those starting become ready.
+        let (missing, room) = {
             let state = lock(&pool.state);
             let present = pods.len() + state.creating.len();
-            pool.size.saturating_sub(present)
+            (
+                pool.size.saturating_sub(present),
+                pool.surge.saturating_sub(state.starting(&pods)),
+            )
         };
-        let may_create = retry_at.is_none_or(|at| tokio::time::Instant::now() >= at)
-            && *cold_starts.borrow_and_update() == 0;
-        if missing > 0 && may_create {
-            match create(&shared, &pool, missing).await {
+        let now = tokio::time::Instant::now();
+        let hold = starts.borrow_and_update().hold_until(now);
+        let quiet_until = match hold {
+            Some(Hold::Until(at)) if missing > 0 => Some(at),
+            _ => None,
+        };
+        let may_create = retry_at.is_none_or(|at| now >= at) && hold.is_none();
+        let count = missing.min(room);
+        if count > 0 && may_create {
+            match create(&shared, &pool, count).await {
                 Ok(()) => {
                     if quota_full.take().is_some() {
                         info!(pool = %pool.image, "the session namespace has room again: the warm pool refills");
@@ -441,10 +511,10 @@ async fn keep_filled(
                 }
             }
         }
-        let next = match (retry_at, recheck_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [retry_at, recheck_at, quiet_until]
+            .into_iter()
+            .flatten()
+            .min();
         let wake = async {
             match next {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -453,7 +523,7 @@ async fn keep_filled(
         };
         tokio::select! {
             changed = idle.changed() => if changed.is_err() { return },
-            changed = cold_starts.changed() => if changed.is_err() { return },
+            changed = starts.changed() => if changed.is_err() { return },
             () = wake => {}
             () = stop.cancelled() => return,
         }

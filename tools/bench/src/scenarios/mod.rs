@@ -51,6 +51,8 @@ pub struct Ctx {
     pub pool_sizes: Option<Vec<usize>>,
     /// warm-pool: the runtime kube-sim runs pods in.
     pub runtime: warm_pool::SimRuntime,
+    /// warm-pool: the pools' surge (`None`: the runner's default).
+    pub surge: Option<usize>,
 }
 
 impl Ctx {

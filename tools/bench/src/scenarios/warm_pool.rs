@@ -48,8 +48,12 @@ struct Run {
     size: usize,
     concurrency: usize,
     started: Vec<Started>,
-    /// Seconds from the burst's end until the pool was whole again.
+    /// Seconds from the burst's end until the pool was whole again (one
+    /// cold start, `during_refill_us`, came while it refilled).
     refill_s: Option<f64>,
+    /// POST → `running` of a cold start posted once the refill had pods
+    /// starting: what it costs a session to arrive during a refill.
+    during_refill_us: Option<u64>,
     requests: String,
 }
 
@@ -59,7 +63,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     let runtime = ctx.runtime;
     let mut report = ctx.report(
         "warm-pool",
-        json!({"sessions": n, "pool_sizes": sizes, "concurrency": [1, 10], "runtime": runtime, "latency_profile": "cluster"}),
+        json!({"sessions": n, "pool_sizes": sizes, "concurrency": [1, 10], "runtime": runtime, "latency_profile": "cluster", "surge": ctx.surge}),
     );
     let image = match runtime {
         SimRuntime::Process => IMAGE.to_owned(),
@@ -100,6 +104,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 report.row(format!("{label}: {what}"), pct(samples));
             }
         }
+        if let Some(during) = run.during_refill_us {
+            report.row(
+                format!("{label}: cold POST → `running` during the refill"),
+                format!("{:.1} ms", ms(during)),
+            );
+        }
         if let Some(refill) = run.refill_s {
             let claimed = warm_running.len();
             report.row(
@@ -123,6 +133,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 "cold_running": cold_running.json(),
                 "cold_output": cold_output.json(),
                 "refill_s": run.refill_s,
+                "during_refill_ms": run.during_refill_us.map(ms),
             }),
         );
     }
@@ -196,6 +207,9 @@ async fn measure(
     if size > 0 {
         env.push(("RUNNER_WARM_POOL", format!("{image}={size}")));
     }
+    if let Some(surge) = ctx.surge {
+        env.push(("RUNNER_WARM_POOL_SURGE", surge.to_string()));
+    }
     let mut sim_args = vec!["--latency-profile".to_owned(), "cluster".to_owned()];
     if ctx.runtime == SimRuntime::Docker {
         sim_args.extend(["--runtime".to_owned(), "docker".to_owned()]);
@@ -240,11 +254,23 @@ async fn measure(
     let burst_end = Instant::now();
     let after = stack.sim_stats().await?;
     let requests = describe(&delta(&requests(&after), &requests(&before)), n);
-    let refill_s = if size > 0 {
+    let (refill_s, during_refill) = if size > 0 {
+        // A session that needs a new pod (`always` never starts warm),
+        // posted once the refill has pods starting.
+        until_starting(&stack, image).await?;
+        let mut cold = (*body).clone();
+        cold["config"]["pullPolicy"] = json!("always");
+        let created = clients::create_with(&stack, &cold).await?;
+        let (_, running_us) = warm_and_running(&stack, &created.id).await?;
         until_ready(&stack, image, size).await?;
-        Some(burst_end.elapsed().as_secs_f64())
+        let refill_s = burst_end.elapsed().as_secs_f64();
+        clients::delete(&stack, &created.id).await?;
+        (
+            Some(refill_s),
+            Some(running_us.saturating_sub(created.sent_us)),
+        )
     } else {
-        None
+        (None, None)
     };
     for (id, _) in &done {
         clients::delete(&stack, id).await?;
@@ -256,6 +282,7 @@ async fn measure(
         concurrency,
         started: done.into_iter().map(|(_, s)| s).collect(),
         refill_s,
+        during_refill_us: during_refill,
         requests,
     })
 }
@@ -309,6 +336,32 @@ async fn until_ready(stack: &Stack, image: &str, size: usize) -> anyhow::Result<
             bail!("the warm pool never held {size} ready pods");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the runner reports a pod of `image`'s pool starting.
+async fn until_starting(stack: &Stack, image: &str) -> anyhow::Result<()> {
+    let prefix = format!("telo_runner_warm_pods{{pool=\"{image}\",state=\"starting\"}} ");
+    let deadline = Instant::now() + FILL_WAIT;
+    loop {
+        let metrics = stack
+            .http
+            .get(stack.url("/metrics"))
+            .send()
+            .await?
+            .text()
+            .await?;
+        let starting = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if starting.is_some_and(|n| n > 0) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the warm pool never began to refill");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
