@@ -395,8 +395,11 @@ pub fn is_finished(pod: &Pod) -> bool {
 /// Blank messages and reasons are treated as absent, so a failure never ends
 /// in `": "` and is never just a space (a hand-edited or odd kubelet status
 /// can carry `reason: " "`).
+/// A reason or message that says something: one with a letter or a digit
+/// (a hostile or broken status may carry only spaces or punctuation, such
+/// as `": "`, which would read as a dangling detail).
 fn non_blank(text: Option<&str>) -> Option<&str> {
-    text.filter(|text| !text.trim().is_empty())
+    text.filter(|text| text.chars().any(char::is_alphanumeric))
 }
 
 #[cfg(test)]

@@ -75,12 +75,11 @@ const SETTLE_READ_AFTER: Duration = Duration::from_millis(500);
 /// within milliseconds instead of at the settling read: the session's
 /// `running` waits for its first output. Each is one small log read, made
 /// only by a start whose workload printed nothing yet.
-const EARLY_READS_AFTER: [Duration; 5] = [
+pub const EARLY_READS_AFTER: [Duration; 4] = [
     Duration::from_millis(5),
-    Duration::from_millis(12),
-    Duration::from_millis(30),
-    Duration::from_millis(80),
-    Duration::from_millis(200),
+    Duration::from_millis(15),
+    Duration::from_millis(50),
+    Duration::from_millis(150),
 ];
 /// The wait before searching the log again for where the attach begins,
 /// doubling with each search (output that repeats itself).

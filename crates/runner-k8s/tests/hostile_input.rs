@@ -540,6 +540,13 @@ fn blank_reasons_count_as_no_reason() {
     }))
     .unwrap();
     assert_eq!(pod_failure_message(Some(&pod)), "pod failed");
+    // Nor does one of punctuation only (found by the property below).
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "telo-run-abcdefghjkmn"},
+        "status": {"phase": "Failed", "reason": ": "},
+    }))
+    .unwrap();
+    assert_eq!(pod_failure_message(Some(&pod)), "pod failed");
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "telo-run-abcdefghjkmn"},
         "status": {"phase": "Pending", "containerStatuses": [{
