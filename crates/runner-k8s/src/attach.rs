@@ -11,6 +11,8 @@
 //! 3 the container's final status, 4 terminal size.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
 use http::header;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
@@ -70,7 +72,20 @@ pub fn attach_params(container: &str, tty: bool) -> AttachParams {
 
 /// Opens the attach to `container` of the pod: stdin, stdout and, for a
 /// container with a TTY (`tty`), that TTY, else stderr apart.
-pub async fn attach(
+///
+/// Boxed: the terminal relay, which lives as long as its session, awaits it
+/// (again after a dropped stream), and the request built inline would keep
+/// kilobytes of room in every idle session's task.
+pub fn attach<'a>(
+    pods: &'a Api<Pod>,
+    pod_name: &'a str,
+    container: &'a str,
+    tty: bool,
+) -> BoxFuture<'a, Result<Socket, Error>> {
+    attach_inline(pods, pod_name, container, tty).boxed()
+}
+
+async fn attach_inline(
     pods: &Api<Pod>,
     pod_name: &str,
     container: &str,

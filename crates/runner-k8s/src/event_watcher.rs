@@ -56,9 +56,14 @@ pub struct PodEvent {
     pub container: Option<ContainerKind>,
 }
 
+/// One session's queue of Events. Boxed: the queue's first block of slots
+/// is allocated with the queue and lives as long as the session, and most
+/// sessions are told a handful of Events in all.
+pub type EventQueue = mpsc::Receiver<Box<PodEvent>>;
+
 /// One session listening for the Events about its pod.
 pub struct EventSubscriber {
-    tx: mpsc::Sender<PodEvent>,
+    tx: mpsc::Sender<Box<PodEvent>>,
     /// Event uid and count already delivered, so a re-list does not repeat them.
     delivered: HashSet<(String, i32)>,
 }
@@ -83,8 +88,55 @@ const EVENTS: Kind<KubeEvent> = Kind {
     watch: "the event watch",
     listing: "pod events",
     key: pod_of,
-    slim: |event| event.metadata.managed_fields = None,
+    slim: slim_event,
 };
+
+/// Keeps what the cache and its subscribers read of an Event: its name,
+/// namespace and uid, the pod and container it is about, its type, reason,
+/// message and count. Every session's pod has a few Events held for as long
+/// as the cache keeps them, and their timestamps, sources, reporters and
+/// labels are read by no one.
+fn slim_event(event: &mut KubeEvent) {
+    let KubeEvent {
+        metadata,
+        involved_object,
+        action,
+        event_time,
+        first_timestamp,
+        last_timestamp,
+        related,
+        reporting_component,
+        reporting_instance,
+        series,
+        source,
+        count: _,
+        message: _,
+        reason: _,
+        type_: _,
+    } = event;
+    *metadata = kube::core::ObjectMeta {
+        name: metadata.name.take(),
+        namespace: metadata.namespace.take(),
+        uid: metadata.uid.take(),
+        resource_version: metadata.resource_version.take(),
+        ..kube::core::ObjectMeta::default()
+    };
+    *involved_object = k8s_openapi::api::core::v1::ObjectReference {
+        kind: involved_object.kind.take(),
+        name: involved_object.name.take(),
+        field_path: involved_object.field_path.take(),
+        ..k8s_openapi::api::core::v1::ObjectReference::default()
+    };
+    *action = None;
+    *event_time = None;
+    *first_timestamp = None;
+    *last_timestamp = None;
+    *related = None;
+    *reporting_component = None;
+    *reporting_instance = None;
+    *series = None;
+    *source = None;
+}
 
 impl Subscriber<KubeEvent> for EventSubscriber {
     fn update(&mut self, events: &KeyObjects<KubeEvent>) {
@@ -92,7 +144,7 @@ impl Subscriber<KubeEvent> for EventSubscriber {
             if !self.delivered.insert(occurrence(event)) {
                 continue;
             }
-            let _ = self.tx.try_send(PodEvent {
+            let _ = self.tx.try_send(Box::new(PodEvent {
                 kind: event.type_.clone().unwrap_or_default(),
                 reason: event.reason.clone().unwrap_or_default(),
                 message: event.message.clone().unwrap_or_default(),
@@ -101,7 +153,7 @@ impl Subscriber<KubeEvent> for EventSubscriber {
                     .field_path
                     .as_deref()
                     .and_then(ContainerKind::of_field_path),
-            });
+            }));
         }
     }
 }
@@ -120,13 +172,13 @@ impl EventWatcher {
 
     /// Events about the session's pod from now on: those already known count
     /// as told.
-    pub fn subscribe(&self, session_id: &str) -> mpsc::Receiver<PodEvent> {
+    pub fn subscribe(&self, session_id: &str) -> EventQueue {
         self.subscribe_pod(&pod_name(session_id))
     }
 
     /// The events of the pod named `pod_name` (a watch pod's name is not
     /// the run pod's).
-    pub fn subscribe_pod(&self, pod_name: &str) -> mpsc::Receiver<PodEvent> {
+    pub fn subscribe_pod(&self, pod_name: &str) -> EventQueue {
         let (tx, rx) = mpsc::channel(PER_SESSION_QUEUE);
         self.with_subscriber(pod_name, |events, slot| {
             slot.insert_entry(EventSubscriber {
@@ -180,10 +232,34 @@ mod tests {
         events.apply(Event::InitDone);
     }
 
-    fn reasons(rx: &mut mpsc::Receiver<PodEvent>) -> Vec<String> {
+    fn reasons(rx: &mut EventQueue) -> Vec<String> {
         std::iter::from_fn(|| rx.try_recv().ok())
             .map(|event| event.reason)
             .collect()
+    }
+
+    #[test]
+    fn a_stored_event_keeps_what_its_readers_read_and_nothing_else() {
+        let mut full = event("Pulling", 3);
+        full.type_ = Some("Normal".into());
+        full.message = Some("Pulling image".into());
+        full.involved_object.kind = Some("Pod".into());
+        full.involved_object.uid = Some("pod-uid".into());
+        full.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+        full.reporting_component = Some("kubelet".into());
+        full.source = Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some("kubelet".into()),
+            host: Some("node".into()),
+        });
+        let mut slim = full.clone();
+        slim_event(&mut slim);
+        let mut expected = event("Pulling", 3);
+        expected.type_ = full.type_.clone();
+        expected.message = full.message.clone();
+        expected.involved_object.kind = Some("Pod".into());
+        assert_eq!(slim, expected);
+        assert_eq!(occurrence(&slim), occurrence(&full));
+        assert_eq!(pod_of(&slim), pod_of(&full));
     }
 
     #[test]

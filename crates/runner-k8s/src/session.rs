@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -14,13 +16,13 @@ use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError};
-use tokio::sync::{OnceCell, mpsc, watch};
+use tokio::sync::{OnceCell, watch};
 use tracing::{debug, info, warn};
 
 use crate::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
 use crate::bundle_store::BundleStore;
 use crate::env_secret::EnvSecrets;
-use crate::event_watcher::{EventWatcher, PodEvent};
+use crate::event_watcher::{EventQueue, EventWatcher};
 use crate::pod_spec::INSPECT_PORT;
 use crate::pod_status::{
     PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line,
@@ -106,7 +108,7 @@ impl Drop for Subscriptions {
 /// Subscribe before the pod exists, so no event about it is missed.
 pub struct Watching {
     pods: watch::Receiver<PodState>,
-    events: mpsc::Receiver<PodEvent>,
+    events: EventQueue,
     /// The pod was not known when the session subscribed: it is one the
     /// runner is about to create, not one it adopts.
     fresh: bool,
@@ -465,8 +467,12 @@ async fn cleanup_finished(pods: &Api<Pod>, name: &str) {
 }
 
 /// Delete now (grace 0); an already-gone pod is fine.
-pub async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
-    delete_pod_within(pods, name, Duration::ZERO).await
+///
+/// Boxed: a session's supervisor awaits it, and an apiserver request built
+/// inline would make every live session's task kilobytes larger for a call
+/// it makes once, at its end.
+pub fn delete_pod<'a>(pods: &'a Api<Pod>, name: &'a str) -> BoxFuture<'a, Result<(), kube::Error>> {
+    delete_pod_within(pods, name, Duration::ZERO).boxed()
 }
 
 /// Delete, giving the containers `grace` between SIGTERM and the kill. A

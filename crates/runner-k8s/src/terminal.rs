@@ -297,7 +297,16 @@ async fn attach_with_retries(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> 
 
 /// Whether the session container may still be running: `false` only when the
 /// apiserver says it is not (a pod that cannot be read may still run).
-async fn container_may_run(pods: &Api<Pod>, pod_name: &str, container: &str) -> bool {
+/// Boxed, like [`read_log`].
+fn container_may_run<'a>(
+    pods: &'a Api<Pod>,
+    pod_name: &'a str,
+    container: &'a str,
+) -> BoxFuture<'a, bool> {
+    container_may_run_inline(pods, pod_name, container).boxed()
+}
+
+async fn container_may_run_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> bool {
     let pod = match pods.get(pod_name).await {
         Ok(pod) => pod,
         Err(err) if crate::api_error::is_not_found(&err) => return false,
@@ -698,7 +707,19 @@ async fn read_log_or_gap(pods: &Api<Pod>, pod_name: &str, sink: &Output) -> Opti
 
 /// `None` when the log could not be read; an absent pod or container has an
 /// empty log.
-async fn read_log(pods: &Api<Pod>, pod_name: &str, container: &str) -> Option<Vec<u8>> {
+///
+/// Boxed: the terminal relay lives as long as its session and awaits this
+/// from its own state, which would otherwise keep room for a whole
+/// apiserver request (kilobytes) in every idle session.
+fn read_log<'a>(
+    pods: &'a Api<Pod>,
+    pod_name: &'a str,
+    container: &'a str,
+) -> BoxFuture<'a, Option<Vec<u8>>> {
+    read_log_inline(pods, pod_name, container).boxed()
+}
+
+async fn read_log_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> Option<Vec<u8>> {
     let params = LogParams {
         container: Some(container.to_owned()),
         ..LogParams::default()
@@ -734,6 +755,55 @@ async fn read_log(pods: &Api<Pod>, pod_name: &str, container: &str) -> Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pods API on a client that is never called: only the sizes of the
+    /// futures built on it are looked at.
+    fn idle_pods() -> Api<Pod> {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, std::io::Error>(std::io::Error::other(
+                "not sent",
+            ))
+        });
+        Api::namespaced(kube::Client::new(service, "sessions"), "sessions")
+    }
+
+    /// A session's long-lived tasks (its terminal relay, its supervisor)
+    /// hold room for every future they await, for as long as the session
+    /// lives: an apiserver request built inline there costs each idle
+    /// session its whole state, kilobytes, though it runs once or twice.
+    #[tokio::test]
+    async fn apiserver_calls_of_the_per_session_tasks_stay_small_inline() {
+        const MAX_INLINE_BYTES: usize = 512;
+        let pods = idle_pods();
+        let sizes = [
+            (
+                "read_log",
+                std::mem::size_of_val(&read_log(&pods, "p", "c")),
+            ),
+            (
+                "container_may_run",
+                std::mem::size_of_val(&container_may_run(&pods, "p", "c")),
+            ),
+            (
+                "attach",
+                std::mem::size_of_val(&attach::attach(&pods, "p", "c", true)),
+            ),
+            (
+                "delete_pod",
+                std::mem::size_of_val(&crate::session::delete_pod(&pods, "p")),
+            ),
+        ];
+        let large: Vec<String> = sizes
+            .iter()
+            .filter(|(_, size)| *size > MAX_INLINE_BYTES)
+            .map(|(call, size)| format!("{call}: {size} bytes"))
+            .collect();
+        assert!(
+            large.is_empty(),
+            "futures larger than {MAX_INLINE_BYTES} bytes inline: {}",
+            large.join(", ")
+        );
+    }
 
     fn tagged(parts: &[(StreamTag, &'static [u8])]) -> Vec<(StreamTag, Bytes)> {
         parts
