@@ -16,6 +16,7 @@ pub mod errors;
 pub mod http;
 pub mod http_client;
 pub mod ids;
+pub mod kernel_progress;
 pub mod launch;
 pub mod metrics;
 pub mod observe;

@@ -640,21 +640,27 @@ impl Session {
     }
 
     /// Records output of app `app` (the first app when `None`).
-    fn push_output(&self, app: Option<&str>, tag: StreamTag, chunk: Bytes) {
+    /// Records `chunk` and reads the kernel's resolution lines in it
+    /// (`None`: nothing was recorded).
+    fn push_output(&self, app: Option<&str>, tag: StreamTag, chunk: Bytes) -> Option<OutputScan> {
         if chunk.is_empty() {
-            return;
+            return None;
         }
         let bytes = chunk.len();
-        let (seq, last) = {
+        let (seq, last, scan) = {
             let mut state = lock(&self.state);
             // Nothing follows the terminal status: output from a process that
             // escaped its session (a daemon that left the process group) must
             // not change a finished session's history.
             if state.status.is_terminal() || state.handed_over {
-                return;
+                return None;
             }
-            let Some(channel) = channel_mut(&mut state.channels, app) else {
-                return;
+            let channel = channel_mut(&mut state.channels, app)?;
+            let scan = channel.resolution.feed(&chunk);
+            let scan = OutputScan {
+                resolving: channel.resolution.is_resolving(),
+                resolutions: scan.resolutions,
+                app_output: scan.app_output,
             };
             let mut last = 0;
             if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
@@ -665,10 +671,11 @@ impl Session {
                     last = channel.push(tag, Bytes::copy_from_slice(piece));
                 }
             }
-            (channel.seq.clone(), last)
+            (channel.seq.clone(), last, scan)
         };
         seq.send_replace(last);
         self.metrics.output_buffered(bytes);
+        Some(scan)
     }
 
     /// Output the backend knows it lost, at this point of app `app`.
@@ -791,6 +798,16 @@ impl SessionApp {
             telo: None,
         }
     }
+}
+
+/// What a recorded output chunk said besides its bytes.
+pub(crate) struct OutputScan {
+    /// Controller resolutions the kernel started or ended in it.
+    pub(crate) resolutions: Vec<crate::kernel_progress::Resolution>,
+    /// Whether the kernel is still resolving after it.
+    pub(crate) resolving: bool,
+    /// Whether it holds the application's own output.
+    pub(crate) app_output: bool,
 }
 
 fn channel_mut<'a>(

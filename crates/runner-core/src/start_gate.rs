@@ -9,12 +9,16 @@
 //!
 //! - the debug stream's `Kernel.Started` frame (sessions run with `inspect`);
 //! - the workload's first output (sessions without `inspect`: the kernel
-//!   prints nothing before it has loaded the application);
+//!   prints nothing of the application's before it has loaded it; its
+//!   controller resolution lines, [`crate::kernel_progress`], are not the
+//!   application's and do not count);
 //! - one of the session's ports answering;
 //! - [`SILENT_START_FALLBACK`] after the backend reported `running`
 //!   ([`INSPECT_START_FALLBACK`] with `inspect`), for a workload that says
 //!   nothing at all — unless its debug stream is talking, in which case the
-//!   kernel will say `Kernel.Started` itself.
+//!   kernel will say `Kernel.Started` itself, or it is still resolving
+//!   controllers (an npm install can outlast the fallback): then once the
+//!   last resolution it started has ended.
 //!
 //! A workload that ends before any of these never was `running`: its status
 //! goes from `starting` to its terminal status. Sessions adopted from a
@@ -52,6 +56,9 @@ pub struct StartGate {
     port_reachable: bool,
     debug_stream_seen: bool,
     fallback_elapsed: bool,
+    /// The kernel said it is resolving a controller and has not said it
+    /// finished.
+    resolving: bool,
 }
 
 /// What happened that may open the gate.
@@ -63,6 +70,11 @@ pub enum GateSignal {
         started: bool,
     },
     FallbackElapsed,
+    /// The kernel printed controller resolution lines; `busy` while one it
+    /// started has not ended.
+    Resolving {
+        busy: bool,
+    },
 }
 
 /// What the registry does with an event it was about to emit.
@@ -87,6 +99,7 @@ impl StartGate {
             port_reachable: false,
             debug_stream_seen: false,
             fallback_elapsed: false,
+            resolving: false,
         }
     }
 
@@ -107,7 +120,8 @@ impl StartGate {
     }
 
     fn started(&self) -> bool {
-        let silent_fallback = self.fallback_elapsed && !(self.inspect && self.debug_stream_seen);
+        let silent_fallback =
+            self.fallback_elapsed && !(self.inspect && self.debug_stream_seen) && !self.resolving;
         self.kernel_started
             || self.port_reachable
             || (!self.inspect && self.output_seen)
@@ -173,6 +187,7 @@ impl StartGate {
                 self.kernel_started |= started;
             }
             GateSignal::FallbackElapsed => self.fallback_elapsed = true,
+            GateSignal::Resolving { busy } => self.resolving = busy,
         }
         (self.held.is_some() && self.started()).then(|| self.open(None))
     }
@@ -295,6 +310,28 @@ mod tests {
                 reach(ReachabilityState::Checking),
                 status(RunStatus::Exited { code: 1 })
             ])
+        );
+    }
+
+    #[test]
+    fn a_kernel_resolving_controllers_is_not_running_until_it_is_done() {
+        let mut gate = StartGate::new(false);
+        assert_eq!(gate.admit(status(running())), Admission::Held);
+        assert_eq!(gate.signal(GateSignal::Resolving { busy: true }), None);
+        // An npm install outlasts the silent fallback: still starting.
+        assert_eq!(gate.signal(GateSignal::FallbackElapsed), None);
+        assert_eq!(
+            gate.signal(GateSignal::Resolving { busy: false }),
+            Some(Admission::Open(vec![status(running())]))
+        );
+        // Before the fallback, the application's first output opens it.
+        let mut gate = StartGate::new(false);
+        assert_eq!(gate.admit(status(running())), Admission::Held);
+        assert_eq!(gate.signal(GateSignal::Resolving { busy: true }), None);
+        assert_eq!(gate.signal(GateSignal::Resolving { busy: false }), None);
+        assert_eq!(
+            gate.signal(GateSignal::Output),
+            Some(Admission::Open(vec![status(running())]))
         );
     }
 

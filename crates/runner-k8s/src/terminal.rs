@@ -451,7 +451,7 @@ async fn relay_one_attach(
         if !log.is_empty() {
             // Some of it may wait to be placed (up to the settling read):
             // the workload has started all the same.
-            sink.sink.output_pending();
+            sink.sink.output_pending(&log);
         }
         let parts = splice.log_read(&log, delivered, 0, false);
         relay(window.tag(parts, &mut splice), delivered, sink);

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::SessionApp;
+use crate::kernel_progress::ResolutionScanner;
 use crate::replay::ReplayBuffer;
 
 /// One recorded output chunk and the stream it came from.
@@ -29,6 +30,8 @@ pub struct AppChannel {
     /// The newest sequence number; subscribers wait on it.
     pub(crate) seq: Arc<watch::Sender<u64>>,
     pub(crate) run: RunProjection,
+    /// The kernel's controller resolution lines in its output.
+    pub(crate) resolution: ResolutionScanner,
 }
 
 impl AppChannel {
@@ -43,6 +46,7 @@ impl AppChannel {
                 kernel: app.telo.clone(),
                 ..RunProjection::default()
             },
+            resolution: ResolutionScanner::default(),
         }
     }
 
@@ -56,6 +60,7 @@ impl AppChannel {
         self.output.shrink_to_fit();
         self.ports.shrink_to_fit();
         self.name.shrink_to_fit();
+        self.resolution.release_spare_capacity();
     }
 
     pub(crate) fn snapshot(&self) -> AppSnapshot {

@@ -98,26 +98,47 @@ impl SessionSink {
 
     /// Terminal output of the session's (first) app.
     pub fn output(&self, bytes: Bytes) {
-        let empty = bytes.is_empty();
-        self.session.push_output(None, StreamTag::Tty, bytes);
-        if !empty {
+        let scan = self.session.push_output(None, StreamTag::Tty, bytes);
+        self.after_output(None, scan);
+    }
+
+    /// The workload has written `bytes`, which the backend will relay once
+    /// it knows where they go (a container log read before the live stream
+    /// is joined to it): when they are the application's, it is up, so a
+    /// `running` held for its first output goes out now, ahead of them.
+    pub fn output_pending(&self, bytes: &[u8]) {
+        if crate::kernel_progress::holds_app_output(bytes) {
             self.session.signal_gate(GateSignal::Output);
         }
     }
 
-    /// The workload has written output the backend will relay once it
-    /// knows where it goes (a container log read before the live stream
-    /// is joined to it): the workload is up, so a `running` held for its
-    /// first output goes out now, ahead of that output.
-    pub fn output_pending(&self) {
-        self.session.signal_gate(GateSignal::Output);
-    }
-
     /// Output of app `app` on stream `tag`.
     pub fn app_output(&self, app: &str, tag: StreamTag, bytes: Bytes) {
-        let empty = bytes.is_empty();
-        self.session.push_output(Some(app), tag, bytes);
-        if !empty {
+        let scan = self.session.push_output(Some(app), tag, bytes);
+        self.after_output(Some(app), scan);
+    }
+
+    /// The kernel's controller resolutions in recorded output become
+    /// `progress` events (of app `app`; `None`: a run session's, which
+    /// names none); the application's own output opens the start gate.
+    fn after_output(&self, app: Option<&str>, scan: Option<crate::session::OutputScan>) {
+        let Some(scan) = scan else {
+            return;
+        };
+        for resolution in &scan.resolutions {
+            self.session.emit(RunEvent::Progress {
+                app: app.map(str::to_owned),
+                phase: RunPhase::Boot,
+                message: resolution.message(),
+                done: resolution.done(),
+            });
+        }
+        if !scan.resolutions.is_empty() {
+            self.session.signal_gate(GateSignal::Resolving {
+                busy: scan.resolving,
+            });
+        }
+        if scan.app_output {
             self.session.signal_gate(GateSignal::Output);
         }
     }
