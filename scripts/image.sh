@@ -296,12 +296,18 @@ runner_image() {
     log "build: $RUNNER_IMAGE present (same binary), reused ($(since "$t0"))"
     return
   fi
-  # The build context is a directory holding only the binary (a hard link
-  # where possible), never the repository or the target directory.
+  # The build context is a directory holding only the binary, never the
+  # repository or the target directory.
   ctx=$CACHE/runner
   rm -rf "$ctx"
   mkdir -p "$ctx"
-  ln "$BINARY" "$ctx/telo-runner" 2>/dev/null || cp "$BINARY" "$ctx/telo-runner"
+  # The image carries the binary without debug info and symbols (what a
+  # `--profile image` build is); the host keeps the original.
+  if command -v strip >/dev/null 2>&1; then
+    strip --strip-all -o "$ctx/telo-runner" "$BINARY"
+  else
+    ln "$BINARY" "$ctx/telo-runner" 2>/dev/null || cp "$BINARY" "$ctx/telo-runner"
+  fi
   log "build: building $RUNNER_IMAGE from $BINARY"
   old=$(image_id "$RUNNER_IMAGE")
   quietly "$CACHE/runner-build.log" build -f "$ROOT/Dockerfile" \
