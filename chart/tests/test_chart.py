@@ -49,7 +49,7 @@ OLD_KEYS_MESSAGE = (
     "sessionIngress.* was renamed to sessionRouting.*: baseDomain stays, className "
     "and tls move under sessionRouting.ingress, controllerNamespace becomes "
     "sessionRouting.dataPlaneNamespace (it must name the routing DATA PLANE, which "
-    "is not an ingress controller under Gateway API). See apps/k8s-runner/README.md."
+    "is not an ingress controller under Gateway API). See 'Install with Helm' in the telo-runner README."
 )
 
 # A self-signed certificate is not needed: the chart stores what it is given.
