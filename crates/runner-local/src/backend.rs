@@ -17,9 +17,9 @@ use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, HeldSessions, ProbeConfig, SessionSink,
-    StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart,
-    WatchWorkload,
+    Backend, BackendCapabilities, BackendSession, HeldSessions, ProbeConfig, Readiness,
+    SessionSink, StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable, WatchSpec,
+    WatchStart, WatchWorkload,
 };
 use serde_json::json;
 use tracing::{Instrument, Span, error, info, warn};
@@ -398,6 +398,16 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
+    /// Not ready while the boot self-check of the Telo CLI runs: a session
+    /// started meanwhile waits for its verdict, a kernel start's length.
+    fn readiness(&self) -> Readiness {
+        let mut waiting = Vec::new();
+        if self.kernel.boot_check_pending() {
+            waiting.push("the Telo CLI self-check".to_owned());
+        }
+        Readiness { waiting }
+    }
+
     fn capabilities(&self) -> BackendCapabilities {
         BackendCapabilities {
             display_name: "Local runner".to_owned(),

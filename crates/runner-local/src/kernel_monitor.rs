@@ -4,10 +4,15 @@
 //! or, for a failed check, once [`RECHECK_FAILED_AFTER`] has passed, so a
 //! failure that was the machine's and not the kernel's (a check that timed
 //! out under load, a full disk) does not refuse sessions until a restart.
-//! Callers that arrive while a check runs wait for that one check.
+//! Callers that arrive while a check runs wait for that one check, a
+//! session's start included (a kernel that fails its check fails the start
+//! saying why). The boot check takes as long as a kernel start (about a
+//! second), so the runner is not ready until it has a verdict
+//! ([`KernelMonitor::boot_check_pending`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -79,6 +84,8 @@ struct Inner {
     verdict: Arc<Mutex<Option<Verdict>>>,
     tasks: TaskTracker,
     shutdown: CancellationToken,
+    /// Set while the boot check has not reached a verdict.
+    boot_check_pending: AtomicBool,
 }
 
 pub struct KernelMonitor {
@@ -99,6 +106,7 @@ impl KernelMonitor {
                 verdict: Arc::new(Mutex::new(None)),
                 tasks: TaskTracker::new(),
                 shutdown: shutdown.clone(),
+                boot_check_pending: AtomicBool::new(false),
             }),
             _stop_checks: shutdown.drop_guard(),
         }
@@ -125,12 +133,14 @@ impl KernelMonitor {
             return;
         }
         let inner = self.inner.clone();
+        inner.boot_check_pending.store(true, Ordering::SeqCst);
         self.inner.tasks.spawn(async move {
             let health = tokio::select! {
                 biased;
                 () = inner.shutdown.cancelled() => return,
                 health = inner.health() => health,
             };
+            inner.boot_check_pending.store(false, Ordering::SeqCst);
             // The first run must not be the first place a broken kernel
             // shows: say so at boot, with what to do.
             match &health {
@@ -153,6 +163,11 @@ impl KernelMonitor {
     /// fingerprint is unchanged, else a fresh self-check's.
     pub async fn health(&self) -> KernelHealth {
         self.inner.health().await
+    }
+
+    /// Whether the boot check has yet to reach its verdict.
+    pub fn boot_check_pending(&self) -> bool {
+        self.inner.boot_check_pending.load(Ordering::SeqCst)
     }
 
     /// The release the kernel said it is at its last self-check (`telo

@@ -307,3 +307,35 @@ async fn a_check_that_could_not_run_is_not_remembered() {
         AvailabilityReport::Ready
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_is_not_ready_until_the_boot_check_has_a_verdict() {
+    // A kernel whose run waits for a file beside it (its directory is
+    // visible in the sandbox): the boot check is under way until the test
+    // lets it finish.
+    let kernel = Kernel::new(WORKS);
+    let go = kernel.dir.path().join("go");
+    kernel.install(
+        "telo",
+        &format!(
+            "#!/bin/sh\nwhile [ ! -e '{}' ]; do sleep 0.01; done\nexit 0\n",
+            go.display()
+        ),
+    );
+    let harness = kernel.harness();
+    assert_eq!(
+        harness.backend.readiness().waiting,
+        ["the Telo CLI self-check"]
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(harness.backend.kernel_health().await, KernelHealth::Usable);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !harness.backend.readiness().is_ready() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting: {:?}",
+            harness.backend.readiness().waiting
+        );
+        tokio::task::yield_now().await;
+    }
+}
