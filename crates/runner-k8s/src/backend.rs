@@ -148,8 +148,7 @@ impl KubeBackend {
                 cpu: limits.cpu,
                 memory: limits.memory,
                 ephemeral_storage: limits.ephemeral_storage,
-                ttl_seconds: u32::try_from(config.core.watch.max_ttl.as_secs())
-                    .unwrap_or(u32::MAX),
+                ttl_seconds: u32::try_from(config.core.watch.max_ttl.as_secs()).unwrap_or(u32::MAX),
             }
         };
         let warm = (!config.warm_pools.is_empty() || !config.watch_pools.is_empty()).then(|| {

@@ -304,8 +304,14 @@ impl WarmPools {
         ttl_seconds: u32,
     ) -> Option<Claimed> {
         let pool = self.pool(image)?;
-        self.claim_from(pool, session_id, &serde_json::Map::new(), annotations, ttl_seconds)
-            .await
+        self.claim_from(
+            pool,
+            session_id,
+            &serde_json::Map::new(),
+            annotations,
+            ttl_seconds,
+        )
+        .await
     }
 
     /// Takes a ready pod of `pool` (see [`WarmPools::claim`]), setting

@@ -375,7 +375,11 @@ mod tests {
         let mut expected = cold_app.clone();
         expected.name = POOLED_APP_CONTAINER.to_owned();
         expected.command = warm_app.command.clone();
-        expected.env.as_mut().unwrap().retain(|e| e.name != "TELO_ENTRY");
+        expected
+            .env
+            .as_mut()
+            .unwrap()
+            .retain(|e| e.name != "TELO_ENTRY");
         for mount in expected.volume_mounts.iter_mut().flatten() {
             if mount.sub_path.is_some() {
                 mount.sub_path = Some(POOLED_APP_CONTAINER.to_owned());
@@ -449,7 +453,10 @@ mod tests {
             .spawn()
             .unwrap();
         let mut terminal = shell.stdin.take().unwrap();
-        terminal.write_all(super::super::pod::GO_AHEAD).await.unwrap();
+        terminal
+            .write_all(super::super::pod::GO_AHEAD)
+            .await
+            .unwrap();
         std::fs::write(ws.path().join("telo.yaml"), "kind: Telo.Application\n").unwrap();
         std::fs::create_dir_all(ws.path().join(".telo")).unwrap();
         let env = [("V".to_owned(), "a'b $(c)".to_owned())];
@@ -458,14 +465,15 @@ mod tests {
             watch_launch_file(&env, "telo.yaml"),
         )
         .unwrap();
-        terminal.write_all(super::super::pod::GO_AHEAD).await.unwrap();
-        let out = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            shell.wait_with_output(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        terminal
+            .write_all(super::super::pod::GO_AHEAD)
+            .await
+            .unwrap();
+        let out =
+            tokio::time::timeout(std::time::Duration::from_secs(30), shell.wait_with_output())
+                .await
+                .unwrap()
+                .unwrap();
         assert!(out.status.success(), "{out:?}");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -474,7 +482,10 @@ mod tests {
                 ws.path().display()
             )
         );
-        assert!(!ws.path().join(LAUNCH_PATH).exists(), "the launch file is gone");
+        assert!(
+            !ws.path().join(LAUNCH_PATH).exists(),
+            "the launch file is gone"
+        );
     }
 
     #[test]
@@ -492,8 +503,13 @@ mod tests {
         };
         assert_eq!(fit(&one, false, PullPolicy::Missing, true), None);
         assert_eq!(
-            fit(&[app("a", IoMode::Tty), app("b", IoMode::Tty)], false, PullPolicy::Missing, true)
-                .as_deref(),
+            fit(
+                &[app("a", IoMode::Tty), app("b", IoMode::Tty)],
+                false,
+                PullPolicy::Missing,
+                true
+            )
+            .as_deref(),
             Some("2 apps")
         );
         assert_eq!(
@@ -501,7 +517,13 @@ mod tests {
             Some("an agent")
         );
         assert_eq!(
-            fit(&[app("w", IoMode::Streams)], false, PullPolicy::Missing, true).as_deref(),
+            fit(
+                &[app("w", IoMode::Streams)],
+                false,
+                PullPolicy::Missing,
+                true
+            )
+            .as_deref(),
             Some("an app on streams")
         );
         assert_eq!(

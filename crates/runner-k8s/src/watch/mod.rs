@@ -385,7 +385,15 @@ impl KubeWatch {
         let mut watching = watch_pod(&ctx, &self.id, &name);
         let ours = Arc::new(AtomicBool::new(false));
         let served = self
-            .serve(&ctx, &name, &claimed.token, apps, fill, &mut watching, &ours)
+            .serve(
+                &ctx,
+                &name,
+                &claimed.token,
+                apps,
+                fill,
+                &mut watching,
+                &ours,
+            )
             .await;
         let launched = match served {
             Ok(live) => launch_pooled(&live, &env, &entry).await.map(|()| live),
@@ -479,7 +487,9 @@ impl KubeWatch {
         let teardown = sink.ended().child_token();
         let containers: Vec<String> = {
             let record = lock(&self.record);
-            apps.iter().map(|app| record.container_of(&app.name)).collect()
+            apps.iter()
+                .map(|app| record.container_of(&app.name))
+                .collect()
         };
         let mut terminals = Vec::with_capacity(apps.len());
         for (app, container) in apps.iter().zip(&containers) {
@@ -732,7 +742,10 @@ async fn launch_pooled(
     live.client.apply(&launch).await.map_err(|err| {
         StartError::new(
             StartStage::Start,
-            format!("could not start the kernel on its warm pod: {}", err.message),
+            format!(
+                "could not start the kernel on its warm pod: {}",
+                err.message
+            ),
         )
     })?;
     terminal.write_stdin(Bytes::from_static(GO_AHEAD));
@@ -811,10 +824,7 @@ fn note_ended_apps(
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref());
     for status in statuses.into_iter().flatten() {
-        let Some((app, _)) = apps
-            .iter()
-            .find(|(_, container)| *container == status.name)
-        else {
+        let Some((app, _)) = apps.iter().find(|(_, container)| *container == status.name) else {
             continue;
         };
         let Some(terminated) = status.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
