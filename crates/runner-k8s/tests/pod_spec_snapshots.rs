@@ -647,7 +647,10 @@ fn pooled_watch_pod() {
         &WatchPoolShared {
             resources: app_limits(),
             workspace_limits: vec![
-                ("RUNNER_WORKSPACE_MAX_FILE_BYTES".to_owned(), "1048576".to_owned()),
+                (
+                    "RUNNER_WORKSPACE_MAX_FILE_BYTES".to_owned(),
+                    "1048576".to_owned(),
+                ),
                 ("RUNNER_WORKSPACE_MAX_FILES".to_owned(), "1000".to_owned()),
             ],
         },

@@ -559,3 +559,67 @@ async fn a_claimed_session_suspends_and_resumes_with_its_files() {
     runner.delete(&format!("/v1/sessions/{id}")).await;
     runner.stop().await;
 }
+
+/// An app set change on a claimed session recreates its pod: two apps on a
+/// cold `telo-watch-<id>` pod (said why), the files kept, the pooled pod
+/// taken down by its name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_set_change_moves_a_claimed_session_to_a_cold_pod() {
+    let vars = pooled_vars(&pool_of(1));
+    let runner = Runner::start_kube(common::cluster(), &vars_ref(&vars)).await;
+    let sim = runner.sim.as_ref().unwrap();
+    until_ready(&runner.base, 1).await;
+    let idle = idle_pods(sim).await;
+    let id = runner
+        .create_body(watch_body(json!({"stdout": ["the app"]})))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    assert!(
+        progress_until_running(&mut events)
+            .await
+            .contains(&WARM.to_owned())
+    );
+    run_event(&mut events, "app", "started", 1).await;
+    let (status, _) = request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "api/telo.yaml", "content": manifest(json!({"stdout": ["the api"]}))}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = request(
+        &runner,
+        reqwest::Method::PUT,
+        &format!("/v1/sessions/{id}/apps"),
+        Some(json!({"apps": [
+            {"name": "app", "entryRelativePath": "telo.yaml"},
+            {"name": "api", "entryRelativePath": "api/telo.yaml"},
+        ]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let api = run_event(&mut events, "api", "started", 1).await;
+    assert_eq!(api["trigger"], "resume");
+    let mut socket = runner.io(&id, "?app=api").await;
+    ws::read_until_output(&mut socket, "the api").await;
+    assert!(
+        sim.wait_for_deletion("pods", "telo-sessions", &idle[0].0, WAIT)
+            .await
+            .is_ok()
+    );
+    let pod = sim
+        .get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+        .expect("a cold pod for two apps");
+    assert_eq!(containers(&pod), ["workspace", "app-app", "app-api"]);
+    let (_, file) = request(
+        &runner,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=api/telo.yaml"),
+        None,
+    )
+    .await;
+    assert!(file["content"].as_str().unwrap().contains("the api"));
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}

@@ -298,10 +298,14 @@ impl KubeWatch {
             };
             self.sink.progress(RunPhase::Provision, &message, None);
         }
-        // A cold pod is `telo-watch-<id>` with `app-<name>` containers.
+        // A cold pod is `telo-watch-<id>` with `app-<name>` containers,
+        // and a token of its own (a pooled pod's went with that pod).
         let (token, forgot_pooled) = {
             let mut record = lock(&self.record);
             let forgot = record.pooled.take().is_some();
+            if forgot {
+                record.token = hex::encode(rand::random::<[u8; TOKEN_BYTES]>());
+            }
             (record.token.clone(), forgot.then(|| record.clone()))
         };
         if let Some(record) = forgot_pooled
