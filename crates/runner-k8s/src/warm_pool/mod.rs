@@ -24,6 +24,10 @@
 //! - **Restarts.** Idle pods are the pool's by their labels, so a new runner
 //!   takes over its predecessor's pool (their tokens read back from their
 //!   specs); claimed ones are sessions, adopted like any other.
+//! - **Watch pools** (`RUNNER_WARM_POOL_WATCH`, [`watch_pods`]): pools of
+//!   one-app watch pods, kept, claimed and paced by the same machinery;
+//!   their pool label is a digest of the kind and the image, so a run pool
+//!   and a watch pool of one image never share a pod.
 
 pub mod pod;
 pub mod watch_pods;
