@@ -623,3 +623,71 @@ async fn an_app_set_change_moves_a_claimed_session_to_a_cold_pod() {
     runner.delete(&format!("/v1/sessions/{id}")).await;
     runner.stop().await;
 }
+
+/// A quota with room for the watch pool only: the refill stops at it, and
+/// a two-app watch session (a cold pod) gets its pod in the place of an
+/// idle pooled watch pod, which gives way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_quota_gives_a_cold_watch_session_a_pooled_pods_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .start()
+        .await
+        .unwrap();
+    sim.seed_value(json!({
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "sessions", "namespace": "telo-sessions"},
+        "spec": {"hard": {"pods": "2"}},
+    }))
+    .unwrap();
+    let vars = pooled_vars(&pool_of(3));
+    let log = dir.path().join("runner.log");
+    let runner = RunnerProcess::spawn_logging_to(
+        Backend::Kubernetes,
+        dir.path(),
+        Some(&sim),
+        &vars_ref(&vars),
+        &log,
+    )
+    .await;
+    until_ready(&runner.base, 2).await;
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + WAIT;
+    while !logged().contains(
+        "the session namespace's quota is full: the warm pool holds fewer pods than its size",
+    ) {
+        assert!(Instant::now() < deadline, "no quota line:\n{}", logged());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut two = watch_body(json!({"stdout": ["in a pooled pod's place"]}));
+    two["apps"] = json!([
+        {"name": "web", "entryRelativePath": "telo.yaml"},
+        {"name": "api", "entryRelativePath": "telo.yaml"},
+    ]);
+    let client = runner_core::http_client::client();
+    let (status, created) = request_at(
+        &client,
+        &runner.base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(two),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    until_status_at(&client, &runner.base, &id, "running").await;
+    assert!(
+        logged()
+            .contains("the session namespace's quota is full: a warm pod gives way to a session"),
+        "{}",
+        logged()
+    );
+    assert!(
+        sim.get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+            .is_some()
+    );
+    drop(runner);
+    sim.shutdown().await;
+}
