@@ -26,15 +26,6 @@ fn pool_of(size: usize) -> String {
     format!("{IMAGE}={size}")
 }
 
-/// The runner's metric line for its watch pool's `state` pods.
-fn warm_pods(metrics: &str, state: &str) -> Option<u64> {
-    let prefix = format!("telo_runner_warm_pods{{pool=\"watch:{IMAGE}\",state=\"{state}\"}} ");
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse().ok())
-}
-
 async fn metrics(base: &str) -> String {
     runner_core::http_client::client()
         .get(format!("{base}/metrics"))
@@ -48,10 +39,17 @@ async fn metrics(base: &str) -> String {
 
 /// Waits until the runner at `base` has `ready` pooled watch pods.
 async fn until_ready(base: &str, ready: u64) {
+    until_pool_ready(base, &format!("watch:{IMAGE}"), ready).await;
+}
+
+/// Waits until the runner at `base` has `ready` pods in pool `pool` (its
+/// metrics label).
+async fn until_pool_ready(base: &str, pool: &str, ready: u64) {
+    let line = format!("telo_runner_warm_pods{{pool=\"{pool}\",state=\"ready\"}} {ready}");
     let deadline = Instant::now() + WAIT;
     loop {
         let metrics = metrics(base).await;
-        if warm_pods(&metrics, "ready") == Some(ready) {
+        if metrics.lines().any(|l| l == line) {
             return;
         }
         assert!(
@@ -624,11 +622,14 @@ async fn an_app_set_change_moves_a_claimed_session_to_a_cold_pod() {
     runner.stop().await;
 }
 
-/// A quota with room for the watch pool only: the refill stops at it, and
-/// a two-app watch session (a cold pod) gets its pod in the place of an
-/// idle pooled watch pod, which gives way.
+/// A quota with room for the pool only: the refill stops at it, and a
+/// two-app watch session (a cold pod) gets its pod in the place of an idle
+/// pooled pod, which gives way — a watch pool's, or a run pool's.
+#[rstest::rstest]
+#[case::watch_pool("RUNNER_WARM_POOL_WATCH")]
+#[case::run_pool("RUNNER_WARM_POOL")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_quota_gives_a_cold_watch_session_a_pooled_pods_place() {
+async fn a_full_quota_gives_a_cold_watch_session_a_pooled_pods_place(#[case] var: &str) {
     let dir = tempfile::tempdir().unwrap();
     let sim = common::cluster()
         .fake_telo(test_support::fake_telo::fake_telo_path())
@@ -642,17 +643,18 @@ async fn a_full_quota_gives_a_cold_watch_session_a_pooled_pods_place() {
         "spec": {"hard": {"pods": "2"}},
     }))
     .unwrap();
-    let vars = pooled_vars(&pool_of(3));
+    let pool = pool_of(3);
+    let vars = [("RUNNER_WATCH_SESSIONS", "true"), (var, pool.as_str())];
     let log = dir.path().join("runner.log");
-    let runner = RunnerProcess::spawn_logging_to(
-        Backend::Kubernetes,
-        dir.path(),
-        Some(&sim),
-        &vars_ref(&vars),
-        &log,
-    )
-    .await;
-    until_ready(&runner.base, 2).await;
+    let runner =
+        RunnerProcess::spawn_logging_to(Backend::Kubernetes, dir.path(), Some(&sim), &vars, &log)
+            .await;
+    let metric = if var == "RUNNER_WARM_POOL" {
+        IMAGE.to_owned()
+    } else {
+        format!("watch:{IMAGE}")
+    };
+    until_pool_ready(&runner.base, &metric, 2).await;
     let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     let deadline = Instant::now() + WAIT;
     while !logged().contains(
