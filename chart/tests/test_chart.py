@@ -753,6 +753,38 @@ def test_a_warm_pool_surge_that_is_not_a_pod_count_is_refused(cluster, surge):
     assert f"warmPool.surge must be a whole number of pods from 1 to 100 (got '{surge}')." in message
 
 
+
+def test_watch_pools_reach_the_runner_beside_run_pools(cluster):
+    cluster.install({"watch": {"enabled": True}, "warmPool": {
+        "pools": {"telorun/node:latest-slim": 5},
+        "watch": {"telorun/node:latest-slim": 3, "telorun/node:0.96.0-slim": 1},
+        "surge": 2,
+    }})
+    env = env_values(cluster)
+    assert env["RUNNER_WARM_POOL"] == "telorun/node:latest-slim=5"
+    assert env["RUNNER_WARM_POOL_WATCH"] == "telorun/node:0.96.0-slim=1,telorun/node:latest-slim=3"
+    assert env["RUNNER_WARM_POOL_SURGE"] == "2"
+    assert env["RUNNER_WORKSPACE_IMAGE"] == "telo-runner:0.1.0"
+
+
+def test_watch_pools_alone_pass_the_surge_and_no_run_pool(cluster):
+    cluster.install({"watch": {"enabled": True}, "warmPool": {"watch": {"telorun/node:latest-slim": 2}}})
+    env = env_values(cluster)
+    assert env["RUNNER_WARM_POOL_WATCH"] == "telorun/node:latest-slim=2"
+    assert env["RUNNER_WARM_POOL_SURGE"] == "4"
+    assert "RUNNER_WARM_POOL" not in env
+
+
+def test_a_watch_pool_size_that_is_not_a_pod_count_is_refused(cluster):
+    message = cluster.install_error({"watch": {"enabled": True}, "warmPool": {"watch": {"telorun/node:latest-slim": -1}}})
+    assert "warmPool.watch.telorun/node:latest-slim must be a whole number of pods from 0 to 100 (got '-1')." in message
+
+
+def test_a_watch_pool_without_watch_sessions_is_refused(cluster):
+    message = cluster.install_error({"warmPool": {"watch": {"telorun/node:latest-slim": 2}}})
+    assert "warmPool.watch.telorun/node:latest-slim needs watch.enabled: only watch sessions claim watch pods." in message
+
+
 CATALOG = {"hello": {"image": "ghcr.io/example/hello:1", "title": "Hello"}}
 
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::base_images::BaseImageCatalog;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::PostParams;
 use kube::{Api, Client};
 use runner_api::telo::TeloVersion;
 use runner_api::watch::SessionMode;
@@ -23,7 +22,6 @@ use runner_core::{
 use serde_json::json;
 
 use crate::adoption::Adoption;
-use crate::api_error::is_quota_refusal;
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
 use crate::env_secret::{EnvSecrets, PodEnvSecret};
@@ -42,6 +40,7 @@ use crate::session::{
 use crate::session_record::{SessionKind, SessionRecord, record_annotations};
 use crate::telo_images::TeloPins;
 use crate::warm_pool::pod::{GO_AHEAD, LAUNCH_FILE, launch_file};
+use crate::warm_pool::watch_pods::{WatchPoolShared, create_pod_giving_way};
 use crate::warm_pool::{Shared as WarmShared, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
@@ -143,28 +142,16 @@ impl KubeBackend {
                 .unwrap_or(i64::MAX),
         };
         let adoption = Adoption::new(config.orphan_policy, config.core.exit_ttl);
-        let watch = config.core.watch.enabled.then(|| {
+        let watch_resources = {
             let limits = clamp_limits(&config.app_limits, None);
-            Arc::new(WatchContext {
-                session: ctx.clone(),
-                checkpoints: Checkpoints::new(
-                    Api::namespaced(client.clone(), &config.session_namespace),
-                    config.managed_by.clone(),
-                ),
-                settings: settings.clone(),
-                resources: Resources {
-                    cpu: limits.cpu,
-                    memory: limits.memory,
-                    ephemeral_storage: limits.ephemeral_storage,
-                    ttl_seconds: u32::try_from(config.core.watch.max_ttl.as_secs())
-                        .unwrap_or(u32::MAX),
-                },
-                workspace_image: config.workspace_image.clone(),
-                workspace_limits: config.workspace_limits,
-                telo_images: config.telo_images.clone(),
-            })
-        });
-        let warm = (!config.warm_pools.is_empty()).then(|| {
+            Resources {
+                cpu: limits.cpu,
+                memory: limits.memory,
+                ephemeral_storage: limits.ephemeral_storage,
+                ttl_seconds: u32::try_from(config.core.watch.max_ttl.as_secs()).unwrap_or(u32::MAX),
+            }
+        };
+        let warm = (!config.warm_pools.is_empty() || !config.watch_pools.is_empty()).then(|| {
             let limits = clamp_limits(&config.limits, None);
             let pools = WarmPools::new(
                 WarmShared {
@@ -177,13 +164,33 @@ impl KubeBackend {
                         ttl_seconds: u32::try_from(limits.ttl_seconds).unwrap_or(u32::MAX),
                     },
                     workspace_image: config.workspace_image.clone(),
+                    watch: config.core.watch.enabled.then(|| WatchPoolShared {
+                        resources: watch_resources.clone(),
+                        workspace_limits: crate::watch::limit_env(&config.workspace_limits),
+                    }),
                 },
                 &config.warm_pools,
+                &config.watch_pools,
                 config.warm_pool_surge,
                 metrics,
             );
             pools.spawn(&tasks);
             pools
+        });
+        let watch = config.core.watch.enabled.then(|| {
+            Arc::new(WatchContext {
+                session: ctx.clone(),
+                checkpoints: Checkpoints::new(
+                    Api::namespaced(client.clone(), &config.session_namespace),
+                    config.managed_by.clone(),
+                ),
+                settings: settings.clone(),
+                resources: watch_resources.clone(),
+                workspace_image: config.workspace_image.clone(),
+                workspace_limits: config.workspace_limits,
+                telo_images: config.telo_images.clone(),
+                warm: warm.clone(),
+            })
         });
         Self {
             config: Arc::new(config),
@@ -324,25 +331,7 @@ impl KubeBackend {
     /// warm pod can give way, the pool shrinks by one and the create is
     /// tried again (a session asked for; a warm pod only might be).
     async fn create_pod(&self, pod: &Pod) -> Result<Pod, kube::Error> {
-        let mut attempts = 0;
-        loop {
-            match self.ctx.pods.create(&PostParams::default(), pod).await {
-                Err(err)
-                    if is_quota_refusal(&err)
-                        && attempts < 5
-                        && match &self.warm {
-                            Some(pools) if attempts == 0 => pools.give_way().await,
-                            Some(_) => true,
-                            None => false,
-                        } =>
-                {
-                    // The deleted pod's quota is released once it is gone.
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(200) * attempts).await;
-                }
-                other => return other,
-            }
-        }
+        create_pod_giving_way(&self.ctx.pods, self.warm.as_deref(), pod).await
     }
 
     /// The telo releases a run session's pod runs by name (for a start

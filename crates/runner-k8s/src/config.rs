@@ -124,6 +124,9 @@ pub struct K8sConfig {
     /// `RUNNER_WARM_POOL_SURGE`: the most pods one pool has starting
     /// (created, not ready yet) at once.
     pub warm_pool_surge: usize,
+    /// `RUNNER_WARM_POOL_WATCH`: ready watch pods (one app, no agent) kept
+    /// per kernel image.
+    pub watch_pools: Vec<PoolSpec>,
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
@@ -297,6 +300,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     )?);
     let warm_pools = load_warm_pools(env)?;
     let warm_pool_surge = load_warm_pool_surge(env)?;
+    let watch_pools = load_watch_pools(env, core.watch.enabled)?;
     Ok(K8sConfig {
         core,
         display_name,
@@ -319,6 +323,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         start_deadline,
         warm_pools,
         warm_pool_surge,
+        watch_pools,
     })
 }
 
@@ -341,13 +346,33 @@ pub struct PoolSpec {
 /// (`telorun/node:latest-slim=5`). An image a telo release runs
 /// (`telorun/node:0.96.0-slim`) pools that release.
 fn load_warm_pools(env: &Env) -> Result<Vec<PoolSpec>, ConfigError> {
-    const VAR: &str = "RUNNER_WARM_POOL";
-    let Some(raw) = env_string(env, VAR) else {
+    load_pool_specs(env, "RUNNER_WARM_POOL")
+}
+
+/// `RUNNER_WARM_POOL_WATCH`: `<image>=<count>` pairs like
+/// `RUNNER_WARM_POOL`, of watch pods (one app, no agent). Watch sessions
+/// must be on: a pool of pods no session can claim is refused.
+fn load_watch_pools(env: &Env, watch_enabled: bool) -> Result<Vec<PoolSpec>, ConfigError> {
+    const VAR: &str = "RUNNER_WARM_POOL_WATCH";
+    let pools = load_pool_specs(env, VAR)?;
+    if !watch_enabled && pools.iter().any(|pool| pool.size > 0) {
+        return Err(ConfigError::invalid(
+            VAR,
+            "be empty unless RUNNER_WATCH_SESSIONS is true",
+            &env_string(env, VAR).unwrap_or_default(),
+        ));
+    }
+    Ok(pools)
+}
+
+/// `<image>=<count>` pairs separated by commas, from `VAR`.
+fn load_pool_specs(env: &Env, var_name: &str) -> Result<Vec<PoolSpec>, ConfigError> {
+    let Some(raw) = env_string(env, var_name) else {
         return Ok(Vec::new());
     };
     let refuse = || {
         ConfigError::invalid(
-            VAR,
+            var_name,
             &format!(
                 "be a comma-separated list of <image>=<count>, each image once, counts 0 to {MAX_WARM_POOL_SIZE}"
             ),
@@ -729,6 +754,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_WARM_POOL_SURGE",
         default: "4",
         description: "Warm pools: the most pods one pool has starting (created, not ready yet) at once, 1 to 100; a drained pool refills this many at a time, so its refill does not crowd the cluster's container runtime.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WARM_POOL_WATCH",
+        default: "(unset)",
+        description: "Warm pools of watch pods: `<image>=<count>` pairs like `RUNNER_WARM_POOL`; that many watch pods of one app and no agent are kept up and ready per kernel image, and a watch session of that shape and image claims one. Other shapes start cold and say why. Needs `RUNNER_WATCH_SESSIONS=true`. Counts 0 to 100.",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_IMAGE",

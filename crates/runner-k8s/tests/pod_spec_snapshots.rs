@@ -635,3 +635,29 @@ proptest! {
         let _ = session_record_from_pod(&pod);
     }
 }
+
+/// A pooled watch pod (`RUNNER_WARM_POOL_WATCH`) as it idles: the cold
+/// one-app watch pod but for its app container's name and wait, and no
+/// session, mode or deadline until a claim.
+#[test]
+fn pooled_watch_pod() {
+    use runner_k8s::warm_pool::watch_pods::{WatchPoolShared, build_pooled_watch_pod};
+    let pod = build_pooled_watch_pod(
+        &settings(),
+        &WatchPoolShared {
+            resources: app_limits(),
+            workspace_limits: vec![
+                (
+                    "RUNNER_WORKSPACE_MAX_FILE_BYTES".to_owned(),
+                    "1048576".to_owned(),
+                ),
+                ("RUNNER_WORKSPACE_MAX_FILES".to_owned(), "1000".to_owned()),
+            ],
+        },
+        "telo-warm-abc234defghi",
+        "telorun/node:0-slim",
+        "ghcr.io/telorun/telo-runner:1",
+        "workspace-t0ken",
+    );
+    insta::assert_yaml_snapshot!(pod);
+}

@@ -414,6 +414,70 @@ fn gateway_details_without_a_name_configure_no_gateway() {
     assert_eq!(config.routing.gateway, None);
 }
 
+#[test]
+fn watch_pools_are_read_like_run_pools() {
+    let config = load(&[
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        (
+            "RUNNER_WARM_POOL_WATCH",
+            " telorun/node:0-slim=2 , registry.lab/telo:dev=0 ",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.watch_pools,
+        vec![
+            PoolSpec {
+                image: "telorun/node:0-slim".into(),
+                size: 2,
+            },
+            PoolSpec {
+                image: "registry.lab/telo:dev".into(),
+                size: 0,
+            },
+        ]
+    );
+    assert!(config.warm_pools.is_empty(), "run pools are their own");
+    assert!(load(&[]).unwrap().watch_pools.is_empty());
+}
+
+#[rstest]
+#[case("telorun/node:0-slim")]
+#[case("telorun/node:0-slim=two")]
+#[case("telorun/node:0-slim=101")]
+#[case("telorun/node:0-slim=-1")]
+#[case("=1")]
+#[case("a b=1")]
+#[case("a=1,a=2")]
+fn a_watch_pool_that_is_not_image_counts_is_refused(#[case] raw: &str) {
+    assert_eq!(
+        error(&[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WARM_POOL_WATCH", raw)
+        ]),
+        format!(
+            "RUNNER_WARM_POOL_WATCH must be a comma-separated list of <image>=<count>, each image once, counts 0 to 100, got '{raw}'."
+        )
+    );
+}
+
+/// A pool of watch pods no session could claim is a configuration mistake;
+/// an empty one is not.
+#[test]
+fn a_watch_pool_without_watch_sessions_is_refused() {
+    assert_eq!(
+        error(&[("RUNNER_WARM_POOL_WATCH", "telorun/node:0-slim=2")]),
+        "RUNNER_WARM_POOL_WATCH must be empty unless RUNNER_WATCH_SESSIONS is true, got 'telorun/node:0-slim=2'."
+    );
+    assert!(
+        load(&[("RUNNER_WARM_POOL_WATCH", "telorun/node:0-slim=0")])
+            .unwrap()
+            .watch_pools
+            .iter()
+            .all(|pool| pool.size == 0)
+    );
+}
+
 #[rstest]
 #[case("0")]
 #[case("-1")]
@@ -639,6 +703,7 @@ fn the_documentation_table_names_each_variable_once() {
         "RUNNER_ORPHAN_POLICY",
         "RUNNER_START_DEADLINE_SECONDS",
         "RUNNER_WARM_POOL_SURGE",
+        "RUNNER_WARM_POOL_WATCH",
         "RUNNER_TELO_IMAGE_REPOSITORY",
         "RUNNER_TELO_IMAGE_VARIANT",
         "RUNNER_TELO_UNRELEASED_IMAGE",

@@ -24,8 +24,13 @@
 //! - **Restarts.** Idle pods are the pool's by their labels, so a new runner
 //!   takes over its predecessor's pool (their tokens read back from their
 //!   specs); claimed ones are sessions, adopted like any other.
+//! - **Watch pools** (`RUNNER_WARM_POOL_WATCH`, [`watch_pods`]): pools of
+//!   one-app watch pods, kept, claimed and paced by the same machinery;
+//!   their pool label is a digest of the kind and the image, so a run pool
+//!   and a watch pool of one image never share a pod.
 
 pub mod pod;
+pub mod watch_pods;
 
 pub use crate::config::PoolSpec;
 
@@ -78,6 +83,9 @@ pub struct Shared {
     /// A run session's limits (a claim sets the deadline from them).
     pub resources: Resources,
     pub workspace_image: String,
+    /// What a watch pool's pods are made with (`None`: watch sessions are
+    /// off, and there is no watch pool).
+    pub watch: Option<watch_pods::WatchPoolShared>,
 }
 
 /// The pools of one runner.
@@ -137,9 +145,22 @@ impl Drop for Starting {
 pub struct Claimed {
     pub pod_name: String,
     pub workspace: WorkspaceClient,
+    /// The bearer token of the pod's workspace service (minted with the
+    /// pod, known to no one else once the pool forgot it).
+    pub token: String,
+}
+
+/// What a pool's pods are made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoolKind {
+    /// Run sessions (`RUNNER_WARM_POOL`).
+    Run,
+    /// Watch sessions of one app and no agent (`RUNNER_WARM_POOL_WATCH`).
+    Watch,
 }
 
 struct Pool {
+    kind: PoolKind,
     image: String,
     key: String,
     size: usize,
@@ -174,18 +195,42 @@ impl PoolState {
 }
 
 impl WarmPools {
-    pub fn new(shared: Shared, specs: &[PoolSpec], surge: usize, metrics: &Metrics) -> Arc<Self> {
-        let pools = specs
+    /// The run pools of `specs` and the watch pools of `watch_specs`
+    /// (these only when `shared` says how watch pods are made).
+    pub fn new(
+        shared: Shared,
+        specs: &[PoolSpec],
+        watch_specs: &[PoolSpec],
+        surge: usize,
+        metrics: &Metrics,
+    ) -> Arc<Self> {
+        let watch_specs = if shared.watch.is_some() {
+            watch_specs
+        } else {
+            &[]
+        };
+        let kinds = specs
             .iter()
-            .filter(|spec| spec.size > 0)
-            .map(|spec| {
+            .map(|spec| (PoolKind::Run, spec))
+            .chain(watch_specs.iter().map(|spec| (PoolKind::Watch, spec)));
+        let pools = kinds
+            .filter(|(_, spec)| spec.size > 0)
+            .map(|(kind, spec)| {
+                let (key, label) = match kind {
+                    PoolKind::Run => (pool_key(&spec.image), spec.image.clone()),
+                    PoolKind::Watch => (
+                        watch_pods::watch_pool_key(&spec.image),
+                        watch_pods::watch_pool_label(&spec.image),
+                    ),
+                };
                 Arc::new(Pool {
+                    kind,
                     image: spec.image.clone(),
-                    key: pool_key(&spec.image),
+                    key,
                     size: spec.size,
                     surge: surge.max(1),
                     state: Mutex::new(PoolState::default()),
-                    metrics: metrics.warm_pool(&spec.image),
+                    metrics: metrics.warm_pool(&label),
                 })
             })
             .collect();
@@ -242,7 +287,13 @@ impl WarmPools {
     }
 
     fn pool(&self, image: &str) -> Option<&Arc<Pool>> {
-        self.pools.iter().find(|pool| pool.image == image)
+        self.pool_of(PoolKind::Run, image)
+    }
+
+    fn pool_of(&self, kind: PoolKind, image: &str) -> Option<&Arc<Pool>> {
+        self.pools
+            .iter()
+            .find(|pool| pool.kind == kind && pool.image == image)
     }
 
     /// Takes a ready pod of `image`'s pool for session `session_id`,
@@ -257,6 +308,26 @@ impl WarmPools {
         ttl_seconds: u32,
     ) -> Option<Claimed> {
         let pool = self.pool(image)?;
+        self.claim_from(
+            pool,
+            session_id,
+            &serde_json::Map::new(),
+            annotations,
+            ttl_seconds,
+        )
+        .await
+    }
+
+    /// Takes a ready pod of `pool` (see [`WarmPools::claim`]), setting
+    /// `labels` on it besides the session id.
+    async fn claim_from(
+        &self,
+        pool: &Pool,
+        session_id: &str,
+        labels: &serde_json::Map<String, serde_json::Value>,
+        annotations: &std::collections::BTreeMap<String, String>,
+        ttl_seconds: u32,
+    ) -> Option<Claimed> {
         for _ in 0..CLAIM_ATTEMPTS {
             let (name, token) = {
                 let mut state = lock(&pool.state);
@@ -267,7 +338,7 @@ impl WarmPools {
                 (name, token)
             };
             let outcome = self
-                .claim_pod(&name, session_id, annotations, ttl_seconds)
+                .claim_pod(&name, session_id, labels, annotations, ttl_seconds)
                 .await;
             let mut state = lock(&pool.state);
             state.busy.remove(&name);
@@ -277,12 +348,13 @@ impl WarmPools {
                     let workspace = WorkspaceClient::new(
                         self.shared.ctx.http.clone(),
                         SocketAddr::new(ip, WORKSPACE_PORT),
-                        token,
+                        token.clone(),
                     );
                     info!(session_id, pod = %name, image = %pool.image, "claimed a warm pod");
                     return Some(Claimed {
                         pod_name: name,
                         workspace,
+                        token,
                     });
                 }
                 (Ok(_), None) => {
@@ -302,6 +374,7 @@ impl WarmPools {
         &self,
         name: &str,
         session_id: &str,
+        labels: &serde_json::Map<String, serde_json::Value>,
         annotations: &std::collections::BTreeMap<String, String>,
         ttl_seconds: u32,
     ) -> Result<IpAddr, String> {
@@ -330,10 +403,13 @@ impl WarmPools {
                     .unsigned_abs()
             });
         let deadline = waited.saturating_add(u64::from(ttl_seconds)) + 1;
+        let mut labels = labels.clone();
+        labels.insert(SESSION_ID_LABEL.to_owned(), json!(session_id));
+        labels.insert(STATE_LABEL.to_owned(), serde_json::Value::Null);
         let patch = json!({
             "metadata": {
                 "resourceVersion": version,
-                "labels": {SESSION_ID_LABEL: session_id, STATE_LABEL: null},
+                "labels": labels,
                 "annotations": annotations,
             },
             "spec": {"activeDeadlineSeconds": deadline},
@@ -668,17 +744,27 @@ async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), Create
     for _ in 0..count {
         let name = warm_pod_name();
         let token = runner_core::ids::new_workload_token();
-        let pod = build_warm_pod(
-            &shared.settings,
-            &WarmPodInput {
-                name: &name,
-                image: &pool.image,
-                pull_policy: PullPolicy::Missing,
-                workspace_image: &shared.workspace_image,
-                token: &token,
-                resources: &shared.resources,
-            },
-        );
+        let pod = match (pool.kind, &shared.watch) {
+            (PoolKind::Watch, Some(watch)) => watch_pods::build_pooled_watch_pod(
+                &shared.settings,
+                watch,
+                &name,
+                &pool.image,
+                &shared.workspace_image,
+                &token,
+            ),
+            _ => build_warm_pod(
+                &shared.settings,
+                &WarmPodInput {
+                    name: &name,
+                    image: &pool.image,
+                    pull_policy: PullPolicy::Missing,
+                    workspace_image: &shared.workspace_image,
+                    token: &token,
+                    resources: &shared.resources,
+                },
+            ),
+        };
         {
             let mut state = lock(&pool.state);
             state.creating.insert(name.clone());

@@ -56,6 +56,37 @@ pub struct WatchRecord {
     pub generation: u32,
     /// The workspace service's bearer token.
     pub token: String,
+    /// The pooled pod the session runs on, when one was claimed for it
+    /// (`None`: its pod is `telo-watch-<id>` with `app-<name>` containers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooled: Option<PooledPod>,
+}
+
+/// A claimed pooled watch pod: its name, and the session app its one app
+/// container runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PooledPod {
+    pub pod: String,
+    pub app: String,
+    pub container: String,
+}
+
+impl WatchRecord {
+    /// The name of the session's pod.
+    pub fn pod_name(&self) -> String {
+        match &self.pooled {
+            Some(pooled) => pooled.pod.clone(),
+            None => crate::watch::pod::watch_pod_name(&self.spec.session_id),
+        }
+    }
+
+    /// The container of app `app` on the session's pod.
+    pub fn container_of(&self, app: &str) -> String {
+        match &self.pooled {
+            Some(pooled) if pooled.app == app => pooled.container.clone(),
+            _ => crate::watch::pod::app_container(app),
+        }
+    }
 }
 
 /// Why a checkpoint could not be stored.
@@ -326,6 +357,7 @@ mod tests {
             spec,
             generation: 0,
             token: "t".repeat(32),
+            pooled: None,
         }
     }
 

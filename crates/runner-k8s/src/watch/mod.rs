@@ -22,7 +22,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
 use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::types::{PortMapping, RunPhase, RunStatus};
@@ -51,7 +50,12 @@ use crate::session::{
 };
 use crate::telo_images::{TeloImageSource, TeloPins};
 use crate::terminal::{self, Output, Terminal};
-use checkpoint::{CheckpointError, Checkpoints, WatchRecord};
+use crate::warm_pool::pod::GO_AHEAD;
+use crate::warm_pool::watch_pods::{
+    LAUNCH_PATH, POOLED_APP_CONTAINER, create_pod_giving_way, shape_misfit, watch_launch_file,
+};
+use crate::warm_pool::{Claimed, WarmPools};
+use checkpoint::{CheckpointError, Checkpoints, PooledPod, WatchRecord};
 use pod::{
     WORKSPACE_PORT, WatchPodInput, app_container, build_watch_pod, inspect_port_for, watch_pod_name,
 };
@@ -79,6 +83,10 @@ pub struct WatchContext {
     pub workspace_limits: runner_workspace::WorkspaceLimits,
     /// The images of named telo releases.
     pub telo_images: TeloImageSource,
+    /// The warm pools, when the runner keeps any: a session of a watch
+    /// pool's shape starts on a claimed pod, and a cold start the quota
+    /// refuses takes the place of an idle warm pod.
+    pub warm: Option<Arc<WarmPools>>,
 }
 
 /// The app containers that run a named release. A version admitted once can
@@ -124,6 +132,7 @@ pub async fn start(
                 spec: spec.clone(),
                 generation: 0,
                 token: hex::encode(rand::random::<[u8; TOKEN_BYTES]>()),
+                pooled: None,
             };
             wctx.checkpoints.create(&record).await.map_err(|err| {
                 api_failure(
@@ -238,17 +247,72 @@ impl KubeWatch {
     async fn bring_up(&self, apps: Vec<AppSpec>, fill: Fill) -> Result<(), StartError> {
         let ctx = self.ctx().clone();
         let name = watch_pod_name(&self.id);
-        let (env, image, pull_policy, token, agent) = {
+        let (env, image, pull_policy, agent) = {
             let record = lock(&self.record);
             (
                 record.spec.env.clone(),
                 record.spec.config.image.clone(),
                 record.spec.config.pull_policy,
-                record.token.clone(),
                 record.spec.agent_launch.clone(),
             )
         };
         let telo_pins = pin_releases(&self.wctx.telo_images, &apps)?;
+        if let Some(pools) = self.wctx.warm.as_ref().filter(|p| p.has_watch_pools()) {
+            // The one app's image: its release's, or the session's.
+            let (app_image, app_pull) = match apps
+                .first()
+                .and_then(|app| telo_pins.of_container(&app_container(&app.name)))
+            {
+                Some(pin) => (pin.image.clone(), pin.pull_policy),
+                None => (
+                    crate::pod_spec::image_or_default(&image, &self.wctx.settings),
+                    pull_policy,
+                ),
+            };
+            let misfit = shape_misfit(
+                &apps,
+                agent.is_some(),
+                &app_image,
+                app_pull,
+                pools.pools_watch(&app_image),
+            );
+            let message = match misfit {
+                None => {
+                    let claimed = pools
+                        .claim_watch(
+                            &app_image,
+                            &self.id,
+                            &apps[0].name,
+                            self.wctx.resources.ttl_seconds,
+                        )
+                        .await;
+                    pools.count_watch_start(&app_image, claimed.is_some());
+                    if let Some(claimed) = claimed {
+                        return self.bring_up_pooled(apps, fill, claimed).await;
+                    }
+                    "No warm pod is ready; starting one".to_owned()
+                }
+                Some(reason) => {
+                    format!("No warm pod for this session's shape ({reason}); starting one")
+                }
+            };
+            self.sink.progress(RunPhase::Provision, &message, None);
+        }
+        // A cold pod is `telo-watch-<id>` with `app-<name>` containers,
+        // and a token of its own (a pooled pod's went with that pod).
+        let (token, forgot_pooled) = {
+            let mut record = lock(&self.record);
+            let forgot = record.pooled.take().is_some();
+            if forgot {
+                record.token = hex::encode(rand::random::<[u8; TOKEN_BYTES]>());
+            }
+            (record.token.clone(), forgot.then(|| record.clone()))
+        };
+        if let Some(record) = forgot_pooled
+            && let Err(err) = self.wctx.checkpoints.save_record(&record).await
+        {
+            warn!(session_id = %self.id, error = %api_reason(&err), "could not record the session's new pod");
+        }
         let mut env_secret = PodEnvSecret::for_pod(&name);
         let pod = build_watch_pod(
             &self.wctx.settings,
@@ -268,10 +332,10 @@ impl KubeWatch {
             &mut env_secret,
         );
         let mut watching = watch_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
-        let params = PostParams::default();
+        let pools = self.wctx.warm.as_deref();
         ctx.env_secrets
             .create_pod(&env_secret, &self.id, &name, || {
-                ctx.pods.create(&params, &pod)
+                create_pod_giving_way(&ctx.pods, pools, &pod)
             })
             .await
             .map_err(PodCreateError::into_start_error)?;
@@ -283,6 +347,67 @@ impl KubeWatch {
             Ok(live) => {
                 *live.watching.lock().await = Some(watching);
                 *lock(&self.live) = Some(live);
+                Ok(())
+            }
+            Err(err) => {
+                ours.store(true, Ordering::Release);
+                take_down_pod(&ctx, &name, watching).await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Brings the session up on `claimed`, a pooled pod: the session record
+    /// names the pod and maps the app to its container, the workspace is
+    /// filled and the app attached as on a cold pod, then the launch file
+    /// is written and the go-ahead typed into the app's terminal (so not a
+    /// byte of the kernel's output comes before the attach).
+    async fn bring_up_pooled(
+        &self,
+        apps: Vec<AppSpec>,
+        fill: Fill,
+        claimed: Claimed,
+    ) -> Result<(), StartError> {
+        let ctx = self.ctx().clone();
+        let name = claimed.pod_name.clone();
+        let (record, env) = {
+            let mut record = lock(&self.record);
+            record.token = claimed.token.clone();
+            record.pooled = Some(PooledPod {
+                pod: name.clone(),
+                app: apps[0].name.clone(),
+                container: POOLED_APP_CONTAINER.to_owned(),
+            });
+            (record.clone(), record.spec.env.clone())
+        };
+        if let Err(err) = self.wctx.checkpoints.save_record(&record).await {
+            warn!(session_id = %self.id, error = %api_reason(&err), "could not record the session's pooled pod");
+        }
+        self.sink
+            .progress(RunPhase::Provision, "Starting on a warm pod", None);
+        let entry = apps[0].entry_relative_path.clone();
+        let mut watching = watch_pod(&ctx, &self.id, &name);
+        let ours = Arc::new(AtomicBool::new(false));
+        let served = self
+            .serve(
+                &ctx,
+                &name,
+                &claimed.token,
+                apps,
+                fill,
+                &mut watching,
+                &ours,
+            )
+            .await;
+        let launched = match served {
+            Ok(live) => launch_pooled(&live, &env, &entry).await.map(|()| live),
+            Err(err) => Err(err),
+        };
+        match launched {
+            Ok(live) => {
+                *live.watching.lock().await = Some(watching);
+                *lock(&self.live) = Some(live);
+                info!(session_id = %self.id, pod = %name, "watch session started on a pooled pod");
                 Ok(())
             }
             Err(err) => {
@@ -364,9 +489,15 @@ impl KubeWatch {
     ) -> Result<Arc<Live>, StartError> {
         let sink = &self.sink;
         let teardown = sink.ended().child_token();
+        let containers: Vec<String> = {
+            let record = lock(&self.record);
+            apps.iter()
+                .map(|app| record.container_of(&app.name))
+                .collect()
+        };
         let mut terminals = Vec::with_capacity(apps.len());
-        for app in &apps {
-            let output = Output::app(sink.clone(), &app.name, app_container(&app.name), app.io);
+        for (app, container) in apps.iter().zip(&containers) {
+            let output = Output::app(sink.clone(), &app.name, container.clone(), app.io);
             terminals.push((
                 app.name.clone(),
                 terminal::attach_output(&ctx.pods, name, output).await,
@@ -414,7 +545,7 @@ impl KubeWatch {
         ctx.tasks.spawn(supervise(
             sink.clone(),
             watching.pods(),
-            apps.clone(),
+            apps.iter().cloned().zip(containers).collect(),
             teardown.clone(),
             ours.clone(),
         ));
@@ -453,8 +584,10 @@ impl KubeWatch {
     /// resumes from the checkpoint).
     async fn adopt(&self, apps: &[AppSpec]) -> bool {
         let ctx = self.ctx().clone();
-        let name = watch_pod_name(&self.id);
-        let token = lock(&self.record).token.clone();
+        let (name, token) = {
+            let record = lock(&self.record);
+            (record.pod_name(), record.token.clone())
+        };
         let watching = watch_pod(&ctx, &self.id, &name);
         let state = watching.pods().borrow().clone();
         let running = match &state {
@@ -543,7 +676,7 @@ fn pod_ip(pod: &Pod) -> Option<IpAddr> {
 }
 
 /// The limits as the workspace service reads them.
-fn limit_env(limits: &runner_workspace::WorkspaceLimits) -> Vec<(String, String)> {
+pub(crate) fn limit_env(limits: &runner_workspace::WorkspaceLimits) -> Vec<(String, String)> {
     [
         (
             "RUNNER_WORKSPACE_MAX_FILE_BYTES",
@@ -588,6 +721,41 @@ async fn wait_for_workspace(
     }
 }
 
+/// Starts the kernel of a pooled pod gone live: its launch file written
+/// through the workspace service, then the go-ahead typed into its app's
+/// terminal, which needs the attach (without one it would never start).
+async fn launch_pooled(
+    live: &Live,
+    env: &[(String, String)],
+    entry: &str,
+) -> Result<(), StartError> {
+    let Some((_, terminal)) = live.terminals.first().filter(|(_, t)| t.is_attached()) else {
+        return Err(StartError::new(
+            StartStage::Start,
+            "could not attach to the warm pod's app terminal to start the kernel",
+        ));
+    };
+    let launch = WorkspaceChangeSet {
+        write: vec![runner_core::watch_types::WorkspaceWrite {
+            path: LAUNCH_PATH.to_owned(),
+            content: watch_launch_file(env, entry),
+            encoding: None,
+        }],
+        delete: Vec::new(),
+    };
+    live.client.apply(&launch).await.map_err(|err| {
+        StartError::new(
+            StartStage::Start,
+            format!(
+                "could not start the kernel on its warm pod: {}",
+                err.message
+            ),
+        )
+    })?;
+    terminal.write_stdin(Bytes::from_static(GO_AHEAD));
+    Ok(())
+}
+
 /// Deletes the pod and waits (bounded) until the watch says it is gone.
 async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, watching: Watching) {
     if let Err(err) = delete_pod(&ctx.pods, name).await {
@@ -611,7 +779,7 @@ async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, watching: Watching
 async fn supervise(
     sink: SessionSink,
     mut pods: watch::Receiver<PodState>,
-    apps: Vec<AppSpec>,
+    apps: Vec<(AppSpec, String)>,
     teardown: CancellationToken,
     ours: Arc<AtomicBool>,
 ) {
@@ -647,17 +815,20 @@ async fn supervise(
     }
 }
 
-/// `app-<name>` containers that terminated, each reported once.
-fn note_ended_apps(sink: &SessionSink, pod: &Pod, apps: &[AppSpec], ended: &mut Vec<String>) {
+/// App containers (each app's, by the session's mapping) that terminated,
+/// each reported once.
+fn note_ended_apps(
+    sink: &SessionSink,
+    pod: &Pod,
+    apps: &[(AppSpec, String)],
+    ended: &mut Vec<String>,
+) {
     let statuses = pod
         .status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref());
     for status in statuses.into_iter().flatten() {
-        let Some(app) = apps
-            .iter()
-            .find(|app| app_container(&app.name) == status.name)
-        else {
+        let Some((app, _)) = apps.iter().find(|(_, container)| *container == status.name) else {
             continue;
         };
         let Some(terminated) = status.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
@@ -850,6 +1021,8 @@ pub async fn recover_suspended(
     };
     let mut kept = Vec::new();
     let mut known = Vec::new();
+    // The pod each kept session's record names.
+    let mut pod_names: Vec<String> = Vec::new();
     for (mut record, mut has_files) in listed {
         let id = record.spec.session_id.clone();
         known.push(id.clone());
@@ -857,7 +1030,8 @@ pub async fn recover_suspended(
             // Created by this runner since it booted: not a leftover.
             continue;
         }
-        let name = watch_pod_name(&id);
+        let name = record.pod_name();
+        pod_names.push(name.clone());
         let live = ctx
             .pod_watcher
             .pods()
@@ -919,7 +1093,9 @@ pub async fn recover_suspended(
             running,
         });
     }
-    // Watch pods without a record: nothing can resume them.
+    // Watch pods without a record, or not the pod their session's record
+    // names (a pooled pod claimed just before the runner ended, before the
+    // record said so): nothing can resume them.
     for pod in ctx.pod_watcher.pods() {
         let is_watch = pod
             .metadata
@@ -934,8 +1110,9 @@ pub async fn recover_suspended(
             .and_then(|l| l.get(crate::session_record::SESSION_ID_LABEL))
             .cloned()
             .unwrap_or_default();
-        if is_watch && !known.contains(&session) && !held(&session) {
-            let name = pod.metadata.name.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let stray = !known.contains(&session) || !pod_names.contains(&name);
+        if is_watch && stray && !held(&session) {
             info!(pod = %name, "deleting a watch pod without a session record");
             if let Err(err) = delete_pod(&ctx.pods, &name).await {
                 warn!(pod = %name, error = %err, "could not delete a leftover watch pod");

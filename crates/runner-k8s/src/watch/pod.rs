@@ -91,7 +91,7 @@ pub const AGENT_CONTAINER: &str = "agent";
 /// workspace is seeded once the pod runs), then become the kernel. Paths
 /// come through the environment, so nothing of the request reaches the
 /// shell line.
-const APP_SCRIPT: &str = r#"while [ ! -f "$TELO_ENTRY" ]; do sleep 0.2; done; exec telo run --watch --inspect "$TELO_INSPECT_ADDR" --no-open "$TELO_ENTRY""#;
+pub(crate) const APP_SCRIPT: &str = r#"while [ ! -f "$TELO_ENTRY" ]; do sleep 0.2; done; exec telo run --watch --inspect "$TELO_INSPECT_ADDR" --no-open "$TELO_ENTRY""#;
 
 /// The watch pod of `input`; the agent's env values go into `env_secret`.
 pub fn build_watch_pod(

@@ -9,6 +9,7 @@ pub mod relay;
 pub mod start_latency;
 pub mod start_output;
 pub mod warm_pool;
+pub mod watch_pool;
 pub mod watch_reload;
 pub mod watch_suspend;
 

@@ -289,7 +289,7 @@ async fn measure(
 
 /// Whether the session started on a warm pod (its progress says so), and
 /// when its `running` arrived.
-async fn warm_and_running(stack: &Stack, id: &str) -> anyhow::Result<(bool, u64)> {
+pub(crate) async fn warm_and_running(stack: &Stack, id: &str) -> anyhow::Result<(bool, u64)> {
     let mut sse = Sse::connect(stack, id).await?;
     let mut warm = false;
     while let Some(event) = sse.next().await? {
@@ -306,7 +306,7 @@ async fn warm_and_running(stack: &Stack, id: &str) -> anyhow::Result<(bool, u64)
 }
 
 /// When the session's first output arrived on its terminal.
-async fn first_output(stack: &Stack, id: &str) -> anyhow::Result<u64> {
+pub(crate) async fn first_output(stack: &Stack, id: &str) -> anyhow::Result<u64> {
     let mut io = Io::connect(stack, id).await?;
     loop {
         match io.next().await? {
