@@ -426,6 +426,8 @@ async fn no_warm_pod_shows_a_catalog_value_or_a_sessions_env() {
         assert!(tokio::time::Instant::now() < deadline, "no warm pod ran");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    // Running is not yet offered: the runner checks the pod first.
+    runner.until_warm_pods_ready(IMAGE, 1).await;
 
     let app = start_app(&runner, "pooled").await;
     let mut app_socket = runner.io(&app, "?lastSeq=0").await;

@@ -185,6 +185,26 @@ impl Runner {
         )
     }
 
+    /// Waits until the runner's pool of `image` has `ready` warm pods it
+    /// would hand a session (running is not enough: the runner checks a
+    /// pod's workspace service before it offers the pod).
+    pub async fn until_warm_pods_ready(&self, image: &str, ready: u64) {
+        let line = format!("telo_runner_warm_pods{{pool=\"{image}\",state=\"ready\"}} {ready}");
+        let deadline = tokio::time::Instant::now() + test_support::WAIT;
+        loop {
+            let (_, metrics) = self.get("/metrics").await;
+            let metrics = metrics.as_str().unwrap_or_default().to_owned();
+            if metrics.lines().any(|l| l.trim_end() == line) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never {ready} warm pods of {image} ready:\n{metrics}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         self.post_with(path, body, &[]).await
     }
