@@ -177,6 +177,7 @@ impl KubeBackend {
                         ttl_seconds: u32::try_from(limits.ttl_seconds).unwrap_or(u32::MAX),
                     },
                     workspace_image: config.workspace_image.clone(),
+                    warm_up_modules: config.warm_pool_modules.clone(),
                 },
                 &config.warm_pools,
                 config.warm_pool_surge,
