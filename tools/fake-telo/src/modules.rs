@@ -14,8 +14,12 @@
 //! modules exits 1 with its npm controllers installed all the same.
 //!
 //! fake-telo knows the modules the runner's tests use, each with the
-//! controllers and cold costs measured on the real kernel; a module it does
-//! not know has no controllers.
+//! controllers and cold costs measured on the real kernel: those are the
+//! modules its "image" ships, wherever it is said to keep them. Another
+//! module imported by path must be a directory (relative to the entry's),
+//! as the real kernel reads it from there, and has no controllers; one
+//! that is not there fails the start (`module not found`). An import from
+//! a registry (`…@<version>`, or a URL) is not checked.
 
 use std::path::Path;
 
@@ -109,8 +113,22 @@ fn push_unique(list: &mut Vec<Controller>, controller: Controller) {
     }
 }
 
-/// Reads `manifest`'s imports, resources and targets.
-pub fn analyse(manifest: &str) -> Result<Analysis, serde_yaml_ng::Error> {
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error("entry is not valid YAML")]
+    Yaml(#[from] serde_yaml_ng::Error),
+    #[error("module not found: {0}")]
+    ModuleNotFound(String),
+}
+
+/// Whether an import names a module on disk (not a registry or a URL).
+fn is_path(source: &str) -> bool {
+    !source.contains("://") && !source.contains('@')
+}
+
+/// Reads `manifest`'s imports, resources and targets; `base` is the
+/// directory relative imports start from (the entry's).
+pub fn analyse(manifest: &str, base: &Path) -> Result<Analysis, AnalysisError> {
     use serde::Deserialize;
     let mut documents = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(manifest) {
@@ -121,10 +139,15 @@ pub fn analyse(manifest: &str) -> Result<Analysis, serde_yaml_ng::Error> {
     for document in &documents {
         if let Some(imports) = document.get("imports").and_then(Value::as_mapping) {
             for (alias, source) in imports {
-                if let (Some(alias), Some(module)) =
-                    (alias.as_str(), source.as_str().and_then(module_of))
-                {
-                    aliases.push((alias.to_owned(), module));
+                let (Some(alias), Some(source)) = (alias.as_str(), source.as_str()) else {
+                    continue;
+                };
+                match module_of(source) {
+                    Some(module) => aliases.push((alias.to_owned(), module)),
+                    None if is_path(source) && !base.join(source).is_dir() => {
+                        return Err(AnalysisError::ModuleNotFound(source.to_owned()));
+                    }
+                    None => {}
                 }
             }
         }
@@ -205,7 +228,10 @@ value: {}
 
     #[test]
     fn imports_name_modules_and_resources_load_their_controllers() {
-        let analysis = analyse(WARM_UP).unwrap();
+        let base = tempfile::tempdir().unwrap();
+        std::fs::create_dir(base.path().join("sqlite")).unwrap();
+        let warm_up = WARM_UP.replace("/opt/telo/modules/sqlite", "./sqlite");
+        let analysis = analyse(&warm_up, base.path()).unwrap();
         assert_eq!(
             purls(&analysis.imported),
             [
@@ -222,11 +248,29 @@ value: {}
 
     #[test]
     fn a_module_imported_and_never_used_loads_nothing() {
-        let analysis =
-            analyse("kind: Telo.Application\nimports:\n  Http: \"std/http-server@0.28.0\"\n")
-                .unwrap();
+        let here = Path::new(".");
+        let analysis = analyse(
+            "kind: Telo.Application\nimports:\n  Http: \"std/http-server@0.28.0\"\n",
+            here,
+        )
+        .unwrap();
         assert_eq!(purls(&analysis.imported).len(), 1);
         assert!(analysis.used.is_empty());
-        assert_eq!(analyse("").unwrap(), Analysis::default());
+        assert_eq!(analyse("", here).unwrap(), Analysis::default());
+    }
+
+    #[test]
+    fn a_module_that_is_not_there_is_not_found() {
+        let error = analyse(
+            "imports:\n  X: \"/opt/telo/modules/no-such-module\"\n",
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "module not found: /opt/telo/modules/no-such-module"
+        );
+        // A registry import is the registry's business.
+        assert!(analyse("imports:\n  X: \"std/other@1.0.0\"\n", Path::new("/")).is_ok());
     }
 }

@@ -36,6 +36,12 @@ pub enum RunError {
         #[source]
         source: ScriptError,
     },
+    #[error("cannot load entry '{entry}'")]
+    Modules {
+        entry: String,
+        #[source]
+        source: modules::AnalysisError,
+    },
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error(transparent)]
@@ -89,9 +95,13 @@ pub fn module_controllers(entry: &str) -> Result<modules::Analysis, RunError> {
         entry: entry.to_owned(),
         source,
     })?;
-    modules::analyse(&manifest).map_err(|source| RunError::ParseEntry {
+    let base = std::path::Path::new(entry)
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    modules::analyse(&manifest, base).map_err(|source| RunError::Modules {
         entry: entry.to_owned(),
-        source: ScriptError::ParseYaml(source),
+        source,
     })
 }
 

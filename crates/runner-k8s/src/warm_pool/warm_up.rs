@@ -189,11 +189,12 @@ pub fn outcome_of(log: &str) -> Option<Outcome> {
     })
 }
 
-/// Whether `pod` was made with a warm-up.
+/// Whether `pod` was made with a warm-up, by its status (the pod watch
+/// keeps no spec).
 pub fn has_warm_up(pod: &Pod) -> bool {
-    pod.spec
+    pod.status
         .as_ref()
-        .and_then(|spec| spec.init_containers.as_ref())
+        .and_then(|status| status.init_container_statuses.as_ref())
         .is_some_and(|inits| inits.iter().any(|c| c.name == WARM_UP_CONTAINER))
 }
 
