@@ -50,6 +50,9 @@ pub const WARM_UP_CONTAINER: &str = "warm-up";
 pub const OUTCOME_PREFIX: &str = "telo-runner warm-up: ";
 /// Where the warm-up manifest is written, and removed from once done.
 const WARM_UP_DIR: &str = "telo-warm-up";
+/// The longest each of the warm-up's kernel runs may take (where the image
+/// has `timeout`): a hung one must not keep its pod from the pool for good.
+pub const STEP_TIMEOUT_SECONDS: u32 = 300;
 
 /// How a warm-up ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,8 +144,9 @@ pub fn script(modules: &[String]) -> String {
          mkdir -p \"$d\" && cat > \"$d/telo.yaml\" <<EOF || {{ say 'cold: cannot write the warm-up manifest'; exit 0; }}\n\
          {manifest}EOF\n\
          cd \"$d\" || {{ say 'cold: cannot enter the warm-up directory'; exit 0; }}\n\
-         telo install ./telo.yaml\n\
-         telo run ./telo.yaml </dev/null\n\
+         t=; if command -v timeout >/dev/null 2>&1; then t='timeout {STEP_TIMEOUT_SECONDS}'; fi\n\
+         $t telo install ./telo.yaml\n\
+         $t telo run ./telo.yaml </dev/null\n\
          rc=$?\n\
          cd / && rm -rf \"$d\"\n\
          if [ \"$rc\" -ne 0 ]; then say \"cold: the warm-up run exited $rc\"; exit 0; fi\n\
