@@ -745,6 +745,32 @@ def test_a_warm_pool_surge_reaches_the_runner(cluster):
 def test_without_warm_pools_no_surge_is_passed(cluster):
     cluster.install({"warmPool": {"surge": 2}})
     assert "RUNNER_WARM_POOL_SURGE" not in env_values(cluster)
+    assert "RUNNER_WARM_POOL_MODULES" not in env_values(cluster)
+
+
+def test_warm_pool_modules_reach_the_runner(cluster):
+    cluster.install({"warmPool": {"pools": {"telorun/node:latest-slim": 5}}})
+    assert env_values(cluster)["RUNNER_WARM_POOL_MODULES"] == "http-server,run,console,javascript"
+
+
+@pytest.mark.parametrize("modules,passed", [
+    (["http-server", "kv-store-memory"], "http-server,kv-store-memory"),
+    ([], "none"),
+])
+def test_warm_pool_modules_may_be_chosen_or_none(cluster, modules, passed):
+    cluster.install({"warmPool": {"pools": {"telorun/node:latest-slim": 5}, "modules": modules}})
+    assert env_values(cluster)["RUNNER_WARM_POOL_MODULES"] == passed
+
+
+@pytest.mark.parametrize("modules,message", [
+    ("http-server", "warmPool.modules must be a list of module names (got 'http-server')."),
+    (["Http-Server"], "warmPool.modules must list module names: lowercase letters and digits, words joined by single dashes (got 'Http-Server')."),
+    (["none"], "warmPool.modules must list module names: lowercase letters and digits, words joined by single dashes (got 'none')."),
+    (["run", "run"], "warmPool.modules must name each module once."),
+])
+def test_warm_pool_modules_that_are_not_module_names_are_refused(cluster, modules, message):
+    error = cluster.install_error({"warmPool": {"pools": {"telorun/node:latest-slim": 5}, "modules": modules}})
+    assert message in error
 
 
 @pytest.mark.parametrize("surge", [0, 101, 2.5, "two"])

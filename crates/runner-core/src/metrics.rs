@@ -75,6 +75,12 @@ struct WarmPodLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WarmUpLabels {
+    pool: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WarmStartLabels {
     pool: String,
     start: &'static str,
@@ -109,6 +115,7 @@ pub struct Metrics {
     watch_restarts: Family<WatchLabel, Counter>,
     warm_pods: Family<WarmPodLabels, Gauge>,
     warm_starts: Family<WarmStartLabels, Counter>,
+    warm_ups: Family<WarmUpLabels, Counter>,
     workspace_checkpoints: Family<OutcomeLabel, Counter>,
 }
 
@@ -120,6 +127,8 @@ pub struct WarmPoolGauges {
     pub starting: Gauge,
     warm: Counter,
     cold: Counter,
+    warmed_up: Counter,
+    offered_cold: Counter,
 }
 
 impl WarmPoolGauges {
@@ -130,6 +139,16 @@ impl WarmPoolGauges {
             self.warm.inc();
         } else {
             self.cold.inc();
+        }
+    }
+
+    /// A pod of this pool finished its kernel cache warm-up (`true`), or
+    /// failed it and is offered with a cold cache.
+    pub fn warm_up_done(&self, warm: bool) {
+        if warm {
+            self.warmed_up.inc();
+        } else {
+            self.offered_cold.inc();
         }
     }
 }
@@ -226,6 +245,12 @@ impl Metrics {
             "Run sessions of a pooled image, by whether they started on a warm pod or a new one",
             warm_starts.clone(),
         );
+        let warm_ups = Family::<WarmUpLabels, Counter>::default();
+        registry.register(
+            "warm_pool_warm_ups",
+            "Warm pods whose kernel cache warm-up ended, by outcome: warm, or cold (it failed, and the pod is offered with a cold cache)",
+            warm_ups.clone(),
+        );
         let workspace_checkpoints = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "workspace_checkpoints",
@@ -245,6 +270,7 @@ impl Metrics {
             watch_restarts,
             warm_pods,
             warm_starts,
+            warm_ups,
             workspace_checkpoints,
         }
     }
@@ -267,11 +293,21 @@ impl Metrics {
                 })
                 .clone()
         };
+        let warm_ups = |outcome| {
+            self.warm_ups
+                .get_or_create(&WarmUpLabels {
+                    pool: pool.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
         WarmPoolGauges {
             ready: pods("ready"),
             starting: pods("starting"),
             warm: starts("warm"),
             cold: starts("cold"),
+            warmed_up: warm_ups("warm"),
+            offered_cold: warm_ups("cold"),
         }
     }
 

@@ -168,6 +168,7 @@ impl KubeBackend {
                         resources: watch_resources.clone(),
                         workspace_limits: crate::watch::limit_env(&config.workspace_limits),
                     }),
+                    warm_up_modules: config.warm_pool_modules.clone(),
                 },
                 &config.warm_pools,
                 &config.watch_pools,

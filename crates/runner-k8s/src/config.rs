@@ -127,6 +127,10 @@ pub struct K8sConfig {
     /// `RUNNER_WARM_POOL_WATCH`: ready watch pods (one app, no agent) kept
     /// per kernel image.
     pub watch_pools: Vec<PoolSpec>,
+    /// `RUNNER_WARM_POOL_MODULES`: the standard modules whose controllers
+    /// a warm pod's kernel cache is warmed with before it is offered;
+    /// empty: no warm-up.
+    pub warm_pool_modules: Vec<String>,
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
@@ -301,6 +305,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     let warm_pools = load_warm_pools(env)?;
     let warm_pool_surge = load_warm_pool_surge(env)?;
     let watch_pools = load_watch_pools(env, core.watch.enabled)?;
+    let warm_pool_modules = load_warm_pool_modules(env)?;
     Ok(K8sConfig {
         core,
         display_name,
@@ -324,6 +329,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         warm_pools,
         warm_pool_surge,
         watch_pools,
+        warm_pool_modules,
     })
 }
 
@@ -415,6 +421,56 @@ fn load_warm_pool_surge(env: &Env) -> Result<usize, ConfigError> {
                 raw.unwrap_or_default(),
             )
         })
+}
+
+/// The modules a warm pod's kernel cache is warmed with by default: those
+/// the runner's own examples and the editor's templates import (an HTTP
+/// API, its handlers, the console, scripts). The runner cannot list what a
+/// kernel image ships without running it, and warming every module an
+/// image holds would install controllers (Rust ones need a toolchain) no
+/// session may use.
+pub const DEFAULT_WARM_POOL_MODULES: [&str; 4] = ["http-server", "run", "console", "javascript"];
+
+/// The most modules a warm-up imports.
+pub const MAX_WARM_POOL_MODULES: usize = 32;
+
+/// `RUNNER_WARM_POOL_MODULES`: `none` (no warm-up), or module names
+/// separated by commas; unset or empty, [`DEFAULT_WARM_POOL_MODULES`].
+fn load_warm_pool_modules(env: &Env) -> Result<Vec<String>, ConfigError> {
+    const VAR: &str = "RUNNER_WARM_POOL_MODULES";
+    let Some(raw) = env_string(env, VAR) else {
+        return Ok(DEFAULT_WARM_POOL_MODULES.map(str::to_owned).to_vec());
+    };
+    if raw.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    let refuse = || {
+        ConfigError::invalid(
+            VAR,
+            &format!(
+                "be none or a comma-separated list of at most {MAX_WARM_POOL_MODULES} module names (lowercase letters and digits, words joined by single dashes), each once"
+            ),
+            &raw,
+        )
+    };
+    let mut modules: Vec<String> = Vec::new();
+    for name in raw.split(',').map(str::trim) {
+        let valid = !name.is_empty()
+            && name.split('-').all(|word| {
+                !word.is_empty()
+                    && word
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            });
+        if !valid || name == "none" || modules.iter().any(|known| known == name) {
+            return Err(refuse());
+        }
+        modules.push(name.to_owned());
+    }
+    if modules.len() > MAX_WARM_POOL_MODULES {
+        return Err(refuse());
+    }
+    Ok(modules)
 }
 
 /// `RUNNER_SELF_URL`, trimmed and without trailing slashes. A value made only
@@ -759,6 +815,11 @@ pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
         name: "RUNNER_WARM_POOL_WATCH",
         default: "(unset)",
         description: "Warm pools of watch pods: `<image>=<count>` pairs like `RUNNER_WARM_POOL`; that many watch pods of one app and no agent are kept up and ready per kernel image, and a watch session of that shape and image claims one. Other shapes start cold and say why. Needs `RUNNER_WATCH_SESSIONS=true`. Counts 0 to 100.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_WARM_POOL_MODULES",
+        default: "http-server,run,console,javascript",
+        description: "Warm pools: the standard modules (names in the kernel image's `TELO_MODULES` directory, comma-separated) whose controllers a warm pod's kernel cache holds before the pod is offered: its `warm-up` init container runs `telo install` and `telo run` of a manifest importing them, so a session's kernel neither npm-installs nor builds them. `none`: no warm-up. A failed warm-up offers the pod with a cold cache (logged, and counted in `telo_runner_warm_pool_warm_ups_total`).",
     },
     EnvVarDoc {
         name: "RUNNER_WORKSPACE_IMAGE",

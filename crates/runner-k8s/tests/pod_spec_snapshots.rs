@@ -661,3 +661,64 @@ fn pooled_watch_pod() {
     );
     insta::assert_yaml_snapshot!(pod);
 }
+
+fn warm_pod(modules: &[&str]) -> Pod {
+    use runner_k8s::warm_pool::pod::{WarmPodInput, build_warm_pod};
+    let resources = run_limits();
+    let modules: Vec<String> = modules.iter().map(|m| (*m).to_owned()).collect();
+    build_warm_pod(
+        &settings(),
+        &WarmPodInput {
+            name: "telo-warm-abc234defghi",
+            image: "telorun/node:0-slim",
+            pull_policy: PullPolicy::Missing,
+            workspace_image: "ghcr.io/telorun/telo-runner:0",
+            token: "t",
+            resources: &resources,
+            modules: &modules,
+        },
+    )
+}
+
+#[test]
+fn warm_pod_with_its_kernel_cache_warm_up() {
+    insta::assert_yaml_snapshot!(warm_pod(&["http-server", "run", "console", "javascript"]));
+}
+
+#[test]
+fn warm_pod_without_a_warm_up() {
+    let pod = warm_pod(&[]);
+    assert_eq!(spec(&pod).init_containers, None);
+    insta::assert_yaml_snapshot!(pod);
+}
+
+/// The warm-up runs the kernel as the session will: the pod's kernel
+/// image, the session container's environment (its `TELO_CACHE_DIR`),
+/// volumes, limits and hardening.
+#[test]
+fn the_warm_up_runs_like_the_session_container_and_as_hardened() {
+    let pod = warm_pod(&["http-server"]);
+    let inits = spec(&pod).init_containers.as_ref().unwrap();
+    assert_eq!(inits.len(), 1);
+    let warm_up = &inits[0];
+    let session = spec(&pod)
+        .containers
+        .iter()
+        .find(|c| c.name == "session")
+        .unwrap();
+    assert_eq!(warm_up.name, "warm-up");
+    assert_eq!(warm_up.image, session.image);
+    assert_eq!(warm_up.env, session.env);
+    assert_eq!(warm_up.volume_mounts, session.volume_mounts);
+    assert_eq!(warm_up.working_dir, session.working_dir);
+    assert_eq!(warm_up.resources, session.resources);
+    assert_eq!(warm_up.security_context, session.security_context);
+    let security = warm_up.security_context.as_ref().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert!(
+        env_of(warm_up).contains(&("TELO_CACHE_DIR".to_owned(), "/telo-cache".to_owned())),
+        "{:?}",
+        env_of(warm_up)
+    );
+}

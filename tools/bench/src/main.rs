@@ -160,6 +160,12 @@ struct Args {
     /// warm-pool: `RUNNER_WARM_POOL_SURGE` (default: the runner's).
     #[arg(long)]
     surge: Option<usize>,
+    /// real-kernel (kubernetes): every session claims the pod of a warm
+    /// pool of one (`RUNNER_WARM_POOL`), waiting for it to be ready, whose
+    /// kernel cache is warmed with these modules (`RUNNER_WARM_POOL_MODULES`;
+    /// `none`: no warm-up).
+    #[arg(long)]
+    warm_pool_modules: Option<String>,
 }
 
 fn command_line(args: &Args, scenario: Scenario) -> String {
@@ -214,6 +220,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
     }
     if let Some(surge) = args.surge {
         cmd.push_str(&format!(" --surge {surge}"));
+    }
+    if let Some(modules) = &args.warm_pool_modules {
+        cmd.push_str(&format!(" --warm-pool-modules {modules}"));
     }
 
     if let Ok(nice) = std::env::var("BENCH_SIM_NICE") {
@@ -271,6 +280,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             pool_sizes: args.pool_sizes.clone(),
             runtime: args.runtime,
             surge: args.surge,
+            warm_pool_modules: args.warm_pool_modules.clone(),
         };
         let report = match scenario {
             Scenario::StartLatency => scenarios::start_latency::run(&ctx).await?,

@@ -272,16 +272,8 @@ impl Stack {
     }
 
     /// A stack whose sessions run `kernel` (a real Telo CLI) instead of
-    /// fake-telo, in a fresh work directory (local) or a fresh kube-sim.
-    pub async fn start_kernel(
-        bins: &Binaries,
-        backend: BackendKind,
-        kernel: &Path,
-    ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, &[], Workloads::Processes, kernel, &[]).await
-    }
-
-    /// [`Stack::start_kernel`] with more runner environment.
+    /// fake-telo, in a fresh work directory (local) or a fresh kube-sim,
+    /// with more runner environment.
     pub async fn start_kernel_with(
         bins: &Binaries,
         backend: BackendKind,

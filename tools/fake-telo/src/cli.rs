@@ -1,13 +1,16 @@
 //! The command line of the `telo` CLI, as far as the runners use it:
-//! `telo run [--inspect ADDR] [--no-open] [--watch] <entry>`.
+//! `telo run [--inspect ADDR] [--no-open] [--watch] <entry>`, and
+//! `telo install <paths..>` (the warm-up of a warm pod's kernel cache).
 
 use std::ffi::OsString;
 
-pub const USAGE: &str = "usage: fake-telo run [--inspect HOST:PORT] [--no-open] [--watch] <entry>\n       fake-telo --version";
+pub const USAGE: &str = "usage: fake-telo run [--inspect HOST:PORT] [--no-open] [--watch] <entry>\n       fake-telo install <paths..>\n       fake-telo --version";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Run(RunOptions),
+    /// `install <paths..>`: manifests (or directories holding `telo.yaml`).
+    Install(Vec<String>),
     Version,
     Help,
 }
@@ -69,6 +72,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageE
         Some("--version" | "-V") => Ok(Command::Version),
         Some("--help" | "-h") => Ok(Command::Help),
         Some("run") => parse_run(&args[1..]).map(Command::Run),
+        Some("install") => parse_install(&args[1..]).map(Command::Install),
         Some(_) => parse_run(&args).map(Command::Run),
     }
 }
@@ -131,6 +135,17 @@ fn parse_run(args: &[String]) -> Result<RunOptions, UsageError> {
         no_open,
         watch,
     })
+}
+
+/// `install`'s paths: at least one, no options.
+fn parse_install(args: &[String]) -> Result<Vec<String>, UsageError> {
+    if let Some(option) = args.iter().find(|arg| arg.starts_with('-') && *arg != "-") {
+        return Err(UsageError::UnknownOption(option.clone()));
+    }
+    if args.is_empty() {
+        return Err(UsageError::MissingEntry);
+    }
+    Ok(args.to_vec())
 }
 
 /// Accepts `HOST:PORT`, `[IPv6]:PORT` and a bare `PORT`.
@@ -270,6 +285,22 @@ mod tests {
         for (args, expected) in cases {
             assert_eq!(parse_strs(args).as_ref(), Err(expected), "args {args:?}");
         }
+    }
+
+    #[test]
+    fn install_takes_one_or_more_paths() {
+        assert_eq!(
+            parse_strs(&["install", "a.yaml", "dir"]),
+            Ok(Command::Install(vec![
+                "a.yaml".to_owned(),
+                "dir".to_owned()
+            ]))
+        );
+        assert_eq!(parse_strs(&["install"]), Err(UsageError::MissingEntry));
+        assert_eq!(
+            parse_strs(&["install", "--watch", "a.yaml"]),
+            Err(UsageError::UnknownOption("--watch".to_owned()))
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod http;
 mod lifetime;
 mod listen;
 mod live_stream;
+mod modules;
 mod net;
 mod output;
 mod run;
@@ -47,6 +48,13 @@ fn main() -> ExitCode {
             output::stdout_line(cli::USAGE);
             ExitCode::SUCCESS
         }
+        Command::Install(paths) => match run::install(&paths) {
+            Ok(code) => ExitCode::from(code),
+            Err(error) => {
+                output::stderr_line(&format!("fake-telo: {}", output::error_chain(&error)));
+                ExitCode::from(EXIT_FAILURE)
+            }
+        },
         Command::Run(options) => match run_entry(&options) {
             Ok(code) => ExitCode::from(code),
             Err(error) => {

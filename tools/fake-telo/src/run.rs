@@ -15,6 +15,7 @@ use crate::controllers;
 use crate::debug_stream;
 use crate::lifetime::{Ending, Lifetime};
 use crate::listen;
+use crate::modules;
 use crate::net::{self, BindError};
 use crate::output;
 use crate::script::{self, Script, ScriptError};
@@ -35,6 +36,12 @@ pub enum RunError {
         #[source]
         source: ScriptError,
     },
+    #[error("cannot load entry '{entry}'")]
+    Modules {
+        entry: String,
+        #[source]
+        source: modules::AnalysisError,
+    },
     #[error(transparent)]
     Bind(#[from] BindError),
     #[error(transparent)]
@@ -53,6 +60,10 @@ pub const ECHO_EXIT_LINE: &[u8] = b"exit";
 /// Runs the entry once and returns the exit code of a normal end.
 pub fn run(options: &RunOptions) -> Result<u8, RunError> {
     let Some(script) = load_script(&options.entry)? else {
+        controllers::load(
+            std::path::Path::new(&options.entry),
+            &module_controllers(&options.entry)?.used,
+        )?;
         output::stdout_line(&format!("fake-telo: ran {}", options.entry));
         return Ok(0);
     };
@@ -76,6 +87,51 @@ pub fn run(options: &RunOptions) -> Result<u8, RunError> {
         }
     }
     Ok(script.exit_code)
+}
+
+/// What the entry imports and uses of the standard modules.
+pub fn module_controllers(entry: &str) -> Result<modules::Analysis, RunError> {
+    let manifest = fs::read_to_string(entry).map_err(|source| RunError::ReadEntry {
+        entry: entry.to_owned(),
+        source,
+    })?;
+    let base = std::path::Path::new(entry)
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    modules::analyse(&manifest, base).map_err(|source| RunError::Modules {
+        entry: entry.to_owned(),
+        source,
+    })
+}
+
+/// `install <paths..>`, as the real kernel's: every `pkg:npm` controller
+/// of every module the manifests import is installed into the kernel
+/// cache; a source-built one cannot be fetched ("bundle not found": it is
+/// built at run time), is reported and makes the exit 1. Then a summary
+/// line, `<n> failed, <m> installed in <x.x>s`.
+pub fn install(paths: &[String]) -> Result<u8, RunError> {
+    let started = Instant::now();
+    let (mut failed, mut installed) = (0_usize, 0_usize);
+    for path in paths {
+        let entry = modules::entry_file(path);
+        let entry_text = entry.to_string_lossy().into_owned();
+        for controller in module_controllers(&entry_text)?.imported {
+            if controller.work == controllers::Work::NpmInstall {
+                controllers::load(&entry, std::slice::from_ref(&controller))?;
+                installed += 1;
+            } else {
+                output::stdout_line(&format!("  ✗  {}", controller.purl));
+                output::stdout_line("       pkg:telo controller bundle not found");
+                failed += 1;
+            }
+        }
+    }
+    output::stdout_line(&format!(
+        "{failed} failed, {installed} installed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(u8::from(failed > 0))
 }
 
 /// Reads the entry and finds its script; `None` for a manifest without one.
@@ -109,7 +165,13 @@ pub(crate) fn print_start_lines(script: &Script) {
 
 /// The start output, in the order the README documents.
 fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
-    controllers::load(std::path::Path::new(&options.entry), &script.controllers)?;
+    let mut loaded = script.controllers.clone();
+    for controller in module_controllers(&options.entry)?.used {
+        if !loaded.iter().any(|c| c.purl == controller.purl) {
+            loaded.push(controller);
+        }
+    }
+    controllers::load(std::path::Path::new(&options.entry), &loaded)?;
     print_start_lines(script);
     if script.print_size {
         terminal::print_size_and_follow_resizes().map_err(|source| RunError::Start {

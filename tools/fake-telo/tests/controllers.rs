@@ -154,3 +154,88 @@ fn copy_dir(from: &Path, to: &Path) {
         .unwrap();
     assert!(status.success());
 }
+
+/// What a warm pod's warm-up runs, as the real kernel (0.81) behaves:
+/// `install` npm-installs the imported modules' `pkg:npm` controllers and
+/// exits 1 over the source-built ones; a `run` of a manifest declaring
+/// resources builds theirs; an application using the same modules then
+/// loads every controller from the cache.
+#[test]
+fn install_then_a_run_of_the_warm_up_leaves_an_application_nothing_to_do() {
+    let fake_telo = env!("CARGO_BIN_EXE_fake-telo");
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let warm_up = dir.path().join("warm-up");
+    std::fs::create_dir(&warm_up).unwrap();
+    let imports = "imports:\n  Http: \"/opt/telo/modules/http-server\"\n  \
+                   Run: \"/opt/telo/modules/run\"\n  Console: \"/opt/telo/modules/console\"\n";
+    std::fs::write(
+        warm_up.join("telo.yaml"),
+        format!(
+            "kind: Telo.Application\nmetadata: {{ name: WarmUp }}\n{imports}\
+             targets:\n  - invoke: !ref Console.writeLine\n  - invoke: !ref v\n---\n\
+             kind: Run.Value\nmetadata: {{ name: v }}\nvalue: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let install = Command::new(fake_telo)
+        .args(["install", "./telo.yaml"])
+        .current_dir(&warm_up)
+        .env("TELO_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&install.stdout);
+    assert_eq!(install.status.code(), Some(1), "{install:?}");
+    assert!(said.contains("2 failed, 1 installed in "), "{said:?}");
+    assert_eq!(cache_files(&cache).len(), 1, "{:?}", cache_files(&cache));
+    assert!(cache_files(&cache)[0].starts_with("npm/"));
+
+    let app = dir.path().join("app");
+    std::fs::create_dir(&app).unwrap();
+    std::fs::write(
+        app.join("app.yaml"),
+        format!(
+            "kind: Telo.Application\nmetadata: {{ name: Hello }}\n{imports}---\n\
+             kind: Http.Server\nmetadata: {{ name: s }}\n---\n\
+             kind: Run.Value\nmetadata: {{ name: hello }}\nvalue: {{}}\n"
+        ),
+    )
+    .unwrap();
+    let cache_var = cache.to_str().unwrap();
+    // The application alone after the install: its Value is built.
+    let after_install = run_in(&app, &[("TELO_CACHE_DIR", cache_var)], true);
+    assert!(
+        after_install.contains("⬇ telo:local/js#Value source-build…")
+            && !after_install.contains("npm-install"),
+        "{after_install:?}"
+    );
+    std::fs::remove_dir_all(cache.join("controller-src")).unwrap();
+
+    let run = Command::new("script")
+        .args(["-qec", &format!("{fake_telo} run ./telo.yaml"), "/dev/null"])
+        .current_dir(&warm_up)
+        .env("TELO_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    let ran = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        ran.contains("⬇ telo:local/js#WritelineController source-build…")
+            && ran.contains("⬇ telo:local/js#Value source-build…")
+            && !ran.contains("npm-install"),
+        "{ran:?}"
+    );
+    let warm = run_in(&app, &[("TELO_CACHE_DIR", cache_var)], true);
+    assert!(!warm.contains('⬇'), "{warm:?}");
+
+    // And with no warm-up at all, the application does the work.
+    let cold = run_in(
+        &app,
+        &[("TELO_CACHE_DIR", dir.path().join("fresh").to_str().unwrap())],
+        true,
+    );
+    assert!(
+        cold.contains("npm-install…") && cold.contains("source-build…"),
+        "{cold:?}"
+    );
+}

@@ -98,6 +98,10 @@ fn only_the_self_url_is_required_and_everything_else_has_its_default() {
     assert_eq!(config.orphan_policy, OrphanPolicy::Adopt);
     assert_eq!(config.start_deadline, Duration::from_secs(120));
     assert_eq!(config.warm_pool_surge, DEFAULT_WARM_POOL_SURGE);
+    assert_eq!(
+        config.warm_pool_modules,
+        ["http-server", "run", "console", "javascript"]
+    );
 }
 
 #[test]
@@ -138,6 +142,10 @@ fn every_variable_overrides_its_default() {
         ("RUNNER_ORPHAN_POLICY", "reap"),
         ("RUNNER_START_DEADLINE_SECONDS", "30"),
         ("RUNNER_WARM_POOL_SURGE", " 7 "),
+        (
+            "RUNNER_WARM_POOL_MODULES",
+            " http-server , kv-store-memory,s3 ",
+        ),
         ("RUNNER_TELO_IMAGE_REPOSITORY", " registry.lab/telo "),
         ("RUNNER_TELO_IMAGE_VARIANT", "bookworm"),
         ("RUNNER_TELO_UNRELEASED_IMAGE", "registry.lab/telo:dev"),
@@ -154,6 +162,10 @@ fn every_variable_overrides_its_default() {
         }
     );
     assert_eq!(config.core.port, 9000);
+    assert_eq!(
+        config.warm_pool_modules,
+        ["http-server", "kv-store-memory", "s3"]
+    );
     assert_eq!(config.display_name, "Cluster");
     assert_eq!(config.description, "Runs in the lab");
     assert_eq!(config.session_namespace, "lab");
@@ -712,4 +724,35 @@ fn the_documentation_table_names_each_variable_once() {
     ] {
         assert!(names.contains(&name), "{name} is undocumented");
     }
+}
+
+#[rstest]
+#[case("none", &[])]
+#[case(" none ", &[])]
+#[case("", &["http-server", "run", "console", "javascript"])]
+#[case("  ", &["http-server", "run", "console", "javascript"])]
+#[case("run", &["run"])]
+fn warm_pool_modules_may_be_none_or_the_default(#[case] raw: &str, #[case] expected: &[&str]) {
+    let config = load(&[("RUNNER_WARM_POOL_MODULES", raw)]).unwrap();
+    assert_eq!(config.warm_pool_modules, expected);
+}
+
+#[rstest]
+#[case("http-server,,run")]
+#[case("run,run")]
+#[case("Http-Server")]
+#[case("http_server")]
+#[case("-run")]
+#[case("run-")]
+#[case("http--server")]
+#[case("../etc")]
+#[case("none,run")]
+#[case("a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,a1,b1,c1,d1,e1,f1,g1")]
+fn warm_pool_modules_that_are_not_module_names_are_refused(#[case] raw: &str) {
+    assert_eq!(
+        error(&[("RUNNER_WARM_POOL_MODULES", raw)]),
+        format!(
+            "RUNNER_WARM_POOL_MODULES must be none or a comma-separated list of at most 32 module names (lowercase letters and digits, words joined by single dashes), each once, got '{raw}'."
+        )
+    );
 }

@@ -30,6 +30,7 @@
 //!   and a watch pool of one image never share a pod.
 
 pub mod pod;
+pub mod warm_up;
 pub mod watch_pods;
 
 pub use crate::config::PoolSpec;
@@ -86,6 +87,9 @@ pub struct Shared {
     /// What a watch pool's pods are made with (`None`: watch sessions are
     /// off, and there is no watch pool).
     pub watch: Option<watch_pods::WatchPoolShared>,
+    /// `RUNNER_WARM_POOL_MODULES`: what a warm pod's kernel cache is
+    /// warmed with; empty, no warm-up.
+    pub warm_up_modules: Vec<String>,
 }
 
 /// The pools of one runner.
@@ -611,7 +615,7 @@ async fn keep_filled(
 /// answers) and then ready. Whether a running pod did not answer yet.
 async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
     let drop_ended: Vec<String>;
-    let unchecked: Vec<(String, IpAddr)> = {
+    let unchecked: Vec<(String, IpAddr, bool)> = {
         let mut state = lock(&pool.state);
         publish_counts(pool, &state, pods);
         state.creating.retain(|name| !pods.contains_key(name));
@@ -643,7 +647,7 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
             .filter(|(name, pod)| {
                 is_running(pod) && !state.ready.contains(name) && !state.busy.contains(*name)
             })
-            .filter_map(|(name, pod)| Some((name.clone(), pod_ip(pod)?)))
+            .filter_map(|(name, pod)| Some((name.clone(), pod_ip(pod)?, warm_up::has_warm_up(pod))))
             .collect()
     };
     for name in drop_ended {
@@ -654,7 +658,7 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
         }
     }
     let mut unanswered = false;
-    for (name, ip) in unchecked {
+    for (name, ip, warmed) in unchecked {
         let known = lock(&pool.state).tokens.get(&name).cloned();
         let token = match known {
             Some(token) => token,
@@ -679,6 +683,9 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
             token,
         );
         if client.health().await {
+            if warmed {
+                note_warm_up(shared, pool, &name).await;
+            }
             let mut state = lock(&pool.state);
             if !state.ready.contains(&name) {
                 state.ready.push(name);
@@ -689,6 +696,28 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
         }
     }
     unanswered
+}
+
+/// Logs and counts how pod `name`'s kernel cache warm-up ended, as it
+/// becomes ready (once): a failed one offers the pod with a cold cache.
+async fn note_warm_up(shared: &Shared, pool: &Pool, name: &str) {
+    match warm_up::read_outcome(&shared.ctx.pods, name).await {
+        Ok(Some(warm_up::Outcome::Warm)) => {
+            debug!(pool = %pool.image, pod = %name, "a warm pod's kernel cache is warm");
+            pool.metrics.warm_up_done(true);
+        }
+        Ok(Some(warm_up::Outcome::Cold(reason))) => {
+            warn!(pool = %pool.image, pod = %name, %reason, "a warm pod's kernel cache warm-up failed: the pod is offered with a cold cache");
+            pool.metrics.warm_up_done(false);
+        }
+        Ok(None) => {
+            warn!(pool = %pool.image, pod = %name, "a warm pod's kernel cache warm-up said nothing: the pod is offered with a cold cache");
+            pool.metrics.warm_up_done(false);
+        }
+        Err(reason) => {
+            debug!(pool = %pool.image, pod = %name, %reason, "could not read how a warm pod's warm-up ended");
+        }
+    }
 }
 
 /// The pool's gauges: ready pods, and the rest it holds or is creating.
@@ -762,6 +791,7 @@ async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), Create
                     workspace_image: &shared.workspace_image,
                     token: &token,
                     resources: &shared.resources,
+                    modules: &shared.warm_up_modules,
                 },
             ),
         };

@@ -5,6 +5,9 @@
 //! is how the runner hands it over: the bundle into `/app`, then the launch
 //! file the waiting shell runs.
 //!
+//! Before either runs, its `warm-up` init container fills the pod's kernel
+//! cache (see [`super::warm_up`]).
+//!
 //! Before a claim the pod has no session id, no session record and no
 //! deadline; a claim adds all three in one conditional write.
 
@@ -123,6 +126,9 @@ pub struct WarmPodInput<'a> {
     pub token: &'a str,
     /// A run session's limits; the deadline is set by the claim.
     pub resources: &'a Resources,
+    /// The modules its kernel cache is warmed with before it runs
+    /// (`RUNNER_WARM_POOL_MODULES`); empty: no warm-up.
+    pub modules: &'a [String],
 }
 
 pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
@@ -192,6 +198,14 @@ pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
             image_pull_secrets: image_pull_secrets(settings),
             runtime_class_name: settings.runtime_class.clone(),
             security_context: Some(non_root_pod_security()),
+            init_containers: (!input.modules.is_empty()).then(|| {
+                vec![super::warm_up::container(
+                    input.image,
+                    input.pull_policy,
+                    input.resources,
+                    input.modules,
+                )]
+            }),
             containers: vec![session, workspace],
             volumes: Some(run_session_volumes()),
             ..PodSpec::default()

@@ -54,6 +54,8 @@ pub struct Ctx {
     pub runtime: warm_pool::SimRuntime,
     /// warm-pool: the pools' surge (`None`: the runner's default).
     pub surge: Option<usize>,
+    /// real-kernel: sessions on warm pods warmed with these modules.
+    pub warm_pool_modules: Option<String>,
 }
 
 impl Ctx {

@@ -246,15 +246,31 @@ async fn measure_app(
 ) -> anyhow::Result<(Figures, Figures)> {
     let mut cold_figures = Figures::default();
     let mut warm_figures = Figures::default();
+    // Sessions on the warm pod of a pool of one, when asked.
+    let pooled = ctx
+        .warm_pool_modules
+        .as_ref()
+        .filter(|_| ctx.backend == BackendKind::Kubernetes);
+    let pool_env: Vec<(&str, String)> = pooled
+        .map(|modules| {
+            vec![
+                ("RUNNER_WARM_POOL", format!("{}=1", image(ctx.backend))),
+                ("RUNNER_WARM_POOL_MODULES", modules.clone()),
+            ]
+        })
+        .unwrap_or_default();
     for sample in 1..=cold {
-        let stack = Stack::start_kernel(&ctx.bins, ctx.backend, &kernel.telo).await?;
+        let stack =
+            Stack::start_kernel_with(&ctx.bins, ctx.backend, &pool_env, &kernel.telo).await?;
         let sessions = async {
+            until_pod(&stack, ctx.backend, pooled.is_some()).await?;
             let first = session(&stack, ctx.backend, app, files, ctx.inspect)
                 .await
                 .with_context(|| format!("cold session {sample}"))?;
             cold_figures.add(&first);
             if sample == cold {
                 for n in 1..=warm {
+                    until_pod(&stack, ctx.backend, pooled.is_some()).await?;
                     let next = session(&stack, ctx.backend, app, files, ctx.inspect)
                         .await
                         .with_context(|| format!("warm session {n}"))?;
@@ -269,6 +285,14 @@ async fn measure_app(
         stopped?;
     }
     Ok((cold_figures, warm_figures))
+}
+
+/// With a pool (`pooled`), waits for its pod to be ready to claim.
+async fn until_pod(stack: &Stack, backend: BackendKind, pooled: bool) -> anyhow::Result<()> {
+    if pooled {
+        crate::scenarios::warm_pool::until_ready(stack, image(backend), 1).await?;
+    }
+    Ok(())
 }
 
 /// One session of `app` from POST to its end (exit, or stop by DELETE).

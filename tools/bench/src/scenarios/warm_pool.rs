@@ -318,7 +318,7 @@ pub(crate) async fn first_output(stack: &Stack, id: &str) -> anyhow::Result<u64>
 }
 
 /// Waits until the runner reports `size` warm pods of `image` ready.
-async fn until_ready(stack: &Stack, image: &str, size: usize) -> anyhow::Result<()> {
+pub(crate) async fn until_ready(stack: &Stack, image: &str, size: usize) -> anyhow::Result<()> {
     let line = format!("telo_runner_warm_pods{{pool=\"{image}\",state=\"ready\"}} {size}");
     let deadline = Instant::now() + FILL_WAIT;
     loop {

@@ -15,7 +15,14 @@ impl Kubelet {
         let container_dir = ctx.sandbox.join("containers").join(&c.name);
         let _ = tokio::fs::create_dir_all(&container_dir).await;
         let mounts = container_mounts(ctx, c).await;
-        let env = self.resolve_env(w, ctx, c, &mounts, &container_dir)?;
+        let mut env = self.resolve_env(w, ctx, c, &mounts, &container_dir)?;
+        if matches!(
+            behaviour,
+            ImageBehaviour::FakeTelo | ImageBehaviour::FakeTeloEntry(_)
+        ) && !env.iter().any(|(name, _)| name == MODULES_VAR)
+        {
+            env.push((MODULES_VAR.to_owned(), kernel_modules_dir()));
+        }
         let cwd = working_dir(c, &mounts, &container_dir).await;
         // `command` and `args` see `$(VAR)` expanded from the variables the
         // container declares (not the ones kube-sim adds for a process, such
@@ -101,6 +108,21 @@ impl Kubelet {
             _ => generic(&argv),
         })
     }
+}
+
+/// Where a kernel image keeps its standard modules, in its environment
+/// (`ENV TELO_MODULES=…`): manifests import them by that path.
+pub const MODULES_VAR: &str = "TELO_MODULES";
+
+/// A kernel image's [`MODULES_VAR`]: kube-sim's own when set (the real
+/// kernel's layout, whose modules are on this host), else where an image
+/// would keep them (fake-telo knows its modules by name, wherever they
+/// are).
+fn kernel_modules_dir() -> String {
+    std::env::var(MODULES_VAR)
+        .ok()
+        .filter(|dir| !dir.is_empty())
+        .unwrap_or_else(|| "/opt/telo/modules".to_owned())
 }
 
 /// The container's `volumeMounts` as host directories in the pod's sandbox
