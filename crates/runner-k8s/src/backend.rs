@@ -41,7 +41,7 @@ use crate::session_record::{SessionKind, SessionRecord, record_annotations};
 use crate::telo_images::TeloPins;
 use crate::warm_pool::pod::{GO_AHEAD, LAUNCH_FILE, launch_file};
 use crate::warm_pool::watch_pods::{WatchPoolShared, create_pod_giving_way};
-use crate::warm_pool::{Shared as WarmShared, WarmPools};
+use crate::warm_pool::{Shared as WarmShared, Starting, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
 use runner_api::types::RunPhase;
@@ -328,6 +328,72 @@ impl KubeBackend {
         Ok(Some(session))
     }
 
+    /// A run or app session's start, on a claimed warm pod or a new pod.
+    async fn start_run(
+        &self,
+        spec: StartSpec,
+        sink: &SessionSink,
+    ) -> Result<Arc<dyn BackendSession>, StartError> {
+        if let Some(pools) = &self.warm
+            && let Some((image, pull_policy)) = self.kernel_image(&spec)
+            && pools.serves(&image, pull_policy)
+        {
+            // Checked before a pod is claimed: a bundle that starts cold
+            // starts cold rather than failing on (and losing) a warm pod.
+            let too_large = crate::warm_pool::bundle_exceeds_warm_pod(&spec.bundle);
+            if too_large.is_none()
+                && let Some(session) = self.start_warm(pools, &spec, &image, sink).await?
+            {
+                pools.count_start(&image, true);
+                return Ok(session);
+            }
+            pools.count_start(&image, false);
+            let message = match too_large {
+                Some(reason) => format!("{reason}: starting a new pod"),
+                None => "No warm pod is ready: starting a new pod".to_owned(),
+            };
+            sink.progress(RunPhase::Provision, &message, None);
+        }
+        let (pod, env_secret, pins) = self.build_pod(&spec)?;
+        let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
+        let pod_name = crate::session_record::pod_name(&spec.session_id);
+        let created = self
+            .ctx
+            .env_secrets
+            .create_pod(&env_secret, &spec.session_id, &pod_name, || {
+                self.create_pod(&pod)
+            })
+            .await;
+        if let Err(err) = created {
+            self.ctx.bundles.drop_bundle(&spec.session_id);
+            return Err(err.into_start_error());
+        }
+        let shape = SessionShape {
+            session_id: spec.session_id.clone(),
+            pod_name,
+            ports: spec.ports.clone(),
+            inspect: spec.inspect && !spec.self_contained(),
+            memory_limit: self.resources(spec.self_contained()).memory,
+        };
+        Ok(bring_up(self.ctx.clone(), shape, sink.clone(), watching).await?)
+    }
+
+    /// Keeps the pools still until the session just started has been
+    /// announced `running` (its kernel started) or ended, at most
+    /// [`KERNEL_START_HOLD`]: the pod runs well before its kernel has
+    /// loaded the application, and a refill pod's start (its own kernel
+    /// warm-up included) would compete with that kernel for the node.
+    fn hold_pools_until_announced(&self, starting: Option<Starting>, sink: &SessionSink) {
+        let Some(starting) = starting else {
+            return;
+        };
+        let sink = sink.clone();
+        self.tasks.spawn(async move {
+            let _starting = starting;
+            let _ = tokio::time::timeout(KERNEL_START_HOLD, sink.announced()).await;
+        });
+    }
+
     /// Creates a session pod. When the namespace's quota refuses it and a
     /// warm pod can give way, the pool shrinks by one and the create is
     /// tried again (a session asked for; a warm pod only might be).
@@ -537,51 +603,12 @@ impl Backend for KubeBackend {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
-        // Held until the session runs on its pod, claimed or new (or its
-        // start failed): the pools wait.
-        let _starting = self.warm.as_ref().map(|pools| pools.starting());
-        if let Some(pools) = &self.warm
-            && let Some((image, pull_policy)) = self.kernel_image(&spec)
-            && pools.serves(&image, pull_policy)
-        {
-            // Checked before a pod is claimed: a bundle that starts cold
-            // starts cold rather than failing on (and losing) a warm pod.
-            let too_large = crate::warm_pool::bundle_exceeds_warm_pod(&spec.bundle);
-            if too_large.is_none()
-                && let Some(session) = self.start_warm(pools, &spec, &image, &sink).await?
-            {
-                pools.count_start(&image, true);
-                return Ok(session);
-            }
-            pools.count_start(&image, false);
-            let message = match too_large {
-                Some(reason) => format!("{reason}: starting a new pod"),
-                None => "No warm pod is ready: starting a new pod".to_owned(),
-            };
-            sink.progress(RunPhase::Provision, &message, None);
+        let starting = self.warm.as_ref().map(|pools| pools.starting());
+        let started = self.start_run(spec, &sink).await;
+        if started.is_ok() {
+            self.hold_pools_until_announced(starting, &sink);
         }
-        let (pod, env_secret, pins) = self.build_pod(&spec)?;
-        let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
-        let pod_name = crate::session_record::pod_name(&spec.session_id);
-        let created = self
-            .ctx
-            .env_secrets
-            .create_pod(&env_secret, &spec.session_id, &pod_name, || {
-                self.create_pod(&pod)
-            })
-            .await;
-        if let Err(err) = created {
-            self.ctx.bundles.drop_bundle(&spec.session_id);
-            return Err(err.into_start_error());
-        }
-        let shape = SessionShape {
-            session_id: spec.session_id.clone(),
-            pod_name,
-            ports: spec.ports.clone(),
-            inspect: spec.inspect && !spec.self_contained(),
-            memory_limit: self.resources(spec.self_contained()).memory,
-        };
-        Ok(bring_up(self.ctx.clone(), shape, sink, watching).await?)
+        started
     }
 
     async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
@@ -633,9 +660,10 @@ impl Backend for KubeBackend {
                 "watch sessions are not enabled on this runner (RUNNER_WATCH_SESSIONS)",
             ));
         };
-        // A watch pod is a cold start someone waits for, like any other.
-        let _starting = self.warm.as_ref().map(|pools| pools.starting());
-        let started = crate::watch::start(watch.clone(), spec, start, sink).await?;
+        // A watch pod is a start someone waits for, like any other.
+        let starting = self.warm.as_ref().map(|pools| pools.starting());
+        let started = crate::watch::start(watch.clone(), spec, start, sink.clone()).await?;
+        self.hold_pools_until_announced(starting, &sink);
         Ok(started)
     }
 
@@ -686,3 +714,8 @@ const WORKSPACE_POOL_IDLE: Duration =
     Duration::from_secs(runner_core::config::DEFAULT_HEADER_TIMEOUT_SECONDS / 2);
 
 const TASKS_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest the pools stay still for one session's kernel start after
+/// its pod runs: a cold real kernel installing an npm controller takes a
+/// few seconds; a session that says nothing is announced after 3 s (10 s
+/// with `inspect`).
+const KERNEL_START_HOLD: Duration = Duration::from_secs(10);

@@ -313,6 +313,21 @@ impl SessionSink {
         });
     }
 
+    /// Resolves once clients have been told the session runs (its kernel
+    /// started: the start gate opened) or once it ended.
+    pub async fn announced(&self) {
+        let mut events = self.session.watch_events();
+        loop {
+            let status = self.session.status();
+            if matches!(status, RunStatus::Running { .. }) || status.is_terminal() {
+                return;
+            }
+            if events.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     pub fn is_user_stopped(&self) -> bool {
         self.session.is_user_stopped()
     }

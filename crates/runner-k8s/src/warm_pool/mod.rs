@@ -13,10 +13,12 @@
 //!   pod watch and creates pods up to the pool's size; a pod counts from its
 //!   create until it leaves the pool. At most `RUNNER_WARM_POOL_SURGE` pods
 //!   of a pool are starting (created, not ready) at once. Nothing is
-//!   created while any session is starting, warm or cold, nor for
-//!   [`REPLENISH_DELAY`] after the last one: a burst is served from the
-//!   pool and its cold starts never compete with a refill. An idle pod
-//!   that stopped is replaced.
+//!   created while any session is starting, warm or cold — until its
+//!   kernel has been announced `running`, not only its pod (at most 10 s
+//!   after the pod runs) — nor for [`REPLENISH_DELAY`] after the last one:
+//!   a burst is served from the pool, and neither its cold starts nor its
+//!   kernels' loads compete with a refill (whose pods warm their own
+//!   kernel caches). An idle pod that stopped is replaced.
 //! - **Quota.** Warm pods count against the namespace's quota like any pod.
 //!   A full quota stops the refill (the pool holds what it has, said once
 //!   in the log) and, when a cold start is refused by the quota, one idle
