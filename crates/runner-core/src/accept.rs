@@ -23,7 +23,6 @@ mod table;
 
 use crate::client_addr::TrustedProxies;
 use crate::config::ConnectionLimits;
-use table::{Refused, Table, Ticket, Watched};
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode, header};
@@ -32,6 +31,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;

@@ -29,7 +29,11 @@ impl TrustedProxies {
             return Ok(Self::default());
         };
         let mut nets = Vec::new();
-        for entry in raw.split(',').map(js_trim).filter(|entry| !entry.is_empty()) {
+        for entry in raw
+            .split(',')
+            .map(js_trim)
+            .filter(|entry| !entry.is_empty())
+        {
             let net = IpNet::from_str(entry)
                 .ok()
                 .or_else(|| IpAddr::from_str(entry).ok().map(IpNet::from))
@@ -108,7 +112,9 @@ fn parse_hop(hop: &str) -> Option<IpAddr> {
         return Some(addr.ip().to_canonical());
     }
     let bracketed = hop.strip_prefix('[')?.strip_suffix(']')?;
-    IpAddr::from_str(bracketed).ok().map(|addr| addr.to_canonical())
+    IpAddr::from_str(bracketed)
+        .ok()
+        .map(|addr| addr.to_canonical())
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use runner_api::types::RunnerTerms;
 use std::time::Duration;
 
 use crate::apps::{AppCatalog, load_apps};
-use crate::client_addr::{TRUSTED_PROXIES_VAR, TrustedProxies};
 use crate::auth::{AuthTokens, load_auth_tokens};
+use crate::client_addr::{TRUSTED_PROXIES_VAR, TrustedProxies};
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
 
@@ -208,9 +208,7 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
     )?;
     let max_connections_per_client = var("RUNNER_MAX_CONNECTIONS_PER_CLIENT")
         .filter(|raw| !js_trim(raw).is_empty())
-        .map(|raw| {
-            parse_positive_usize(Some(raw), 1, "RUNNER_MAX_CONNECTIONS_PER_CLIENT")
-        })
+        .map(|raw| parse_positive_usize(Some(raw), 1, "RUNNER_MAX_CONNECTIONS_PER_CLIENT"))
         .transpose()?;
     let trusted_proxies = TrustedProxies::parse(var(TRUSTED_PROXIES_VAR))?;
     let header_timeout = parse_positive_int(
@@ -400,7 +398,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
         default: "256",
-        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address: behind a proxy without tokens every client is the proxy); past it 429 `too_many_subscribers`.",
+        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address — behind a proxy the address it forwards if it is in RUNNER_TRUSTED_PROXIES, else the proxy's); past it 429 `too_many_subscribers`.",
     },
     EnvVarDoc {
         name: "RUNNER_HEADER_TIMEOUT_SECONDS",

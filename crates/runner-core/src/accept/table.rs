@@ -104,7 +104,9 @@ impl Table {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Connections shed so far.
@@ -207,8 +209,10 @@ impl Drop for Ticket {
 /// byte arrives, and holds the ticket for as long as the socket lives
 /// (past an upgrade too).
 pub(super) struct Watched {
-    tcp: Arc<TcpStream>,
+    // Dropped before the socket, so that a peer that sees the connection
+    // close finds its place given back.
     ticket: Arc<Ticket>,
+    tcp: Arc<TcpStream>,
     sent: bool,
 }
 
