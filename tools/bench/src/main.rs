@@ -51,6 +51,10 @@ enum Scenario {
     /// pool sizes 0/5/20 (`--pool-sizes`) and C = 1 and 10, on a kube-sim
     /// with a cluster's start latencies; refill rate, apiserver requests.
     WarmPool,
+    /// N idle connections (default 1,100; `--sessions`) against a runner
+    /// under `ulimit -n 1024`, from one address then 64: `/livez`,
+    /// `/v1/health` and an authorised POST timed before, during and after.
+    ConnectionPressure,
     /// Every scenario in turn.
     All,
 }
@@ -69,6 +73,7 @@ impl Scenario {
             Scenario::WatchReload => "watch-reload",
             Scenario::WatchSuspend => "watch-suspend",
             Scenario::WarmPool => "warm-pool",
+            Scenario::ConnectionPressure => "connection-pressure",
             Scenario::All => "all",
         }
     }
@@ -279,6 +284,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::WatchReload => scenarios::watch_reload::run(&ctx).await?,
             Scenario::WatchSuspend => scenarios::watch_suspend::run(&ctx).await?,
             Scenario::WarmPool => scenarios::warm_pool::run(&ctx).await?,
+            Scenario::ConnectionPressure => scenarios::conn_pressure::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {
