@@ -1,8 +1,11 @@
 //! The HTTP accept loop of every server the runner binary runs (the runner's
 //! API, `telo-runner workspace`), bounded so that anonymous clients cannot
-//! take a service down: a connection limit with a clear refusal, a
-//! deadline for every request's header block (idle keep-alive connections
-//! included), a header size cap, and the open-file limit raised at boot.
+//! take a service down: a connection limit at which the oldest connection
+//! that has not sent a byte is shed for a new one (and past which, with
+//! none left to shed, a clear refusal), a cap on the connections of one
+//! client address, a deadline for every request's header block (idle
+//! keep-alive connections included), a header size cap, and the open-file
+//! limit raised at boot.
 //!
 //! HTTP/1.1 only, with upgrades for the terminal WebSocket: every client of
 //! the runner (the editor, the terminal client, probes, proxies in front of
@@ -16,14 +19,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod table;
+
+use crate::client_addr::TrustedProxies;
 use crate::config::ConnectionLimits;
 use axum::Router;
 use axum::extract::ConnectInfo;
-use axum::http::Request;
+use axum::http::{Request, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -95,6 +103,8 @@ pub struct ServiceName {
     pub name: &'static str,
     /// `RUNNER_MAX_CONNECTIONS`, named in the refusal and the warnings.
     pub limit_setting: Option<&'static str>,
+    /// `RUNNER_MAX_CONNECTIONS_PER_CLIENT`, named in the per-client refusal.
+    pub client_limit_setting: Option<&'static str>,
 }
 
 impl ServiceName {
@@ -111,6 +121,55 @@ impl ServiceName {
             ),
         }
     }
+
+    /// The refusal's message to a client holding `limit` connections.
+    pub fn client_refusal(&self, limit: usize) -> String {
+        match self.client_limit_setting {
+            Some(setting) => format!(
+                "This client holds its limit of {limit} connections to the {} ({setting}); close one or try again shortly.",
+                self.name
+            ),
+            None => format!(
+                "This client holds its limit of {limit} connections to the {}; close one or try again shortly.",
+                self.name
+            ),
+        }
+    }
+}
+
+/// A refusal written on a connection that was not admitted.
+#[derive(Debug, Clone)]
+struct Refusal {
+    status: StatusCode,
+    error: &'static str,
+    message: Arc<str>,
+}
+
+impl Refusal {
+    fn body(&self) -> String {
+        serde_json::json!({"error": self.error, "message": &*self.message}).to_string()
+    }
+
+    /// The same refusal as a response on a connection that was admitted
+    /// (it closes once written).
+    fn response(&self) -> Response {
+        (
+            self.status,
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::RETRY_AFTER, "1"),
+                (header::CONNECTION, "close"),
+            ],
+            self.body(),
+        )
+            .into_response()
+    }
+}
+
+/// The connection cap of one client address: the configured one, or a
+/// quarter of the connection limit in force.
+pub fn max_connections_per_client(configured: Option<usize>, max_connections: usize) -> usize {
+    configured.unwrap_or((max_connections / 4).max(1))
 }
 
 /// Serves `router` on `listener` until `stop` fires, then gives open
@@ -131,8 +190,11 @@ pub async fn serve(
             "the connection limit is more than the open-file limit allows; serving fewer"
         );
     }
+    let per_client = max_connections_per_client(limits.max_connections_per_client, max_connections);
     info!(
         max_connections,
+        max_connections_per_client = per_client,
+        trusted_proxies = !limits.trusted_proxies.is_empty(),
         header_timeout_s = limits.header_timeout.as_secs(),
         "accepting connections"
     );
@@ -141,12 +203,23 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout)
         .max_buf_size(limits.max_header_bytes)
         .max_headers(MAX_HEADERS);
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let table = Table::new(max_connections, per_client);
+    let full = Refusal {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        error: "too_many_connections",
+        message: name.refusal(max_connections).into(),
+    };
+    let client_full = Refusal {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        error: "too_many_connections_from_client",
+        message: name.client_refusal(per_client).into(),
+    };
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let probes = Arc::new(Semaphore::new(PROBE_SLOTS));
     let closing = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let mut last_accept_warning: Option<Instant> = None;
+    let mut last_shed_warning: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -175,23 +248,59 @@ pub async fn serve(
         if let Err(err) = tcp.set_nodelay(true) {
             warn!(error = %err, "could not turn off Nagle's algorithm on a connection");
         }
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            if let Ok(refusal) = refusals.clone().try_acquire_owned() {
-                let past = PastTheLimit {
-                    message: name.refusal(max_connections),
-                    probes: probes.clone(),
-                    http: http.clone(),
-                    service: with_peer(router.clone(), peer),
+        // A trusted proxy's connection is counted against the client of
+        // each request it carries, once its header block names it.
+        let peer_ip = peer.ip().to_canonical();
+        let proxied = limits.trusted_proxies.trusts(peer_ip);
+        let tcp = Arc::new(tcp);
+        let shed_before = table.shed_count();
+        let admitted = table.admit(&tcp, (!proxied).then_some(peer_ip));
+        if table.shed_count() > shed_before
+            && last_shed_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10))
+        {
+            warn!(
+                max_connections,
+                shed = table.shed_count(),
+                "at the connection limit: closing connections that have sent nothing to admit new ones"
+            );
+            last_shed_warning = Some(Instant::now());
+        }
+        let ticket = match admitted {
+            Ok(ticket) => ticket,
+            Err(refused) => {
+                let Ok(tcp) = Arc::try_unwrap(tcp) else {
+                    continue;
                 };
-                tasks.spawn(async move {
-                    past.answer(tcp).await;
-                    drop(refusal);
-                });
+                if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                    let past = PastTheLimit {
+                        refusal: match refused {
+                            Refused::Full => full.clone(),
+                            Refused::ClientFull => client_full.clone(),
+                        },
+                        probes: probes.clone(),
+                        http: http.clone(),
+                        service: per_connection(router.clone(), peer, None),
+                    };
+                    tasks.spawn(async move {
+                        past.answer(tcp).await;
+                        drop(refusal);
+                    });
+                }
+                continue;
             }
-            continue;
         };
+        let shed = ticket.shed().clone();
+        let service = per_connection(
+            router.clone(),
+            peer,
+            proxied.then(|| Proxied {
+                ticket: ticket.clone(),
+                proxies: limits.trusted_proxies.clone(),
+                refusal: client_full.clone(),
+            }),
+        );
         let connection = http
-            .serve_connection(TokioIo::new(tcp), with_peer(router.clone(), peer))
+            .serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
             .with_upgrades();
         let closing = closing.clone();
         tasks.spawn(async move {
@@ -200,13 +309,15 @@ pub async fn serve(
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
+                // Shed for a newer connection: it has sent nothing, so
+                // there is nothing to answer.
+                () = shed.cancelled() => {}
                 () = closing.cancelled() => {
                     // Finish the request in flight, take no other.
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
                 }
             }
-            drop(slot);
         });
     }
     drop(listener);
@@ -229,12 +340,23 @@ fn is_peer_error(err: &io::Error) -> bool {
     )
 }
 
-/// The router, with the peer's address on every request (as axum's
+/// What a trusted proxy's connection needs to count each request against
+/// its client.
+struct Proxied {
+    ticket: Arc<Ticket>,
+    proxies: TrustedProxies,
+    refusal: Refusal,
+}
+
+/// The router, with the client's address on every request (as axum's
 /// `ConnectInfo`): the subscriber caps count a client without a token by
-/// its address.
-fn with_peer(
+/// its address. The client is the peer, or for a trusted proxy the one its
+/// `X-Forwarded-For` names, whose connection cap is applied here: past it
+/// the request is refused and the connection closed.
+fn per_connection(
     router: Router,
     peer: SocketAddr,
+    proxied: Option<Proxied>,
 ) -> TowerToHyperService<
     impl tower::Service<
         Request<Incoming>,
@@ -245,17 +367,35 @@ fn with_peer(
     + Send
     + 'static,
 > {
-    TowerToHyperService::new(router.map_request(move |mut request: Request<Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
-        request
+    let proxied = proxied.map(Arc::new);
+    TowerToHyperService::new(tower::service_fn(move |mut request: Request<Incoming>| {
+        let router = router.clone();
+        let mut client = peer;
+        let mut refused = None;
+        if let Some(proxied) = &proxied {
+            client = SocketAddr::new(
+                proxied.proxies.client(peer.ip(), request.headers()),
+                peer.port(),
+            );
+            if proxied.ticket.attribute(client.ip()).is_err() {
+                refused = Some(proxied.refusal.response());
+            }
+        }
+        request.extensions_mut().insert(ConnectInfo(client));
+        async move {
+            match refused {
+                Some(response) => Ok(response),
+                None => router.oneshot(request).await,
+            }
+        }
     }))
 }
 
 /// What a connection past the limit gets: a probe is served on one of the
 /// slots kept for probes, anything else a 503.
 struct PastTheLimit<S> {
-    /// The refusal's message (it names the service and its limit).
-    message: String,
+    /// The refusal (it names the service and its limit).
+    refusal: Refusal,
     probes: Arc<Semaphore>,
     http: http1::Builder,
     service: S,
@@ -284,7 +424,7 @@ where
             drop(probe_slot);
             return;
         }
-        refuse(tcp, &self.message).await;
+        refuse(tcp, &self.refusal).await;
     }
 }
 
@@ -362,13 +502,16 @@ impl AsyncWrite for Replayed {
     }
 }
 
-/// A connection past the limit gets a 503 saying so, then is closed. The
-/// request is read and discarded only so that closing does not reset the
-/// connection before the client has read the answer.
-async fn refuse(mut tcp: TcpStream, message: &str) {
-    let body = serde_json::json!({"error": "too_many_connections", "message": message}).to_string();
+/// A connection past the limit (or its client's) gets a 503 (a 429)
+/// saying so, then is closed. The request is read and discarded only so
+/// that closing does not reset the connection before the client has read
+/// the answer.
+async fn refuse(mut tcp: TcpStream, refusal: &Refusal) {
+    let body = refusal.body();
     let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        refusal.status.as_u16(),
+        refusal.status.canonical_reason().unwrap_or_default(),
         body.len()
     );
     let _ = tokio::time::timeout(REFUSAL_TIME, async {
@@ -409,6 +552,7 @@ mod tests {
         let runner = ServiceName {
             name: "runner",
             limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
+            client_limit_setting: Some("RUNNER_MAX_CONNECTIONS_PER_CLIENT"),
         };
         assert_eq!(
             runner.refusal(8),
@@ -417,10 +561,15 @@ mod tests {
         let workspace = ServiceName {
             name: "workspace service",
             limit_setting: None,
+            client_limit_setting: None,
         };
         assert_eq!(
             workspace.refusal(64),
             "The workspace service is serving its limit of 64 connections; try again shortly."
+        );
+        assert_eq!(
+            runner.client_refusal(2),
+            "This client holds its limit of 2 connections to the runner (RUNNER_MAX_CONNECTIONS_PER_CLIENT); close one or try again shortly."
         );
     }
 }

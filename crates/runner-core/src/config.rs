@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::apps::{AppCatalog, load_apps};
 use crate::auth::{AuthTokens, load_auth_tokens};
+use crate::client_addr::{TRUSTED_PROXIES_VAR, TrustedProxies};
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
 
@@ -172,9 +173,14 @@ fn load_subscriber_limits(env: &Env) -> Result<SubscriberLimits, ConfigError> {
 
 /// What one client connection may cost the service (our hardening; the
 /// reference has no such bounds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub max_connections: usize,
+    /// Connections one client address may hold at once; `None` is a
+    /// quarter of the connection limit in force.
+    pub max_connections_per_client: Option<usize>,
+    /// Peers whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: TrustedProxies,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_header_bytes: usize,
@@ -184,6 +190,8 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS as usize,
+            max_connections_per_client: None,
+            trusted_proxies: TrustedProxies::default(),
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
             body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECONDS),
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES as usize,
@@ -198,6 +206,11 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
         DEFAULT_MAX_CONNECTIONS,
         "RUNNER_MAX_CONNECTIONS",
     )?;
+    let max_connections_per_client = var("RUNNER_MAX_CONNECTIONS_PER_CLIENT")
+        .filter(|raw| !js_trim(raw).is_empty())
+        .map(|raw| parse_positive_usize(Some(raw), 1, "RUNNER_MAX_CONNECTIONS_PER_CLIENT"))
+        .transpose()?;
+    let trusted_proxies = TrustedProxies::parse(var(TRUSTED_PROXIES_VAR))?;
     let header_timeout = parse_positive_int(
         var("RUNNER_HEADER_TIMEOUT_SECONDS"),
         DEFAULT_HEADER_TIMEOUT_SECONDS,
@@ -225,6 +238,8 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
     })?;
     Ok(ConnectionLimits {
         max_connections,
+        max_connections_per_client,
+        trusted_proxies,
         header_timeout: Duration::from_secs(header_timeout),
         body_timeout: Duration::from_secs(body_timeout),
         max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
@@ -363,7 +378,17 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_MAX_CONNECTIONS",
         default: "6000",
-        description: "Client connections served at once; past it a new connection gets 503 `too_many_connections` and is closed. Bounded further by the open-file limit, which is raised to its hard limit at boot.",
+        description: "Client connections served at once. At the limit a new connection closes the oldest one that has not sent a byte yet; only when none is left does it get 503 `too_many_connections` and is closed. Bounded further by the open-file limit, which is raised to its hard limit at boot.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_MAX_CONNECTIONS_PER_CLIENT",
+        default: "(a quarter of the connection limit)",
+        description: "Connections one client address holds at once (terminal sockets included); past it a new connection gets 429 `too_many_connections_from_client` and is closed (`/livez` and `/readyz` are still served). Behind a proxy set RUNNER_TRUSTED_PROXIES, or every client is the proxy.",
+    },
+    EnvVarDoc {
+        name: "RUNNER_TRUSTED_PROXIES",
+        default: "(unset: none)",
+        description: "Comma-separated addresses and CIDR ranges of reverse proxies whose `X-Forwarded-For` is believed: a request from one of them counts against its client (the rightmost hop that is not a trusted proxy) for RUNNER_MAX_CONNECTIONS_PER_CLIENT and RUNNER_MAX_SUBSCRIBERS_PER_CLIENT, and is refused with 429 `too_many_connections_from_client` when that client is at its cap.",
     },
     EnvVarDoc {
         name: "RUNNER_MAX_SUBSCRIBERS_PER_SESSION",
@@ -373,7 +398,7 @@ pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
     EnvVarDoc {
         name: "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
         default: "256",
-        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address: behind a proxy without tokens every client is the proxy); past it 429 `too_many_subscribers`.",
+        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address — behind a proxy the address it forwards if it is in RUNNER_TRUSTED_PROXIES, else the proxy's); past it 429 `too_many_subscribers`.",
     },
     EnvVarDoc {
         name: "RUNNER_HEADER_TIMEOUT_SECONDS",
@@ -572,6 +597,8 @@ mod tests {
                 stop_grace: Duration::from_secs(5),
                 connections: ConnectionLimits {
                     max_connections: 6_000,
+                    max_connections_per_client: None,
+                    trusted_proxies: TrustedProxies::default(),
                     header_timeout: Duration::from_secs(10),
                     body_timeout: Duration::from_secs(30),
                     max_header_bytes: 16_384,
@@ -633,6 +660,8 @@ mod tests {
         let config = load_core_config(
             &vars(&[
                 ("RUNNER_MAX_CONNECTIONS", "50"),
+                ("RUNNER_MAX_CONNECTIONS_PER_CLIENT", "7"),
+                ("RUNNER_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.1"),
                 ("RUNNER_HEADER_TIMEOUT_SECONDS", "2"),
                 ("RUNNER_BODY_TIMEOUT_SECONDS", "3"),
                 ("RUNNER_MAX_HEADER_BYTES", "8192"),
@@ -644,6 +673,8 @@ mod tests {
             config.connections,
             ConnectionLimits {
                 max_connections: 50,
+                max_connections_per_client: Some(7),
+                trusted_proxies: TrustedProxies::parse(Some("10.0.0.0/8,192.0.2.1")).unwrap(),
                 header_timeout: Duration::from_secs(2),
                 body_timeout: Duration::from_secs(3),
                 max_header_bytes: 8192,
@@ -654,6 +685,16 @@ mod tests {
                 "RUNNER_MAX_CONNECTIONS",
                 "0",
                 "RUNNER_MAX_CONNECTIONS must be a positive integer, got '0'.",
+            ),
+            (
+                "RUNNER_MAX_CONNECTIONS_PER_CLIENT",
+                "0",
+                "RUNNER_MAX_CONNECTIONS_PER_CLIENT must be a positive integer, got '0'.",
+            ),
+            (
+                "RUNNER_TRUSTED_PROXIES",
+                "10.0.0.0/8;192.0.2.1",
+                "RUNNER_TRUSTED_PROXIES must be a comma-separated list of IP addresses and CIDR ranges ('10.0.0.0/8;192.0.2.1' is neither), got '10.0.0.0/8;192.0.2.1'.",
             ),
             (
                 "RUNNER_HEADER_TIMEOUT_SECONDS",

@@ -9,6 +9,7 @@ pub mod apps;
 pub mod auth;
 pub mod backend;
 pub mod capabilities;
+pub mod client_addr;
 pub mod config;
 pub mod debug_relay;
 pub mod env;

@@ -196,6 +196,7 @@ impl Service {
 const RUNNER_SERVICE: runner_core::accept::ServiceName = runner_core::accept::ServiceName {
     name: "runner",
     limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
+    client_limit_setting: Some("RUNNER_MAX_CONNECTIONS_PER_CLIENT"),
 };
 
 /// A service running in the background of the current runtime (tests, the

@@ -90,6 +90,8 @@ async fn serving(mut command: Command) -> (ChildGuard, String) {
 #[case(&[("RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES", "lots")], "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES must be a byte size such as 512Mi, 1Gi or 1073741824, got 'lots'.")]
 #[case(&[("RUNNER_LOCAL_KERNEL_CACHE_WARM_UP", "warm-up.yaml")], "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP must be an absolute path, got 'warm-up.yaml'.")]
 #[case(&[("RUNNER_LOCAL_MAX_CPU", "two")], "RUNNER_LOCAL_MAX_CPU must be a number of CPUs such as 1, 0.5 or 500m, got 'two'.")]
+#[case(&[("RUNNER_MAX_CONNECTIONS_PER_CLIENT", "none")], "RUNNER_MAX_CONNECTIONS_PER_CLIENT must be a positive integer, got 'none'.")]
+#[case(&[("RUNNER_TRUSTED_PROXIES", "10.0.0.0/8, ingress.internal")], "RUNNER_TRUSTED_PROXIES must be a comma-separated list of IP addresses and CIDR ranges ('ingress.internal' is neither), got '10.0.0.0/8, ingress.internal'.")]
 #[case(&[("LOG_FORMAT", "xml")], "LOG_FORMAT must be one of json | pretty (got 'xml').")]
 #[case(&[("LOG_LEVEL", "loud")], "LOG_LEVEL must be one of trace | debug | info | warn | error | off, or a filter such as 'info,runner_k8s=debug' (got 'loud').")]
 #[case(&[("RUNNER_BACKEND", "kubernetes")], "RUNNER_SELF_URL env var is required. Set it to the runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062) so session initContainers can fetch the bundle.")]

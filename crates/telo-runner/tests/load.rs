@@ -76,6 +76,7 @@ async fn a_thousand_sockets_and_event_streams_get_identical_complete_output() {
         &[
             ("RUNNER_MAX_SUBSCRIBERS_PER_SESSION", "2000"),
             ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "2000"),
+            ("RUNNER_MAX_CONNECTIONS_PER_CLIENT", "2000"),
         ],
     )
     .await;

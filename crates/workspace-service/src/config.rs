@@ -25,6 +25,9 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub fn connection_limits() -> ConnectionLimits {
     ConnectionLimits {
         max_connections: MAX_CONNECTIONS,
+        // Its one client may hold every connection.
+        max_connections_per_client: Some(MAX_CONNECTIONS),
+        trusted_proxies: Default::default(),
         header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
         body_timeout: crate::server::BODY_TIMEOUT,
         max_header_bytes: usize::try_from(DEFAULT_MAX_HEADER_BYTES).unwrap_or(usize::MAX),

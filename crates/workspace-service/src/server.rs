@@ -447,6 +447,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Se
 const WORKSPACE_SERVICE: runner_core::accept::ServiceName = runner_core::accept::ServiceName {
     name: "workspace service",
     limit_setting: None,
+    client_limit_setting: None,
 };
 
 /// Serves `config.dir` on `listener` (its `listen` is not used) until

@@ -55,6 +55,10 @@ enum Scenario {
     /// and → first output, on a pooled pod and on a new one, on a kube-sim
     /// with a cluster's start latencies.
     WatchPool,
+    /// N idle connections (default 1,100; `--sessions`) against a runner
+    /// under `ulimit -n 1024`, from one address then 64: `/livez`,
+    /// `/v1/health` and an authorised POST timed before, during and after.
+    ConnectionPressure,
     /// Every scenario in turn.
     All,
 }
@@ -74,6 +78,7 @@ impl Scenario {
             Scenario::WatchSuspend => "watch-suspend",
             Scenario::WarmPool => "warm-pool",
             Scenario::WatchPool => "watch-pool",
+            Scenario::ConnectionPressure => "connection-pressure",
             Scenario::All => "all",
         }
     }
@@ -295,6 +300,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::WatchSuspend => scenarios::watch_suspend::run(&ctx).await?,
             Scenario::WarmPool => scenarios::warm_pool::run(&ctx).await?,
             Scenario::WatchPool => scenarios::watch_pool::run(&ctx).await?,
+            Scenario::ConnectionPressure => scenarios::conn_pressure::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

@@ -250,7 +250,36 @@ impl Stack {
         extra_env: &[(&str, String)],
         workloads: Workloads,
     ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, extra_env, workloads, &bins.fake_telo, &[]).await
+        Self::launch(
+            bins,
+            backend,
+            extra_env,
+            workloads,
+            &bins.fake_telo,
+            &[],
+            None,
+        )
+        .await
+    }
+
+    /// A stack whose runner starts under an open-file limit (soft and hard)
+    /// of `open_files`, as under a shell's default `ulimit -n 1024`.
+    pub async fn start_with_open_file_limit(
+        bins: &Binaries,
+        backend: BackendKind,
+        extra_env: &[(&str, String)],
+        open_files: u64,
+    ) -> anyhow::Result<Stack> {
+        Self::launch(
+            bins,
+            backend,
+            extra_env,
+            Workloads::Processes,
+            &bins.fake_telo,
+            &[],
+            Some(open_files),
+        )
+        .await
     }
 
     /// A Kubernetes stack whose kube-sim gets `sim_args` too (a latency
@@ -267,6 +296,7 @@ impl Stack {
             Workloads::Processes,
             &bins.fake_telo,
             sim_args,
+            None,
         )
         .await
     }
@@ -280,7 +310,16 @@ impl Stack {
         extra_env: &[(&str, String)],
         kernel: &Path,
     ) -> anyhow::Result<Stack> {
-        Self::launch(bins, backend, extra_env, Workloads::Processes, kernel, &[]).await
+        Self::launch(
+            bins,
+            backend,
+            extra_env,
+            Workloads::Processes,
+            kernel,
+            &[],
+            None,
+        )
+        .await
     }
 
     async fn launch(
@@ -290,6 +329,7 @@ impl Stack {
         workloads: Workloads,
         kernel: &Path,
         sim_args: &[String],
+        open_files: Option<u64>,
     ) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
         let mut env: HashMap<String, String> = HashMap::new();
@@ -352,10 +392,21 @@ impl Stack {
         // The bench is one client holding every session's streams.
         env.insert("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT".into(), "100000".into());
         env.insert("RUNNER_MAX_SUBSCRIBERS_PER_SESSION".into(), "100000".into());
+        env.insert("RUNNER_MAX_CONNECTIONS_PER_CLIENT".into(), "100000".into());
         for (key, value) in extra_env {
             env.insert((*key).to_string(), value.clone());
         }
-        let mut cmd = Command::new(&bins.runner);
+        let mut cmd = match open_files {
+            None => Command::new(&bins.runner),
+            Some(limit) => {
+                // `exec` keeps the pid the runner's.
+                let mut cmd = Command::new("/bin/sh");
+                cmd.arg("-c")
+                    .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+                    .arg(&bins.runner);
+                cmd
+            }
+        };
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .env_clear()
             .envs(&env)

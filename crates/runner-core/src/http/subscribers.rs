@@ -28,7 +28,8 @@ pub enum ClientKey {
 impl ClientKey {
     /// The key of a request: its token (`Authorization: Bearer`, or
     /// `?access_token=` where a browser cannot set headers) when it
-    /// presents one, else the peer address the server recorded. `None`
+    /// presents one, else the client address the server recorded (the peer,
+    /// or the client a trusted proxy forwards for). `None`
     /// when neither is known (a request not served from a socket).
     pub fn of(headers: &HeaderMap, uri: &Uri, peer: Option<SocketAddr>) -> Option<Self> {
         let token = super::auth::bearer_token(headers)

@@ -2,6 +2,7 @@
 
 pub mod apiserver_load;
 pub mod big_bundles;
+pub mod conn_pressure;
 pub mod fanout;
 pub mod footprint;
 pub mod real_kernel;
