@@ -446,3 +446,55 @@ async fn a_kubernetes_runner_runs_and_reports_the_named_release() {
     assert!(output.contains("Hello from Telo!"), "{output}");
     runner.stop().await;
 }
+
+/// A warm pod's kernel cache, warmed by its `warm-up` init container with
+/// the default modules, leaves http-hello's kernel nothing to install or
+/// build: no resolution line, no `progress` for one, and it answers.
+#[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_hello_on_a_warm_pod_finds_its_controllers_in_the_warmed_cache() {
+    let runner = real_runner(
+        Backend::Kubernetes,
+        &[("RUNNER_WARM_POOL", "telorun/node:0-slim=1")],
+    )
+    .await;
+    runner.until_warm_pods_ready("telorun/node:0-slim", 1).await;
+    let port = free_port();
+    let id = runner
+        .create_body(body(
+            "http-hello",
+            json!({"PORT": port.to_string()}),
+            json!([{"port": port, "protocol": "tcp"}]),
+            false,
+        ))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let before_reachable = tokio::time::timeout(
+        KERNEL_WAIT,
+        events.events_until(|f| {
+            f.event.as_deref() == Some("reachability") && f.json()["state"] == "reachable"
+        }),
+    )
+    .await
+    .expect("the port becomes reachable");
+    let progress: Vec<String> = before_reachable
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("progress"))
+        .map(|f| f.json()["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        progress.iter().any(|m| m == "Starting on a warm pod"),
+        "{progress:?}"
+    );
+    assert!(
+        !progress.iter().any(|m| m.starts_with("Resolving")),
+        "{progress:?}"
+    );
+    let (status, _) = runner.delete(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let _ = tokio::time::timeout(KERNEL_WAIT, events.events_until_end()).await;
+    let output = runner.full_output(&id).await;
+    assert!(!output.contains('⬇'), "{output}");
+    assert!(output.contains("Listening"), "{output}");
+    runner.stop().await;
+}

@@ -21,7 +21,10 @@ impl Kubelet {
             ImageBehaviour::FakeTelo | ImageBehaviour::FakeTeloEntry(_)
         ) && !env.iter().any(|(name, _)| name == MODULES_VAR)
         {
-            env.push((MODULES_VAR.to_owned(), kernel_modules_dir()));
+            env.push((
+                MODULES_VAR.to_owned(),
+                kernel_modules_dir(self.fake_telo.as_deref()),
+            ));
         }
         let cwd = working_dir(c, &mounts, &container_dir).await;
         // `command` and `args` see `$(VAR)` expanded from the variables the
@@ -114,15 +117,26 @@ impl Kubelet {
 /// (`ENV TELO_MODULES=…`): manifests import them by that path.
 pub const MODULES_VAR: &str = "TELO_MODULES";
 
-/// A kernel image's [`MODULES_VAR`]: kube-sim's own when set (the real
-/// kernel's layout, whose modules are on this host), else where an image
-/// would keep them (fake-telo knows its modules by name, wherever they
-/// are).
-fn kernel_modules_dir() -> String {
-    std::env::var(MODULES_VAR)
+/// A kernel image's [`MODULES_VAR`]: kube-sim's own when set; else, for a
+/// real Telo CLI layout given as the kernel (`<dir>/bin/telo` beside
+/// `<dir>/modules`), that layout's modules, which are on this host; else
+/// where an image would keep them (fake-telo knows its modules by name,
+/// wherever they are).
+fn kernel_modules_dir(kernel: Option<&std::path::Path>) -> String {
+    if let Some(dir) = std::env::var(MODULES_VAR)
         .ok()
         .filter(|dir| !dir.is_empty())
-        .unwrap_or_else(|| "/opt/telo/modules".to_owned())
+    {
+        return dir;
+    }
+    kernel
+        .and_then(|telo| telo.parent()?.parent())
+        .map(|layout| layout.join("modules"))
+        .filter(|modules| modules.is_dir())
+        .map_or_else(
+            || "/opt/telo/modules".to_owned(),
+            |modules| modules.to_string_lossy().into_owned(),
+        )
 }
 
 /// The container's `volumeMounts` as host directories in the pod's sandbox
