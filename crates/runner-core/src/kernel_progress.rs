@@ -293,21 +293,29 @@ fn is_duration(text: &str) -> bool {
 /// What of `bytes` a terminal shows as text: escape sequences and other
 /// control characters removed, invalid UTF-8 replaced.
 fn visible_text(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let mut out = String::with_capacity(text.len());
+    strip_escapes(&String::from_utf8_lossy(bytes))
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\t')
+        .collect()
+}
+
+/// Removes terminal escape sequences (colours, cursor moves, titles) and
+/// carriage returns from `text`; other characters stay.
+pub fn strip_escapes(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            match chars.next() {
-                // CSI: parameters and intermediates up to a final byte.
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters, then one final byte in '@'..='~'.
                 Some('[') => {
                     for c in chars.by_ref() {
-                        if ('\u{40}'..='\u{7e}').contains(&c) {
+                        if ('@'..='~').contains(&c) {
                             break;
                         }
                     }
                 }
-                // OSC: up to BEL or ST.
+                // OSC: up to BEL or ESC '\'.
                 Some(']') => {
                     while let Some(c) = chars.next() {
                         if c == '\u{7}' {
@@ -320,12 +328,12 @@ fn visible_text(bytes: &[u8]) -> String {
                     }
                 }
                 _ => {}
-            }
-        } else if !c.is_control() || c == '\t' {
-            out.push(c);
+            },
+            '\r' => {}
+            c => plain.push(c),
         }
     }
-    out
+    plain
 }
 
 #[cfg(test)]

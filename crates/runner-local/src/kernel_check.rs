@@ -188,38 +188,7 @@ fn cut(line: &str, max_chars: usize) -> String {
 /// carriage returns: the kernel colours its output when `FORCE_COLOR` is set,
 /// as it is for sessions.
 pub fn strip_ansi(text: &str) -> String {
-    let mut plain = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\u{1b}' => match chars.next() {
-                // CSI: parameters, then one final byte in '@'..='~'.
-                Some('[') => {
-                    for c in chars.by_ref() {
-                        if ('@'..='~').contains(&c) {
-                            break;
-                        }
-                    }
-                }
-                // OSC: up to BEL or ESC '\'.
-                Some(']') => {
-                    while let Some(c) = chars.next() {
-                        if c == '\u{7}' {
-                            break;
-                        }
-                        if c == '\u{1b}' && chars.peek() == Some(&'\\') {
-                            chars.next();
-                            break;
-                        }
-                    }
-                }
-                _ => {}
-            },
-            '\r' => {}
-            c => plain.push(c),
-        }
-    }
-    plain
+    runner_core::kernel_progress::strip_escapes(text)
 }
 
 /// The end of a stream, at most `limit` bytes of it.

@@ -109,7 +109,7 @@ pub fn launch_file(env: &[(String, String)], entry_relative_path: &str, inspect:
 }
 
 /// `text` as one `sh` word: single quotes, each `'` as `'\''`.
-fn shell_quote(text: &str) -> String {
+pub(crate) fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 

@@ -30,7 +30,7 @@ use runner_core::types::PullPolicy;
 use runner_core::watch_types::{AppSpec, IoMode};
 use serde_json::json;
 
-use super::pod::{IDLE, IMAGE_ANNOTATION, POOL_LABEL, STATE_LABEL, pool_key};
+use super::pod::{IDLE, IMAGE_ANNOTATION, POOL_LABEL, STATE_LABEL, pool_key, shell_quote};
 use super::{Claimed, PoolKind, WarmPools};
 use crate::api_error::is_quota_refusal;
 use crate::env_secret::PodEnvSecret;
@@ -118,11 +118,6 @@ pub fn watch_launch_file(env: &[(String, String)], entry_relative_path: &str) ->
     line.push_str(&shell_quote(APP_SCRIPT));
     line.push('\n');
     line
-}
-
-/// `text` as one `sh` word: single quotes, each `'` as `'\''`.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// A pooled watch pod of `image`: a cold watch pod of one app, made the
