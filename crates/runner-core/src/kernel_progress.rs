@@ -133,6 +133,15 @@ impl ResolutionScanner {
     }
 
     fn read_line(&mut self, line: &[u8], scan: &mut Scan) {
+        // Most lines are the application's: without a marker a line is no
+        // resolution, and once a chunk is known to hold output its other
+        // lines need not be read at all.
+        if !has_marker(line) {
+            if !scan.app_output {
+                scan.app_output = !visible_text(line).trim().is_empty();
+            }
+            return;
+        }
         let text = visible_text(line);
         let text = text.trim();
         if text.is_empty() {
@@ -201,6 +210,12 @@ enum Line {
 const WORKING: char = '⬇';
 const DONE: char = '✓';
 const FAILED: char = '✗';
+
+/// Whether `bytes` hold one of the markers' UTF-8 encodings.
+fn has_marker(bytes: &[u8]) -> bool {
+    const MARKERS: [&[u8]; 3] = ["⬇".as_bytes(), "✓".as_bytes(), "✗".as_bytes()];
+    bytes.windows(3).any(|window| MARKERS.contains(&window))
+}
 
 fn starts_with_marker(text: &str) -> bool {
     text.starts_with([WORKING, DONE, FAILED])
