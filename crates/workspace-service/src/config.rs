@@ -20,6 +20,9 @@ pub const MIN_TOKEN_CHARS: usize = 32;
 /// process on the pod's network holding connections open.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// How long a request body may take to arrive in full.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The service's connection bounds: [`MAX_CONNECTIONS`], and the runner's
 /// own defaults for the header deadline and size.
 pub fn connection_limits() -> ConnectionLimits {
@@ -29,7 +32,7 @@ pub fn connection_limits() -> ConnectionLimits {
         max_connections_per_client: Some(MAX_CONNECTIONS),
         trusted_proxies: Default::default(),
         header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
-        body_timeout: crate::server::BODY_TIMEOUT,
+        body_timeout: BODY_TIMEOUT,
         max_header_bytes: usize::try_from(DEFAULT_MAX_HEADER_BYTES).unwrap_or(usize::MAX),
     }
 }

@@ -9,7 +9,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -30,11 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::body_cap;
-use crate::config::Config;
+use crate::config::{BODY_TIMEOUT, Config};
 use crate::wire::{CheckpointBody, ErrorBody, Health, SeedBody};
-
-/// How long a request body may take to arrive in full.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A refused request, answered as the JSON error envelope.
 #[derive(Debug)]
