@@ -43,7 +43,7 @@ pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 5;
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 6_000;
 /// Event streams plus terminal sockets open on one session at once. An
 /// editor tab holds one stream and a socket per app; the cap is far above
-/// that and far below what would let one session's watchers take the
+/// that and far below what would let one session's subscribers take the
 /// service's connections.
 pub const DEFAULT_MAX_SUBSCRIBERS_PER_SESSION: u64 = 64;
 /// Event streams plus terminal sockets one client holds at once, across

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::debug_relay::relay_debug_stream;
-use crate::reachability::{watch_app_reachability, watch_reachability};
+use crate::reachability::{probe_app_reachability, probe_reachability};
 use crate::session::SessionSink;
 use crate::tasks::OwnedTasks;
 
@@ -31,7 +31,7 @@ impl Observer<'_> {
     pub fn run_session(&self, tcp_ports: Vec<u16>, inspect: Option<SocketAddr>) {
         if !tcp_ports.is_empty() {
             self.tasks.spawn(
-                watch_reachability(self.host, tcp_ports, self.sink.clone(), self.stop.clone())
+                probe_reachability(self.host, tcp_ports, self.sink.clone(), self.stop.clone())
                     .instrument(Span::current()),
             );
         }
@@ -68,7 +68,7 @@ impl Observer<'_> {
                         && !tcp.is_empty()
                     {
                         probes.spawn(
-                            watch_app_reachability(
+                            probe_app_reachability(
                                 host,
                                 name.clone(),
                                 tcp,
@@ -87,7 +87,7 @@ impl Observer<'_> {
         let tcp = tcp_ports(&app.ports);
         if !tcp.is_empty() {
             self.tasks.spawn(
-                watch_app_reachability(
+                probe_app_reachability(
                     self.host,
                     app.name.clone(),
                     tcp,

@@ -24,13 +24,13 @@ pub const RETRY_INTERVAL: Duration = Duration::from_millis(250);
 pub const RETRY_INTERVAL_AFTER_UNREACHABLE: Duration = Duration::from_millis(5_000);
 
 /// Watch every port concurrently until each is reachable or `stop` fires.
-pub async fn watch_reachability(
+pub async fn probe_reachability(
     host: IpAddr,
     ports: Vec<u16>,
     sink: SessionSink,
     stop: CancellationToken,
 ) {
-    watch_app_reachability(
+    probe_app_reachability(
         host,
         runner_api::watch::DEFAULT_APP_NAME.to_owned(),
         ports,
@@ -40,8 +40,8 @@ pub async fn watch_reachability(
     .await;
 }
 
-/// [`watch_reachability`] for one app of a multi-app session.
-pub async fn watch_app_reachability(
+/// [`probe_reachability`] for one app of a multi-app session.
+pub async fn probe_app_reachability(
     host: IpAddr,
     app: String,
     ports: Vec<u16>,
@@ -54,7 +54,7 @@ pub async fn watch_app_reachability(
         let app = app.clone();
         async move {
             tokio::select! {
-                () = watch_port(SocketAddr::new(host, port), |state| sink.app_reachability(&app, port, state)) => {}
+                () = probe_port(SocketAddr::new(host, port), |state| sink.app_reachability(&app, port, state)) => {}
                 () = stop.cancelled() => {}
             }
         }
@@ -64,7 +64,7 @@ pub async fn watch_app_reachability(
 
 /// One port's sequence of states, reported through `report`; returns once the
 /// port answered.
-pub async fn watch_port(addr: SocketAddr, mut report: impl FnMut(ReachabilityState)) {
+pub async fn probe_port(addr: SocketAddr, mut report: impl FnMut(ReachabilityState)) {
     report(ReachabilityState::Checking);
     let started = Instant::now();
     let mut reported_unreachable = false;
@@ -99,7 +99,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let states = Arc::new(Mutex::new(Vec::new()));
         let seen = states.clone();
-        watch_port(addr, move |s| seen.lock().unwrap().push(s)).await;
+        probe_port(addr, move |s| seen.lock().unwrap().push(s)).await;
         assert_eq!(
             *states.lock().unwrap(),
             vec![ReachabilityState::Checking, ReachabilityState::Reachable]
@@ -114,13 +114,13 @@ mod tests {
             listener.local_addr().unwrap()
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let watcher = tokio::spawn(watch_port(addr, move |s| {
+        let probe = tokio::spawn(probe_port(addr, move |s| {
             let _ = tx.send(s);
         }));
         assert_eq!(rx.recv().await, Some(ReachabilityState::Checking));
         assert_eq!(rx.recv().await, Some(ReachabilityState::Unreachable));
         let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         assert_eq!(rx.recv().await, Some(ReachabilityState::Reachable));
-        watcher.await.unwrap();
+        probe.await.unwrap();
     }
 }

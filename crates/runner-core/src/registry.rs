@@ -21,6 +21,7 @@ use crate::watch::WatchConfig;
 use crate::workload::WatchWorkload;
 
 mod watch_sessions;
+mod watch_supervisor;
 
 use crate::ids::new_session_id;
 use crate::metrics::Metrics;
@@ -388,7 +389,7 @@ impl SessionRegistry {
         F: FnOnce(SessionSink) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<Launched, StartError>> + Send,
     {
-        self.spawn_watch(session.clone());
+        self.spawn_supervisor(session.clone());
         self.spawn_start(session, launch);
     }
 
@@ -455,12 +456,12 @@ impl SessionRegistry {
         );
     }
 
-    /// Watches a session on the registry's behalf until it ends: stops a run
+    /// Supervises a session on the registry's behalf until it ends: stops a run
     /// the kernel reported finished, opens the start gate when its fallback
     /// elapses, and once the session is over keeps it readable for the exit
     /// TTL before removing it. The sink only records; everything here has the
     /// registry as its owner, so shutdown cancels and joins it.
-    fn spawn_watch(&self, session: Arc<Session>) {
+    fn spawn_supervisor(&self, session: Arc<Session>) {
         let registry = Arc::downgrade(&self.inner);
         let shutdown = self.inner.shutdown.clone();
         let tasks = self.inner.tasks.clone();

@@ -87,8 +87,8 @@ pub struct Session {
     /// A watch session's workload, launch description and budget.
     pub(crate) watch: Option<Mutex<WatchState>>,
     /// Open SSE streams and terminal sockets.
-    watchers: std::sync::atomic::AtomicUsize,
-    /// When the last watcher left (creation, when none came yet).
+    subscribers: std::sync::atomic::AtomicUsize,
+    /// When the last subscriber left (creation, when none came yet).
     idle_since: Mutex<tokio::time::Instant>,
     /// Fires when the session reaches a terminal status or leaves the registry,
     /// stopping whatever background work a backend tied to it.
@@ -211,7 +211,7 @@ impl Session {
             first_output,
             replay_buffer_bytes,
             watch: None,
-            watchers: std::sync::atomic::AtomicUsize::new(0),
+            subscribers: std::sync::atomic::AtomicUsize::new(0),
             idle_since: Mutex::new(tokio::time::Instant::now()),
             user_stopped: AtomicBool::new(false),
             stop_requested: CancellationToken::new(),
@@ -347,14 +347,14 @@ impl Session {
 
     /// Counts a subscriber (an SSE stream, a terminal socket) for idle
     /// detection until the guard drops.
-    pub fn watcher(self: &Arc<Self>) -> WatcherGuard {
-        self.watchers.fetch_add(1, Ordering::SeqCst);
-        WatcherGuard(self.clone())
+    pub fn subscriber(self: &Arc<Self>) -> SubscriberGuard {
+        self.subscribers.fetch_add(1, Ordering::SeqCst);
+        SubscriberGuard(self.clone())
     }
 
-    /// Since when nobody watched the session; `None` while someone does.
+    /// Since when the session had no subscriber; `None` while someone does.
     pub fn idle_since(&self) -> Option<tokio::time::Instant> {
-        if self.watchers.load(Ordering::SeqCst) > 0 {
+        if self.subscribers.load(Ordering::SeqCst) > 0 {
             return None;
         }
         Some(*lock(&self.idle_since))
@@ -756,14 +756,14 @@ impl Session {
     }
 }
 
-/// Holds one subscriber's place in the count ([`Session::watcher`]).
-pub struct WatcherGuard(Arc<Session>);
+/// Holds one subscriber's place in the count ([`Session::subscriber`]).
+pub struct SubscriberGuard(Arc<Session>);
 
-impl Drop for WatcherGuard {
+impl Drop for SubscriberGuard {
     fn drop(&mut self) {
         let session = &self.0;
         let mut idle_since = lock(&session.idle_since);
-        if session.watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if session.subscribers.fetch_sub(1, Ordering::SeqCst) == 1 {
             *idle_since = tokio::time::Instant::now();
         }
     }

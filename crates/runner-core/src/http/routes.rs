@@ -35,7 +35,7 @@ pub async fn livez() -> Json<Value> {
 
 /// Ready for traffic: sessions left by a previous runner have been adopted,
 /// and the backend can serve (for a cluster: the apiserver answers and the
-/// shared watches are synced). A 503 names every unmet condition.
+/// shared informers are synced). A 503 names every unmet condition.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let mut waiting = state.registry.backend().readiness().waiting;
     if !state.registry.is_recovered() {

@@ -62,7 +62,7 @@ pub async fn events(
         ended,
         going_away: state.going_away.clone(),
         _subscriber: state.registry.metrics().subscriber(Transport::Sse),
-        _watching: session.watcher(),
+        _subscribed: session.subscriber(),
         _slot: slot,
     };
     let body = Body::from_stream(stream::unfold(stream, EventStream::step));
@@ -113,8 +113,8 @@ struct EventStream {
     going_away: tokio_util::sync::CancellationToken,
     /// Counted as a subscriber for as long as the body stream lives.
     _subscriber: SubscriberGuard,
-    /// And as someone watching the session (idle suspension).
-    _watching: crate::session::WatcherGuard,
+    /// And as a subscriber of the session (idle suspension).
+    _subscribed: crate::session::SubscriberGuard,
     /// Its place under the subscriber caps, given back when it ends.
     _slot: SubscriberSlot,
 }

@@ -120,8 +120,8 @@ pub async fn io(
             };
             let metrics = state.registry.metrics().clone();
             let _subscriber = metrics.subscriber(Transport::WebSocket);
-            // A terminal open counts as someone watching (idle suspension).
-            let _watching = session.watcher();
+            // An open terminal is a subscriber (idle suspension).
+            let _subscribed = session.subscriber();
             let channel = Channel { app, io, format };
             serve(
                 socket,

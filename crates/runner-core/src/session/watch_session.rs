@@ -109,7 +109,7 @@ impl Session {
     }
 
     /// A watch workload is up. Its idle time counts from now: a session
-    /// resumed (or adopted) a while after its watchers left is not idle
+    /// resumed (or adopted) a while after its subscribers left is not idle
     /// before a client had the time to look at it.
     pub(crate) fn install_watch_workload(&self, workload: Arc<dyn crate::workload::WatchWorkload>) {
         if let Some(mut state) = self.watch_state() {
