@@ -950,3 +950,50 @@ async fn a_latency_profile_delays_binding_sandbox_and_container_start() {
     assert!(scheduled - created >= 150_000, "{timeline:?}");
     assert!(running - scheduled >= 300_000, "{timeline:?}");
 }
+
+/// Containers of one pod that start at the same moment each have their
+/// start reported: the pod's status is written in the order its changes
+/// were made, so no container's `running` state is overwritten by an older
+/// picture of the pod (which left a pod `ContainersNotReady` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_container_of_pods_started_at_once_is_reported_running() {
+    let sim = sim().await;
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let names: Vec<String> = (0..60).map(|i| format!("many-{i}")).collect();
+    for name in &names {
+        let containers: Vec<serde_json::Value> = (0..4)
+            .map(|c| {
+                json!({"name": format!("c{c}"), "image": "telorun/node:24",
+                    "command": ["sh", "-c", "exec sleep 600"]})
+            })
+            .collect();
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": containers}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    for name in &names {
+        let all_running = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|statuses| {
+                    statuses.len() == 4
+                        && statuses
+                            .iter()
+                            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                })
+        };
+        let waited = sim
+            .wait_for::<Pod>("default", name, all_running, WAIT)
+            .await;
+        assert!(
+            waited.is_ok(),
+            "{name}: {:?}",
+            pods.get(name).await.unwrap().status
+        );
+    }
+}

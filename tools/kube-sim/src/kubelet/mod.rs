@@ -123,6 +123,11 @@ struct PodWorker {
     /// will never come wake up on it and end.
     terminating: CancellationToken,
     model: Mutex<Option<PodModel>>,
+    /// Held from reading the model to writing the status it renders, so
+    /// two containers starting at once cannot write their statuses out of
+    /// order: a real kubelet's status manager writes one pod's status from
+    /// one place, and the newest always wins.
+    publishing: Mutex<()>,
     slots: Mutex<HashMap<String, ContainerSlot>>,
     /// Failed pulls per container, for the back-off.
     pull_failures: Mutex<HashMap<String, u32>>,
@@ -419,6 +424,7 @@ impl Kubelet {
             kill: CancellationToken::new(),
             terminating: CancellationToken::new(),
             model: Mutex::new(None),
+            publishing: Mutex::new(()),
             deadline: tokio::sync::watch::Sender::new(view.spec.active_deadline_seconds),
             slots: Mutex::new(HashMap::new()),
             pull_failures: Mutex::new(HashMap::new()),
@@ -568,6 +574,7 @@ impl Kubelet {
         if w.kill.is_cancelled() {
             return;
         }
+        let _turn = w.publishing.lock().unwrap_or_else(|p| p.into_inner());
         let model = w.model.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(model) = model else { return };
         self.registry.mutate(kinds::pods(), &w.ns, &w.name, |p| {
