@@ -25,23 +25,23 @@ use serde_json::json;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
-use crate::executable::resolve_executable;
-use crate::kernel_cache::warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
-use crate::kernel_cache::{
+use crate::kernel::cache::warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
+use crate::kernel::cache::{
     CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SessionCache, SharedKernelCache,
 };
-use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
-use crate::kernel_monitor::{KernelHealth, KernelMonitor};
+use crate::kernel::check::TELO_NOT_FOUND_REMEDIATION;
+use crate::kernel::monitor::{KernelHealth, KernelMonitor};
 use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
-use crate::pipes::Started;
-use crate::process_group::Members;
-use crate::pty::spawn_in_pty;
-use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
+use crate::process::executable::resolve_executable;
+use crate::process::group::Members;
+use crate::process::pipes::Started;
+use crate::process::pty::spawn_in_pty;
+use crate::process::spawner::on_spawner_thread;
+use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
+use crate::session::wiring::{free_loopback_port, wire_process};
 use crate::session::{Supervision, supervise};
-use crate::spawner::on_spawner_thread;
-use crate::wiring::{free_loopback_port, wire_process};
-use crate::work_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
-use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
+use crate::work_root::lock::{WorkRootLock, WorkRootLockError};
+use crate::work_root::session_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
 
 /// The image name advertised (read-only) in the config schema: there is no
 /// image, the runner's host is the environment.
@@ -86,7 +86,10 @@ impl LocalBackend {
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
             );
         }
-        let cgroups = match (&config.sandbox, crate::cgroup::CgroupTree::delegated()) {
+        let cgroups = match (
+            &config.sandbox,
+            crate::sandbox::cgroup::CgroupTree::delegated(),
+        ) {
             (SandboxConfig::None, _) => None,
             (_, Ok(tree)) => {
                 info!(
@@ -186,7 +189,7 @@ impl LocalBackend {
     /// The kernel a request naming `version` runs, as its cache knows it.
     fn versioned_kernel(&self, version: &TeloVersion) -> Option<KernelIdentity> {
         let dir = self.config.telo_versions.as_ref()?;
-        let telo = crate::telo_versions::supply(dir, version).ok()?;
+        let telo = crate::kernel::versions::supply(dir, version).ok()?;
         Some(KernelIdentity {
             telo,
             version: Some(version.to_string()),
@@ -255,7 +258,7 @@ impl LocalBackend {
             version.and_then(TeloVersion::parse),
             &self.config.telo_versions,
         ) {
-            (Some(version), Some(dir)) => crate::telo_versions::supply(dir, &version)
+            (Some(version), Some(dir)) => crate::kernel::versions::supply(dir, &version)
                 .map_err(|reason| StartError::new(StartStage::Start, reason.to_string())),
             _ => resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
                 // The session's own failure says what to do, as the
@@ -321,7 +324,7 @@ impl LocalBackend {
             let seeded = match &kernel_cache {
                 Some((cache, source)) => {
                     let seeded = source.prepare(cache).map_err(|source| {
-                        crate::work_dir::WorkDirError::CreateKernelCache {
+                        crate::work_root::session_dir::WorkDirError::CreateKernelCache {
                             path: cache.host_dir().to_owned(),
                             source,
                         }
@@ -365,7 +368,7 @@ impl LocalBackend {
     fn spawn_plan(
         &self,
         plan: LaunchPlan,
-        sandbox: Option<&crate::sandbox::Sandbox>,
+        sandbox: Option<&crate::sandbox::bubblewrap::Sandbox>,
         programs: &[&Path],
         extra_read_only: &[PathBuf],
         read_write: &[PathBuf],
@@ -379,12 +382,12 @@ impl LocalBackend {
         sandbox
             .spawn_plan(
                 plan,
-                crate::sandbox::SessionMounts {
+                crate::sandbox::bubblewrap::SessionMounts {
                     read_only: &read_only,
                     read_write,
                     kernel_cache,
                 },
-                crate::sandbox::WorkloadSession::Terminal,
+                crate::sandbox::bubblewrap::WorkloadSession::Terminal,
             )
             .map_err(|err| {
                 StartError::new(
@@ -576,7 +579,7 @@ impl Backend for LocalBackend {
         let members = spawn.members;
         let launched = on_spawner_thread(move || spawn_in_pty(spawn).map(Started::from))
             .await
-            .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            .map_err(|err| crate::process::pty::PtyError::Spawn(err.to_string()))
             .flatten()
             .map_err(|err| {
                 let program = match &spec.app {
@@ -600,7 +603,7 @@ impl Backend for LocalBackend {
             &sink,
             self.config.max_ttl,
             self.config.stop_grace,
-            crate::disk_bound::DiskBound {
+            crate::sandbox::disk_bound::DiskBound {
                 dir: work.root().to_owned(),
                 max_bytes: self.config.limits.disk_bytes,
             },
@@ -659,7 +662,7 @@ impl Backend for LocalBackend {
         _mode: SessionMode,
     ) -> Result<(), TeloUnavailable> {
         match &self.config.telo_versions {
-            Some(dir) => crate::telo_versions::supply(dir, version).map(drop),
+            Some(dir) => crate::kernel::versions::supply(dir, version).map(drop),
             None => Err(TeloUnavailable::OnlyConfiguredKernel),
         }
     }
@@ -746,7 +749,7 @@ fn wire_session(
     sink: &SessionSink,
     max_ttl: Duration,
     stop_grace: Duration,
-    disk: crate::disk_bound::DiskBound,
+    disk: crate::sandbox::disk_bound::DiskBound,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let output_sink = sink.clone();
     let wired = wire_process(

@@ -65,9 +65,9 @@ pub struct LocalConfig {
     /// What one watch session's workspace may hold.
     pub workspace: runner_workspace::WorkspaceLimits,
     /// What one session may use (memory, processes, CPU, disk).
-    pub limits: crate::limits::SessionLimits,
+    pub limits: crate::sandbox::limits::SessionLimits,
     /// The warmed kernel caches sessions start from.
-    pub kernel_cache: crate::kernel_cache::KernelCacheConfig,
+    pub kernel_cache: crate::kernel::cache::KernelCacheConfig,
 }
 
 pub const KERNEL_CACHE_WARM_UP_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP";
@@ -111,7 +111,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_MEMORY",
-        default: crate::limits::DEFAULT_MAX_MEMORY,
+        default: crate::sandbox::limits::DEFAULT_MAX_MEMORY,
         description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -121,12 +121,12 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_CPU",
-        default: crate::limits::DEFAULT_MAX_CPU,
+        default: crate::sandbox::limits::DEFAULT_MAX_CPU,
         description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_DISK",
-        default: crate::limits::DEFAULT_MAX_DISK,
+        default: crate::sandbox::limits::DEFAULT_MAX_DISK,
         description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -136,7 +136,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: KERNEL_CACHE_MAX_BYTES_VAR,
-        default: crate::kernel_cache::DEFAULT_MAX_BYTES,
+        default: crate::kernel::cache::DEFAULT_MAX_BYTES,
         description: "Most bytes the warmed kernel caches (one per kernel and warm-up manifest) hold together; past it the least recently used is removed. Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -244,7 +244,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }
     };
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
-    let limits = crate::limits::load_session_limits(env)?;
+    let limits = crate::sandbox::limits::load_session_limits(env)?;
     let kernel_cache = load_kernel_cache_config(env)?;
     Ok(LocalConfig {
         telo,
@@ -262,7 +262,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
 
 fn load_kernel_cache_config(
     env: &Env,
-) -> Result<crate::kernel_cache::KernelCacheConfig, ConfigError> {
+) -> Result<crate::kernel::cache::KernelCacheConfig, ConfigError> {
     let warm_up = match env_string(env, KERNEL_CACHE_WARM_UP_VAR) {
         None => None,
         Some(raw) => {
@@ -280,13 +280,17 @@ fn load_kernel_cache_config(
         }
     };
     let raw = env_string(env, KERNEL_CACHE_MAX_BYTES_VAR)
-        .unwrap_or_else(|| crate::kernel_cache::DEFAULT_MAX_BYTES.to_owned());
-    let max_bytes = crate::limits::parse_bytes(&raw)
+        .unwrap_or_else(|| crate::kernel::cache::DEFAULT_MAX_BYTES.to_owned());
+    let max_bytes = crate::sandbox::limits::parse_bytes(&raw)
         .filter(|bytes| *bytes > 0)
         .ok_or_else(|| {
-            ConfigError::invalid(KERNEL_CACHE_MAX_BYTES_VAR, crate::limits::BYTES_RULE, &raw)
+            ConfigError::invalid(
+                KERNEL_CACHE_MAX_BYTES_VAR,
+                crate::sandbox::limits::BYTES_RULE,
+                &raw,
+            )
         })?;
-    Ok(crate::kernel_cache::KernelCacheConfig { warm_up, max_bytes })
+    Ok(crate::kernel::cache::KernelCacheConfig { warm_up, max_bytes })
 }
 
 #[cfg(test)]
@@ -317,8 +321,8 @@ mod tests {
                     read_only: Vec::new(),
                 }),
                 workspace: runner_workspace::WorkspaceLimits::default(),
-                limits: crate::limits::SessionLimits::default(),
-                kernel_cache: crate::kernel_cache::KernelCacheConfig::default(),
+                limits: crate::sandbox::limits::SessionLimits::default(),
+                kernel_cache: crate::kernel::cache::KernelCacheConfig::default(),
             }
         );
     }
@@ -334,7 +338,7 @@ mod tests {
         ]);
         assert_eq!(
             load_local_config(&env).unwrap().kernel_cache,
-            crate::kernel_cache::KernelCacheConfig {
+            crate::kernel::cache::KernelCacheConfig {
                 warm_up: Some(PathBuf::from("/etc/telo-runner/warm-up.yaml")),
                 max_bytes: 64 << 20,
             }

@@ -4,9 +4,9 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::args_file::ArgsFile;
-use crate::kernel_cache::SessionCache;
-use crate::process_group::Members;
+use crate::kernel::cache::SessionCache;
+use crate::process::args_file::ArgsFile;
+use crate::process::group::Members;
 
 /// Terminal type workloads see: the client renders an xterm-compatible
 /// terminal with 256 colours.

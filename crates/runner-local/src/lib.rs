@@ -23,32 +23,16 @@
 
 #![forbid(unsafe_code)]
 
-pub mod args_file;
 pub mod backend;
-pub mod cgroup;
 pub mod config;
-pub mod disk_bound;
-pub mod executable;
-pub mod kernel_cache;
-pub mod kernel_check;
-pub mod kernel_fingerprint;
-pub mod kernel_monitor;
+pub mod kernel;
 pub mod launch;
-pub mod limits;
-pub mod pipes;
-pub mod proc_tree;
-pub mod process_group;
-pub mod pty;
+pub mod process;
 pub mod sandbox;
-pub mod sandbox_check;
 pub mod session;
-pub mod spawner;
-pub mod telo_versions;
 pub mod watch;
-pub mod wiring;
-pub mod work_dir;
-pub mod work_root_lock;
+pub mod work_root;
 
 pub use backend::{LocalBackend, LocalBackendError};
 pub use config::{BubblewrapConfig, LOCAL_ENV_VARS, LocalConfig, SandboxConfig, load_local_config};
-pub use kernel_monitor::KernelHealth;
+pub use kernel::monitor::KernelHealth;

@@ -35,15 +35,15 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
-use crate::disk_bound::DiskBound;
 use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
-use crate::pipes::{Started, spawn_with_pipes};
-use crate::pty::spawn_in_pty;
-use crate::sandbox::{Sandbox, WorkloadSession};
+use crate::process::pipes::{Started, spawn_with_pipes};
+use crate::process::pty::spawn_in_pty;
+use crate::process::spawner::on_spawner_thread;
+use crate::sandbox::bubblewrap::{Sandbox, WorkloadSession};
+use crate::sandbox::disk_bound::DiskBound;
+use crate::session::wiring::{WiredProcess, free_loopback_port, wire_process};
 use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
-use crate::spawner::on_spawner_thread;
-use crate::wiring::{WiredProcess, free_loopback_port, wire_process};
-use crate::work_dir::{RECORD_FILE, WorkDir};
+use crate::work_root::session_dir::{RECORD_FILE, WorkDir};
 
 /// The name the agent's process goes by among the apps: reserved, so no
 /// app of a session has it, and no client reaches its stdin.
@@ -72,7 +72,7 @@ pub(crate) struct Launcher {
     pub path: String,
     pub sandbox: Option<Arc<Sandbox>>,
     /// What the session's own kernel cache is filled from.
-    pub kernel_cache: crate::kernel_cache::warm_up::CacheSource,
+    pub kernel_cache: crate::kernel::cache::warm_up::CacheSource,
     pub stop_grace: Duration,
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
@@ -89,7 +89,7 @@ impl Launcher {
             .as_deref()
             .and_then(runner_api::telo::TeloVersion::parse);
         match (version, &self.telo_versions) {
-            (Some(version), Some(dir)) => crate::telo_versions::kernel_path(dir, &version),
+            (Some(version), Some(dir)) => crate::kernel::versions::kernel_path(dir, &version),
             _ => self.telo.clone(),
         }
     }
@@ -228,8 +228,8 @@ pub(crate) async fn start(
 }
 
 /// The session's own kernel cache, as its apps see it.
-fn session_cache(launcher: &Launcher, work: &WorkDir) -> crate::kernel_cache::SessionCache {
-    crate::kernel_cache::SessionCache::new(work.kernel_cache(), launcher.sandbox.is_some())
+fn session_cache(launcher: &Launcher, work: &WorkDir) -> crate::kernel::cache::SessionCache {
+    crate::kernel::cache::SessionCache::new(work.kernel_cache(), launcher.sandbox.is_some())
 }
 
 /// The directories, the seeded (or kept) workspace and the record.
@@ -438,7 +438,7 @@ impl LocalWatch {
                 sandbox
                     .spawn_plan(
                         plan,
-                        crate::sandbox::SessionMounts {
+                        crate::sandbox::bubblewrap::SessionMounts {
                             read_only: &read_only,
                             read_write: &read_write,
                             kernel_cache: Some(cache.host_dir()),
@@ -527,16 +527,16 @@ impl LocalWatch {
                 ),
             ));
         };
-        let program = crate::executable::resolve_executable(&command[0], &launcher.path)
+        let program = crate::process::executable::resolve_executable(&command[0], &launcher.path)
             .ok_or_else(|| {
-                StartError::new(
-                    StartStage::Start,
-                    format!(
-                        "command '{}' of agent '{}' was not found on this runner's host",
-                        command[0], agent.name
-                    ),
-                )
-            })?;
+            StartError::new(
+                StartStage::Start,
+                format!(
+                    "command '{}' of agent '{}' was not found on this runner's host",
+                    command[0], agent.name
+                ),
+            )
+        })?;
         let workspace = self.work.app();
         let home = self
             .work
@@ -575,7 +575,7 @@ impl LocalWatch {
                 sandbox
                     .spawn_plan(
                         plan,
-                        crate::sandbox::SessionMounts {
+                        crate::sandbox::bubblewrap::SessionMounts {
                             read_only: &read_only,
                             read_write: &read_write,
                             kernel_cache: None,
@@ -681,11 +681,12 @@ async fn start_process(
         if terminal {
             spawn_in_pty(spawn).map(Started::from)
         } else {
-            spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            spawn_with_pipes(spawn)
+                .map_err(|err| crate::process::pty::PtyError::Spawn(err.to_string()))
         }
     })
     .await
-    .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+    .map_err(|err| crate::process::pty::PtyError::Spawn(err.to_string()))
     .flatten()
     .map_err(|err| {
         StartError::new(StartStage::Start, format!("could not start {what}: {err}"))
@@ -753,7 +754,7 @@ async fn supervise_app(end: AppEnd) {
     let ending = tokio::select! {
         code = &mut exited => AppEnding::Exited(code.unwrap_or(-1)),
         () = teardown.cancelled() => AppEnding::TakenDown,
-        used = crate::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
+        used = crate::sandbox::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
     };
     if !matches!(ending, AppEnding::Exited(_)) {
         process.terminate_logged("watch app taken down");
@@ -794,7 +795,7 @@ async fn supervise_app(end: AppEnd) {
         }
         AppEnding::OverDisk(used) => {
             teardown.cancel();
-            let message = crate::disk_bound::app_over_message(&name, used, max_disk);
+            let message = crate::sandbox::disk_bound::app_over_message(&name, used, max_disk);
             warn!(app = %name, used, max_disk, "watch app taken down: the session's directory is past its disk bound");
             // Said where an editor shows it, whether or not the kernel
             // closed its run first on the way down.

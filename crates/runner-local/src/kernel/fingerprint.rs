@@ -7,7 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::executable::resolve_executable;
+use crate::process::executable::resolve_executable;
 
 /// One file as `stat` sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -39,19 +39,19 @@
 //! without letting the workload shut down).
 //!
 //! [`bwrap_args`] and [`host_command`] are pure; [`HostLayout::read`],
-//! [`installation_dirs`] and [`crate::args_file::ArgsFile`] do the I/O.
+//! [`installation_dirs`] and [`crate::process::args_file::ArgsFile`] do the I/O.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use crate::args_file::ArgsFile;
-use crate::cgroup::{CgroupTree, SessionCgroup};
-use crate::kernel_cache::KERNEL_CACHE_MOUNT;
+use crate::kernel::cache::KERNEL_CACHE_MOUNT;
 use crate::launch::{LaunchPlan, SpawnPlan};
-use crate::limits::{RunnerLimits, SessionLimits, prlimit_argv};
-use crate::process_group::Members;
+use crate::process::args_file::ArgsFile;
+use crate::process::group::Members;
+use crate::sandbox::cgroup::{CgroupTree, SessionCgroup};
+use crate::sandbox::limits::{RunnerLimits, SessionLimits, prlimit_argv};
 
 /// Directories a program needs to run at all, shown read-only (or, when the
 /// host has them as symlinks — `/bin -> usr/bin` — as the same symlinks).

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::launch::SpawnPlan;
-use crate::process_group::ProcessGroup;
+use crate::process::group::ProcessGroup;
+use crate::process::spawner;
 use crate::session::OUTPUT_DRAIN_TIMEOUT;
-use crate::spawner;
 
 use runner_core::sync::lock;
 

@@ -342,7 +342,7 @@ impl SharedKernelCache {
         if let Err(err) = mark_used(&entry) {
             warn!(entry = %key, error = %err, "could not record a kernel cache entry's use");
         }
-        let bytes = crate::disk_bound::usage(&entry);
+        let bytes = crate::sandbox::disk_bound::usage(&entry);
         if self.evict().iter().any(|name| name == key.as_str()) {
             return Err(PromoteError::TooLarge {
                 key: key.clone(),
@@ -366,7 +366,7 @@ impl SharedKernelCache {
                 Some(EntryUse {
                     name: name.as_str().to_owned(),
                     last_used: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    bytes: crate::disk_bound::usage(&entry.path()),
+                    bytes: crate::sandbox::disk_bound::usage(&entry.path()),
                 })
             })
             .collect()

@@ -29,11 +29,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use super::{CacheKey, EntryLease, KernelIdentity, Seeded, SessionCache, SharedKernelCache};
-use crate::executable::resolve_executable;
-use crate::kernel_check::{CheckEnd, last_error_line, run_check};
+use crate::kernel::check::{CheckEnd, last_error_line, run_check};
 use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
-use crate::sandbox::{SessionMounts, WorkloadSession};
-use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
+use crate::process::executable::resolve_executable;
+use crate::sandbox::bubblewrap::{SessionMounts, WorkloadSession};
+use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
 
 /// The entry the warm-up's kernel runs, in its scratch app directory.
 pub const WARM_UP_ENTRY: &str = "telo.yaml";

@@ -1,6 +1,8 @@
 //! One running local session: its terminal, its process group, and the task
 //! that turns the process's end into exactly one terminal status.
 
+pub mod wiring;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::TrySendError;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,9 +18,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::args_file::ArgsFile;
-use crate::process_group::ProcessGroup;
-use crate::pty::InputQueue;
+use crate::process::args_file::ArgsFile;
+use crate::process::group::ProcessGroup;
+use crate::process::pty::InputQueue;
 
 /// How long, after the process exited, its last output may take to arrive
 /// before the terminal status is reported anyway. Output normally drains in
@@ -176,7 +178,7 @@ pub struct Supervision {
     pub output_drained: oneshot::Receiver<()>,
     pub max_ttl: Duration,
     /// The session's directory and the most it may hold.
-    pub disk: Option<crate::disk_bound::DiskBound>,
+    pub disk: Option<crate::sandbox::disk_bound::DiskBound>,
 }
 
 /// Waits for the session to end — on its own, by `stop`, by its lifetime
@@ -198,7 +200,7 @@ pub async fn supervise(supervision: Supervision) {
     let disk_bound = disk.as_ref().map(|bound| bound.max_bytes);
     let over_disk_bound = async move {
         match disk {
-            Some(bound) => crate::disk_bound::exceeded(bound).await,
+            Some(bound) => crate::sandbox::disk_bound::exceeded(bound).await,
             None => std::future::pending().await,
         }
     };
@@ -245,9 +247,9 @@ pub async fn supervise(supervision: Supervision) {
     let stopped = session.stop_requested.load(Ordering::SeqCst) || sink.is_user_stopped();
     let status = match exit_code {
         _ if stopped => RunStatus::Stopped,
-        _ if disk_exceeded.is_some() => RunStatus::failed(crate::disk_bound::exceeded_message(
-            disk_exceeded.unwrap_or_default(),
-        )),
+        _ if disk_exceeded.is_some() => RunStatus::failed(
+            crate::sandbox::disk_bound::exceeded_message(disk_exceeded.unwrap_or_default()),
+        ),
         _ if lifetime_exceeded => RunStatus::failed(format!(
             "session exceeded its maximum lifetime of {} s and was stopped",
             max_ttl.as_secs()

@@ -76,7 +76,7 @@ impl ProcessGroup {
                 if *reaped {
                     return Ok(());
                 }
-                let workload = crate::proc_tree::sandbox_processes(self.pid);
+                let workload = crate::process::tree::sandbox_processes(self.pid);
                 if workload.is_empty() {
                     return signal_group(self.pid, Signal::SIGKILL);
                 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 pub struct ArgsFile {
     file: std::fs::File,
     /// The sandbox's cgroup, which lives exactly as long.
-    _cgroup: Option<crate::cgroup::SessionCgroup>,
+    _cgroup: Option<crate::sandbox::cgroup::SessionCgroup>,
 }
 
 impl ArgsFile {
@@ -39,7 +39,7 @@ impl ArgsFile {
 
     /// Keeps `cgroup` for as long as the sandbox's arguments are kept: the
     /// session's life.
-    pub fn with_cgroup(mut self, cgroup: Option<crate::cgroup::SessionCgroup>) -> Self {
+    pub fn with_cgroup(mut self, cgroup: Option<crate::sandbox::cgroup::SessionCgroup>) -> Self {
         self._cgroup = cgroup;
         self
     }
