@@ -25,16 +25,17 @@ use serde_json::json;
 use tracing::{Instrument, Span, error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
-use crate::kernel::cache::warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
-use crate::kernel::cache::{
-    CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SessionCache, SharedKernelCache,
-};
+use crate::kernel::cache_warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
 use crate::kernel::check::TELO_NOT_FOUND_REMEDIATION;
 use crate::kernel::monitor::{KernelHealth, KernelMonitor};
-use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
+use crate::kernel_cache::{
+    CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SessionCache, SharedKernelCache,
+};
+use crate::launch::{LaunchPlan, app_argv, telo_argv, workload_env};
 use crate::process::executable::resolve_executable;
 use crate::process::group::Members;
 use crate::process::pipes::Started;
+use crate::process::plan::SpawnPlan;
 use crate::process::pty::spawn_in_pty;
 use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
@@ -375,7 +376,7 @@ impl LocalBackend {
         kernel_cache: Option<&Path>,
     ) -> Result<SpawnPlan, StartError> {
         let Some(sandbox) = sandbox else {
-            return Ok(SpawnPlan::unsandboxed(plan));
+            return Ok(plan.unsandboxed());
         };
         let mut read_only = sandbox.installations(programs);
         read_only.extend(extra_read_only.iter().cloned());
@@ -603,7 +604,7 @@ impl Backend for LocalBackend {
             &sink,
             self.config.max_ttl,
             self.config.stop_grace,
-            crate::sandbox::disk_bound::DiskBound {
+            crate::disk_bound::DiskBound {
                 dir: work.root().to_owned(),
                 max_bytes: self.config.limits.disk_bytes,
             },
@@ -749,7 +750,7 @@ fn wire_session(
     sink: &SessionSink,
     max_ttl: Duration,
     stop_grace: Duration,
-    disk: crate::sandbox::disk_bound::DiskBound,
+    disk: crate::disk_bound::DiskBound,
 ) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
     let output_sink = sink.clone();
     let wired = wire_process(

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::sandbox::{BubblewrapConfig, DEFAULT_BWRAP, SandboxConfig};
+
 use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positive_int};
 
 pub const DEFAULT_TELO: &str = "telo";
@@ -13,37 +15,6 @@ pub const DEFAULT_STOP_GRACE: Duration =
 pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory name under the system temporary directory used by default.
 pub const DEFAULT_WORK_DIR_NAME: &str = "telo-runner-sessions";
-/// The bubblewrap executable, looked up on the runner's `PATH`.
-pub const DEFAULT_BWRAP: &str = "bwrap";
-
-/// How session processes are isolated (`RUNNER_LOCAL_SANDBOX`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SandboxConfig {
-    /// Each session in its own bubblewrap sandbox (the default).
-    Bubblewrap(BubblewrapConfig),
-    /// The operator opted out: sessions run as plain child processes of the
-    /// runner and can read everything the runner's user can.
-    None,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BubblewrapConfig {
-    /// `bwrap`: a path, or a name looked up on `search_path`.
-    pub bwrap: String,
-    /// The runner's own `PATH` (not the workload's).
-    pub search_path: String,
-    /// The runner's `HOME`: an installation directory that holds it is never
-    /// shown to a sandbox whole.
-    pub home: Option<PathBuf>,
-    /// Files of the runner no sandbox may show, whatever mount would
-    /// (`RUNNER_AUTH_TOKENS_FILE`).
-    pub hidden: Vec<PathBuf>,
-    /// Shown read-only in every sandbox besides what a session needs
-    /// (`RUNNER_LOCAL_SANDBOX_READ_ONLY`): what a kernel wrapper runs from
-    /// elsewhere than its own installation.
-    pub read_only: Vec<PathBuf>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalConfig {
     /// The Telo CLI: a path, or a name looked up on [`LocalConfig::path`].
@@ -67,7 +38,7 @@ pub struct LocalConfig {
     /// What one session may use (memory, processes, CPU, disk).
     pub limits: crate::sandbox::limits::SessionLimits,
     /// The warmed kernel caches sessions start from.
-    pub kernel_cache: crate::kernel::cache::KernelCacheConfig,
+    pub kernel_cache: crate::kernel_cache::KernelCacheConfig,
 }
 
 pub const KERNEL_CACHE_WARM_UP_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP";
@@ -136,7 +107,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: KERNEL_CACHE_MAX_BYTES_VAR,
-        default: crate::kernel::cache::DEFAULT_MAX_BYTES,
+        default: crate::kernel_cache::DEFAULT_MAX_BYTES,
         description: "Most bytes the warmed kernel caches (one per kernel and warm-up manifest) hold together; past it the least recently used is removed. Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -262,7 +233,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
 
 fn load_kernel_cache_config(
     env: &Env,
-) -> Result<crate::kernel::cache::KernelCacheConfig, ConfigError> {
+) -> Result<crate::kernel_cache::KernelCacheConfig, ConfigError> {
     let warm_up = match env_string(env, KERNEL_CACHE_WARM_UP_VAR) {
         None => None,
         Some(raw) => {
@@ -280,7 +251,7 @@ fn load_kernel_cache_config(
         }
     };
     let raw = env_string(env, KERNEL_CACHE_MAX_BYTES_VAR)
-        .unwrap_or_else(|| crate::kernel::cache::DEFAULT_MAX_BYTES.to_owned());
+        .unwrap_or_else(|| crate::kernel_cache::DEFAULT_MAX_BYTES.to_owned());
     let max_bytes = crate::sandbox::limits::parse_bytes(&raw)
         .filter(|bytes| *bytes > 0)
         .ok_or_else(|| {
@@ -290,7 +261,7 @@ fn load_kernel_cache_config(
                 &raw,
             )
         })?;
-    Ok(crate::kernel::cache::KernelCacheConfig { warm_up, max_bytes })
+    Ok(crate::kernel_cache::KernelCacheConfig { warm_up, max_bytes })
 }
 
 #[cfg(test)]
@@ -322,7 +293,7 @@ mod tests {
                 }),
                 workspace: runner_workspace::WorkspaceLimits::default(),
                 limits: crate::sandbox::limits::SessionLimits::default(),
-                kernel_cache: crate::kernel::cache::KernelCacheConfig::default(),
+                kernel_cache: crate::kernel_cache::KernelCacheConfig::default(),
             }
         );
     }
@@ -338,7 +309,7 @@ mod tests {
         ]);
         assert_eq!(
             load_local_config(&env).unwrap().kernel_cache,
-            crate::kernel::cache::KernelCacheConfig {
+            crate::kernel_cache::KernelCacheConfig {
                 warm_up: Some(PathBuf::from("/etc/telo-runner/warm-up.yaml")),
                 max_bytes: 64 << 20,
             }

@@ -25,7 +25,9 @@
 
 pub mod backend;
 pub mod config;
+pub mod disk_bound;
 pub mod kernel;
+pub mod kernel_cache;
 pub mod launch;
 pub mod process;
 pub mod sandbox;

@@ -35,14 +35,16 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
-use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
+use crate::disk_bound::DiskBound;
+use crate::launch::{LaunchPlan, without_forced_colour, workload_env};
+use crate::process::OUTPUT_DRAIN_TIMEOUT;
 use crate::process::pipes::{Started, spawn_with_pipes};
+use crate::process::plan::SpawnPlan;
 use crate::process::pty::spawn_in_pty;
 use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::bubblewrap::{Sandbox, WorkloadSession};
-use crate::sandbox::disk_bound::DiskBound;
+use crate::session::LocalSession;
 use crate::session::wiring::{WiredProcess, free_loopback_port, wire_process};
-use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
 use crate::work_root::session_dir::{RECORD_FILE, WorkDir};
 
 /// The name the agent's process goes by among the apps: reserved, so no
@@ -72,7 +74,7 @@ pub(crate) struct Launcher {
     pub path: String,
     pub sandbox: Option<Arc<Sandbox>>,
     /// What the session's own kernel cache is filled from.
-    pub kernel_cache: crate::kernel::cache::warm_up::CacheSource,
+    pub kernel_cache: crate::kernel::cache_warm_up::CacheSource,
     pub stop_grace: Duration,
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
@@ -228,8 +230,8 @@ pub(crate) async fn start(
 }
 
 /// The session's own kernel cache, as its apps see it.
-fn session_cache(launcher: &Launcher, work: &WorkDir) -> crate::kernel::cache::SessionCache {
-    crate::kernel::cache::SessionCache::new(work.kernel_cache(), launcher.sandbox.is_some())
+fn session_cache(launcher: &Launcher, work: &WorkDir) -> crate::kernel_cache::SessionCache {
+    crate::kernel_cache::SessionCache::new(work.kernel_cache(), launcher.sandbox.is_some())
 }
 
 /// The directories, the seeded (or kept) workspace and the record.
@@ -421,7 +423,7 @@ impl LocalWatch {
             env,
         };
         let spawn = match &launcher.sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let kernel = launcher.kernel(app);
                 let mut programs = vec![kernel.as_path()];
@@ -553,7 +555,7 @@ impl LocalWatch {
             env: workload_env(&env, &home, &launcher.path, None),
         };
         let spawn = match &launcher.sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let read_only: Vec<PathBuf> = sandbox
                     .installations(&[program.as_path()])
@@ -754,7 +756,7 @@ async fn supervise_app(end: AppEnd) {
     let ending = tokio::select! {
         code = &mut exited => AppEnding::Exited(code.unwrap_or(-1)),
         () = teardown.cancelled() => AppEnding::TakenDown,
-        used = crate::sandbox::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
+        used = crate::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
     };
     if !matches!(ending, AppEnding::Exited(_)) {
         process.terminate_logged("watch app taken down");
@@ -795,7 +797,7 @@ async fn supervise_app(end: AppEnd) {
         }
         AppEnding::OverDisk(used) => {
             teardown.cancel();
-            let message = crate::sandbox::disk_bound::app_over_message(&name, used, max_disk);
+            let message = crate::disk_bound::app_over_message(&name, used, max_disk);
             warn!(app = %name, used, max_disk, "watch app taken down: the session's directory is past its disk bound");
             // Said where an editor shows it, whether or not the kernel
             // closed its run first on the way down.

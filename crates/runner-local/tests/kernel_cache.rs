@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use runner_api::telo::TeloVersion;
 use runner_core::types::RunStatus;
-use runner_local::kernel::cache::warm_up::WarmUpError;
+use runner_local::kernel::cache_warm_up::WarmUpError;
 use support::{Events, Harness, bundle_spec, limits, output_now, with_env};
 use tempfile::TempDir;
 
@@ -340,7 +340,7 @@ async fn the_warmed_caches_stay_under_their_bound_evicting_the_least_recently_us
         names.sort();
         names
     };
-    let total = || -> u64 { runner_local::sandbox::disk_bound::usage(&cache) };
+    let total = || -> u64 { runner_local::disk_bound::usage(&cache) };
     let warm = |name: &str| {
         let version = TeloVersion::parse(name).unwrap();
         let backend = harness.backend.clone();

@@ -2,7 +2,7 @@
 //! identity of the configured one, its self-check and the verdict kept per
 //! identity, and its caches.
 
-pub mod cache;
+pub mod cache_warm_up;
 pub mod check;
 pub mod fingerprint;
 pub mod monitor;

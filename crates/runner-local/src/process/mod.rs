@@ -3,9 +3,19 @@
 //! the host sees them, and finding a program on `PATH`.
 
 pub mod args_file;
+pub mod check_run;
 pub mod executable;
 pub mod group;
 pub mod pipes;
+pub mod plan;
 pub mod pty;
 pub mod spawner;
 pub mod tree;
+
+use std::time::Duration;
+
+/// How long, after the process exited, its last output may take to arrive
+/// before the terminal status is reported anyway. Output normally drains in
+/// microseconds; this bound only matters when a process escaped the group
+/// (a daemon that called `setsid`) and still holds the terminal open.
+pub const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);

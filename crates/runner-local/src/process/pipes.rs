@@ -14,8 +14,8 @@ use nix::unistd::Pid;
 use portable_pty::{Child, MasterPty};
 use runner_api::watch::StreamTag;
 
-use crate::launch::SpawnPlan;
 use crate::process::args_file::ArgsFile;
+use crate::process::plan::SpawnPlan;
 use crate::process::pty::PtyProcess;
 
 /// A started process, however its output is connected: its output streams

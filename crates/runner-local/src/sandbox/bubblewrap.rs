@@ -46,10 +46,11 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use crate::kernel::cache::KERNEL_CACHE_MOUNT;
-use crate::launch::{LaunchPlan, SpawnPlan};
+use crate::kernel_cache::KERNEL_CACHE_MOUNT;
+use crate::launch::LaunchPlan;
 use crate::process::args_file::ArgsFile;
 use crate::process::group::Members;
+use crate::process::plan::SpawnPlan;
 use crate::sandbox::cgroup::{CgroupTree, SessionCgroup};
 use crate::sandbox::limits::{RunnerLimits, SessionLimits, prlimit_argv};
 
@@ -446,7 +447,7 @@ impl Sandbox {
                 .collect();
         // Kept as long as the session (with its arguments): the cgroup
         // goes when the session does.
-        let args_file = ArgsFile::new(&args)?.with_cgroup(cgroup);
+        let args_file = ArgsFile::new(&args)?.keeping(cgroup);
         Ok(SpawnPlan {
             argv: host_command(
                 &self.programs,

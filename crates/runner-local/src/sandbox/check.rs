@@ -21,14 +21,16 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::config::{BubblewrapConfig, SandboxConfig};
-use crate::kernel::check::{CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check};
-use crate::kernel::fingerprint::FileStamp;
 use crate::launch::LaunchPlan;
+use crate::process::check_run::{
+    CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check,
+};
+use crate::process::executable::FileStamp;
 use crate::process::executable::resolve_executable;
 use crate::sandbox::bubblewrap::{HostLayout, Sandbox, SandboxPrograms};
 use crate::sandbox::cgroup::CgroupTree;
 use crate::sandbox::limits::{RunnerLimits, SessionLimits};
+use crate::sandbox::{BubblewrapConfig, SandboxConfig};
 
 /// Where the programs run inside every sandbox are looked up: directories
 /// every sandbox shows.

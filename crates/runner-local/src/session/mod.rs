@@ -18,15 +18,10 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::process::OUTPUT_DRAIN_TIMEOUT;
 use crate::process::args_file::ArgsFile;
 use crate::process::group::ProcessGroup;
 use crate::process::pty::InputQueue;
-
-/// How long, after the process exited, its last output may take to arrive
-/// before the terminal status is reported anyway. Output normally drains in
-/// microseconds; this bound only matters when a process escaped the group
-/// (a daemon that called `setsid`) and still holds the terminal open.
-pub const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub struct LocalSession {
     id: String,
@@ -178,7 +173,7 @@ pub struct Supervision {
     pub output_drained: oneshot::Receiver<()>,
     pub max_ttl: Duration,
     /// The session's directory and the most it may hold.
-    pub disk: Option<crate::sandbox::disk_bound::DiskBound>,
+    pub disk: Option<crate::disk_bound::DiskBound>,
 }
 
 /// Waits for the session to end — on its own, by `stop`, by its lifetime
@@ -200,7 +195,7 @@ pub async fn supervise(supervision: Supervision) {
     let disk_bound = disk.as_ref().map(|bound| bound.max_bytes);
     let over_disk_bound = async move {
         match disk {
-            Some(bound) => crate::sandbox::disk_bound::exceeded(bound).await,
+            Some(bound) => crate::disk_bound::exceeded(bound).await,
             None => std::future::pending().await,
         }
     };
@@ -247,9 +242,9 @@ pub async fn supervise(supervision: Supervision) {
     let stopped = session.stop_requested.load(Ordering::SeqCst) || sink.is_user_stopped();
     let status = match exit_code {
         _ if stopped => RunStatus::Stopped,
-        _ if disk_exceeded.is_some() => RunStatus::failed(
-            crate::sandbox::disk_bound::exceeded_message(disk_exceeded.unwrap_or_default()),
-        ),
+        _ if disk_exceeded.is_some() => RunStatus::failed(crate::disk_bound::exceeded_message(
+            disk_exceeded.unwrap_or_default(),
+        )),
         _ if lifetime_exceeded => RunStatus::failed(format!(
             "session exceeded its maximum lifetime of {} s and was stopped",
             max_ttl.as_secs()

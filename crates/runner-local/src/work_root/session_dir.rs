@@ -77,7 +77,7 @@ impl WorkDir {
     /// session's directory, so it counts against its disk bound and goes
     /// with it.
     pub fn kernel_cache(&self) -> PathBuf {
-        self.root.join(crate::kernel::cache::SESSION_CACHE_DIR_NAME)
+        self.root.join(crate::kernel_cache::SESSION_CACHE_DIR_NAME)
     }
 
     /// The `HOME` of a watch session's co-resident agent. Not the apps'
