@@ -39,8 +39,8 @@ use crate::process::plan::SpawnPlan;
 use crate::process::pty::spawn_in_pty;
 use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
+use crate::session::stop::{RunEnd, follow_run_to_end};
 use crate::session::wiring::{free_loopback_port, wire_process};
-use crate::session::{Supervision, supervise};
 use crate::work_root::lock::{WorkRootLock, WorkRootLockError};
 use crate::work_root::session_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
 
@@ -68,7 +68,7 @@ pub struct LocalBackend {
     sandbox: Arc<SandboxMonitor>,
     /// The warmed caches sessions' kernels start from.
     kernel_cache: KernelCacheWarmer,
-    /// Every session's supervisor, reachability probe and debug relay.
+    /// Every session's end task, reachability probe and debug relay.
     tasks: OwnedTasks,
     _work_root: WorkRootLock,
 }
@@ -597,7 +597,7 @@ impl Backend for LocalBackend {
                 return Err(err);
             }
         };
-        let (session, supervision) = match wire_session(
+        let (session, run_end) = match wire_session(
             &spec,
             process,
             members,
@@ -625,7 +625,7 @@ impl Backend for LocalBackend {
         let finished = work.clone();
         self.tasks.spawn(
             async move {
-                supervise(supervision).await;
+                follow_run_to_end(run_end).await;
                 finished.discard();
             }
             .instrument(Span::current()),
@@ -742,7 +742,7 @@ impl Backend for LocalBackend {
 const TASKS_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 
 /// Starts the threads of a freshly spawned process and prepares its
-/// supervisor. On failure the process group is killed.
+/// end task. On failure the process group is killed.
 fn wire_session(
     spec: &StartSpec,
     process: Started,
@@ -751,7 +751,7 @@ fn wire_session(
     max_ttl: Duration,
     stop_grace: Duration,
     disk: crate::disk_bound::DiskBound,
-) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
+) -> Result<(Arc<dyn BackendSession>, RunEnd), StartError> {
     let output_sink = sink.clone();
     let wired = wire_process(
         &spec.session_id,
@@ -760,7 +760,7 @@ fn wire_session(
         move |_, bytes| output_sink.output(bytes),
         stop_grace,
     )?;
-    let supervision = Supervision {
+    let run_end = RunEnd {
         session: wired.session.clone(),
         sink: sink.clone(),
         exited: wired.exited,
@@ -768,7 +768,7 @@ fn wire_session(
         max_ttl,
         disk: Some(disk),
     };
-    Ok((wired.session, supervision))
+    Ok((wired.session, run_end))
 }
 
 impl std::fmt::Debug for LocalBackend {

@@ -117,7 +117,7 @@ pub(crate) struct LocalWatch {
 struct RunningApp {
     spec: AppSpec,
     process: Arc<LocalSession>,
-    /// Ends the app's relays and asks its supervisor to take it down.
+    /// Ends the app's relays and asks its end task to take it down.
     teardown: CancellationToken,
     /// Fires once the process is gone and its output drained.
     gone: Option<oneshot::Receiver<()>>,
@@ -474,7 +474,7 @@ impl LocalWatch {
         let teardown = self.sink.ended().child_token();
         let (gone_tx, gone) = oneshot::channel();
         launcher.tasks.spawn(
-            supervise_app(AppEnd {
+            follow_app_to_end(AppEnd {
                 name: app.name.clone(),
                 note_tag: if terminal {
                     StreamTag::Tty
@@ -613,7 +613,7 @@ impl LocalWatch {
         let teardown = self.sink.ended().child_token();
         let (gone_tx, gone) = oneshot::channel();
         launcher.tasks.spawn(
-            supervise_app(AppEnd {
+            follow_app_to_end(AppEnd {
                 name: AGENT_NAME.to_owned(),
                 note_tag: StreamTag::Stderr,
                 process: session.clone(),
@@ -740,7 +740,7 @@ enum AppEnding {
 /// runner (stop, suspend, a new app set, the session's end) with SIGTERM and
 /// then SIGKILL after the grace period. An end of its own closes the app's
 /// open generation; the session lives on.
-async fn supervise_app(end: AppEnd) {
+async fn follow_app_to_end(end: AppEnd) {
     let AppEnd {
         name,
         note_tag,
