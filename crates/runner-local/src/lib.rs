@@ -23,17 +23,17 @@
 
 #![forbid(unsafe_code)]
 
-pub mod backend;
+mod backend;
 pub mod config;
 pub mod disk_bound;
 pub mod kernel;
-pub mod kernel_cache;
-pub mod launch;
+pub(crate) mod kernel_cache;
+pub(crate) mod launch;
 pub mod process;
 pub mod sandbox;
-pub mod session;
-pub mod watch;
-pub mod work_root;
+pub(crate) mod session;
+pub(crate) mod watch;
+pub(crate) mod work_root;
 
 pub use backend::{LocalBackend, LocalBackendError};
 pub use config::{BubblewrapConfig, LOCAL_ENV_VARS, LocalConfig, SandboxConfig, load_local_config};

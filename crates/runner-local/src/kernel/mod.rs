@@ -4,6 +4,6 @@
 
 pub mod cache_warm_up;
 pub mod check;
-pub mod fingerprint;
-pub mod monitor;
-pub mod versions;
+pub(crate) mod fingerprint;
+pub(crate) mod monitor;
+pub(crate) mod versions;

@@ -54,10 +54,6 @@ impl ProcessGroup {
         }
     }
 
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
     /// SIGKILLs every process of the group. A group that is already gone is
     /// not an error.
     pub fn kill(&self) -> Result<(), Errno> {

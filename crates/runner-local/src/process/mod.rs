@@ -2,15 +2,15 @@
 //! terminal or on pipes, its process group, the processes of a sandbox as
 //! the host sees them, and finding a program on `PATH`.
 
-pub mod args_file;
+pub(crate) mod args_file;
 pub mod check_run;
 pub mod executable;
-pub mod group;
-pub mod pipes;
-pub mod plan;
-pub mod pty;
-pub mod spawner;
-pub mod tree;
+pub(crate) mod group;
+pub(crate) mod pipes;
+pub(crate) mod plan;
+pub(crate) mod pty;
+pub(crate) mod spawner;
+pub(crate) mod tree;
 
 use std::time::Duration;
 

@@ -94,9 +94,6 @@ pub const ETC_ENTRIES: &[&str] = &[
 /// Empty, private and writable in every sandbox.
 pub const PRIVATE_TMP_DIRS: &[&str] = &["/tmp", "/var/tmp"];
 
-/// The descriptor `bwrap` reads its arguments from.
-pub const ARGS_FD: u32 = 3;
-
 /// Opens the arguments file (`$1`) as descriptor 3 and becomes `bwrap`
 /// (`$0`) with the command line that follows.
 pub const EXEC_BWRAP: &str = "f=$1; shift; exec \"$0\" --args 3 -- \"$@\" 3<\"$f\"";

@@ -2,8 +2,8 @@
 //! it: rlimits, a cgroup where the host delegates one, the disk bound of
 //! and the check of whether this host can start one.
 
-pub mod bubblewrap;
-pub mod cgroup;
+pub(crate) mod bubblewrap;
+pub(crate) mod cgroup;
 pub mod check;
 pub mod limits;
 
