@@ -714,12 +714,12 @@ impl Backend for LocalBackend {
     }
 
     async fn has_checkpoint(&self, session_id: &str) -> bool {
-        crate::watch::has_checkpoint(&self.config.work_root, session_id)
+        crate::watch::record::has_checkpoint(&self.config.work_root, session_id)
     }
 
     async fn recover_suspended(&self, held: HeldSessions) -> Vec<SuspendedSession> {
         let root = self.config.work_root.clone();
-        tokio::task::spawn_blocking(move || crate::watch::kept_sessions(&root, &held))
+        tokio::task::spawn_blocking(move || crate::watch::record::kept_sessions(&root, &held))
             .await
             .unwrap_or_default()
     }

@@ -5,7 +5,11 @@
 //! The workspace is the checkpoint: it lives under the work root with a
 //! record of the session (`watch.json`), so a suspended session — or one
 //! whose processes a runner crash took down — is found by the next runner
-//! and resumes with its files.
+//! and resumes with its files (`record`). Each app's process is followed to
+//! its end by `app_end`.
+
+mod app_end;
+pub(crate) mod record;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -15,9 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use runner_api::types::{
-    PortMapping, PortProtocol, RunBundle, RunPhase, RunStatus, RunnerEndpoint,
-};
+use runner_api::types::{PortMapping, PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
 use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
@@ -26,18 +28,18 @@ use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::tasks::OwnedTasks;
 use runner_core::{
-    AgentLaunch, BackendSession, HeldSessions, SessionSink, StartError, StartStage, StopError,
-    SuspendedSession, WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
+    AgentLaunch, BackendSession, SessionSink, StartError, StartStage, StopError, WatchSpec,
+    WatchStart, WatchWorkload, WorkspaceFailure,
 };
 use runner_workspace::{Workspace, WorkspaceError, WorkspaceLimits};
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
+use self::app_end::{AppEnd, follow_app_to_end};
+use self::record::{Record, read_record, record_path, write_record};
 use crate::disk_bound::DiskBound;
 use crate::launch::{LaunchPlan, without_forced_colour, workload_env};
-use crate::process::OUTPUT_DRAIN_TIMEOUT;
 use crate::process::pipes::{Started, spawn_with_pipes};
 use crate::process::plan::SpawnPlan;
 use crate::process::pty::spawn_in_pty;
@@ -45,7 +47,7 @@ use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::bubblewrap::{Sandbox, WorkloadSession};
 use crate::session::LocalSession;
 use crate::session::wiring::{WiredProcess, free_loopback_port, wire_process};
-use crate::work_root::session_dir::{RECORD_FILE, WorkDir};
+use crate::work_root::session_dir::WorkDir;
 
 /// The name the agent's process goes by among the apps: reserved, so no
 /// app of a session has it, and no client reaches its stdin.
@@ -53,15 +55,6 @@ const AGENT_NAME: &str = "agent";
 
 /// How long a torn-down app's output may take to drain.
 const TEARDOWN_BOUND: Duration = Duration::from_secs(30);
-
-/// What a watch session's record keeps: enough to list it after a restart
-/// and to start it again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    spec: WatchSpec,
-    /// Runner processes that held it so far.
-    generation: u32,
-}
 
 /// What starting an app process needs, shared by every app of a session.
 #[derive(Clone)]
@@ -127,29 +120,6 @@ struct RunningApp {
 fn work_dir(work_root: &std::path::Path, id: &str) -> Result<WorkDir, StartError> {
     WorkDir::for_session(work_root, id)
         .map_err(|err| StartError::new(StartStage::Start, err.to_string()))
-}
-
-fn record_path(work: &WorkDir) -> PathBuf {
-    work.root().join(RECORD_FILE)
-}
-
-fn write_record(work: &WorkDir, record: &Record) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let temp = work.root().join(format!("{RECORD_FILE}.tmp"));
-    {
-        // Private: the record holds the session's environment.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(&json)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temp, record_path(work))
 }
 
 /// Starts (seeded) or resumes session `spec` on this machine.
@@ -291,59 +261,6 @@ fn prepare(
 
 fn seed(workspace: &Workspace, bundle: &RunBundle) -> Result<WorkspaceApplyResult, WorkspaceError> {
     workspace.seed(&bundle.files)
-}
-
-fn read_record(work: &WorkDir) -> Option<Record> {
-    let bytes = std::fs::read(record_path(work)).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
-/// Whether session `id` has a workspace to resume from.
-pub(crate) fn has_checkpoint(work_root: &std::path::Path, id: &str) -> bool {
-    WorkDir::for_session(work_root, id)
-        .is_ok_and(|work| record_path(&work).is_file() && work.app().is_dir())
-}
-
-/// Every watch session kept under the work root (boot): each record is
-/// rewritten with its generation bumped, so this runner's event ids and
-/// sequence numbers start past the last one's.
-pub(crate) fn kept_sessions(
-    work_root: &std::path::Path,
-    held: &HeldSessions,
-) -> Vec<SuspendedSession> {
-    let Ok(entries) = std::fs::read_dir(work_root) else {
-        return Vec::new();
-    };
-    let mut kept = Vec::new();
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if held(&name) {
-            // Started by this runner since it booted: not a leftover.
-            continue;
-        }
-        let Ok(work) = WorkDir::for_session(work_root, &name) else {
-            continue;
-        };
-        let Some(mut record) = read_record(&work) else {
-            continue;
-        };
-        if record.spec.session_id != name || !work.app().is_dir() {
-            warn!(dir = %work.root().display(), "a watch session record does not match its directory; left alone");
-            continue;
-        }
-        record.generation = record.generation.saturating_add(1);
-        if let Err(err) = write_record(&work, &record) {
-            warn!(session_id = %name, error = %err, "could not update a kept watch session's record");
-        }
-        kept.push(SuspendedSession {
-            spec: record.spec,
-            generation: record.generation,
-            running: false,
-        });
-    }
-    kept
 }
 
 fn running_status(apps: &[AppSpec], agent: Option<&AgentLaunch>) -> RunStatus {
@@ -708,109 +625,6 @@ async fn end_apps(session_id: &str, apps: Vec<RunningApp>) {
             warn!(session_id, app = %app.spec.name, "an app process outlived its teardown");
         }
     }
-}
-
-struct AppEnd {
-    name: String,
-    /// Where the runner's own note about the app's end goes: its terminal,
-    /// or the stderr of an app on pipes.
-    note_tag: StreamTag,
-    process: Arc<LocalSession>,
-    sink: SessionSink,
-    teardown: CancellationToken,
-    exited: oneshot::Receiver<i64>,
-    output_drained: oneshot::Receiver<()>,
-    gone: oneshot::Sender<()>,
-    /// The session's directory and its bound: an app is taken down while
-    /// the directory is past it.
-    disk: DiskBound,
-}
-
-/// How an app process came to its end.
-enum AppEnding {
-    /// It exited by itself, with this code.
-    Exited(i64),
-    /// The runner took it down (stop, suspend, a new app set, the end).
-    TakenDown,
-    /// The session's directory grew past its bound: this many bytes.
-    OverDisk(u64),
-}
-
-/// Waits for one app process to end — by itself, or taken down by the
-/// runner (stop, suspend, a new app set, the session's end) with SIGTERM and
-/// then SIGKILL after the grace period. An end of its own closes the app's
-/// open generation; the session lives on.
-async fn follow_app_to_end(end: AppEnd) {
-    let AppEnd {
-        name,
-        note_tag,
-        process,
-        sink,
-        teardown,
-        mut exited,
-        output_drained,
-        gone,
-        disk,
-    } = end;
-    let max_disk = disk.max_bytes;
-    let ending = tokio::select! {
-        code = &mut exited => AppEnding::Exited(code.unwrap_or(-1)),
-        () = teardown.cancelled() => AppEnding::TakenDown,
-        used = crate::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
-    };
-    if !matches!(ending, AppEnding::Exited(_)) {
-        process.terminate_logged("watch app taken down");
-        if tokio::time::timeout(process.stop_grace, &mut exited)
-            .await
-            .is_err()
-        {
-            process.kill("stop grace period elapsed");
-            let _ = exited.await;
-        }
-    }
-    if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, output_drained)
-        .await
-        .is_err()
-    {
-        warn!(app = %name, "terminal still open after a watch app ended");
-    }
-    process.close_terminal();
-    match ending {
-        AppEnding::TakenDown => {}
-        AppEnding::Exited(code) => {
-            // Its relays end with it.
-            teardown.cancel();
-            if code == 0 {
-                sink.app_ended(&name, Some(0), None);
-            } else {
-                sink.app_ended(
-                    &name,
-                    None,
-                    Some(format!("application process exited (code {code})")),
-                );
-            }
-            sink.app_output(
-                &name,
-                note_tag,
-                Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
-            );
-        }
-        AppEnding::OverDisk(used) => {
-            teardown.cancel();
-            let message = crate::disk_bound::app_over_message(&name, used, max_disk);
-            warn!(app = %name, used, max_disk, "watch app taken down: the session's directory is past its disk bound");
-            // Said where an editor shows it, whether or not the kernel
-            // closed its run first on the way down.
-            sink.app_progress(&name, RunPhase::Boot, message.clone());
-            sink.app_ended(&name, None, Some(message.clone()));
-            sink.app_output(
-                &name,
-                note_tag,
-                Bytes::from(format!("\r\n[runner] {message}\r\n")),
-            );
-        }
-    }
-    let _ = gone.send(());
 }
 
 #[async_trait]
