@@ -212,7 +212,7 @@ impl LocalBackend {
         }
     }
 
-    /// Whether sessions can be sandboxed (see `sandbox_check`).
+    /// Whether sessions can be sandboxed (see `sandbox::check`).
     pub async fn sandbox_health(&self) -> SandboxHealth {
         self.sandbox.health().await
     }

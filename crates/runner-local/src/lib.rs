@@ -9,17 +9,31 @@
 //! sandbox after the stop grace period; the probe answers from a check of
 //! the sandbox and a self-check of the kernel.
 //!
-//! `config` reads the environment, `launch` decides what runs (pure data),
-//! `sandbox` what a sandbox shows and how it is started, `sandbox_check`
-//! whether this host can start one, `work_dir` owns the per-session
-//! directories and `kernel_cache` the kernel caches (the runner's warmed
-//! ones and each session's own), `spawner`, `pty`, `pipes`,
-//! `process_group` and `proc_tree` do the process work, `session` turns the
-//! process's end into one terminal status, `kernel_check`,
-//! `kernel_fingerprint` and `kernel_monitor` find out whether the Telo CLI
-//! can run at all, `watch` runs watch sessions (one process per app over a
-//! workspace the runner edits), and `backend` ties them to the core's
-//! `Backend` seam.
+//! The modules, each using only those listed after it:
+//! - `backend` ties the others to the core's `Backend` seam: it starts run
+//!   sessions and hands watch sessions to `watch`; `config` reads the
+//!   environment.
+//! - `watch`: watch sessions (one process per app over a workspace the
+//!   runner edits), their record and each app's end.
+//! - `session`: one running process as the core sees it (`LocalSession`),
+//!   wired to its output and input (`session::wiring`), stopped, and
+//!   followed to its one terminal status (`session::stop`).
+//! - `kernel`: whether the Telo CLI can run at all (`check`, `fingerprint`,
+//!   `monitor`), the installed releases (`versions`), and the runs that
+//!   warm the kernel caches (`cache_warm_up`).
+//! - `sandbox`: what a session's sandbox shows and how `bwrap` is started
+//!   (`bubblewrap`), its bounds (`limits`, `cgroup`), and whether this host
+//!   can start one (`check`).
+//! - `launch`: what runs, as plain data: command line, directory,
+//!   environment.
+//! - `work_root`: each session's directory and the lock on the root.
+//! - `kernel_cache`: the kernel caches on disk, the runner's warmed ones
+//!   and each session's own.
+//! - `disk_bound`: the bound on a session directory's size.
+//! - `process`: starting a process (`plan`, on the `spawner` thread, in a
+//!   `pty` or on `pipes`), signalling its `group`, the sandbox's processes
+//!   (`tree`), finding a program (`executable`), and the short runs the
+//!   checks make (`check_run`).
 
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,7 @@
 //! The Telo CLI the sessions run: which releases are installed, a cheap
 //! identity of the configured one, its self-check and the verdict kept per
-//! identity, and its caches.
+//! identity, and the runs that warm its caches (the caches themselves are
+//! `kernel_cache`).
 
 pub mod cache_warm_up;
 pub mod check;

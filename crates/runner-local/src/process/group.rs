@@ -7,7 +7,7 @@
 //! the sandbox's init: killing it ends the sandbox's PID namespace, and with
 //! it every process the session started, `setsid` children included. The
 //! polite SIGTERM goes to the workload's processes instead (see
-//! `proc_tree`), since `bwrap` dies of it at once and takes them along.
+//! `tree`), since `bwrap` dies of it at once and takes them along.
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -1,6 +1,8 @@
-//! Starting and stopping processes: the one spawner thread, a process on a
-//! terminal or on pipes, its process group, the processes of a sandbox as
-//! the host sees them, and finding a program on `PATH`.
+//! Starting and signalling processes: what is executed (`plan`), the one
+//! spawner thread, a process on a terminal or on pipes, its process group
+//! (where SIGTERM and SIGKILL are sent), the processes of a sandbox as the
+//! host sees them, finding a program on `PATH`, the memory file that hands
+//! `bwrap` its arguments, and a short run to its end for the checks.
 
 pub(crate) mod args_file;
 pub mod check_run;

@@ -8,7 +8,7 @@ use super::args_file::ArgsFile;
 use super::group::Members;
 
 /// What the runner executes for a [`crate::launch::LaunchPlan`]: the plan
-/// itself (no sandbox), or the sandbox that runs it (see `sandbox`).
+/// itself (no sandbox), or the sandbox that runs it (see `sandbox::bubblewrap`).
 #[derive(Debug)]
 pub struct SpawnPlan {
     pub argv: Vec<OsString>,

@@ -367,7 +367,7 @@ pub struct SessionMounts<'a> {
     pub kernel_cache: Option<&'a Path>,
 }
 
-/// A sandbox known to work on this host (see `sandbox_check`), ready to
+/// A sandbox known to work on this host (see `sandbox::check`), ready to
 /// wrap launches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {

@@ -1,6 +1,7 @@
-//! The bubblewrap sandbox every session process runs in, and what bounds
-//! it: rlimits, a cgroup where the host delegates one, the disk bound of
-//! and the check of whether this host can start one.
+//! The bubblewrap sandbox every session process runs in: what it shows and
+//! how `bwrap` is started (`bubblewrap`), what bounds it (`limits`: rlimits;
+//! `cgroup`: a cgroup where the host delegates one), whether this host can
+//! start one (`check`), and its settings.
 
 pub(crate) mod bubblewrap;
 pub(crate) mod cgroup;
