@@ -2,7 +2,7 @@
 //! the operator's warm-up manifest, into a fresh directory that becomes the
 //! entry only once the kernel exited 0.
 //!
-//! A warm-up runs once per [`CacheKey`]: for the configured kernel after
+//! A warm-up runs once per `CacheKey`: for the configured kernel after
 //! its boot self-check passed, for a kernel chosen by version when a
 //! session first needs it. Never while a session waits: a session that
 //! starts before its entry is ready starts cold and the warm-up goes on in
@@ -13,8 +13,8 @@
 //!
 //! What the warm-up leaves is in no session's sandbox: sessions get copies
 //! (see `kernel_cache`). Its own sandbox shows it its scratch `app` and
-//! `home` and, at [`crate::kernel_cache::KERNEL_CACHE_MOUNT`] like a session, the
-//! directory it fills.
+//! `home` and, at `KERNEL_CACHE_MOUNT` like a session, the directory it
+//! fills.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

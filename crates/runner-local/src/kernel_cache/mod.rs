@@ -27,12 +27,12 @@
 //! fresh directory that becomes the entry by one rename once the kernel
 //! exited 0 — a warm-up that failed, timed out or was cut short by a crash
 //! is never an entry, and the boot sweep removes what it left (see
-//! [`crate::kernel::cache_warm_up`]). A session started from an entry gets a copy of it as its
-//! own cache ([`copy`]); the entry itself is in no sandbox. Together the
-//! entries hold at most `RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES`: the least
-//! recently used goes first ([`lru`]), where "used" is when a session was
-//! last started from it, recorded by the runner as the entry directory's
-//! modification time.
+//! `kernel::cache_warm_up`). A session started from an entry gets a copy
+//! of it as its own cache ([`copy`]); the entry itself is in no sandbox.
+//! Together the entries hold at most `RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES`:
+//! the least recently used goes first ([`lru`]), where "used" is when a
+//! session was last started from it, recorded by the runner as the entry
+//! directory's modification time.
 //!
 //! A session that starts before its kernel's entry is ready, or without a
 //! warm-up manifest, starts with an empty cache of its own: a cold start,
