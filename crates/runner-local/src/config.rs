@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::sandbox::{BubblewrapConfig, DEFAULT_BWRAP, SandboxConfig};
+
 use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positive_int};
 
 pub const DEFAULT_TELO: &str = "telo";
@@ -13,37 +15,6 @@ pub const DEFAULT_STOP_GRACE: Duration =
 pub const FALLBACK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Directory name under the system temporary directory used by default.
 pub const DEFAULT_WORK_DIR_NAME: &str = "telo-runner-sessions";
-/// The bubblewrap executable, looked up on the runner's `PATH`.
-pub const DEFAULT_BWRAP: &str = "bwrap";
-
-/// How session processes are isolated (`RUNNER_LOCAL_SANDBOX`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SandboxConfig {
-    /// Each session in its own bubblewrap sandbox (the default).
-    Bubblewrap(BubblewrapConfig),
-    /// The operator opted out: sessions run as plain child processes of the
-    /// runner and can read everything the runner's user can.
-    None,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BubblewrapConfig {
-    /// `bwrap`: a path, or a name looked up on `search_path`.
-    pub bwrap: String,
-    /// The runner's own `PATH` (not the workload's).
-    pub search_path: String,
-    /// The runner's `HOME`: an installation directory that holds it is never
-    /// shown to a sandbox whole.
-    pub home: Option<PathBuf>,
-    /// Files of the runner no sandbox may show, whatever mount would
-    /// (`RUNNER_AUTH_TOKENS_FILE`).
-    pub hidden: Vec<PathBuf>,
-    /// Shown read-only in every sandbox besides what a session needs
-    /// (`RUNNER_LOCAL_SANDBOX_READ_ONLY`): what a kernel wrapper runs from
-    /// elsewhere than its own installation.
-    pub read_only: Vec<PathBuf>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalConfig {
     /// The Telo CLI: a path, or a name looked up on [`LocalConfig::path`].
@@ -65,7 +36,7 @@ pub struct LocalConfig {
     /// What one watch session's workspace may hold.
     pub workspace: runner_workspace::WorkspaceLimits,
     /// What one session may use (memory, processes, CPU, disk).
-    pub limits: crate::limits::SessionLimits,
+    pub limits: crate::sandbox::limits::SessionLimits,
     /// The warmed kernel caches sessions start from.
     pub kernel_cache: crate::kernel_cache::KernelCacheConfig,
 }
@@ -111,7 +82,7 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_MEMORY",
-        default: crate::limits::DEFAULT_MAX_MEMORY,
+        default: crate::sandbox::limits::DEFAULT_MAX_MEMORY,
         description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -121,12 +92,12 @@ pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_CPU",
-        default: crate::limits::DEFAULT_MAX_CPU,
+        default: crate::sandbox::limits::DEFAULT_MAX_CPU,
         description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
     },
     EnvVarDoc {
         name: "RUNNER_LOCAL_MAX_DISK",
-        default: crate::limits::DEFAULT_MAX_DISK,
+        default: crate::sandbox::limits::DEFAULT_MAX_DISK,
         description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
     },
     EnvVarDoc {
@@ -244,7 +215,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }
     };
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
-    let limits = crate::limits::load_session_limits(env)?;
+    let limits = crate::sandbox::limits::load_session_limits(env)?;
     let kernel_cache = load_kernel_cache_config(env)?;
     Ok(LocalConfig {
         telo,
@@ -281,10 +252,14 @@ fn load_kernel_cache_config(
     };
     let raw = env_string(env, KERNEL_CACHE_MAX_BYTES_VAR)
         .unwrap_or_else(|| crate::kernel_cache::DEFAULT_MAX_BYTES.to_owned());
-    let max_bytes = crate::limits::parse_bytes(&raw)
+    let max_bytes = crate::sandbox::limits::parse_bytes(&raw)
         .filter(|bytes| *bytes > 0)
         .ok_or_else(|| {
-            ConfigError::invalid(KERNEL_CACHE_MAX_BYTES_VAR, crate::limits::BYTES_RULE, &raw)
+            ConfigError::invalid(
+                KERNEL_CACHE_MAX_BYTES_VAR,
+                crate::sandbox::limits::BYTES_RULE,
+                &raw,
+            )
         })?;
     Ok(crate::kernel_cache::KernelCacheConfig { warm_up, max_bytes })
 }
@@ -317,7 +292,7 @@ mod tests {
                     read_only: Vec::new(),
                 }),
                 workspace: runner_workspace::WorkspaceLimits::default(),
-                limits: crate::limits::SessionLimits::default(),
+                limits: crate::sandbox::limits::SessionLimits::default(),
                 kernel_cache: crate::kernel_cache::KernelCacheConfig::default(),
             }
         );

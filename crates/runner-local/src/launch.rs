@@ -4,9 +4,9 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::args_file::ArgsFile;
 use crate::kernel_cache::SessionCache;
-use crate::process_group::Members;
+use crate::process::group::Members;
+use crate::process::plan::SpawnPlan;
 
 /// Terminal type workloads see: the client renders an xterm-compatible
 /// terminal with 256 colours.
@@ -24,30 +24,13 @@ pub struct LaunchPlan {
     pub env: Vec<(String, String)>,
 }
 
-/// What the runner executes for a [`LaunchPlan`]: the plan itself (no
-/// sandbox), or the sandbox that runs it (see `sandbox`).
-#[derive(Debug)]
-pub struct SpawnPlan {
-    pub argv: Vec<OsString>,
-    pub cwd: PathBuf,
-    pub env: Vec<(String, String)>,
-    /// Whether the PTY becomes the started process's controlling terminal;
-    /// a sandboxed workload takes it itself, inside.
-    pub controlling_tty: bool,
-    /// Who a stop asks to end.
-    pub members: Members,
-    /// The sandbox's arguments, which must stay readable until the process
-    /// has started.
-    pub args_file: Option<ArgsFile>,
-}
-
-impl SpawnPlan {
-    /// `plan` as it is, in a process group of its own.
-    pub fn unsandboxed(plan: LaunchPlan) -> Self {
-        Self {
-            argv: plan.argv,
-            cwd: plan.cwd,
-            env: plan.env,
+impl LaunchPlan {
+    /// This plan as it is, in a process group of its own.
+    pub fn unsandboxed(self) -> SpawnPlan {
+        SpawnPlan {
+            argv: self.argv,
+            cwd: self.cwd,
+            env: self.env,
             controlling_tty: true,
             members: Members::Group,
             args_file: None,

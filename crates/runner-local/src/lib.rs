@@ -9,46 +9,46 @@
 //! sandbox after the stop grace period; the probe answers from a check of
 //! the sandbox and a self-check of the kernel.
 //!
-//! `config` reads the environment, `launch` decides what runs (pure data),
-//! `sandbox` what a sandbox shows and how it is started, `sandbox_check`
-//! whether this host can start one, `work_dir` owns the per-session
-//! directories and `kernel_cache` the kernel caches (the runner's warmed
-//! ones and each session's own), `spawner`, `pty`, `pipes`,
-//! `process_group` and `proc_tree` do the process work, `session` turns the
-//! process's end into one terminal status, `kernel_check`,
-//! `kernel_fingerprint` and `kernel_monitor` find out whether the Telo CLI
-//! can run at all, `watch` runs watch sessions (one process per app over a
-//! workspace the runner edits), and `backend` ties them to the core's
-//! `Backend` seam.
+//! The modules, each using only those listed after it:
+//! - `backend` ties the others to the core's `Backend` seam: it starts run
+//!   sessions and hands watch sessions to `watch`; `config` reads the
+//!   environment.
+//! - `watch`: watch sessions (one process per app over a workspace the
+//!   runner edits), their record and each app's end.
+//! - `session`: one running process as the core sees it (`LocalSession`),
+//!   wired to its output and input (`session::wiring`), stopped, and
+//!   followed to its one terminal status (`session::stop`).
+//! - `kernel`: whether the Telo CLI can run at all (`check`, `fingerprint`,
+//!   `monitor`), the installed releases (`versions`), and the runs that
+//!   warm the kernel caches (`cache_warm_up`).
+//! - `sandbox`: what a session's sandbox shows and how `bwrap` is started
+//!   (`bubblewrap`), its bounds (`limits`, `cgroup`), and whether this host
+//!   can start one (`check`).
+//! - `launch`: what runs, as plain data: command line, directory,
+//!   environment.
+//! - `work_root`: each session's directory and the lock on the root.
+//! - `kernel_cache`: the kernel caches on disk, the runner's warmed ones
+//!   and each session's own.
+//! - `disk_bound`: the bound on a session directory's size.
+//! - `process`: starting a process (`plan`, on the `spawner` thread, in a
+//!   `pty` or on `pipes`), signalling its `group`, the sandbox's processes
+//!   (`tree`), finding a program (`executable`), and the short runs the
+//!   checks make (`check_run`).
 
 #![forbid(unsafe_code)]
 
-pub mod args_file;
-pub mod backend;
-pub mod cgroup;
+mod backend;
 pub mod config;
 pub mod disk_bound;
-pub mod executable;
-pub mod kernel_cache;
-pub mod kernel_check;
-pub mod kernel_fingerprint;
-pub mod kernel_monitor;
-pub mod launch;
-pub mod limits;
-pub mod pipes;
-pub mod proc_tree;
-pub mod process_group;
-pub mod pty;
+pub mod kernel;
+pub(crate) mod kernel_cache;
+pub(crate) mod launch;
+pub mod process;
 pub mod sandbox;
-pub mod sandbox_check;
-pub mod session;
-pub mod spawner;
-pub mod telo_versions;
-pub mod watch;
-pub mod wiring;
-pub mod work_dir;
-pub mod work_root_lock;
+pub(crate) mod session;
+pub(crate) mod watch;
+pub(crate) mod work_root;
 
 pub use backend::{LocalBackend, LocalBackendError};
 pub use config::{BubblewrapConfig, LOCAL_ENV_VARS, LocalConfig, SandboxConfig, load_local_config};
-pub use kernel_monitor::KernelHealth;
+pub use kernel::monitor::KernelHealth;

@@ -9,7 +9,7 @@ mod support;
 
 use runner_core::types::{AvailabilityReport, PullPolicy, RunStatus};
 use runner_core::{Backend, ProbeConfig};
-use runner_local::{SandboxConfig, sandbox_check::SandboxHealth};
+use runner_local::{SandboxConfig, sandbox::check::SandboxHealth};
 use serde_json::json;
 use support::{Events, Harness, Output, app_spec, bundle_spec, limits, output_now, with_env};
 
@@ -376,7 +376,7 @@ async fn an_operator_who_opted_out_runs_sessions_unsandboxed() {
 fn bounded(memory_bytes: u64, processes: u64, disk_bytes: u64) -> Harness {
     Harness::with(
         move |c| {
-            c.limits = runner_local::limits::SessionLimits {
+            c.limits = runner_local::sandbox::limits::SessionLimits {
                 memory_bytes,
                 processes,
                 cpu_millis: 1000,

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use runner_api::telo::TeloVersion;
 use runner_core::types::RunStatus;
-use runner_local::kernel_cache::warm_up::WarmUpError;
+use runner_local::kernel::cache_warm_up::WarmUpError;
 use support::{Events, Harness, bundle_spec, limits, output_now, with_env};
 use tempfile::TempDir;
 

@@ -329,7 +329,7 @@ async fn a_bundle_that_cannot_be_written_fails_at_create_and_leaves_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn declared_ports_are_endpoints_and_are_watched_for_reachability() {
+async fn declared_ports_are_endpoints_and_are_probed_for_reachability() {
     let harness = Harness::new();
     let port = free_port();
     let session = harness.start(with_ports(
@@ -380,7 +380,7 @@ async fn declared_ports_are_endpoints_and_are_watched_for_reachability() {
         .await;
     harness.registry.stop(session.id()).await.unwrap();
     assert_eq!(events.terminal().await, RunStatus::Stopped);
-    // Only tcp ports are watched.
+    // Only tcp ports are probed.
     assert!(
         !events
             .seen

@@ -18,7 +18,7 @@ use runner_core::types::{
     RunBundle, RunEvent, RunStatus,
 };
 use runner_core::{Backend, ProbeConfig};
-use runner_local::kernel_check::NODE_REMEDIATION;
+use runner_local::kernel::check::NODE_REMEDIATION;
 use serde_json::Value;
 use support::{Events, Harness, Output, bundle_spec, limits, output_now, with_ports};
 use test_support::free_port;

@@ -148,11 +148,12 @@ impl Kernel {
         search_path: &str,
     ) -> Result<Self, DevError> {
         match telo {
-            Some(telo) => {
-                runner_local::executable::resolve_executable(&telo.to_string_lossy(), search_path)
-                    .map(Kernel::Telo)
-                    .ok_or_else(|| DevError::NoTelo(telo.to_owned()))
-            }
+            Some(telo) => runner_local::process::executable::resolve_executable(
+                &telo.to_string_lossy(),
+                search_path,
+            )
+            .map(Kernel::Telo)
+            .ok_or_else(|| DevError::NoTelo(telo.to_owned())),
             None => companion("fake-telo", exe, search_path)
                 .map(Kernel::StandIn)
                 .ok_or(DevError::NoStandIn),
@@ -182,8 +183,10 @@ impl Kernel {
 pub fn companion(name: &str, exe: Option<&Path>, search_path: &str) -> Option<PathBuf> {
     let beside = exe.and_then(Path::parent).map(|dir| dir.join(name));
     beside
-        .and_then(|path| runner_local::executable::resolve_executable(&path.to_string_lossy(), ""))
-        .or_else(|| runner_local::executable::resolve_executable(name, search_path))
+        .and_then(|path| {
+            runner_local::process::executable::resolve_executable(&path.to_string_lossy(), "")
+        })
+        .or_else(|| runner_local::process::executable::resolve_executable(name, search_path))
 }
 
 /// kube-sim, started for the runner: its URL and kubeconfig, and the process,

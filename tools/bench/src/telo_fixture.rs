@@ -192,7 +192,7 @@ pub fn session_body(files: &[BundleFile], options: &SessionOptions) -> Value {
 /// Terminal output as plain text (escape sequences and carriage returns
 /// removed), so a line can be found in what a PTY relayed: the same reading
 /// the runner's kernel self-check uses.
-pub use runner_local::kernel_check::strip_ansi;
+pub use runner_local::process::check_run::strip_ansi;
 
 #[cfg(test)]
 mod tests {

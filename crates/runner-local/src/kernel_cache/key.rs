@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
-use crate::kernel_fingerprint::FileStamp;
+use crate::process::executable::FileStamp;
 
 /// Every entry's directory name starts with this: no session id (twelve
 /// base32 letters) and none of the runner's own names (`.warming-…`) can.

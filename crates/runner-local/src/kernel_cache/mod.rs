@@ -27,12 +27,12 @@
 //! fresh directory that becomes the entry by one rename once the kernel
 //! exited 0 — a warm-up that failed, timed out or was cut short by a crash
 //! is never an entry, and the boot sweep removes what it left (see
-//! [`warm_up`]). A session started from an entry gets a copy of it as its
-//! own cache ([`copy`]); the entry itself is in no sandbox. Together the
-//! entries hold at most `RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES`: the least
-//! recently used goes first ([`lru`]), where "used" is when a session was
-//! last started from it, recorded by the runner as the entry directory's
-//! modification time.
+//! `kernel::cache_warm_up`). A session started from an entry gets a copy
+//! of it as its own cache ([`copy`]); the entry itself is in no sandbox.
+//! Together the entries hold at most `RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES`:
+//! the least recently used goes first ([`lru`]), where "used" is when a
+//! session was last started from it, recorded by the runner as the entry
+//! directory's modification time.
 //!
 //! A session that starts before its kernel's entry is ready, or without a
 //! warm-up manifest, starts with an empty cache of its own: a cold start,
@@ -57,7 +57,6 @@
 pub mod copy;
 pub mod key;
 pub mod lru;
-pub mod warm_up;
 
 use std::collections::HashMap;
 use std::io;
@@ -409,7 +408,7 @@ fn mark_used(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.set_modified(SystemTime::now())
 }
 
-fn create_private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -417,7 +416,7 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
-fn remove_tree(path: &Path) {
+pub(crate) fn remove_tree(path: &Path) {
     let removed = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),

@@ -5,7 +5,11 @@
 //! The workspace is the checkpoint: it lives under the work root with a
 //! record of the session (`watch.json`), so a suspended session — or one
 //! whose processes a runner crash took down — is found by the next runner
-//! and resumes with its files.
+//! and resumes with its files (`record`). Each app's process is followed to
+//! its end by `app_end`.
+
+mod app_end;
+pub(crate) mod record;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -15,9 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use runner_api::types::{
-    PortMapping, PortProtocol, RunBundle, RunPhase, RunStatus, RunnerEndpoint,
-};
+use runner_api::types::{PortMapping, PortProtocol, RunBundle, RunStatus, RunnerEndpoint};
 use runner_api::watch::{
     AppSpec, IoMode, StreamTag, WorkspaceApplyResult, WorkspaceChangeSet, WorkspaceFileContent,
     WorkspaceTree,
@@ -26,24 +28,26 @@ use runner_core::observe::Observer;
 use runner_core::sync::lock;
 use runner_core::tasks::OwnedTasks;
 use runner_core::{
-    AgentLaunch, BackendSession, HeldSessions, SessionSink, StartError, StartStage, StopError,
-    SuspendedSession, WatchSpec, WatchStart, WatchWorkload, WorkspaceFailure,
+    AgentLaunch, BackendSession, SessionSink, StartError, StartStage, StopError, WatchSpec,
+    WatchStart, WatchWorkload, WorkspaceFailure,
 };
 use runner_workspace::{Workspace, WorkspaceError, WorkspaceLimits};
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span, debug, info, warn};
 
+use self::app_end::{AppEnd, follow_app_to_end};
+use self::record::{Record, read_record, record_path, write_record};
 use crate::disk_bound::DiskBound;
-use crate::launch::{LaunchPlan, SpawnPlan, without_forced_colour, workload_env};
-use crate::pipes::{Started, spawn_with_pipes};
-use crate::pty::spawn_in_pty;
-use crate::sandbox::{Sandbox, WorkloadSession};
-use crate::session::{LocalSession, OUTPUT_DRAIN_TIMEOUT};
-use crate::spawner::on_spawner_thread;
-use crate::wiring::{WiredProcess, free_loopback_port, wire_process};
-use crate::work_dir::{RECORD_FILE, WorkDir};
+use crate::launch::{LaunchPlan, without_forced_colour, workload_env};
+use crate::process::pipes::{Started, spawn_with_pipes};
+use crate::process::plan::SpawnPlan;
+use crate::process::pty::spawn_in_pty;
+use crate::process::spawner::on_spawner_thread;
+use crate::sandbox::bubblewrap::{Sandbox, WorkloadSession};
+use crate::session::LocalSession;
+use crate::session::wiring::{WiredProcess, free_loopback_port, wire_process};
+use crate::work_root::session_dir::WorkDir;
 
 /// The name the agent's process goes by among the apps: reserved, so no
 /// app of a session has it, and no client reaches its stdin.
@@ -51,15 +55,6 @@ const AGENT_NAME: &str = "agent";
 
 /// How long a torn-down app's output may take to drain.
 const TEARDOWN_BOUND: Duration = Duration::from_secs(30);
-
-/// What a watch session's record keeps: enough to list it after a restart
-/// and to start it again.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    spec: WatchSpec,
-    /// Runner processes that held it so far.
-    generation: u32,
-}
 
 /// What starting an app process needs, shared by every app of a session.
 #[derive(Clone)]
@@ -72,7 +67,7 @@ pub(crate) struct Launcher {
     pub path: String,
     pub sandbox: Option<Arc<Sandbox>>,
     /// What the session's own kernel cache is filled from.
-    pub kernel_cache: crate::kernel_cache::warm_up::CacheSource,
+    pub kernel_cache: crate::kernel::cache_warm_up::CacheSource,
     pub stop_grace: Duration,
     pub http: reqwest::Client,
     pub tasks: OwnedTasks,
@@ -89,7 +84,7 @@ impl Launcher {
             .as_deref()
             .and_then(runner_api::telo::TeloVersion::parse);
         match (version, &self.telo_versions) {
-            (Some(version), Some(dir)) => crate::telo_versions::kernel_path(dir, &version),
+            (Some(version), Some(dir)) => crate::kernel::versions::kernel_path(dir, &version),
             _ => self.telo.clone(),
         }
     }
@@ -115,7 +110,7 @@ pub(crate) struct LocalWatch {
 struct RunningApp {
     spec: AppSpec,
     process: Arc<LocalSession>,
-    /// Ends the app's relays and asks its supervisor to take it down.
+    /// Ends the app's relays and asks its end task to take it down.
     teardown: CancellationToken,
     /// Fires once the process is gone and its output drained.
     gone: Option<oneshot::Receiver<()>>,
@@ -125,29 +120,6 @@ struct RunningApp {
 fn work_dir(work_root: &std::path::Path, id: &str) -> Result<WorkDir, StartError> {
     WorkDir::for_session(work_root, id)
         .map_err(|err| StartError::new(StartStage::Start, err.to_string()))
-}
-
-fn record_path(work: &WorkDir) -> PathBuf {
-    work.root().join(RECORD_FILE)
-}
-
-fn write_record(work: &WorkDir, record: &Record) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let temp = work.root().join(format!("{RECORD_FILE}.tmp"));
-    {
-        // Private: the record holds the session's environment.
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(&json)?;
-        file.sync_all()?;
-    }
-    std::fs::rename(&temp, record_path(work))
 }
 
 /// Starts (seeded) or resumes session `spec` on this machine.
@@ -291,59 +263,6 @@ fn seed(workspace: &Workspace, bundle: &RunBundle) -> Result<WorkspaceApplyResul
     workspace.seed(&bundle.files)
 }
 
-fn read_record(work: &WorkDir) -> Option<Record> {
-    let bytes = std::fs::read(record_path(work)).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
-/// Whether session `id` has a workspace to resume from.
-pub(crate) fn has_checkpoint(work_root: &std::path::Path, id: &str) -> bool {
-    WorkDir::for_session(work_root, id)
-        .is_ok_and(|work| record_path(&work).is_file() && work.app().is_dir())
-}
-
-/// Every watch session kept under the work root (boot): each record is
-/// rewritten with its generation bumped, so this runner's event ids and
-/// sequence numbers start past the last one's.
-pub(crate) fn kept_sessions(
-    work_root: &std::path::Path,
-    held: &HeldSessions,
-) -> Vec<SuspendedSession> {
-    let Ok(entries) = std::fs::read_dir(work_root) else {
-        return Vec::new();
-    };
-    let mut kept = Vec::new();
-    for entry in entries.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if held(&name) {
-            // Started by this runner since it booted: not a leftover.
-            continue;
-        }
-        let Ok(work) = WorkDir::for_session(work_root, &name) else {
-            continue;
-        };
-        let Some(mut record) = read_record(&work) else {
-            continue;
-        };
-        if record.spec.session_id != name || !work.app().is_dir() {
-            warn!(dir = %work.root().display(), "a watch session record does not match its directory; left alone");
-            continue;
-        }
-        record.generation = record.generation.saturating_add(1);
-        if let Err(err) = write_record(&work, &record) {
-            warn!(session_id = %name, error = %err, "could not update a kept watch session's record");
-        }
-        kept.push(SuspendedSession {
-            spec: record.spec,
-            generation: record.generation,
-            running: false,
-        });
-    }
-    kept
-}
-
 fn running_status(apps: &[AppSpec], agent: Option<&AgentLaunch>) -> RunStatus {
     let mut status = RunStatus::running_unrouted(apps.iter().flat_map(|app| app.ports.iter()));
     if let (RunStatus::Running { agent: slot, .. }, Some(agent)) = (&mut status, agent) {
@@ -421,7 +340,7 @@ impl LocalWatch {
             env,
         };
         let spawn = match &launcher.sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let kernel = launcher.kernel(app);
                 let mut programs = vec![kernel.as_path()];
@@ -438,7 +357,7 @@ impl LocalWatch {
                 sandbox
                     .spawn_plan(
                         plan,
-                        crate::sandbox::SessionMounts {
+                        crate::sandbox::bubblewrap::SessionMounts {
                             read_only: &read_only,
                             read_write: &read_write,
                             kernel_cache: Some(cache.host_dir()),
@@ -472,7 +391,7 @@ impl LocalWatch {
         let teardown = self.sink.ended().child_token();
         let (gone_tx, gone) = oneshot::channel();
         launcher.tasks.spawn(
-            supervise_app(AppEnd {
+            follow_app_to_end(AppEnd {
                 name: app.name.clone(),
                 note_tag: if terminal {
                     StreamTag::Tty
@@ -527,16 +446,16 @@ impl LocalWatch {
                 ),
             ));
         };
-        let program = crate::executable::resolve_executable(&command[0], &launcher.path)
+        let program = crate::process::executable::resolve_executable(&command[0], &launcher.path)
             .ok_or_else(|| {
-                StartError::new(
-                    StartStage::Start,
-                    format!(
-                        "command '{}' of agent '{}' was not found on this runner's host",
-                        command[0], agent.name
-                    ),
-                )
-            })?;
+            StartError::new(
+                StartStage::Start,
+                format!(
+                    "command '{}' of agent '{}' was not found on this runner's host",
+                    command[0], agent.name
+                ),
+            )
+        })?;
         let workspace = self.work.app();
         let home = self
             .work
@@ -553,7 +472,7 @@ impl LocalWatch {
             env: workload_env(&env, &home, &launcher.path, None),
         };
         let spawn = match &launcher.sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let read_only: Vec<PathBuf> = sandbox
                     .installations(&[program.as_path()])
@@ -575,7 +494,7 @@ impl LocalWatch {
                 sandbox
                     .spawn_plan(
                         plan,
-                        crate::sandbox::SessionMounts {
+                        crate::sandbox::bubblewrap::SessionMounts {
                             read_only: &read_only,
                             read_write: &read_write,
                             kernel_cache: None,
@@ -611,7 +530,7 @@ impl LocalWatch {
         let teardown = self.sink.ended().child_token();
         let (gone_tx, gone) = oneshot::channel();
         launcher.tasks.spawn(
-            supervise_app(AppEnd {
+            follow_app_to_end(AppEnd {
                 name: AGENT_NAME.to_owned(),
                 note_tag: StreamTag::Stderr,
                 process: session.clone(),
@@ -681,11 +600,12 @@ async fn start_process(
         if terminal {
             spawn_in_pty(spawn).map(Started::from)
         } else {
-            spawn_with_pipes(spawn).map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+            spawn_with_pipes(spawn)
+                .map_err(|err| crate::process::pty::PtyError::Spawn(err.to_string()))
         }
     })
     .await
-    .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
+    .map_err(|err| crate::process::pty::PtyError::Spawn(err.to_string()))
     .flatten()
     .map_err(|err| {
         StartError::new(StartStage::Start, format!("could not start {what}: {err}"))
@@ -705,109 +625,6 @@ async fn end_apps(session_id: &str, apps: Vec<RunningApp>) {
             warn!(session_id, app = %app.spec.name, "an app process outlived its teardown");
         }
     }
-}
-
-struct AppEnd {
-    name: String,
-    /// Where the runner's own note about the app's end goes: its terminal,
-    /// or the stderr of an app on pipes.
-    note_tag: StreamTag,
-    process: Arc<LocalSession>,
-    sink: SessionSink,
-    teardown: CancellationToken,
-    exited: oneshot::Receiver<i64>,
-    output_drained: oneshot::Receiver<()>,
-    gone: oneshot::Sender<()>,
-    /// The session's directory and its bound: an app is taken down while
-    /// the directory is past it.
-    disk: DiskBound,
-}
-
-/// How an app process came to its end.
-enum AppEnding {
-    /// It exited by itself, with this code.
-    Exited(i64),
-    /// The runner took it down (stop, suspend, a new app set, the end).
-    TakenDown,
-    /// The session's directory grew past its bound: this many bytes.
-    OverDisk(u64),
-}
-
-/// Waits for one app process to end — by itself, or taken down by the
-/// runner (stop, suspend, a new app set, the session's end) with SIGTERM and
-/// then SIGKILL after the grace period. An end of its own closes the app's
-/// open generation; the session lives on.
-async fn supervise_app(end: AppEnd) {
-    let AppEnd {
-        name,
-        note_tag,
-        process,
-        sink,
-        teardown,
-        mut exited,
-        output_drained,
-        gone,
-        disk,
-    } = end;
-    let max_disk = disk.max_bytes;
-    let ending = tokio::select! {
-        code = &mut exited => AppEnding::Exited(code.unwrap_or(-1)),
-        () = teardown.cancelled() => AppEnding::TakenDown,
-        used = crate::disk_bound::exceeded(disk) => AppEnding::OverDisk(used),
-    };
-    if !matches!(ending, AppEnding::Exited(_)) {
-        process.terminate_logged("watch app taken down");
-        if tokio::time::timeout(process.stop_grace, &mut exited)
-            .await
-            .is_err()
-        {
-            process.kill("stop grace period elapsed");
-            let _ = exited.await;
-        }
-    }
-    if tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, output_drained)
-        .await
-        .is_err()
-    {
-        warn!(app = %name, "terminal still open after a watch app ended");
-    }
-    process.close_terminal();
-    match ending {
-        AppEnding::TakenDown => {}
-        AppEnding::Exited(code) => {
-            // Its relays end with it.
-            teardown.cancel();
-            if code == 0 {
-                sink.app_ended(&name, Some(0), None);
-            } else {
-                sink.app_ended(
-                    &name,
-                    None,
-                    Some(format!("application process exited (code {code})")),
-                );
-            }
-            sink.app_output(
-                &name,
-                note_tag,
-                Bytes::from(format!("\r\n[runner] app '{name}' exited (code {code}); change its app set or stop the session to start it again\r\n")),
-            );
-        }
-        AppEnding::OverDisk(used) => {
-            teardown.cancel();
-            let message = crate::disk_bound::app_over_message(&name, used, max_disk);
-            warn!(app = %name, used, max_disk, "watch app taken down: the session's directory is past its disk bound");
-            // Said where an editor shows it, whether or not the kernel
-            // closed its run first on the way down.
-            sink.app_progress(&name, RunPhase::Boot, message.clone());
-            sink.app_ended(&name, None, Some(message.clone()));
-            sink.app_output(
-                &name,
-                note_tag,
-                Bytes::from(format!("\r\n[runner] {message}\r\n")),
-            );
-        }
-    }
-    let _ = gone.send(());
 }
 
 #[async_trait]

@@ -2,7 +2,7 @@
 //! the operator's warm-up manifest, into a fresh directory that becomes the
 //! entry only once the kernel exited 0.
 //!
-//! A warm-up runs once per [`CacheKey`]: for the configured kernel after
+//! A warm-up runs once per `CacheKey`: for the configured kernel after
 //! its boot self-check passed, for a kernel chosen by version when a
 //! session first needs it. Never while a session waits: a session that
 //! starts before its entry is ready starts cold and the warm-up goes on in
@@ -12,9 +12,9 @@
 //! [`RETRY_FAILED_AFTER`].
 //!
 //! What the warm-up leaves is in no session's sandbox: sessions get copies
-//! (see the parent module). Its own sandbox shows it its scratch `app` and
-//! `home` and, at [`super::KERNEL_CACHE_MOUNT`] like a session, the
-//! directory it fills.
+//! (see `kernel_cache`). Its own sandbox shows it its scratch `app` and
+//! `home` and, at `KERNEL_CACHE_MOUNT` like a session, the directory it
+//! fills.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,12 +28,14 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use super::{CacheKey, EntryLease, KernelIdentity, Seeded, SessionCache, SharedKernelCache};
-use crate::executable::resolve_executable;
-use crate::kernel_check::{CheckEnd, last_error_line, run_check};
-use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
-use crate::sandbox::{SessionMounts, WorkloadSession};
-use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
+use crate::kernel_cache::{
+    CacheKey, EntryLease, KernelIdentity, Seeded, SessionCache, SharedKernelCache,
+};
+use crate::launch::{LaunchPlan, telo_argv, workload_env};
+use crate::process::check_run::{CheckEnd, last_error_line, run_check};
+use crate::process::executable::resolve_executable;
+use crate::sandbox::bubblewrap::{SessionMounts, WorkloadSession};
+use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
 
 /// The entry the warm-up's kernel runs, in its scratch app directory.
 pub const WARM_UP_ENTRY: &str = "telo.yaml";
@@ -302,7 +304,8 @@ impl Inner {
         let cleanup = build.clone();
         // What the warm-up's scratch held besides the cache (and the cache
         // itself when it failed) goes; a crash leaves it to the boot sweep.
-        let _ = tokio::task::spawn_blocking(move || super::remove_tree(&cleanup)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || crate::kernel_cache::remove_tree(&cleanup)).await;
         match &result {
             Ok(bytes) => info!(
                 entry = %key,
@@ -353,7 +356,7 @@ impl Inner {
             env: workload_env(&[], &scratch.home(), &self.path, Some(&scratch.cache)),
         };
         let spawn = match &sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let node = resolve_executable("node", &self.path);
                 let programs: Vec<&Path> = std::iter::once(kernel.telo.as_path())
@@ -423,7 +426,7 @@ impl Scratch {
 
     fn create(&self, manifest: &[u8]) -> std::io::Result<()> {
         for dir in [self.app(), self.home()] {
-            super::create_private_dir(&dir)?;
+            crate::kernel_cache::create_private_dir(&dir)?;
         }
         self.cache.prepare(None, 0)?;
         std::fs::write(self.app().join(WARM_UP_ENTRY), manifest)

@@ -13,8 +13,8 @@ use nix::unistd::Pid;
 use portable_pty::{Child, CommandBuilder, MasterPty, PtySize, native_pty_system};
 use tracing::debug;
 
-use crate::args_file::ArgsFile;
-use crate::launch::SpawnPlan;
+use crate::process::args_file::ArgsFile;
+use crate::process::plan::SpawnPlan;
 
 /// The terminal size a session starts with, until a client resizes it.
 pub const INITIAL_SIZE: PtySize = PtySize {

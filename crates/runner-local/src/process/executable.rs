@@ -5,8 +5,11 @@
 //! that library resolves relative paths against the *workload's* directory and
 //! reports a missing program as a multi-line spawn error; the probe and the
 //! start failure need one clear sentence instead.
+//!
+//! A [`FileStamp`] is what `stat` says of a program: what notices that it
+//! was replaced.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The absolute path of `program`, or `None` when no executable file of that
@@ -31,6 +34,31 @@ pub fn resolve_executable(program: &str, search_path: &str) -> Option<PathBuf> {
 fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path)
         .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+}
+
+/// One file as `stat` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    pub path: PathBuf,
+    pub len: u64,
+    pub mtime: (i64, i64),
+    pub dev: u64,
+    pub inode: u64,
+}
+
+impl FileStamp {
+    /// The stamp of what `path` names (through symlinks, so re-pointing a
+    /// link changes it); `None` when it cannot be read.
+    pub fn of(path: &Path) -> Option<Self> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Self {
+            path: path.to_owned(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            dev: meta.dev(),
+            inode: meta.ino(),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -4,35 +4,9 @@
 //! so it runs once per fingerprint; a few `stat` calls per probe and per start
 //! are what notices an upgrade (or a broken install) without a restart.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::executable::resolve_executable;
-
-/// One file as `stat` sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileStamp {
-    pub path: PathBuf,
-    pub len: u64,
-    pub mtime: (i64, i64),
-    pub dev: u64,
-    pub inode: u64,
-}
-
-impl FileStamp {
-    /// The stamp of what `path` names (through symlinks, so re-pointing a
-    /// link changes it); `None` when it cannot be read.
-    pub fn of(path: &Path) -> Option<Self> {
-        let meta = std::fs::metadata(path).ok()?;
-        Some(Self {
-            path: path.to_owned(),
-            len: meta.len(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            dev: meta.dev(),
-            inode: meta.ino(),
-        })
-    }
-}
+use crate::process::executable::{FileStamp, resolve_executable};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelFingerprint {

@@ -20,16 +20,16 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::kernel_cache::{KernelIdentity, SessionCache};
-use crate::kernel_check::{
-    CheckEnd, KernelProblem, RECHECK_FAILED_AFTER, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST,
-    SELF_CHECK_TIMEOUT, TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version,
-    run_check, telo_version,
+use crate::kernel::check::{
+    KernelProblem, SELF_CHECK_ENTRY, SELF_CHECK_MANIFEST, SELF_CHECK_TIMEOUT,
+    TELO_NOT_FOUND_REMEDIATION, diagnose, needs_newer_node, node_version, telo_version,
 };
-use crate::kernel_fingerprint::KernelFingerprint;
-use crate::launch::{LaunchPlan, SpawnPlan, telo_argv, workload_env};
-use crate::sandbox::SessionMounts;
-use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
+use crate::kernel::fingerprint::KernelFingerprint;
+use crate::kernel_cache::{KernelIdentity, SessionCache};
+use crate::launch::{LaunchPlan, telo_argv, workload_env};
+use crate::process::check_run::{CheckEnd, RECHECK_FAILED_AFTER, run_check};
+use crate::sandbox::bubblewrap::SessionMounts;
+use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
 
 /// The check's scratch directory under the work root: a fixed name (so a
 /// check interrupted by a crash leaves nothing behind the next one does not
@@ -264,7 +264,7 @@ impl Inner {
             }
         };
         let spawn = match sandbox {
-            None => SpawnPlan::unsandboxed(plan),
+            None => plan.unsandboxed(),
             Some(sandbox) => {
                 let programs: Vec<&Path> = std::iter::once(telo)
                     .chain(fingerprint.node_path())
@@ -278,7 +278,7 @@ impl Inner {
                         read_write: &read_write,
                         kernel_cache: Some(cache.host_dir()),
                     },
-                    crate::sandbox::WorkloadSession::Shared,
+                    crate::sandbox::bubblewrap::WorkloadSession::Shared,
                 ) {
                     Ok(spawn) => spawn,
                     Err(err) => {
@@ -372,7 +372,7 @@ impl std::fmt::Debug for KernelMonitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel_fingerprint::FileStamp;
+    use crate::process::executable::FileStamp;
     use std::time::Duration;
 
     fn fingerprint(inode: u64) -> KernelFingerprint {

@@ -7,7 +7,7 @@
 //! the sandbox's init: killing it ends the sandbox's PID namespace, and with
 //! it every process the session started, `setsid` children included. The
 //! polite SIGTERM goes to the workload's processes instead (see
-//! `proc_tree`), since `bwrap` dies of it at once and takes them along.
+//! `tree`), since `bwrap` dies of it at once and takes them along.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -54,10 +54,6 @@ impl ProcessGroup {
         }
     }
 
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
     /// SIGKILLs every process of the group. A group that is already gone is
     /// not an error.
     pub fn kill(&self) -> Result<(), Errno> {
@@ -76,7 +72,7 @@ impl ProcessGroup {
                 if *reaped {
                     return Ok(());
                 }
-                let workload = crate::proc_tree::sandbox_processes(self.pid);
+                let workload = crate::process::tree::sandbox_processes(self.pid);
                 if workload.is_empty() {
                     return signal_group(self.pid, Signal::SIGKILL);
                 }

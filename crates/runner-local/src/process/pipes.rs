@@ -14,9 +14,9 @@ use nix::unistd::Pid;
 use portable_pty::{Child, MasterPty};
 use runner_api::watch::StreamTag;
 
-use crate::args_file::ArgsFile;
-use crate::launch::SpawnPlan;
-use crate::pty::PtyProcess;
+use crate::process::args_file::ArgsFile;
+use crate::process::plan::SpawnPlan;
+use crate::process::pty::PtyProcess;
 
 /// A started process, however its output is connected: its output streams
 /// (one tagged `tty` from a terminal, or `stdout` and `stderr` from pipes),
@@ -88,7 +88,7 @@ pub fn spawn_with_pipes(plan: SpawnPlan) -> std::io::Result<Started> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process_group::Members;
+    use crate::process::group::Members;
 
     #[test]
     fn stdout_and_stderr_arrive_apart_and_stdin_reaches_the_process() {

@@ -21,14 +21,16 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::cgroup::CgroupTree;
-use crate::config::{BubblewrapConfig, SandboxConfig};
-use crate::executable::resolve_executable;
-use crate::kernel_check::{CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check};
-use crate::kernel_fingerprint::FileStamp;
 use crate::launch::LaunchPlan;
-use crate::limits::{RunnerLimits, SessionLimits};
-use crate::sandbox::{HostLayout, Sandbox, SandboxPrograms};
+use crate::process::check_run::{
+    CheckEnd, CheckRun, RECHECK_FAILED_AFTER, last_error_line, run_check,
+};
+use crate::process::executable::FileStamp;
+use crate::process::executable::resolve_executable;
+use crate::sandbox::bubblewrap::{HostLayout, Sandbox, SandboxPrograms};
+use crate::sandbox::cgroup::CgroupTree;
+use crate::sandbox::limits::{RunnerLimits, SessionLimits};
+use crate::sandbox::{BubblewrapConfig, SandboxConfig};
 
 /// Where the programs run inside every sandbox are looked up: directories
 /// every sandbox shows.
@@ -245,8 +247,8 @@ impl SandboxMonitor {
         let started = std::time::Instant::now();
         let run = match sandbox.spawn_plan(
             plan,
-            crate::sandbox::SessionMounts::default(),
-            crate::sandbox::WorkloadSession::Shared,
+            crate::sandbox::bubblewrap::SessionMounts::default(),
+            crate::sandbox::bubblewrap::WorkloadSession::Shared,
         ) {
             Ok(spawn) => run_check(spawn, SANDBOX_CHECK_TIMEOUT).await,
             Err(err) => CheckRun {

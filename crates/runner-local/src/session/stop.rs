@@ -1,87 +1,21 @@
-//! One running local session: its terminal, its process group, and the task
-//! that turns the process's end into exactly one terminal status.
+//! Stopping a session's processes — SIGTERM to the whole group once, SIGKILL
+//! once the stop grace period is over — and the task that follows a run
+//! session's process to its end and reports exactly one terminal status.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::TrySendError;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use nix::errno::Errno;
-use portable_pty::{MasterPty, PtySize};
+use runner_core::SessionSink;
 use runner_core::types::RunStatus;
-use runner_core::{BackendSession, SessionSink, StopError};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::args_file::ArgsFile;
-use crate::process_group::ProcessGroup;
-use crate::pty::InputQueue;
-
-/// How long, after the process exited, its last output may take to arrive
-/// before the terminal status is reported anyway. Output normally drains in
-/// microseconds; this bound only matters when a process escaped the group
-/// (a daemon that called `setsid`) and still holds the terminal open.
-pub const OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
-
-pub struct LocalSession {
-    id: String,
-    group: Arc<ProcessGroup>,
-    /// Between SIGTERM and SIGKILL; zero kills at once.
-    pub(crate) stop_grace: Duration,
-    /// A client (or shutdown) asked for the stop: the end is `stopped`.
-    stop_requested: AtomicBool,
-    /// Set by whoever sent the group SIGTERM first — a stop, the lifetime
-    /// limit, or the registry letting go — so the signal is sent once and the
-    /// grace period starts once, however many of them arrive.
-    terminating: AtomicBool,
-    /// Fires when SIGTERM was sent: the supervisor then owns the kill timer.
-    pub(crate) terminated: CancellationToken,
-    /// Present while the process runs; dropped when it ends, which closes the
-    /// stdin queue (ending the input thread) and the terminal.
-    terminal: Mutex<Option<Terminal>>,
-}
-
-struct Terminal {
-    /// `None` for a process on pipes, which has no size.
-    master: Option<Box<dyn MasterPty + Send>>,
-    input: InputQueue,
-    /// The sandbox's arguments, readable while the session lives.
-    _args_file: Option<ArgsFile>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use super::LocalSession;
+use crate::process::OUTPUT_DRAIN_TIMEOUT;
 
 impl LocalSession {
-    pub fn new(
-        id: String,
-        group: Arc<ProcessGroup>,
-        stop_grace: Duration,
-        master: Option<Box<dyn MasterPty + Send>>,
-        input: InputQueue,
-        args_file: Option<ArgsFile>,
-    ) -> Self {
-        Self {
-            id,
-            group,
-            stop_grace,
-            stop_requested: AtomicBool::new(false),
-            terminating: AtomicBool::new(false),
-            terminated: CancellationToken::new(),
-            terminal: Mutex::new(Some(Terminal {
-                master,
-                input,
-                _args_file: args_file,
-            })),
-        }
-    }
-
     /// Asks the whole group to end (SIGTERM; SIGKILL when there is no grace
     /// period) — once: later calls do nothing, so a second stop during the
     /// grace period neither signals again nor restarts the timer.
@@ -96,7 +30,7 @@ impl LocalSession {
             debug!(session_id = %self.id, why, grace_ms = self.stop_grace.as_millis(), "terminating the session's process group");
             self.group.terminate()
         };
-        // Even when the signal failed, the supervisor's timer must run: its
+        // Even when the signal failed, the end task's timer must run: its
         // SIGKILL is the bound on how long the processes may linger.
         self.terminated.cancel();
         sent
@@ -114,60 +48,10 @@ impl LocalSession {
             warn!(session_id = %self.id, error = %err, "could not kill the session's process group");
         }
     }
-
-    pub(crate) fn close_terminal(&self) {
-        lock(&self.terminal).take();
-    }
 }
 
-#[async_trait]
-impl BackendSession for LocalSession {
-    fn write_stdin(&self, bytes: Bytes) {
-        let terminal = lock(&self.terminal);
-        let Some(terminal) = terminal.as_ref() else {
-            return;
-        };
-        match terminal.input.try_send(bytes) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
-            // A workload that never reads its stdin must not stall the
-            // runner's WebSocket handler: input beyond the queue is dropped.
-            Err(TrySendError::Full(dropped)) => {
-                warn!(session_id = %self.id, bytes = dropped.len(), "stdin queue full, input dropped");
-            }
-        }
-    }
-
-    fn resize(&self, cols: u16, rows: u16) {
-        if cols == 0 || rows == 0 {
-            return;
-        }
-        let terminal = lock(&self.terminal);
-        let Some(master) = terminal.as_ref().and_then(|t| t.master.as_ref()) else {
-            return;
-        };
-        let size = PtySize {
-            rows,
-            cols,
-            pixel_width: 0,
-            pixel_height: 0,
-        };
-        if let Err(err) = master.resize(size) {
-            debug!(session_id = %self.id, error = %format!("{err:#}"), "terminal resize failed");
-        }
-    }
-
-    /// Returns once the group was signalled; the grace period and the kill
-    /// after it are the supervisor's, so a DELETE never waits for them.
-    async fn stop(&self) -> Result<(), StopError> {
-        self.stop_requested.store(true, Ordering::SeqCst);
-        self.terminate("stop requested").map_err(|err| StopError {
-            message: format!("could not stop the session's processes: {err}"),
-        })
-    }
-}
-
-/// Everything the supervisor waits on.
-pub struct Supervision {
+/// Everything a run session's end task waits on.
+pub struct RunEnd {
     pub session: Arc<LocalSession>,
     pub sink: SessionSink,
     /// The exit code, once the process ended and was reaped.
@@ -183,15 +67,15 @@ pub struct Supervision {
 /// running out, or because the registry let go of it — and reports the one
 /// terminal status, after all of its output (including whatever the workload
 /// printed while it shut down).
-pub async fn supervise(supervision: Supervision) {
-    let Supervision {
+pub async fn follow_run_to_end(end: RunEnd) {
+    let RunEnd {
         session,
         sink,
         mut exited,
         output_drained,
         max_ttl,
         disk,
-    } = supervision;
+    } = end;
     let ended = sink.ended();
     let mut lifetime_exceeded = false;
     let mut disk_exceeded = None;

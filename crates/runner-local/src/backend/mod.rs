@@ -1,10 +1,12 @@
 //! The local backend: every session is the Telo CLI (or an operator app's
 //! command) running as a local process in its own PTY, in its own directory
 //! and — unless the operator opted out — its own sandbox, with nothing of
-//! the runner's environment but a `PATH`.
+//! the runner's environment but a `PATH`. `run_session` starts a run
+//! session; watch sessions are `watch`'s.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+mod run_session;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,36 +14,25 @@ use async_trait::async_trait;
 use runner_api::telo::TeloVersion;
 use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
-use runner_core::errors::error_chain;
-use runner_core::observe::Observer;
 use runner_core::tasks::OwnedTasks;
-use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus};
+use runner_core::types::{AvailabilityReport, PullPolicy};
 use runner_core::{
     Backend, BackendCapabilities, BackendSession, HeldSessions, ProbeConfig, Readiness,
     SessionSink, StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable, WatchSpec,
     WatchStart, WatchWorkload,
 };
 use serde_json::json;
-use tracing::{Instrument, Span, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
-use crate::executable::resolve_executable;
-use crate::kernel_cache::warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
-use crate::kernel_cache::{
-    CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SessionCache, SharedKernelCache,
-};
-use crate::kernel_check::TELO_NOT_FOUND_REMEDIATION;
-use crate::kernel_monitor::{KernelHealth, KernelMonitor};
-use crate::launch::{LaunchPlan, SpawnPlan, app_argv, telo_argv, workload_env};
-use crate::pipes::Started;
-use crate::process_group::Members;
-use crate::pty::spawn_in_pty;
-use crate::sandbox_check::{SandboxHealth, SandboxMonitor};
-use crate::session::{Supervision, supervise};
-use crate::spawner::on_spawner_thread;
-use crate::wiring::{free_loopback_port, wire_process};
-use crate::work_dir::{WorkDir, sweep_work_root, with_bulk_file_work};
-use crate::work_root_lock::{WorkRootLock, WorkRootLockError};
+use crate::kernel::cache_warm_up::{CacheSource, KernelCacheWarmer, WarmUpError};
+use crate::kernel::check::TELO_NOT_FOUND_REMEDIATION;
+use crate::kernel::monitor::{KernelHealth, KernelMonitor};
+use crate::kernel_cache::{CacheKey, KernelIdentity, SEED_SHARE_OF_DISK_BOUND, SharedKernelCache};
+use crate::process::executable::resolve_executable;
+use crate::sandbox::check::{SandboxHealth, SandboxMonitor};
+use crate::work_root::lock::{WorkRootLock, WorkRootLockError};
+use crate::work_root::session_dir::{WorkDir, sweep_work_root};
 
 /// The image name advertised (read-only) in the config schema: there is no
 /// image, the runner's host is the environment.
@@ -67,7 +58,7 @@ pub struct LocalBackend {
     sandbox: Arc<SandboxMonitor>,
     /// The warmed caches sessions' kernels start from.
     kernel_cache: KernelCacheWarmer,
-    /// Every session's supervisor, reachability probe and debug relay.
+    /// Every session's end task, reachability probe and debug relay.
     tasks: OwnedTasks,
     _work_root: WorkRootLock,
 }
@@ -86,7 +77,10 @@ impl LocalBackend {
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
             );
         }
-        let cgroups = match (&config.sandbox, crate::cgroup::CgroupTree::delegated()) {
+        let cgroups = match (
+            &config.sandbox,
+            crate::sandbox::cgroup::CgroupTree::delegated(),
+        ) {
             (SandboxConfig::None, _) => None,
             (_, Ok(tree)) => {
                 info!(
@@ -186,7 +180,7 @@ impl LocalBackend {
     /// The kernel a request naming `version` runs, as its cache knows it.
     fn versioned_kernel(&self, version: &TeloVersion) -> Option<KernelIdentity> {
         let dir = self.config.telo_versions.as_ref()?;
-        let telo = crate::telo_versions::supply(dir, version).ok()?;
+        let telo = crate::kernel::versions::supply(dir, version).ok()?;
         Some(KernelIdentity {
             telo,
             version: Some(version.to_string()),
@@ -208,7 +202,7 @@ impl LocalBackend {
         }
     }
 
-    /// Whether sessions can be sandboxed (see `sandbox_check`).
+    /// Whether sessions can be sandboxed (see `sandbox::check`).
     pub async fn sandbox_health(&self) -> SandboxHealth {
         self.sandbox.health().await
     }
@@ -255,7 +249,7 @@ impl LocalBackend {
             version.and_then(TeloVersion::parse),
             &self.config.telo_versions,
         ) {
-            (Some(version), Some(dir)) => crate::telo_versions::supply(dir, &version)
+            (Some(version), Some(dir)) => crate::kernel::versions::supply(dir, &version)
                 .map_err(|reason| StartError::new(StartStage::Start, reason.to_string())),
             _ => resolve_executable(&self.config.telo, &self.config.path).ok_or_else(|| {
                 // The session's own failure says what to do, as the
@@ -266,133 +260,6 @@ impl LocalBackend {
                 )
             }),
         }
-    }
-
-    /// The command line a session runs, with its program resolved; fails
-    /// before anything is created on disk.
-    fn command_line(
-        &self,
-        spec: &StartSpec,
-        inspect_port: Option<u16>,
-    ) -> Result<Vec<std::ffi::OsString>, StartError> {
-        match &spec.app {
-            Some(app) => {
-                let Some(command) = app.command.as_deref().filter(|c| !c.is_empty()) else {
-                    return Err(StartError::new(
-                        StartStage::Start,
-                        format!(
-                            "app '{}' has no 'command' configured for the local backend",
-                            app.name
-                        ),
-                    ));
-                };
-                let program =
-                    resolve_executable(&command[0], &self.config.path).ok_or_else(|| {
-                        StartError::new(
-                            StartStage::Start,
-                            format!(
-                                "command '{}' of app '{}' was not found on this runner's host",
-                                command[0], app.name
-                            ),
-                        )
-                    })?;
-                Ok(app_argv(&program, command))
-            }
-            None => {
-                let telo = self.kernel_for(spec.telo.as_deref())?;
-                Ok(telo_argv(&telo, &spec.entry_relative_path, inspect_port))
-            }
-        }
-    }
-
-    /// Creates the session's directory and writes its bundle, on Tokio's
-    /// blocking pool: a bundle of thousands of files takes hundreds of
-    /// milliseconds of file system calls, which on the async runtime stalled
-    /// every other request (`/livez` included).
-    async fn stage(
-        &self,
-        bundle: Option<RunBundle>,
-        work: &WorkDir,
-        kernel_cache: Option<(SessionCache, CacheSource)>,
-    ) -> Result<(), StartError> {
-        let dir = work.clone();
-        let staged = tokio::task::spawn_blocking(move || {
-            dir.create()?;
-            let seeded = match &kernel_cache {
-                Some((cache, source)) => {
-                    let seeded = source.prepare(cache).map_err(|source| {
-                        crate::work_dir::WorkDirError::CreateKernelCache {
-                            path: cache.host_dir().to_owned(),
-                            source,
-                        }
-                    })?;
-                    Some((seeded, source.clone()))
-                }
-                None => None,
-            };
-            let written = match &bundle {
-                // Not for the one file of a small bundle: no waiting behind
-                // a big one.
-                Some(bundle) if bundle.files.len() > SMALL_BUNDLE_FILES => {
-                    with_bulk_file_work(|| dir.write_bundle(bundle))
-                }
-                Some(bundle) => dir.write_bundle(bundle),
-                None => Ok(()),
-            };
-            written.map(|()| seeded)
-        })
-        .await;
-        match staged {
-            Ok(Ok(seeded)) => {
-                if let Some((seeded, source)) = seeded {
-                    source.after_prepare(&seeded);
-                }
-                Ok(())
-            }
-            Ok(Err(err)) => {
-                Err(StartError::new(StartStage::Create, error_chain(&err)).with_source(err))
-            }
-            Err(join) => Err(StartError::new(
-                StartStage::Create,
-                format!("writing the bundle was interrupted: {join}"),
-            )),
-        }
-    }
-
-    /// What runs `plan`: the sandbox around it, when sessions are sandboxed.
-    /// `programs` are the executables whose installations it must show,
-    /// `extra_read_only` further paths shown as they are.
-    fn spawn_plan(
-        &self,
-        plan: LaunchPlan,
-        sandbox: Option<&crate::sandbox::Sandbox>,
-        programs: &[&Path],
-        extra_read_only: &[PathBuf],
-        read_write: &[PathBuf],
-        kernel_cache: Option<&Path>,
-    ) -> Result<SpawnPlan, StartError> {
-        let Some(sandbox) = sandbox else {
-            return Ok(SpawnPlan::unsandboxed(plan));
-        };
-        let mut read_only = sandbox.installations(programs);
-        read_only.extend(extra_read_only.iter().cloned());
-        sandbox
-            .spawn_plan(
-                plan,
-                crate::sandbox::SessionMounts {
-                    read_only: &read_only,
-                    read_write,
-                    kernel_cache,
-                },
-                crate::sandbox::WorkloadSession::Terminal,
-            )
-            .map_err(|err| {
-                StartError::new(
-                    StartStage::Start,
-                    format!("could not hand the sandbox its arguments: {err}"),
-                )
-                .with_source(err)
-            })
     }
 }
 
@@ -465,180 +332,10 @@ impl Backend for LocalBackend {
 
     async fn start(
         &self,
-        mut spec: StartSpec,
+        spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
-        let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
-            .map_err(|err| StartError::new(StartStage::Start, err.to_string()))?;
-        // An app runs its own command; only the Telo CLI gets `--inspect`.
-        let inspect_port = if spec.inspect && !spec.self_contained() {
-            Some(free_loopback_port().map_err(|err| {
-                StartError::new(
-                    StartStage::Start,
-                    format!("could not reserve a port for --inspect: {err}"),
-                )
-                .with_source(err)
-            })?)
-        } else {
-            None
-        };
-        let argv = self.command_line(&spec, inspect_port)?;
-        // Never run a session unsandboxed the operator did not opt out of:
-        // say why it cannot be sandboxed instead.
-        let sandbox = match self.sandbox.health().await {
-            SandboxHealth::Unusable(problem) => {
-                return Err(StartError::new(StartStage::Start, problem.sentence()));
-            }
-            SandboxHealth::Off => None,
-            SandboxHealth::Usable(sandbox) => Some(sandbox),
-        };
-        // A kernel known to fail every run would fail this one too, with only
-        // an exit code to show for it: say why instead. (An app runs its own
-        // program, not the Telo CLI.)
-        if spec.app.is_none()
-            && spec.telo.is_none()
-            && let KernelHealth::Unusable(problem) = self.kernel.health().await
-        {
-            return Err(StartError::new(StartStage::Start, problem.sentence()));
-        }
-        // What the default kernel said it is, for `run started` (a kernel
-        // before 0.95 does not say on its debug stream).
-        if spec.app.is_none()
-            && spec.telo.is_none()
-            && let Some(version) = self.kernel.version().await
-        {
-            sink.kernel_version(None, version);
-        }
-        // Moved, not copied: a big bundle is megabytes.
-        let bundle = (!spec.self_contained()).then(|| RunBundle {
-            entry_relative_path: spec.bundle.entry_relative_path.clone(),
-            files: std::mem::take(&mut spec.bundle.files),
-        });
-        // A Telo session's kernel caches into a directory of its own (an
-        // operator's app is its own program and gets none).
-        let kernel_cache = match &spec.app {
-            Some(_) => None,
-            None => Some(SessionCache::new(work.kernel_cache(), sandbox.is_some())),
-        };
-        let seed = match &kernel_cache {
-            Some(cache) => Some((cache.clone(), self.cache_source(spec.telo.as_deref()).await)),
-            None => None,
-        };
-        if let Err(err) = self.stage(bundle, &work, seed).await {
-            work.discard();
-            return Err(err);
-        }
-        let program = PathBuf::from(&argv[0]);
-        let node = resolve_executable("node", &self.config.path);
-        let mut programs = vec![program.as_path()];
-        let mut read_only = Vec::new();
-        let read_write = vec![work.root().to_owned()];
-        if kernel_cache.is_some() {
-            // The kernel runs `node` from its PATH (the Telo CLI is a Node.js
-            // program).
-            programs.extend(node.as_deref());
-        } else {
-            // An operator's command may name files it runs or reads (a
-            // script, a manifest): those files, exactly, are shown too
-            // (never a directory: `ls /` must not show the host's root).
-            read_only.extend(
-                argv.iter()
-                    .skip(1)
-                    .map(Path::new)
-                    .filter(|arg| arg.is_absolute() && arg.is_file())
-                    .map(Path::to_path_buf),
-            );
-        }
-        let plan = LaunchPlan {
-            argv,
-            cwd: work.app(),
-            env: workload_env(
-                &spec.env,
-                &work.home(),
-                &self.config.path,
-                kernel_cache.as_ref(),
-            ),
-        };
-        let spawn = match self.spawn_plan(
-            plan,
-            sandbox.as_deref(),
-            &programs,
-            &read_only,
-            &read_write,
-            kernel_cache.as_ref().map(SessionCache::host_dir),
-        ) {
-            Ok(spawn) => spawn,
-            Err(err) => {
-                work.discard();
-                return Err(err);
-            }
-        };
-        let members = spawn.members;
-        let launched = on_spawner_thread(move || spawn_in_pty(spawn).map(Started::from))
-            .await
-            .map_err(|err| crate::pty::PtyError::Spawn(err.to_string()))
-            .flatten()
-            .map_err(|err| {
-                let program = match &spec.app {
-                    Some(app) => app.command.as_ref().and_then(|c| c.first()).cloned(),
-                    None => Some(self.config.telo.clone()),
-                };
-                let message = format!("could not start '{}': {err}", program.unwrap_or_default());
-                StartError::new(StartStage::Start, message).with_source(err)
-            });
-        let process = match launched {
-            Ok(process) => process,
-            Err(err) => {
-                work.discard();
-                return Err(err);
-            }
-        };
-        let (session, supervision) = match wire_session(
-            &spec,
-            process,
-            members,
-            &sink,
-            self.config.max_ttl,
-            self.config.stop_grace,
-            crate::disk_bound::DiskBound {
-                dir: work.root().to_owned(),
-                max_bytes: self.config.limits.disk_bytes,
-            },
-        ) {
-            Ok(wired) => wired,
-            Err(err) => {
-                work.discard();
-                return Err(err);
-            }
-        };
-        info!(session_id = %spec.session_id, dir = %work.root().display(), "session process started");
-
-        sink.status(RunStatus::running_unrouted(spec.ports.iter()));
-        // Only now: the terminal status must never overtake `running`.
-        // The directory goes as soon as the session has ended: its output
-        // lives in the registry's memory, and a finished session's files
-        // kept for the exit TTL were disk a tenant could fill and leave.
-        let finished = work.clone();
-        self.tasks.spawn(
-            async move {
-                supervise(supervision).await;
-                finished.discard();
-            }
-            .instrument(Span::current()),
-        );
-
-        Observer {
-            tasks: &self.tasks,
-            http: &self.http,
-            sink: &sink,
-            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            stop: &sink.ended(),
-        }
-        .run_session(
-            spec.tcp_ports(),
-            inspect_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
-        );
-        Ok(session)
+        self.start_run(spec, sink).await
     }
 
     fn offers_watch(&self) -> bool {
@@ -659,7 +356,7 @@ impl Backend for LocalBackend {
         _mode: SessionMode,
     ) -> Result<(), TeloUnavailable> {
         match &self.config.telo_versions {
-            Some(dir) => crate::telo_versions::supply(dir, version).map(drop),
+            Some(dir) => crate::kernel::versions::supply(dir, version).map(drop),
             None => Err(TeloUnavailable::OnlyConfiguredKernel),
         }
     }
@@ -710,12 +407,12 @@ impl Backend for LocalBackend {
     }
 
     async fn has_checkpoint(&self, session_id: &str) -> bool {
-        crate::watch::has_checkpoint(&self.config.work_root, session_id)
+        crate::watch::record::has_checkpoint(&self.config.work_root, session_id)
     }
 
     async fn recover_suspended(&self, held: HeldSessions) -> Vec<SuspendedSession> {
         let root = self.config.work_root.clone();
-        tokio::task::spawn_blocking(move || crate::watch::kept_sessions(&root, &held))
+        tokio::task::spawn_blocking(move || crate::watch::record::kept_sessions(&root, &held))
             .await
             .unwrap_or_default()
     }
@@ -736,36 +433,6 @@ impl Backend for LocalBackend {
 /// How long shutdown waits for the backend's tasks once they are told to
 /// stop (the sessions have ended by then; a kernel check may still run).
 const TASKS_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
-
-/// Starts the threads of a freshly spawned process and prepares its
-/// supervisor. On failure the process group is killed.
-fn wire_session(
-    spec: &StartSpec,
-    process: Started,
-    members: Members,
-    sink: &SessionSink,
-    max_ttl: Duration,
-    stop_grace: Duration,
-    disk: crate::disk_bound::DiskBound,
-) -> Result<(Arc<dyn BackendSession>, Supervision), StartError> {
-    let output_sink = sink.clone();
-    let wired = wire_process(
-        &spec.session_id,
-        process,
-        members,
-        move |_, bytes| output_sink.output(bytes),
-        stop_grace,
-    )?;
-    let supervision = Supervision {
-        session: wired.session.clone(),
-        sink: sink.clone(),
-        exited: wired.exited,
-        output_drained: wired.output_drained,
-        max_ttl,
-        disk: Some(disk),
-    };
-    Ok((wired.session, supervision))
-}
 
 impl std::fmt::Debug for LocalBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub struct ArgsFile {
     file: std::fs::File,
-    /// The sandbox's cgroup, which lives exactly as long.
-    _cgroup: Option<crate::cgroup::SessionCgroup>,
+    /// What lives exactly as long: the sandbox's cgroup.
+    _kept: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 impl ArgsFile {
@@ -31,16 +31,13 @@ impl ArgsFile {
             bytes.push(0);
         }
         file.write_all(&bytes)?;
-        Ok(Self {
-            file,
-            _cgroup: None,
-        })
+        Ok(Self { file, _kept: None })
     }
 
-    /// Keeps `cgroup` for as long as the sandbox's arguments are kept: the
-    /// session's life.
-    pub fn with_cgroup(mut self, cgroup: Option<crate::cgroup::SessionCgroup>) -> Self {
-        self._cgroup = cgroup;
+    /// Keeps `kept` (the sandbox's cgroup) for as long as the sandbox's
+    /// arguments are kept: the session's life.
+    pub fn keeping(mut self, kept: Option<impl std::fmt::Debug + Send + Sync + 'static>) -> Self {
+        self._kept = kept.map(|kept| Box::new(kept) as Box<dyn std::fmt::Debug + Send + Sync>);
         self
     }
 

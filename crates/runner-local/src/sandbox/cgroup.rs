@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::debug;
 
-use crate::limits::SessionLimits;
+use crate::sandbox::limits::SessionLimits;
 
 /// Where the unified hierarchy is mounted.
 pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";

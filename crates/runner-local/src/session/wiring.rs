@@ -12,9 +12,9 @@ use runner_api::watch::StreamTag;
 use runner_core::{StartError, StartStage};
 use tokio::sync::oneshot;
 
-use crate::pipes::Started;
-use crate::process_group::{Members, ProcessGroup};
-use crate::pty::{pump_input, pump_output_to};
+use crate::process::group::{Members, ProcessGroup};
+use crate::process::pipes::Started;
+use crate::process::pty::{pump_input, pump_output_to};
 use crate::session::LocalSession;
 
 /// Stdin chunks queued for a session before further input is dropped.

@@ -39,19 +39,20 @@
 //! without letting the workload shut down).
 //!
 //! [`bwrap_args`] and [`host_command`] are pure; [`HostLayout::read`],
-//! [`installation_dirs`] and [`crate::args_file::ArgsFile`] do the I/O.
+//! [`installation_dirs`] and [`crate::process::args_file::ArgsFile`] do the I/O.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use crate::args_file::ArgsFile;
-use crate::cgroup::{CgroupTree, SessionCgroup};
 use crate::kernel_cache::KERNEL_CACHE_MOUNT;
-use crate::launch::{LaunchPlan, SpawnPlan};
-use crate::limits::{RunnerLimits, SessionLimits, prlimit_argv};
-use crate::process_group::Members;
+use crate::launch::LaunchPlan;
+use crate::process::args_file::ArgsFile;
+use crate::process::group::Members;
+use crate::process::plan::SpawnPlan;
+use crate::sandbox::cgroup::{CgroupTree, SessionCgroup};
+use crate::sandbox::limits::{RunnerLimits, SessionLimits, prlimit_argv};
 
 /// Directories a program needs to run at all, shown read-only (or, when the
 /// host has them as symlinks — `/bin -> usr/bin` — as the same symlinks).
@@ -92,9 +93,6 @@ pub const ETC_ENTRIES: &[&str] = &[
 
 /// Empty, private and writable in every sandbox.
 pub const PRIVATE_TMP_DIRS: &[&str] = &["/tmp", "/var/tmp"];
-
-/// The descriptor `bwrap` reads its arguments from.
-pub const ARGS_FD: u32 = 3;
 
 /// Opens the arguments file (`$1`) as descriptor 3 and becomes `bwrap`
 /// (`$0`) with the command line that follows.
@@ -369,7 +367,7 @@ pub struct SessionMounts<'a> {
     pub kernel_cache: Option<&'a Path>,
 }
 
-/// A sandbox known to work on this host (see `sandbox_check`), ready to
+/// A sandbox known to work on this host (see `sandbox::check`), ready to
 /// wrap launches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
@@ -446,7 +444,7 @@ impl Sandbox {
                 .collect();
         // Kept as long as the session (with its arguments): the cgroup
         // goes when the session does.
-        let args_file = ArgsFile::new(&args)?.with_cgroup(cgroup);
+        let args_file = ArgsFile::new(&args)?.keeping(cgroup);
         Ok(SpawnPlan {
             argv: host_command(
                 &self.programs,
