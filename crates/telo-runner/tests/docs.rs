@@ -265,7 +265,9 @@ fn citations_are_read_as_written() {
     assert_eq!(found.contract, ["7.3", "7.7", "9.9", "9.14"]);
     assert_eq!(found.stray, 0);
 
-    let found = citations_in(&format!("See `{ARCHITECTURE}` {SECTION} The local backend."));
+    let found = citations_in(&format!(
+        "See `{ARCHITECTURE}` {SECTION} The local backend."
+    ));
     assert_eq!(found.architecture, ["The local backend"]);
     assert_eq!(found.stray, 0);
 
