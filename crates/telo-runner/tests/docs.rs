@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The section sign, spelled out so this file carries none of its own.
+/// The section sign.
 const SECTION: char = '\u{a7}';
 
 const CONTRACT: &str = "docs/contract.md";
