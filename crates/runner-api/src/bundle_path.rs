@@ -1,4 +1,4 @@
-//! The bundle path guard (contract §8.5).
+//! The bundle path guard (docs/contract.md §8.5).
 //!
 //! Bundle paths arrive POSIX-style from an untrusted client and become file
 //! names under the session's directory; `../x` would escape it. Traversal is

@@ -1,5 +1,5 @@
-//! The session's byte channels over WebSocket (contract §5, contract-watch
-//! §2.2), as frames: what the runner sends (a `seq` text frame first, maybe a
+//! The session's byte channels over WebSocket (docs/contract.md §5), as
+//! frames: what the runner sends (a `seq` text frame first, maybe a
 //! `gap`, then binary output frames), what a client sends back (binary stdin,
 //! a `resize` text frame), and the close codes that end it.
 //!
@@ -14,9 +14,9 @@ use crate::js::js_number_of_value;
 use crate::watch::{IoMode, StreamTag};
 
 pub const CLOSE_NORMAL: u16 = 1000;
-/// The service is going away while the session lives on (RFC 6455 §7.4.1).
+/// The service is going away while the session lives on (RFC 6455, section 7.4.1).
 pub const CLOSE_GOING_AWAY: u16 = 1001;
-/// No close frame was received (RFC 6455 §7.1.5), as clients report it.
+/// No close frame was received (RFC 6455, section 7.1.5), as clients report it.
 pub const CLOSE_NO_STATUS: u16 = 1005;
 pub const CLOSE_UNAUTHORIZED: u16 = 4401;
 pub const CLOSE_FORBIDDEN_ORIGIN: u16 = 4403;

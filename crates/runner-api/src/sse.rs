@@ -1,4 +1,4 @@
-//! Server-sent events as the `/v1` contract uses them (§4): how the runner
+//! Server-sent events as the `/v1` contract uses them (docs/contract.md §4): how the runner
 //! writes a frame, the resume point a client sends back, and the one parser
 //! every reader uses — the terminal client, the tests, the benchmarks, and
 //! the runner itself when it reads a kernel's debug stream.

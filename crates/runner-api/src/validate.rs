@@ -1,11 +1,11 @@
 //! Request-body validation with the reference's observable behaviour
-//! (contract §0): Fastify validates bodies with AJV using `coerceTypes:
+//! (docs/contract.md §1.2): Fastify validates bodies with AJV using `coerceTypes:
 //! "array"`, `removeAdditional: true` and `allErrors: false`, and answers
 //! `400` with `body<instancePath> <message>` for the first failure.
 //!
 //! Clients rely on the coercions (`"port":"8080"` is a port, a numeric env
 //! value is a string), so this is a small schema walker that reproduces AJV's
-//! rules and keyword order for the three body schemas of §2.3–§2.5 rather than
+//! rules and keyword order for the three body schemas (docs/contract.md §2.4–§2.6) rather than
 //! a generic JSON Schema engine:
 //!
 //! * per schema: the type check (with coercion) first, then `enum`, then the
@@ -44,7 +44,7 @@ pub struct StartSessionBody {
     pub ports: Vec<PortMapping>,
     /// As sent (absent: all defaults). `registry_url` is kept verbatim:
     /// whitespace-only passes validation and is treated as unset by the
-    /// caller (§2.4).
+    /// caller (docs/contract.md §8.9).
     pub config: RequestedConfig,
     pub inspect: bool,
     pub mode: SessionMode,

@@ -220,7 +220,7 @@ pub fn is_app_name(name: &str) -> bool {
         && bytes[bytes.len() - 1] != b'-'
 }
 
-/// An app set refused by the app rules (contract-watch §2.4 step 9): a
+/// An app set refused by the app rules (docs/contract.md §7.2): a
 /// `400` with this code and message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]

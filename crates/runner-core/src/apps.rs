@@ -1,4 +1,4 @@
-//! The operator's app catalog (`RUNNER_APPS`, contract §8.3): images a client
+//! The operator's app catalog (`RUNNER_APPS`, docs/contract.md §8.3): images a client
 //! may launch by name through `POST /v1/apps/:name/sessions`.
 //!
 //! The catalog is the whole gate for that route — the client picks a name,
@@ -158,7 +158,7 @@ impl AppCatalog {
             .collect()
     }
 
-    /// The `unknown_app` 404 message (§2.5). Listing the offered names leaks
+    /// The `unknown_app` 404 message (docs/contract.md §2.6). Listing the offered names leaks
     /// nothing: they are already public on `/v1/capabilities`.
     pub fn unknown_app_message(&self, name: &str) -> String {
         if self.is_empty() {

@@ -2,7 +2,7 @@
 //! the token file and checking a presented token. The HTTP side lives in
 //! `http::auth`.
 //!
-//! Off by default, like the reference (contract §1.1): a runner without a
+//! Off by default, like the reference (docs/contract.md §1.4): a runner without a
 //! token file is driven by whoever can reach its port.
 
 use sha2::{Digest, Sha256};

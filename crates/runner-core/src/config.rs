@@ -1,4 +1,4 @@
-//! Core runner configuration read from the environment (contract §8.1): the
+//! Core runner configuration read from the environment (docs/contract.md §8.1): the
 //! top-level loader, which also reads the app catalog, the auth tokens and the
 //! terms. The parsers it shares with them live in [`crate::env`] (re-exported
 //! here for the backends' loaders); the JavaScript semantics they follow are
@@ -65,7 +65,7 @@ pub enum CorsOrigins {
     /// `Access-Control-Allow-Origin: *`.
     Any,
     /// Exact-match origins. May contain a literal `"*"`: whether that acts as a
-    /// wildcard differs per route in the reference (§1.3), so callers decide.
+    /// wildcard differs per route in the reference (docs/contract.md §1.5), so callers decide.
     List(Vec<String>),
 }
 

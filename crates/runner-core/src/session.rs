@@ -299,7 +299,7 @@ impl Session {
     }
 
     /// The name and io mode of app `name`, or of the only app when `name` is
-    /// `None`; the `/io` app resolution (contract-watch §2.2).
+    /// `None`; the `/io` app resolution (docs/contract.md §5.1).
     pub fn resolve_app(&self, name: Option<&str>) -> Result<(String, IoMode), AppResolution> {
         let state = lock(&self.state);
         match name {

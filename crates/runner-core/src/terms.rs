@@ -1,4 +1,4 @@
-//! Usage terms (contract §8.2): an opt-in agreement every session-creating
+//! Usage terms (docs/contract.md §8.2): an opt-in agreement every session-creating
 //! request must acknowledge by version.
 
 use runner_api::js::js_trim;

@@ -521,7 +521,7 @@ proptest! {
                 request = request.header("last-event-id", value);
             }
             let (status, stream) = send(&harness.router, request.body(Body::empty()).unwrap()).await;
-            // An unreadable resume point falls back to the next source (§4.4):
+            // An unreadable resume point falls back to the next source (docs/contract.md §4.3):
             // the stream is never refused for it.
             prop_assert_eq!(status, StatusCode::OK);
             let text = String::from_utf8(stream.to_vec()).unwrap();

@@ -1,4 +1,4 @@
-//! Adoption (design.md §2): how a runner takes over the session pods a
+//! Adoption (docs/contract.md §6.5): how a runner takes over the session pods a
 //! previous runner left.
 //!
 //! At boot every pod carrying this runner's managed-by label is read back.

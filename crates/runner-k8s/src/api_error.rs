@@ -1,5 +1,5 @@
 //! Kubernetes API failures, phrased for the person who clicked Run
-//! (spec/k8s-runner.md §6).
+//! (docs/contract.md §9.7).
 //!
 //! A start failure's message travels to the client as the session's terminal
 //! `failed` status, and an apiserver `Status` message is not fit for that: it

@@ -1,4 +1,4 @@
-//! The base-image catalog (contract §8.6): the Docker Hub tags a runner offers
+//! The base-image catalog (docs/contract.md §8.6): the Docker Hub tags a runner offers
 //! as session base images. The same list is advertised as the `image` enum of
 //! the capabilities schema and enforced by `validateConfig`, so the runner
 //! stays the source of truth: a client that skips the editor's picker still

@@ -1,4 +1,4 @@
-//! Staged bundles (spec/k8s-runner.md §7): a run session's files wait here,
+//! Staged bundles (docs/contract.md §9.8): a run session's files wait here,
 //! as a tar.gz, until the pod's `body-fetch` init container downloads them
 //! from `GET /internal/bundles/{id}?token=…` on the runner.
 //!

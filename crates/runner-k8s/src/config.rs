@@ -1,5 +1,5 @@
 //! The Kubernetes backend's configuration, read from the environment once at
-//! boot (spec/k8s-runner.md §2).
+//! boot (docs/contract.md §9.1).
 //!
 //! Variables are evaluated in the reference's order — `RUNNER_SELF_URL` first,
 //! then the session namespace, the core config, and the backend's own fields —

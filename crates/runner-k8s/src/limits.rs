@@ -1,5 +1,5 @@
 //! Resource limits of a session pod: the operator's ceilings, lowered where a
-//! request asks for less (spec/k8s-runner.md §8).
+//! request asks for less (docs/contract.md §9.6).
 //!
 //! The `/v1` contract carries no per-request limits today, so the effective
 //! limits are the ceilings; the clamp exists so that plumbing requests through

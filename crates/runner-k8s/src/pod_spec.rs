@@ -1,4 +1,4 @@
-//! The Pods a session runs as (spec/k8s-runner.md §3.2 run sessions, §3.3 app
+//! The Pods a session runs as (docs/contract.md §9.3: run sessions and app
 //! sessions), each carrying its session record ([`crate::session_record`]) so
 //! that a restarted runner can adopt it.
 //!
@@ -68,7 +68,7 @@ pub struct PodSettings {
     pub termination_grace_seconds: i64,
 }
 
-/// Clamped limits of one session (spec/k8s-runner.md §8): quantities are
+/// Clamped limits of one session (docs/contract.md §9.6): quantities are
 /// passed to Kubernetes verbatim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resources {
@@ -132,7 +132,7 @@ pub fn pull_policy_to_k8s(policy: PullPolicy) -> &'static str {
     }
 }
 
-/// The run-session pod of spec/k8s-runner.md §3.2.
+/// The run-session pod (docs/contract.md §9.3).
 ///
 /// Departures from the reference, each invisible to a workload that behaves:
 /// - the pod carries the [`SessionRecord`] annotations (the reference's run
@@ -219,7 +219,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
     }
 }
 
-/// The app-session pod of spec/k8s-runner.md §3.3: the catalog image runs its
+/// The app-session pod (docs/contract.md §9.3): the catalog image runs its
 /// own entrypoint as its own user, so the pod is deliberately less locked
 /// down than a run pod (no user, no read-only root, no volumes).
 ///

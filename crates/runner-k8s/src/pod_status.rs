@@ -1,6 +1,6 @@
 //! What a session pod's status means for the session: the progress line while
 //! it comes up, whether it can still start, and how it ended
-//! (spec/k8s-runner.md §4.4, §4.5). Pure functions over the `Pod` object.
+//! (docs/contract.md §9.5). Pure functions over the `Pod` object.
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use runner_core::types::RunStatus;

@@ -1,6 +1,6 @@
 //! The session record: what a session pod carries, in its name, labels and
 //! annotations, so that a restarted runner can find it and put the session
-//! back in its registry (design.md §2, [`crate::adoption`]).
+//! back in its registry (docs/contract.md §6.5, [`crate::adoption`]).
 //!
 //! Labels and annotations are editable by anyone with access to the
 //! namespace, so reading a record back checks every field rather than

@@ -1,4 +1,4 @@
-//! Per-session routing end to end against kube-sim (spec/k8s-runner.md §5):
+//! Per-session routing end to end against kube-sim (docs/contract.md §9.9–§9.14):
 //! how the layer is resolved from what the cluster serves, the objects each
 //! layer publishes, the URLs `running` announces, and the `route` events that
 //! say whether each host is really served.

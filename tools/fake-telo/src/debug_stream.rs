@@ -2,7 +2,7 @@
 //! Server-Sent Events carrying `@telorun/debug-wire` frames.
 //!
 //! One `log` frame precedes the scripted `event` frames because the runner
-//! must relay event frames only (contract §3); a stream of events alone could
+//! must relay event frames only (docs/contract.md §3.4); a stream of events alone could
 //! not catch a runner that forwards everything.
 
 use std::io::Write;

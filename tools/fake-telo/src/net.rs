@@ -8,7 +8,8 @@ use std::net::{IpAddr, TcpListener};
 
 use crate::cli::InspectAddr;
 
-/// The environment variable naming the host to bind (design §3).
+/// The environment variable naming the host to bind: kube-sim sets it to
+/// the pod IP (docs/architecture.md § Tests without a cluster).
 pub const HOST_VAR: &str = "HOST";
 const DEFAULT_HOST: &str = "127.0.0.1";
 

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_yaml_ng::Value;
 
 /// Every field of the `fakeTelo:` block. Field names are an interface other
-/// tooling writes against (design §3): keep them.
+/// tooling writes against: keep them.
 ///
 /// Unknown fields are rejected: a typo such as `exitAfterMS` that silently
 /// turned a timed script into a run-until-killed one would surface as a hung

@@ -1,4 +1,4 @@
-//! The three request-body schemas (contract §2.3–§2.5), in the reference's
+//! The three request-body schemas (docs/contract.md §2.4–§2.6), in the reference's
 //! property order, as data: the walker (`walk.rs`) validates against them and
 //! [`request_schemas`] turns them into the JSON Schemas the OpenAPI document
 //! publishes, so what is documented is what is checked.

@@ -5,7 +5,7 @@
 //!
 //! The request schemas state what `runner_api::validate` accepts. The runner is
 //! more lenient than JSON Schema in one way, kept for compatibility with the
-//! reference (contract §0): scalars are coerced the way AJV's
+//! reference (docs/contract.md §1.2): scalars are coerced the way AJV's
 //! `coerceTypes: "array"` does (`"8080"` is a port, a number is an env value).
 
 use axum::Json;

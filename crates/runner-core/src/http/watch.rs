@@ -1,4 +1,4 @@
-//! The routes of a watch session (contract-watch §2.3): its workspace tree,
+//! The routes of a watch session (docs/contract.md §7.3): its workspace tree,
 //! one file, a change set, a manual reload, a new app set, and resume.
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! One app's byte channel (its replay buffer and sequence numbers) and its
 //! run projection: the generations the kernel reports on its debug stream,
-//! turned into `run` events (contract-watch §5.2, §6.6).
+//! turned into `run` events (docs/contract.md §7.8).
 
 use std::sync::Arc;
 

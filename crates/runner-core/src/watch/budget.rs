@@ -1,5 +1,5 @@
 //! The per-session reload budget: workspace writes and manual reloads share
-//! one sliding window of a minute (contract-watch §2.3).
+//! one sliding window of a minute (docs/contract.md §7.4).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

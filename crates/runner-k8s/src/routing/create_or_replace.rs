@@ -1,4 +1,4 @@
-//! Create-or-replace (spec/k8s-runner.md §5.7): publishing a session's routing
+//! Create-or-replace (docs/contract.md §9.15): publishing a session's routing
 //! objects again — after an adoption, or over a leftover of the same name —
 //! must converge instead of failing on `409 AlreadyExists`.
 
@@ -35,7 +35,7 @@ where
     let live = match api.get(&name).await {
         Ok(live) => live,
         // Gone between the two calls — typically collected with the pod that
-        // owned it before (§11.7): there is nothing left to replace.
+        // owned it before: there is nothing left to replace.
         Err(err) if is_not_found(&err) => return api.create(&params, desired).await,
         Err(err) => return Err(err),
     };

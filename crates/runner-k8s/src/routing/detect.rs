@@ -1,5 +1,5 @@
-//! What the cluster can route with, asked once at boot (spec/k8s-runner.md
-//! §5.5 step 3), and the boot-time resolution that uses it.
+//! What the cluster can route with, asked once at boot
+//! (docs/contract.md §9.13), and the boot-time resolution that uses it.
 //!
 //! Both probes fail soft: a discovery error reads as "Gateway API not
 //! served", a failed IngressClass list is kept as a failure so the refusal can

@@ -1,5 +1,5 @@
 //! The hosts a session's ports are published at, and the endpoints `running`
-//! reports (spec/k8s-runner.md §5.1).
+//! reports (docs/contract.md §9.9).
 
 use runner_core::types::{PortMapping, PortProtocol, RunnerEndpoint};
 

@@ -1,4 +1,4 @@
-//! Session HTTPRoutes (spec/k8s-runner.md §5.4): one per tcp port, attached to
+//! Session HTTPRoutes (docs/contract.md §9.12): one per tcp port, attached to
 //! the configured Gateway, programmed when a controller accepts a parent.
 //!
 //! Our own small serde types rather than the `gateway-api` crate, which lags

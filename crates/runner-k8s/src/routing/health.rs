@@ -1,4 +1,4 @@
-//! Route health (spec/k8s-runner.md §5.6): whether each published host is
+//! Route health (docs/contract.md §9.14): whether each published host is
 //! actually served, told to the client as `route` events.
 //!
 //! Every host starts `pending`. A controller's answer moves it to

@@ -1,4 +1,4 @@
-//! The session Ingress (spec/k8s-runner.md §5.3): one object per session with
+//! The session Ingress (docs/contract.md §9.11): one object per session with
 //! a rule per tcp port, programmed once a controller writes its load-balancer
 //! status.
 

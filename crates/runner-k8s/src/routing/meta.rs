@@ -22,7 +22,7 @@ pub struct SessionObjects {
 impl SessionObjects {
     /// Metadata of a routing object named `name`. Every object carries the
     /// session-id label, the Service included: the reference left it off the
-    /// Service, which no session selector could then find (§11.6).
+    /// Service, which no session selector could then find.
     pub fn metadata(&self, name: String) -> ObjectMeta {
         ObjectMeta {
             name: Some(name),

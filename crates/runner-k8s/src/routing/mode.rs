@@ -1,5 +1,5 @@
 //! Which routing layer carries session traffic, decided once at boot
-//! (spec/k8s-runner.md §5.5). The cluster is asked what it serves elsewhere;
+//! (docs/contract.md §9.13). The cluster is asked what it serves elsewhere;
 //! this module only decides, so every case is a plain table test.
 //!
 //! `auto` decides from what is configured before what is installed, and that

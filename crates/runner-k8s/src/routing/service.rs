@@ -1,4 +1,4 @@
-//! The session Service (spec/k8s-runner.md §5.2): the stable in-cluster name
+//! The session Service (docs/contract.md §9.10): the stable in-cluster name
 //! both routing layers send traffic to, selecting the pod by its session id.
 
 use std::collections::BTreeMap;

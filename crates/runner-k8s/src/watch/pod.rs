@@ -1,4 +1,4 @@
-//! The watch pod of spec/k8s-runner.md §3.4: a `workspace` container serving
+//! The watch pod (docs/contract.md §9.4): a `workspace` container serving
 //! the session's files to the runner, and one `app-<name>` container per app
 //! running `telo run --watch` over the same `workspace` volume.
 //!

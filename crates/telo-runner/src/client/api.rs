@@ -1,5 +1,5 @@
 //! The `/v1` calls the terminal client makes, with the editor's reading of
-//! each answer (contract §10.1): a 428 carries the terms, other errors carry
+//! each answer (docs/contract.md §1.3, §1.6): a 428 carries the terms, other errors carry
 //! `message`.
 
 use std::time::Duration;

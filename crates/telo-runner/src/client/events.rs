@@ -1,4 +1,4 @@
-//! Following a session's lifecycle over SSE (contract §4): a frame parser
+//! Following a session's lifecycle over SSE (docs/contract.md §4): a frame parser
 //! (pure) and a follower task that resumes with `Last-Event-ID` when the
 //! stream drops before the terminal status.
 

@@ -1,4 +1,4 @@
-//! The session's byte channel (contract §5): output frames carry a 4-byte
+//! The session's byte channel (docs/contract.md §5): output frames carry a 4-byte
 //! sequence number (and, in the tagged wire, a stream byte), stdin goes back
 //! as binary frames, resizes as JSON text.
 

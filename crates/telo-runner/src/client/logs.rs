@@ -1,6 +1,6 @@
 //! `telo-runner logs <id> [--follow]`: a session's output, read-only.
 //!
-//! The output is read from the session's io socket (contract §5), not from
+//! The output is read from the session's io socket (docs/contract.md §5), not from
 //! its event stream: the event stream carries lifecycle events only, never
 //! output. Every output frame carries its seq, so a frame already printed is
 //! dropped and a reconnect resumes with `?lastSeq=` at the next one: each

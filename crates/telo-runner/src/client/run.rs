@@ -32,7 +32,7 @@ use crate::bundle;
 const OUTPUT_DRAIN: Duration = Duration::from_secs(3);
 /// After a stop request, how long to wait for the runner's `stopped`.
 const STOP_WAIT: Duration = Duration::from_secs(15);
-/// WebSocket reconnect backoff, as the editor's (contract §5.6).
+/// WebSocket reconnect backoff, as the editor's (docs/contract.md §5.6).
 const RECONNECT_FIRST: Duration = Duration::from_millis(250);
 const RECONNECT_MAX: Duration = Duration::from_secs(10);
 /// The exit code when the client itself fails (bad bundle, runner error).

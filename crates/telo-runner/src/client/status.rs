@@ -14,7 +14,7 @@ pub fn exit_code_of(status: &RunStatus) -> u8 {
 }
 
 /// `url` when a proxy fronts the workload, else `host:port` with an unknown
-/// host (`""`) filled from the runner's (contract §10.3).
+/// host (`""`) filled from the runner's (docs/contract.md §3.2).
 pub fn endpoint_text(endpoint: &RunnerEndpoint, runner_host: &str) -> String {
     if let Some(url) = &endpoint.url {
         return url.clone();
