@@ -278,3 +278,116 @@ fn citations_are_read_as_written() {
     let found = citations_in(&format!("({CONTRACT} {SECTION}4)."));
     assert_eq!(found.contract, ["4"]);
 }
+
+/// Where a source path the documents name lives: `runner-core/src/…` is a
+/// crate's (by its package name or its directory), `tools/…` and
+/// `crates/…` are the repository's.
+fn source_path_exists(path: &str) -> bool {
+    let root = repo_root();
+    let path = path.split("::").next().unwrap().trim_end_matches('/');
+    let (krate, rest) = path.split_once("/src/").unwrap_or((path, ""));
+    let dirs: Vec<String> = if krate.starts_with("crates/") || krate.starts_with("tools/") {
+        vec![krate.to_owned()]
+    } else {
+        let short = krate
+            .strip_prefix("runner-workspace-service")
+            .map(|_| "workspace-service".to_owned())
+            .or_else(|| {
+                krate
+                    .strip_prefix("runner-workspace")
+                    .map(|_| "workspace".to_owned())
+            })
+            .unwrap_or_else(|| krate.to_owned());
+        vec![format!("crates/{short}"), format!("tools/{short}")]
+    };
+    dirs.iter().any(|dir| {
+        let full = if rest.is_empty() {
+            root.join(dir)
+        } else {
+            root.join(dir).join("src").join(rest)
+        };
+        full.exists()
+    })
+}
+
+/// The source paths a document names in backticks: a full one
+/// (`runner-k8s/src/pod/labels.rs`) and, within the same parentheses, the
+/// short ones after it (`status.rs`, `warm_pool/`), which live beside it or
+/// below its crate's `src/` (either, as `beside|from-src`).
+fn named_source_paths(document: &str) -> Vec<String> {
+    let mut named = Vec::new();
+    for group in document.split('(').skip(1) {
+        let group = group.split(')').next().unwrap();
+        let mut base: Option<String> = None;
+        let mut beside: Option<String> = None;
+        for (i, piece) in group.split('`').enumerate() {
+            if i % 2 == 0 {
+                continue;
+            }
+            if piece.contains("/src/") && !piece.contains(' ') {
+                let full = piece.split("::").next().unwrap();
+                let dir = full.rsplit_once('/').map_or(full, |(dir, _)| dir);
+                base = Some(format!("{}/src/", full.split("/src/").next().unwrap()));
+                beside = Some(format!("{dir}/"));
+                named.push(piece.to_owned());
+            } else if let (Some(base), Some(beside)) = (&base, &beside) {
+                let short = piece.split("::").next().unwrap();
+                let is_path = (short.ends_with(".rs") || short.ends_with('/'))
+                    && short
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c == '_' || c == '/' || c == '.');
+                if is_path {
+                    // Beside the full path, or from its crate's source root.
+                    named.push(format!("{beside}{piece}|{base}{piece}"));
+                }
+            }
+        }
+    }
+    named
+}
+
+/// The documents send a reader to files that exist: a module moved or
+/// renamed is followed by the README and docs/ that name it.
+#[test]
+fn every_source_path_the_documents_name_exists() {
+    let root = repo_root();
+    let mut missing = Vec::new();
+    for document in [
+        "README.md",
+        "docs/architecture.md",
+        "docs/reliability.md",
+        "docs/benchmarks.md",
+        CONTRACT,
+    ] {
+        let text = std::fs::read_to_string(root.join(document)).unwrap();
+        for path in named_source_paths(&text) {
+            if !path.split('|').any(source_path_exists) {
+                missing.push(format!("{document}: {path}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "paths named in the documents that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn short_paths_are_read_beside_the_full_one_before_them() {
+    let named = named_source_paths(
+        "x (`runner-k8s/src/pod/labels.rs`, `status.rs`, `warm_pool/`, `fn x`) and (`runner-core/src/registry.rs::hand_over`)",
+    );
+    assert_eq!(
+        named,
+        [
+            "runner-k8s/src/pod/labels.rs",
+            "runner-k8s/src/pod/status.rs|runner-k8s/src/status.rs",
+            "runner-k8s/src/pod/warm_pool/|runner-k8s/src/warm_pool/",
+            "runner-core/src/registry.rs::hand_over",
+        ]
+    );
+    assert!(source_path_exists("runner-core/src/registry.rs::hand_over"));
+    assert!(source_path_exists("runner-workspace/src/lib.rs"));
+    assert!(!source_path_exists("runner-core/src/no_such_module.rs"));
+}
