@@ -13,7 +13,7 @@ use runner_api::watch::AppRefusal;
 
 pub use super::error_code::ErrorCode;
 use crate::admission::Refusal;
-use crate::registry::{AdmissionError, ResumeError};
+use crate::registry::{AdmissionError, ResumeError, SetAppsError};
 use crate::workload::{StopError, WorkspaceCause, WorkspaceFailure};
 
 #[derive(Debug)]
@@ -55,6 +55,13 @@ impl ApiError {
 impl From<ValidationError> for ApiError {
     fn from(err: ValidationError) -> Self {
         Self::new(ErrorCode::InvalidRequest, err.message)
+    }
+}
+
+/// A path parameter that does not decode (`/v1/sessions/%ff`).
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
+        Self::new(ErrorCode::InvalidUrl, rejection.body_text())
     }
 }
 
@@ -116,6 +123,16 @@ impl From<Refusal> for ApiError {
             Refusal::ClientEnv(_) => ErrorCode::InvalidRequest,
         };
         Self::new(code, refusal.to_string())
+    }
+}
+
+impl From<SetAppsError> for ApiError {
+    fn from(err: SetAppsError) -> Self {
+        let code = match err {
+            SetAppsError::NotRunning => ErrorCode::NotRunning,
+            SetAppsError::Failed(_) => ErrorCode::SetAppsFailed,
+        };
+        Self::new(code, err.to_string())
     }
 }
 
@@ -190,5 +207,107 @@ impl IntoResponse for ApiError {
             )
                 .into_response(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    async fn wire(error: impl Into<ApiError>) -> (u16, Value) {
+        let response = error.into().into_response();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        (status, serde_json::from_slice(&body).expect("JSON"))
+    }
+
+    /// Each admission refusal goes out with the status and code the
+    /// handlers wrote before admission had its own module.
+    #[tokio::test]
+    async fn admission_refusals_keep_their_status_and_code() {
+        let cases: Vec<(Refusal, u16, &str)> = vec![
+            (Refusal::InvalidBundle("x".into()), 400, "invalid_bundle"),
+            (
+                Refusal::SupersededConfig { key: "image" },
+                400,
+                "invalid_config",
+            ),
+            (Refusal::WatchDisabled, 400, "watch_disabled"),
+            (Refusal::AgentRequiresWatch, 400, "agent_requires_watch"),
+            (
+                Refusal::UnknownAgent {
+                    agent: "a".into(),
+                    offered: vec![],
+                },
+                400,
+                "unknown_agent",
+            ),
+            (
+                Refusal::AgentPortUndeclared { agent: "a".into() },
+                400,
+                "agent_port_undeclared",
+            ),
+            (
+                Refusal::TooManyWatchSessions { max: 1 },
+                409,
+                "too_many_watch_sessions",
+            ),
+            (
+                Refusal::IoWatchOnly {
+                    app: "a".into(),
+                    io: "streams",
+                },
+                400,
+                "io_unsupported",
+            ),
+            (
+                Refusal::AgentPortTaken {
+                    owner: "a".into(),
+                    port: 1,
+                    agent: "b".into(),
+                },
+                400,
+                "port_conflict",
+            ),
+            (
+                Refusal::UnknownApp {
+                    message: "m".into(),
+                },
+                404,
+                "unknown_app",
+            ),
+            (Refusal::ClientEnv("m".into()), 400, "invalid_request"),
+            (
+                Refusal::Telo(TeloRefusal::Unsupported),
+                400,
+                "telo_version_unsupported",
+            ),
+        ];
+        for (refusal, status, code) in cases {
+            let message = refusal.to_string();
+            let (got, body) = wire(refusal).await;
+            assert_eq!((got, body["error"].as_str()), (status, Some(code)));
+            assert_eq!(body["message"].as_str(), Some(message.as_str()));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_workspace_failure_is_answered_by_its_cause() {
+        let (status, body) = wire(WorkspaceFailure::unknown_app("api")).await;
+        assert_eq!(
+            (status, body),
+            (
+                404,
+                json!({"error": "unknown_app", "message": "session runs no app named 'api'"})
+            )
+        );
+        let (status, body) = wire(WorkspaceFailure::unavailable("gone")).await;
+        assert_eq!(
+            (status, body),
+            (500, json!({"error": "workspace_failed", "message": "gone"}))
+        );
     }
 }

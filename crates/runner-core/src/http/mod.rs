@@ -227,9 +227,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(value) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::new(ErrorCode::InvalidUrl, rejection.body_text()))?;
+        let Path(value) = Path::<String>::from_request_parts(parts, state).await?;
         if value.len() > MAX_PARAM_LENGTH {
             return Err(ApiError::RouteNotFound {
                 method: parts.method.to_string(),

@@ -16,7 +16,6 @@ use super::body::read_json_body;
 use super::error::{ApiError, ErrorCode};
 use super::{AppState, PathParam, trimmed_query};
 use crate::admission;
-use crate::registry::SetAppsError;
 use crate::session::Session;
 use crate::workload::WatchWorkload;
 
@@ -178,11 +177,8 @@ pub async fn set_apps(
         &session,
         "reloads, workspace writes and app set changes",
     )?;
-    match state.registry.set_apps(&session, apps).await {
-        Ok(names) => Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response()),
-        Err(SetAppsError::NotRunning) => Err(not_running(NO_LIVE_WORKLOAD)),
-        Err(SetAppsError::Failed(message)) => Err(ApiError::new(ErrorCode::SetAppsFailed, message)),
-    }
+    let names = state.registry.set_apps(&session, apps).await?;
+    Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response())
 }
 
 pub async fn resume(
