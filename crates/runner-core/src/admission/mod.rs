@@ -212,7 +212,7 @@ pub fn admit_session(
         // and the backend picks the image.
         Some(_) => {
             if let Some(key) = request.config.sent_among(&SUPERSEDED_BY_TELO).first() {
-                return Err(Refusal::SupersededConfig { key: *key });
+                return Err(Refusal::SupersededConfig { key });
             }
             request.config.clone().resolve(&offer.default_config)
         }

@@ -140,7 +140,7 @@ pub async fn create_session(
     })
     .await?;
     let backend = state.registry.backend();
-    let admitted = admission::admit_session(&offer(&state, &backend), request, entry)?;
+    let admitted = admission::admit_session(&offer(&state, backend), request, entry)?;
     let created = match admitted {
         Admitted::Watch(plan) => {
             let notice = plan.agent_notice;

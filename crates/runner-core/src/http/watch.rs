@@ -165,11 +165,8 @@ pub async fn set_apps(
         .watch_state()
         .and_then(|watch| watch.spec.agent.clone());
     let backend = state.registry.backend();
-    let apps = admission::admit_app_set(
-        &super::routes::offer(&state, &backend),
-        apps,
-        agent.as_ref(),
-    )?;
+    let apps =
+        admission::admit_app_set(&super::routes::offer(&state, backend), apps, agent.as_ref())?;
     // An app-set change restarts every kernel of the session: it spends the
     // reload budget as a reload does (a refused request spends nothing).
     spend_budget(
