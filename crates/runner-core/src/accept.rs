@@ -23,9 +23,10 @@ mod table;
 
 use crate::client_addr::TrustedProxies;
 use crate::config::ConnectionLimits;
+use crate::http::ErrorCode;
 use axum::Router;
 use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{Request, header};
 use axum::response::{IntoResponse as _, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -140,21 +141,20 @@ impl ServiceName {
 /// A refusal written on a connection that was not admitted.
 #[derive(Debug, Clone)]
 struct Refusal {
-    status: StatusCode,
-    error: &'static str,
+    error: ErrorCode,
     message: Arc<str>,
 }
 
 impl Refusal {
     fn body(&self) -> String {
-        serde_json::json!({"error": self.error, "message": &*self.message}).to_string()
+        serde_json::json!({"error": self.error.as_str(), "message": &*self.message}).to_string()
     }
 
     /// The same refusal as a response on a connection that was admitted
     /// (it closes once written).
     fn response(&self) -> Response {
         (
-            self.status,
+            self.error.status(),
             [
                 (header::CONTENT_TYPE, "application/json"),
                 (header::RETRY_AFTER, "1"),
@@ -205,13 +205,11 @@ pub async fn serve(
         .max_headers(MAX_HEADERS);
     let table = Table::new(max_connections, per_client);
     let full = Refusal {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        error: "too_many_connections",
+        error: ErrorCode::TooManyConnections,
         message: name.refusal(max_connections).into(),
     };
     let client_full = Refusal {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        error: "too_many_connections_from_client",
+        error: ErrorCode::TooManyConnectionsFromClient,
         message: name.client_refusal(per_client).into(),
     };
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
@@ -510,8 +508,12 @@ async fn refuse(mut tcp: TcpStream, refusal: &Refusal) {
     let body = refusal.body();
     let response = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        refusal.status.as_u16(),
-        refusal.status.canonical_reason().unwrap_or_default(),
+        refusal.error.status().as_u16(),
+        refusal
+            .error
+            .status()
+            .canonical_reason()
+            .unwrap_or_default(),
         body.len()
     );
     let _ = tokio::time::timeout(REFUSAL_TIME, async {

@@ -16,7 +16,8 @@ pub use crate::launch::{
 };
 use crate::session::SessionSink;
 pub use crate::workload::{
-    BackendSession, StartError, StartStage, StopError, WatchWorkload, WorkspaceFailure,
+    BackendSession, StartError, StartStage, StopError, WatchWorkload, WorkspaceCause,
+    WorkspaceFailure,
 };
 
 #[async_trait]

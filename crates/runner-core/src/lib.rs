@@ -5,6 +5,7 @@
 //! re-exported here under its module names for the backends.
 
 pub mod accept;
+pub mod admission;
 pub mod apps;
 pub mod auth;
 pub mod backend;
@@ -40,7 +41,7 @@ pub use backend::{
     AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession, HeldSessions,
     InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartError, StartSpec,
     StartStage, StopError, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
-    WorkspaceFailure,
+    WorkspaceCause, WorkspaceFailure,
 };
 pub use registry::{RegistryLimits, SessionRegistry};
 pub use session::SessionSink;

@@ -118,37 +118,58 @@ pub trait BackendSession: Send + Sync + 'static {
     fn detach(&self) {}
 }
 
-/// A workspace operation that failed, as the client is told: a status, an
-/// error code and a sentence naming the problem.
+/// Why a workspace operation failed. Only the HTTP layer turns a cause into
+/// a status and an error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceCause {
+    /// A path broke the bundle path rules, or met a symbolic link.
+    InvalidPath,
+    /// The path names something that is not a regular file.
+    NotAFile,
+    /// Content that is not what its encoding says.
+    InvalidEncoding,
+    /// No file at that path.
+    NotFound,
+    /// A path is both a file and a directory of the change.
+    Conflict,
+    /// One of the workspace's limits was passed.
+    TooLarge,
+    /// The filesystem failed.
+    Io,
+    /// The session runs no app of that name.
+    UnknownApp,
+    /// The workspace could not be reached or did not answer.
+    Unavailable,
+}
+
+/// A workspace operation that failed, as the client is told: its cause and
+/// a sentence naming the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct WorkspaceFailure {
-    pub status: u16,
-    pub code: &'static str,
+    pub cause: WorkspaceCause,
     pub message: String,
 }
 
 impl WorkspaceFailure {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(cause: WorkspaceCause, message: impl Into<String>) -> Self {
         Self {
-            status,
-            code,
+            cause,
             message: message.into(),
         }
     }
 
-    /// `404 unknown_app`: the session runs no app of that name.
+    /// The session runs no app named `app`.
     pub fn unknown_app(app: &str) -> Self {
         Self::new(
-            404,
-            "unknown_app",
+            WorkspaceCause::UnknownApp,
             format!("session runs no app named '{app}'"),
         )
     }
 
-    /// The workspace could not be reached or did not answer (a 500).
+    /// The workspace could not be reached or did not answer.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(500, "workspace_failed", message)
+        Self::new(WorkspaceCause::Unavailable, message)
     }
 }
 

@@ -308,7 +308,7 @@ fn refused(status: StatusCode, body: &[u8]) -> WorkspaceFailure {
         ));
     };
     match ErrorKind::from_code(&error) {
-        Some(kind) => WorkspaceFailure::new(kind.status, kind.code, message),
+        Some(kind) => WorkspaceFailure::new(crate::cause(kind), message),
         None => WorkspaceFailure::unavailable(format!(
             "the session's workspace refused the request ({} {error}): {message}",
             status.as_u16()

@@ -20,16 +20,29 @@ pub use config::{
 };
 pub use server::{ServeError, serve, serve_on};
 
-use runner_core::WorkspaceFailure;
-use runner_workspace::WorkspaceError;
+use runner_core::{WorkspaceCause, WorkspaceFailure};
+use runner_workspace::{ErrorKind, WorkspaceError};
 
-/// How the runner reports a workspace error to its client: the status and
-/// code of the error's kind and its message. Shared by the local backend
-/// (which calls `runner-workspace` itself) and the service's client (which
-/// reads the same three back from the wire).
+/// How the runner reports a workspace error to its client: the cause of
+/// the error's kind and its message. Shared by the local backend (which
+/// calls `runner-workspace` itself) and the service's client (which reads
+/// the kind and message back from the wire).
 pub fn failure(err: &WorkspaceError) -> WorkspaceFailure {
-    let kind = err.kind();
-    WorkspaceFailure::new(kind.status, kind.code, err.to_string())
+    WorkspaceFailure::new(cause(err.kind()), err.to_string())
+}
+
+/// The cause a workspace error kind stands for.
+pub fn cause(kind: ErrorKind) -> WorkspaceCause {
+    match kind {
+        ErrorKind::INVALID_PATH => WorkspaceCause::InvalidPath,
+        ErrorKind::NOT_A_FILE => WorkspaceCause::NotAFile,
+        ErrorKind::INVALID_ENCODING => WorkspaceCause::InvalidEncoding,
+        ErrorKind::NOT_FOUND => WorkspaceCause::NotFound,
+        ErrorKind::PATH_CONFLICT => WorkspaceCause::Conflict,
+        ErrorKind::TOO_LARGE => WorkspaceCause::TooLarge,
+        // `IO_FAILED`, and any kind added later: the filesystem's failure.
+        _ => WorkspaceCause::Io,
+    }
 }
 
 /// The largest request body a route accepts when its content may hold
@@ -44,3 +57,21 @@ pub fn body_cap(decoded: u64) -> u64 {
 
 /// What a body may hold beyond its (encoded) content.
 pub const BODY_SLACK_BYTES: u64 = 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use runner_core::http::ErrorCode;
+
+    use super::*;
+
+    #[test]
+    fn every_kind_reaches_the_client_with_its_own_status_and_code() {
+        for kind in ErrorKind::ALL {
+            let code = ErrorCode::from(cause(kind));
+            assert_eq!(
+                (code.status().as_u16(), code.as_str()),
+                (kind.status, kind.code)
+            );
+        }
+    }
+}

@@ -52,14 +52,14 @@ impl Refusal {
 
 impl From<WorkspaceError> for Refusal {
     fn from(err: WorkspaceError) -> Self {
-        let failure = crate::failure(&err);
-        if failure.status >= 500 {
-            warn!(code = failure.code, error = %err, "workspace operation failed");
+        let kind = err.kind();
+        if kind.status >= 500 {
+            warn!(code = kind.code, error = %err, "workspace operation failed");
         }
         Refusal::new(
-            StatusCode::from_u16(failure.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            failure.code,
-            failure.message,
+            StatusCode::from_u16(kind.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            kind.code,
+            err.to_string(),
         )
     }
 }

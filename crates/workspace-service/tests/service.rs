@@ -146,8 +146,9 @@ fn paths(tree: &runner_api::watch::WorkspaceTree) -> Vec<&str> {
 }
 
 fn assert_failure(failure: WorkspaceFailure, status: u16, code: &str, message_has: &str) {
+    let wire = runner_core::http::ErrorCode::from(failure.cause);
     assert_eq!(
-        (failure.status, failure.code),
+        (wire.status().as_u16(), wire.as_str()),
         (status, code),
         "{}",
         failure.message

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::auth::AuthTokens;
 
 /// Close code of a WebSocket refused for a missing or wrong token.
@@ -115,8 +115,7 @@ pub async fn require_token(
 
 fn unauthorized() -> Response {
     let mut response = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        ErrorCode::Unauthorized,
         "this runner requires `Authorization: Bearer <token>` (a missing or unknown token)",
     )
     .into_response();
@@ -137,7 +136,7 @@ async fn refuse_socket(request: Request) -> Response {
             let _ = socket
                 .send(Message::Close(Some(CloseFrame {
                     code: CLOSE_UNAUTHORIZED,
-                    reason: Utf8Bytes::from_static("unauthorized"),
+                    reason: Utf8Bytes::from_static(ErrorCode::Unauthorized.as_str()),
                 })))
                 .await;
         })

@@ -2,11 +2,39 @@
 //! the parsed value is `runner_api::validate`'s job.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use serde_json::Value;
 
 use super::ServerOptions;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
+
+/// Why a request body was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("Request body is too large (the limit is {limit} bytes)")]
+    TooLarge { limit: usize },
+    #[error("The request body did not arrive within {secs} s")]
+    Timeout { secs: u64 },
+    #[error("Body cannot be empty when content-type is set to 'application/json'")]
+    EmptyJson,
+    #[error("Unsupported Media Type: {content_type}; send the body as application/json")]
+    NotJson { content_type: String },
+    #[error("Body is not valid JSON: {0}")]
+    InvalidJson(serde_json::Error),
+}
+
+impl From<BodyError> for ApiError {
+    fn from(err: BodyError) -> Self {
+        let code = match err {
+            BodyError::TooLarge { .. } => ErrorCode::PayloadTooLarge,
+            BodyError::Timeout { .. } => ErrorCode::RequestTimeout,
+            BodyError::EmptyJson => ErrorCode::EmptyJsonBody,
+            BodyError::NotJson { .. } => ErrorCode::UnsupportedMediaType,
+            BodyError::InvalidJson(_) => ErrorCode::InvalidJson,
+        };
+        ApiError::new(code, err.to_string())
+    }
+}
 
 /// The parsed body, or `None` when the request carried none. A body over
 /// `max_body_bytes` is a 413; one that has not arrived in full within
@@ -18,32 +46,19 @@ pub async fn read_json_body(
     options: &ServerOptions,
 ) -> Result<Option<Value>, ApiError> {
     let limit = options.max_body_bytes;
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("Request body is too large (the limit is {limit} bytes)"),
-        )
-    };
+    let too_large = || BodyError::TooLarge { limit };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     let timeout = options.body_timeout;
     let bytes = tokio::time::timeout(timeout, axum::body::to_bytes(body, limit))
         .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                format!(
-                    "The request body did not arrive within {} s",
-                    timeout.as_secs()
-                ),
-            )
+        .map_err(|_| BodyError::Timeout {
+            secs: timeout.as_secs(),
         })?
         .map_err(|_| too_large())?;
     let content_type = headers
@@ -53,27 +68,20 @@ pub async fn read_json_body(
     let bytes_len = bytes.len();
     if bytes.is_empty() {
         if is_json {
-            return Err(ApiError::bad_request(
-                "empty_json_body",
-                "Body cannot be empty when content-type is set to 'application/json'",
-            ));
+            return Err(BodyError::EmptyJson.into());
         }
         return Ok(None);
     }
     if !is_json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            format!(
-                "Unsupported Media Type: {}; send the body as application/json",
-                content_type.as_deref().unwrap_or("none")
-            ),
-        ));
+        return Err(BodyError::NotJson {
+            content_type: content_type.unwrap_or_else(|| "none".to_owned()),
+        }
+        .into());
     }
     let parse = move || {
-        serde_json::from_slice(&bytes).map(Some).map_err(|err| {
-            ApiError::bad_request("invalid_json", format!("Body is not valid JSON: {err}"))
-        })
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(BodyError::InvalidJson)
     };
     off_the_runtime_when(bytes_len >= LARGE_BODY_BYTES, parse).await
 }
@@ -85,20 +93,20 @@ pub async fn read_json_body(
 pub const LARGE_BODY_BYTES: usize = 64 * 1024;
 
 /// Runs `work` on the blocking pool when `large`, else right here.
-pub async fn off_the_runtime_when<T: Send + 'static>(
+pub async fn off_the_runtime_when<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
     large: bool,
-    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, ApiError> {
     if !large {
-        return work();
+        return work().map_err(Into::into);
     }
-    tokio::task::spawn_blocking(work).await.map_err(|err| {
+    let done = tokio::task::spawn_blocking(work).await.map_err(|err| {
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ErrorCode::InternalError,
             format!("reading the request was interrupted: {err}"),
         )
-    })?
+    })?;
+    done.map_err(Into::into)
 }
 
 fn is_json_media_type(content_type: &str) -> bool {

@@ -125,7 +125,7 @@ fn origin_not_allowed(list: &[String], origin: &HeaderValue) -> Response {
         message.push_str(" \u{2014} it serves ");
         message.push_str(&list.join(", "));
     }
-    super::ApiError::new(StatusCode::FORBIDDEN, "origin_not_allowed", message).into_response()
+    super::ApiError::new(super::ErrorCode::OriginNotAllowed, message).into_response()
 }
 
 fn preflight(origins: &CorsOrigins, request: &HeaderMap, origin: Option<&HeaderValue>) -> Response {

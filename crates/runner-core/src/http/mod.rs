@@ -4,11 +4,11 @@ pub mod auth;
 mod body;
 mod cors;
 mod error;
+mod error_code;
 pub mod openapi;
 mod routes;
 mod sse;
 pub mod subscribers;
-mod telo;
 mod watch;
 mod ws;
 
@@ -20,7 +20,7 @@ use axum::http::request::Parts;
 use axum::routing::{MethodRouter, get, post, put};
 
 pub use cors::{allow_origin, stream_allows_origin};
-pub use error::ApiError;
+pub use error::{ApiError, ErrorCode};
 use runner_api::io::FrameFormat;
 use runner_api::types::RunnerTerms;
 
@@ -227,9 +227,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(value) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|rejection| ApiError::bad_request("invalid_url", rejection.body_text()))?;
+        let Path(value) = Path::<String>::from_request_parts(parts, state).await?;
         if value.len() > MAX_PARAM_LENGTH {
             return Err(ApiError::RouteNotFound {
                 method: parts.method.to_string(),

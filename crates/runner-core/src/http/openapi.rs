@@ -347,7 +347,7 @@ fn schemas() -> Value {
         },
         "TermsRequired": {
             "type": "object", "required": ["error", "terms"],
-            "properties": {"error": {"const": "terms_required"}, "terms": schema_ref("RunnerTerms")}
+            "properties": {"error": {"const": super::ErrorCode::TermsRequired.as_str()}, "terms": schema_ref("RunnerTerms")}
         },
         "RunnerTerms": {
             "type": "object", "required": ["version", "title", "body"],

@@ -1,11 +1,12 @@
 //! The JSON routes of `/v1`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use runner_api::bundle_path::normalize_bundle_path;
 use runner_api::io::FrameFormat;
 use runner_api::types::{ConfigSurface, RunBundle, RunnerCapabilities, SessionConfig};
 use runner_api::validate::{validate_app_session, validate_probe, validate_start_session};
@@ -15,14 +16,13 @@ use super::body::{off_the_runtime_when, read_json_body};
 
 /// Bundles with more files than this are checked on the blocking pool.
 const LARGE_BUNDLE_FILES: usize = 256;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
-use crate::backend::{AppLaunch, ProbeConfig, StartSpec, WatchSpec};
+use crate::admission::{self, Admitted, Offer};
+use crate::backend::{Backend, ProbeConfig, StartSpec, WatchSpec};
 use crate::metrics::METRICS_CONTENT_TYPE;
-use crate::registry::AdmissionError;
 use crate::session::EdgeAccess;
-use runner_api::telo::{SUPERSEDED_BY_TELO, superseded_config_message};
-use runner_api::watch::{AppSpec, DEFAULT_APP_NAME, IoMode, SessionMode, resolve_apps};
+use runner_api::telo::SUPERSEDED_BY_TELO;
 
 pub async fn health(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "ok": true, "version": state.options.version }))
@@ -113,7 +113,7 @@ pub async fn probe(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_json_body(&headers, body, &state.options).await?;
-    let (image, pull_policy) = validate_probe(body).map_err(validation_error)?;
+    let (image, pull_policy) = validate_probe(body)?;
     let report = state
         .registry
         .backend()
@@ -133,269 +133,85 @@ pub async fn create_session(
         .as_ref()
         .and_then(|body| body["bundle"]["files"].as_array())
         .is_some_and(|files| files.len() > LARGE_BUNDLE_FILES);
-    let request = off_the_runtime_when(large, move || {
-        validate_start_session(body).map_err(validation_error)
-    })
-    .await?;
+    let request = off_the_runtime_when(large, move || validate_start_session(body)).await?;
     check_terms(&state.options, &headers)?;
     let (request, entry) = off_the_runtime_when(large, move || {
-        let entry = normalize_bundle_path(&request.bundle.entry_relative_path)
-            .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
-        for file in &request.bundle.files {
-            normalize_bundle_path(&file.relative_path)
-                .map_err(|err| ApiError::bad_request("invalid_bundle", err.to_string()))?;
-        }
-        Ok((request, entry))
+        admission::bundle_entry(&request.bundle).map(|entry| (request, entry))
     })
     .await?;
     let backend = state.registry.backend();
-    let versions = {
-        let default_app;
-        let sent: &[AppSpec] = match &request.apps {
-            Some(apps) => apps,
-            None => {
-                default_app = [default_app_spec(entry.clone(), Vec::new())];
-                &default_app
+    let admitted = admission::admit_session(&offer(&state, backend), request, entry)?;
+    let created = match admitted {
+        Admitted::Watch(plan) => {
+            let notice = plan.agent_notice;
+            let created = state
+                .registry
+                .create_watch(plan.bundle, |session_id, created_at| WatchSpec {
+                    session_id: session_id.to_owned(),
+                    created_at: created_at.to_owned(),
+                    apps: plan.apps,
+                    env: plan.env,
+                    config: plan.config,
+                    agent: plan.agent,
+                    agent_launch: None,
+                })?;
+            if let (Some(notice), Some(session)) = (notice, state.registry.get(&created.session_id))
+            {
+                session.emit(runner_api::types::RunEvent::Progress {
+                    app: None,
+                    phase: runner_api::types::RunPhase::Provision,
+                    message: notice,
+                    done: None,
+                });
             }
-        };
-        super::telo::check_versions(
-            backend.as_ref(),
-            request.telo.as_deref(),
-            request.apps.is_some(),
-            sent,
-            request.mode,
-        )
-        .map_err(ApiError::Telo)?
-    };
-    let defaults = backend.capabilities().default_config;
-    let config = match &versions {
-        // The version says what runs: the keys it supersedes are refused,
-        // and the backend picks the image.
-        Some(_) => {
-            if let Some(key) = request.config.sent_among(&SUPERSEDED_BY_TELO).first() {
-                return Err(ApiError::bad_request(
-                    "invalid_config",
-                    superseded_config_message(key),
-                ));
-            }
-            request.config.clone().resolve(&defaults)
+            created
         }
-        None => {
-            let config = request.config.clone().resolve(&defaults);
-            backend
-                .validate_config(&config)
-                .map_err(|err| ApiError::bad_request("invalid_config", err.to_string()))?;
-            config
-        }
-    };
-    let watch = request.mode == SessionMode::Watch;
-    if watch && !state.registry.offers_watch() {
-        return Err(ApiError::bad_request(
-            "watch_disabled",
-            "this runner does not offer watch sessions (see /v1/capabilities)",
-        ));
-    }
-    let agent_port = match &request.agent {
-        Some(agent) => Some(check_agent(&state, agent, watch)?),
-        None => None,
-    };
-    let watch_limit = state.registry.limits().watch.max_sessions;
-    if watch && state.registry.live_watch_sessions() >= watch_limit {
-        return Err(watch_admission_error(watch_limit));
-    }
-    let default_ports = request.ports.clone();
-    let default_entry = entry.clone();
-    let mut apps = resolve_apps(request.apps.clone(), || {
-        default_app_spec(default_entry, default_ports)
-    })
-    .map_err(|refusal| ApiError::bad_request(refusal.code, refusal.message))?;
-    super::telo::pin_versions(&mut apps, versions.as_deref());
-    check_io(&state, &apps, watch)?;
-    // The manifest wins a port clash: the agent is dropped, and the
-    // session says why once it exists.
-    let mut agent_notice = None;
-    let agent = match (&request.agent, agent_port) {
-        (Some(name), Some(port)) => match tcp_owner(&apps, port) {
-            Some(owner) => {
-                agent_notice = Some(format!(
-                    "co-resident agent '{name}' was not started: it listens on tcp port {port}, which app '{owner}' declares"
-                ));
-                None
-            }
-            None => Some(crate::backend::AgentRef {
-                name: name.clone(),
-                port,
-                token: state
-                    .options
-                    .apps
-                    .get(name)
-                    .and_then(|entry| entry.token_env.as_ref())
-                    .map(|_| crate::ids::new_workload_token()),
-            }),
-        },
-        _ => None,
-    };
-    let registry_url = config
-        .registry_url
-        .as_deref()
-        .map(str::trim)
-        .filter(|url| !url.is_empty())
-        .map(str::to_owned);
-    let env = with_registry_url(
-        request.env,
-        registry_url.or_else(|| state.options.default_registry_url.clone()),
-    );
-    if watch {
-        let created = state
-            .registry
-            .create_watch(request.bundle, |session_id, created_at| WatchSpec {
-                session_id: session_id.to_owned(),
-                created_at: created_at.to_owned(),
-                apps,
-                env,
-                config,
-                agent,
-                agent_launch: None,
-            })
-            .map_err(admission_error)?;
-        if let (Some(notice), Some(session)) =
-            (agent_notice, state.registry.get(&created.session_id))
-        {
-            session.emit(runner_api::types::RunEvent::Progress {
-                app: None,
-                phase: runner_api::types::RunPhase::Provision,
-                message: notice,
-                done: None,
-            });
-        }
-        return Ok((StatusCode::CREATED, Json(created)).into_response());
-    }
-    // A run session runs its first app (the bundle's entry when none are
-    // named), under that app's name.
-    let first = apps.into_iter().next();
-    let (entry, ports, name, telo) = match first {
-        Some(app) => (app.entry_relative_path, app.ports, app.name, app.telo),
-        None => (entry, request.ports, DEFAULT_APP_NAME.to_owned(), None),
-    };
-    let created = state
-        .registry
-        .create_named(
-            &name,
-            &ports.clone(),
-            telo.clone().as_deref(),
+        Admitted::Run(plan) => state.registry.create_named(
+            &plan.name,
+            &plan.ports.clone(),
+            plan.telo.clone().as_deref(),
             |session_id, created_at| StartSpec {
                 session_id: session_id.to_owned(),
                 created_at: created_at.to_owned(),
-                bundle: request.bundle,
-                entry_relative_path: entry,
-                env,
-                ports,
-                config,
+                bundle: plan.bundle,
+                entry_relative_path: plan.entry_relative_path,
+                env: plan.env,
+                ports: plan.ports,
+                config: plan.config,
                 app: None,
-                inspect: request.inspect,
-                telo,
+                inspect: plan.inspect,
+                telo: plan.telo,
             },
-        )
-        .map_err(admission_error)?;
+        )?,
+    };
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
-/// The one app of a request without `apps`: the bundle's entry, the
-/// request's ports, under the default name.
-fn default_app_spec(entry: String, ports: Vec<runner_api::types::PortMapping>) -> AppSpec {
-    AppSpec {
-        name: DEFAULT_APP_NAME.to_owned(),
-        entry_relative_path: entry,
-        ports,
-        io: IoMode::Tty,
-        telo: None,
-    }
-}
-
-/// `agent` on a session request: only a watch session has one, and only a
-/// catalog entry that declares the port it listens on can be one. Returns
-/// that port.
-fn check_agent(state: &AppState, agent: &str, watch: bool) -> Result<u16, ApiError> {
-    if !watch {
-        return Err(ApiError::bad_request(
-            "agent_requires_watch",
-            "`agent` requires `mode: \"watch\"` \u{2014} nothing would observe the agent's writes",
-        ));
-    }
-    let offered = state.registry.offered_agents();
-    let entry = state
-        .options
-        .apps
-        .get(agent)
-        .filter(|_| state.registry.backend().offers_agents());
-    let Some(entry) = entry else {
-        let mut message = format!("agent '{agent}' is not offered by this runner");
-        if !offered.is_empty() {
-            message.push_str(" \u{2014} offered: ");
-            message.push_str(&offered.join(", "));
-        }
-        return Err(ApiError::bad_request("unknown_agent", message));
-    };
-    entry.port.ok_or_else(|| {
-        ApiError::bad_request(
-            "agent_port_undeclared",
-            format!(
-                "agent '{agent}' declares no port, so this runner cannot route it \u{2014} set RUNNER_APPS.{agent}.port to the port its image listens on"
-            ),
-        )
-    })
-}
-
-/// The app declaring tcp `port`, if one does.
-pub(super) fn tcp_owner(apps: &[AppSpec], port: u16) -> Option<&str> {
-    apps.iter()
-        .find(|app| {
-            app.ports.iter().any(|mapping| {
-                mapping.port == port && mapping.protocol == runner_api::types::PortProtocol::Tcp
-            })
-        })
-        .map(|app| app.name.as_str())
-}
-
-/// An app whose `io` the backend does not offer is refused before anything
-/// starts. A run session is always on a terminal: `streams` is offered to
-/// watch sessions only.
-pub(super) fn check_io(state: &AppState, apps: &[AppSpec], watch: bool) -> Result<(), ApiError> {
-    let features = state.registry.backend().capabilities().features;
-    let offered: Vec<&str> = features["io"]
+/// What this runner offers a session request, read now.
+pub(super) fn offer<'a>(state: &'a AppState, backend: &'a Arc<dyn Backend>) -> Offer<'a> {
+    let capabilities = backend.capabilities();
+    let io_modes = capabilities.features["io"]
         .as_array()
-        .map(|modes| modes.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_else(|| vec!["tty"]);
-    if let Some(app) = apps.iter().find(|app| !offered.contains(&app.io.as_str())) {
-        return Err(ApiError::bad_request(
-            "io_unsupported",
-            format!(
-                "app '{}' asks for io '{}', which this runner does not offer; it offers: {}",
-                app.name,
-                app.io.as_str(),
-                offered.join(", ")
-            ),
-        ));
+        .map(|modes| {
+            modes
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_else(|| vec!["tty".to_owned()]);
+    Offer {
+        backend,
+        default_config: capabilities.default_config,
+        io_modes,
+        watch: state.registry.offers_watch(),
+        catalog: &state.options.apps,
+        backend_runs_agents: backend.offers_agents(),
+        offered_agents: state.registry.offered_agents(),
+        live_watch_sessions: state.registry.live_watch_sessions(),
+        max_watch_sessions: state.registry.limits().watch.max_sessions,
+        default_registry_url: state.options.default_registry_url.clone(),
     }
-    match apps.iter().find(|app| !watch && app.io != IoMode::Tty) {
-        None => Ok(()),
-        Some(app) => Err(ApiError::bad_request(
-            "io_unsupported",
-            format!(
-                "app '{}' asks for io '{}', which this runner offers to watch sessions only (`mode: \"watch\"`); a run session runs on a terminal (io 'tty')",
-                app.name,
-                app.io.as_str(),
-            ),
-        )),
-    }
-}
-
-fn watch_admission_error(max: usize) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "too_many_watch_sessions",
-        format!("runner is at its configured max of {max} concurrent watch sessions"),
-    )
 }
 
 pub async fn create_app_session(
@@ -405,59 +221,35 @@ pub async fn create_app_session(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_json_body(&headers, body, &state.options).await?;
-    let request = validate_app_session(body).map_err(validation_error)?;
+    let request = validate_app_session(body)?;
     // The catalog is public already, so an unknown name is answered before
     // the terms gate.
-    let Some(app) = state.options.apps.get(&name) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_app",
-            state.options.apps.unknown_app_message(&name),
-        ));
-    };
-    if let Some(message) = app.refused_client_env(&name, &request.env) {
-        return Err(ApiError::bad_request("invalid_request", message));
-    }
+    let plan = admission::admit_app_session(
+        &state.options.apps,
+        state.options.default_registry_url.clone(),
+        &name,
+        request,
+    )?;
     check_terms(&state.options, &headers)?;
-    let token = app
-        .token_env
-        .as_ref()
-        .map(|_| crate::ids::new_workload_token());
-    let merged = app.merge_env(&request.env);
-    let merged = match &token {
-        Some(token) => app.with_token(merged, token),
-        None => merged,
-    };
-    let env = with_registry_url(merged, state.options.default_registry_url.clone());
-    let launch = AppLaunch {
-        name: name.clone(),
-        image: app.image.clone(),
-        pull_policy: app.pull_policy,
-        command: app.command.clone(),
-        token,
-    };
-    let created = state
-        .registry
-        .create(|session_id, created_at| StartSpec {
-            session_id: session_id.to_owned(),
-            created_at: created_at.to_owned(),
-            bundle: RunBundle {
-                entry_relative_path: "telo.yaml".into(),
-                files: Vec::new(),
-            },
+    let created = state.registry.create(|session_id, created_at| StartSpec {
+        session_id: session_id.to_owned(),
+        created_at: created_at.to_owned(),
+        bundle: RunBundle {
             entry_relative_path: "telo.yaml".into(),
-            env,
-            ports: request.ports,
-            config: SessionConfig {
-                image: launch.image.clone(),
-                pull_policy: launch.pull_policy,
-                registry_url: None,
-            },
-            app: Some(launch),
-            inspect: request.inspect,
-            telo: None,
-        })
-        .map_err(admission_error)?;
+            files: Vec::new(),
+        },
+        entry_relative_path: "telo.yaml".into(),
+        env: plan.env,
+        ports: plan.ports,
+        config: SessionConfig {
+            image: plan.launch.image.clone(),
+            pull_policy: plan.launch.pull_policy,
+            registry_url: None,
+        },
+        app: Some(plan.launch),
+        inspect: plan.inspect,
+        telo: None,
+    })?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -486,13 +278,7 @@ pub async fn delete_session(
     State(state): State<AppState>,
     PathParam(id): PathParam,
 ) -> Result<Response, ApiError> {
-    state.registry.stop(&id).await.map_err(|err| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "stop_failed",
-            err.message,
-        )
-    })?;
+    state.registry.stop(&id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -509,30 +295,6 @@ fn check_terms(options: &ServerOptions, headers: &HeaderMap) -> Result<(), ApiEr
         Ok(())
     } else {
         Err(ApiError::TermsRequired(terms.clone()))
-    }
-}
-
-/// `TELO_REGISTRY_URL` reaches the workload unless the request env names it
-/// (even as an empty string).
-fn with_registry_url(mut env: Vec<(String, String)>, url: Option<String>) -> Vec<(String, String)> {
-    if let Some(url) = url
-        && !env.iter().any(|(key, _)| key == "TELO_REGISTRY_URL")
-    {
-        env.push(("TELO_REGISTRY_URL".into(), url));
-    }
-    env
-}
-
-fn validation_error(err: runner_api::validate::ValidationError) -> ApiError {
-    ApiError::bad_request("invalid_request", err.message)
-}
-
-fn admission_error(err: AdmissionError) -> ApiError {
-    match err {
-        AdmissionError::TooManyWatchSessions { max } => watch_admission_error(max),
-        AdmissionError::TooManySessions { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "too_many_sessions", err.to_string())
-        }
     }
 }
 
@@ -628,8 +390,7 @@ fn strip_port(authority: &str) -> &str {
 
 fn edge_refusal() -> Response {
     let mut response = ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        ErrorCode::Unauthorized,
         "a workload token of this session is required",
     )
     .into_response();
@@ -708,17 +469,5 @@ mod tests {
         #[case] port: Option<u16>,
     ) {
         assert_eq!(requested_port("abc234defghi", &headers(pairs)), port);
-    }
-
-    #[test]
-    fn the_registry_url_is_added_only_when_the_env_does_not_name_it() {
-        let env = with_registry_url(vec![], Some("https://r".into()));
-        assert_eq!(env, vec![("TELO_REGISTRY_URL".into(), "https://r".into())]);
-        let env = with_registry_url(
-            vec![("TELO_REGISTRY_URL".into(), String::new())],
-            Some("https://r".into()),
-        );
-        assert_eq!(env, vec![("TELO_REGISTRY_URL".into(), String::new())]);
-        assert!(with_registry_url(vec![], None).is_empty());
     }
 }

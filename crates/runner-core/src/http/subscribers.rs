@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Uri};
 use sha2::{Digest, Sha256};
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorCode};
 use crate::config::SubscriberLimits;
 use crate::sync::lock;
 
@@ -77,11 +77,7 @@ pub enum SubscriberRefusal {
 
 impl From<SubscriberRefusal> for ApiError {
     fn from(refusal: SubscriberRefusal) -> Self {
-        ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_subscribers",
-            refusal.to_string(),
-        )
+        ApiError::new(ErrorCode::TooManySubscribers, refusal.to_string())
     }
 }
 

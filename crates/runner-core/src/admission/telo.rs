@@ -14,12 +14,12 @@
 use runner_api::telo::{TeloRefusal, TeloVersion, below_floor_reason, requested_versions};
 use runner_api::watch::{AppSpec, SessionMode};
 
-use crate::backend::Backend;
+use super::BackendChecks;
 
 /// The versions `apps` name, checked against what `backend` can run, one
 /// per app; `None` when the request names none.
 pub(super) fn check_versions(
-    backend: &dyn Backend,
+    backend: &dyn BackendChecks,
     request_telo: Option<&str>,
     apps_sent: bool,
     apps: &[AppSpec],
