@@ -30,23 +30,21 @@ use runner_core::types::PullPolicy;
 use runner_core::watch_types::{AppSpec, IoMode};
 use serde_json::json;
 
-use super::pod::{IDLE, IMAGE_ANNOTATION, POOL_LABEL, STATE_LABEL, pool_key, shell_quote};
 use super::{Claimed, PoolKind, WarmPools};
-use crate::api_error::is_quota_refusal;
-use crate::env_secret::PodEnvSecret;
-use crate::pod_spec::{PodSettings, Resources};
-use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
-use crate::telo_images::TeloPins;
-use crate::watch::pod::{
-    APP_SCRIPT, MODE_LABEL, WATCH_MODE, WORKSPACE_DIR, WatchPodInput, build_watch_pod,
-};
+use crate::cluster::api_error::is_quota_refusal;
+use crate::images::telo::TeloPins;
+use crate::pod::env_secret::PodEnvSecret;
+use crate::pod::labels::POOLED_APP_ANNOTATION;
+use crate::pod::labels::{IDLE, IMAGE_ANNOTATION, POOL_LABEL, STATE_LABEL};
+use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::pod::labels::{MODE_LABEL, WATCH_MODE};
+use crate::pod::spec::{PodSettings, Resources};
+use crate::pod::warm::{pool_key, shell_quote};
+use crate::pod::watch::{APP_SCRIPT, WORKSPACE_DIR, WatchPodInput, build_watch_pod};
 
 /// The app container of a pooled watch pod (no `app-<name>` container can
 /// be named this).
 pub const POOLED_APP_CONTAINER: &str = "app";
-/// The session's app a claimed pooled pod runs, as an annotation (the
-/// session record says the same).
-pub const POOLED_APP_ANNOTATION: &str = "telo.run/pooled-app";
 /// Where the launch file goes, relative to the workspace: inside the
 /// kernel's `.telo` directory, which the tree, the snapshots and the
 /// checkpoints leave out.
@@ -293,7 +291,7 @@ pub fn is_claimed_by(pod: &Pod, session_id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::watch::pod::app_container;
+    use crate::pod::watch::app_container;
 
     fn settings() -> PodSettings {
         PodSettings {
@@ -449,7 +447,7 @@ mod tests {
             .unwrap();
         let mut terminal = shell.stdin.take().unwrap();
         terminal
-            .write_all(super::super::pod::GO_AHEAD)
+            .write_all(crate::pod::warm::GO_AHEAD)
             .await
             .unwrap();
         std::fs::write(ws.path().join("telo.yaml"), "kind: Telo.Application\n").unwrap();
@@ -461,7 +459,7 @@ mod tests {
         )
         .unwrap();
         terminal
-            .write_all(super::super::pod::GO_AHEAD)
+            .write_all(crate::pod::warm::GO_AHEAD)
             .await
             .unwrap();
         let out =

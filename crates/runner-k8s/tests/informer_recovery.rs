@@ -14,10 +14,10 @@ use kube_sim::KubeSim;
 use kube_sim::faults::{FailRule, FaultCommand};
 use rstest::rstest;
 use runner_core::metrics::Counter;
-use runner_k8s::pod_watcher::PodWatcher;
+use runner_k8s::cluster::informer::Health;
+use runner_k8s::pod::informer::PodInformer;
 use runner_k8s::routing::gateway::http_route_resource;
-use runner_k8s::routing::watcher::RouteWatcher;
-use runner_k8s::watch_cache::Health;
+use runner_k8s::routing::informer::RouteInformer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,7 @@ impl Running {
         let stop = CancellationToken::new();
         let route = |api_resource: ApiResource| {
             let api = Api::namespaced_with(client.clone(), NAMESPACE, &api_resource);
-            let (watch, task) = RouteWatcher::spawn(
+            let (watch, task) = RouteInformer::spawn(
                 api,
                 api_resource,
                 MANAGED_BY,
@@ -55,7 +55,7 @@ impl Running {
         };
         let (health, task) = match resource {
             "pods" => {
-                let (watch, task) = PodWatcher::spawn(
+                let (watch, task) = PodInformer::spawn(
                     client.clone(),
                     NAMESPACE,
                     MANAGED_BY,
