@@ -28,6 +28,7 @@ use crate::pod::env_secret::{EnvSecrets, PodEnvSecret};
 use crate::pod::event_informer::EventInformer;
 use crate::pod::informer::PodInformer;
 use crate::pod::limits::clamp_limits;
+use crate::pod::pooled_watch::WatchPoolShared;
 use crate::pod::session_record::{SessionKind, SessionRecord, record_annotations};
 use crate::pod::spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, SESSION_CONTAINER, build_app_pod,
@@ -40,7 +41,7 @@ use crate::session::adoption::Adoption;
 use crate::session::{
     SessionContext, SessionShape, bring_up, delete_pod, subscribe_pod, subscribe_session,
 };
-use crate::warm_pool::watch_pods::{WatchPoolShared, create_pod_giving_way};
+use crate::warm_pool::watch_pods::create_pod_giving_way;
 use crate::warm_pool::{Shared as WarmShared, Starting, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;

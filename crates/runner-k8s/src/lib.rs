@@ -29,7 +29,7 @@ pub mod routing;
 mod session;
 pub mod setup;
 pub mod terminal;
-pub mod warm_pool;
+mod warm_pool;
 mod watch;
 
 pub use backend::KubeBackend;

@@ -643,7 +643,7 @@ proptest! {
 /// session, mode or deadline until a claim.
 #[test]
 fn pooled_watch_pod() {
-    use runner_k8s::warm_pool::watch_pods::{WatchPoolShared, build_pooled_watch_pod};
+    use runner_k8s::pod::pooled_watch::{WatchPoolShared, build_pooled_watch_pod};
     let pod = build_pooled_watch_pod(
         &settings(),
         &WatchPoolShared {

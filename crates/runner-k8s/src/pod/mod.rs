@@ -8,6 +8,7 @@ pub(crate) mod event_informer;
 pub mod informer;
 pub mod labels;
 pub mod limits;
+pub mod pooled_watch;
 pub(crate) mod progress;
 pub mod session_record;
 pub mod spec;

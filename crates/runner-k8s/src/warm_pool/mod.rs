@@ -89,7 +89,7 @@ pub struct Shared {
     pub workspace_image: String,
     /// What a watch pool's pods are made with (`None`: watch sessions are
     /// off, and there is no watch pool).
-    pub watch: Option<watch_pods::WatchPoolShared>,
+    pub watch: Option<crate::pod::pooled_watch::WatchPoolShared>,
     /// `RUNNER_WARM_POOL_MODULES`: what a warm pod's kernel cache is
     /// warmed with; empty, no warm-up.
     pub warm_up_modules: Vec<String>,
@@ -226,8 +226,8 @@ impl WarmPools {
                 let (key, label) = match kind {
                     PoolKind::Run => (pool_key(&spec.image), spec.image.clone()),
                     PoolKind::Watch => (
-                        watch_pods::watch_pool_key(&spec.image),
-                        watch_pods::watch_pool_label(&spec.image),
+                        crate::pod::pooled_watch::watch_pool_key(&spec.image),
+                        crate::pod::pooled_watch::watch_pool_label(&spec.image),
                     ),
                 };
                 Arc::new(Pool {
@@ -777,7 +777,7 @@ async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), Create
         let name = warm_pod_name();
         let token = runner_core::ids::new_workload_token();
         let pod = match (pool.kind, &shared.watch) {
-            (PoolKind::Watch, Some(watch)) => watch_pods::build_pooled_watch_pod(
+            (PoolKind::Watch, Some(watch)) => crate::pod::pooled_watch::build_pooled_watch_pod(
                 &shared.settings,
                 watch,
                 &name,

@@ -41,6 +41,7 @@ use crate::cluster::api_error::{api_failure, api_reason};
 use crate::images::telo::{TeloImageSource, TeloPins};
 use crate::pod::env_secret::{PodCreateError, PodEnvSecret};
 use crate::pod::informer::PodState;
+use crate::pod::pooled_watch::{LAUNCH_PATH, POOLED_APP_CONTAINER, watch_launch_file};
 use crate::pod::spec::{PodSettings, Resources};
 use crate::pod::status::{PodPhase, is_finished};
 use crate::pod::warm::GO_AHEAD;
@@ -53,9 +54,7 @@ use crate::session::{
     subscribe_pod, wait_until_running,
 };
 use crate::terminal::{self, Output, Terminal};
-use crate::warm_pool::watch_pods::{
-    LAUNCH_PATH, POOLED_APP_CONTAINER, create_pod_giving_way, shape_misfit, watch_launch_file,
-};
+use crate::warm_pool::watch_pods::{create_pod_giving_way, shape_misfit};
 use crate::warm_pool::{Claimed, WarmPools};
 use checkpoint::{CheckpointError, Checkpoints, PooledPod, WatchRecord};
 
