@@ -36,8 +36,7 @@ use runner_core::{HeldSessions, StartError, StartStage};
 use tracing::{debug, info, warn};
 
 use crate::cluster::api_error::{api_failure, api_reason, is_not_found, is_transient};
-use crate::pod::labels::ENV_OF_LABEL;
-use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::pod::labels::{ENV_OF_LABEL, MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
 /// What follows the pod's name in its Secret's name, before the suffix.
 const NAME_INFIX: &str = "-env-";

@@ -18,8 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
-use crate::pod::labels::SESSION_ID_LABEL;
-use crate::pod::labels::{IDLE, POOL_LABEL, STATE_LABEL};
+use crate::pod::labels::{IDLE, POOL_LABEL, SESSION_ID_LABEL, STATE_LABEL};
 use crate::pod::session_record::managed_by_selector;
 
 /// What a session knows about its pod.

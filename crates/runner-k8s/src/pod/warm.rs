@@ -16,8 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::types::PullPolicy;
 use sha2::Digest;
 
-use crate::pod::labels::MANAGED_BY_LABEL;
-use crate::pod::labels::{IDLE, IMAGE_ANNOTATION, POOL_LABEL, STATE_LABEL};
+use crate::pod::labels::{IDLE, IMAGE_ANNOTATION, MANAGED_BY_LABEL, POOL_LABEL, STATE_LABEL};
 use crate::pod::spec::{
     APP_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_CONTAINER, SESSION_RUNNER_ENV,
     TMP_MOUNT, WORK_DIR, env_var, hardened_container_security, image_pull_secrets, mount,

@@ -26,8 +26,7 @@ use runner_core::watch_types::{AppSpec, IoMode};
 
 use crate::images::telo::TeloPins;
 use crate::pod::env_secret::PodEnvSecret;
-use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
-use crate::pod::labels::{MODE_LABEL, WATCH_MODE};
+use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_MODE};
 use crate::pod::spec::{
     HOME_DIR, INSPECT_PORT, PodSettings, Resources, TMP_MOUNT, WORK_DIR, container_env,
     container_ports, empty_dir, env_var, hardened_container_security, image_or_default,

@@ -53,8 +53,7 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::api_error::{api_reason, is_conflict, is_not_found, is_quota_refusal};
 use crate::pod::informer::KeyedPods;
-use crate::pod::labels::SESSION_ID_LABEL;
-use crate::pod::labels::STATE_LABEL;
+use crate::pod::labels::{SESSION_ID_LABEL, STATE_LABEL};
 use crate::pod::session_record::warm_pod_name;
 use crate::pod::spec::{PodSettings, Resources};
 use crate::pod::status::PodPhase;

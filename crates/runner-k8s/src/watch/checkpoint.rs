@@ -34,8 +34,7 @@ use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::api_error::{api_reason, is_not_found};
-use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
-use crate::pod::labels::{MODE_LABEL, WATCH_MODE};
+use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_MODE};
 
 /// The record's key in the Secret.
 const RECORD_KEY: &str = "record.json";

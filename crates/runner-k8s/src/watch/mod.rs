@@ -1,5 +1,5 @@
 //! Watch sessions on Kubernetes (spec/k8s-runner.md §4.8): one pod per
-//! session ([`pod`]), its files moved through the pod's own workspace
+//! session ([`crate::pod::watch`]), its files moved through the pod's own workspace
 //! service (`telo-runner workspace`, reached on the pod IP with the
 //! session's token — never `pods/exec`), its checkpoint in a Secret
 //! ([`checkpoint`]) so a suspended session survives the runner.
