@@ -4,7 +4,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::base_images::BaseImageCatalog;
+use crate::images::base::BaseImageCatalog;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{Api, Client};
@@ -21,26 +21,27 @@ use runner_core::{
 };
 use serde_json::json;
 
-use crate::adoption::Adoption;
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
-use crate::env_secret::{EnvSecrets, PodEnvSecret};
-use crate::event_watcher::EventWatcher;
-use crate::limits::clamp_limits;
-use crate::pod_spec::{
+use crate::images::telo::{TeloPin, TeloPins};
+use crate::pod::env_secret::{EnvSecrets, PodEnvSecret};
+use crate::pod::event_informer::EventInformer;
+use crate::pod::informer::PodInformer;
+use crate::pod::limits::clamp_limits;
+use crate::pod::pooled_watch::WatchPoolShared;
+use crate::pod::session_record::{SessionKind, SessionRecord, record_annotations};
+use crate::pod::spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, SESSION_CONTAINER, build_app_pod,
     build_session_pod, image_or_default,
 };
-use crate::pod_watcher::PodWatcher;
+use crate::pod::warm::{GO_AHEAD, LAUNCH_FILE, launch_file};
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
+use crate::session::adoption::Adoption;
 use crate::session::{
-    SessionContext, SessionShape, bring_up, delete_pod, watch_pod, watch_session,
+    SessionContext, SessionShape, bring_up, delete_pod, subscribe_pod, subscribe_session,
 };
-use crate::session_record::{SessionKind, SessionRecord, record_annotations};
-use crate::telo_images::TeloPins;
-use crate::warm_pool::pod::{GO_AHEAD, LAUNCH_FILE, launch_file};
-use crate::warm_pool::watch_pods::{WatchPoolShared, create_pod_giving_way};
+use crate::warm_pool::watch_pods::create_pod_giving_way;
 use crate::warm_pool::{Shared as WarmShared, Starting, WarmPools};
 use crate::watch::WatchContext;
 use crate::watch::checkpoint::Checkpoints;
@@ -55,7 +56,7 @@ pub struct KubeBackend {
     catalog: Option<Arc<BaseImageCatalog>>,
     /// Sessions found at boot, kept until `resume` takes them.
     adoption: Adoption,
-    /// The shared watches, the catalog refresher and every session's
+    /// The shared informers, the catalog refresher and every session's
     /// background work.
     tasks: OwnedTasks,
     /// Set when the operator enabled watch sessions.
@@ -65,7 +66,7 @@ pub struct KubeBackend {
 }
 
 impl KubeBackend {
-    /// Wire the backend to a cluster: start the shared watches. `routing` is
+    /// Wire the backend to a cluster: start the shared informers. `routing` is
     /// the layer resolved at boot ([`crate::routing::detect::resolve_routing`]).
     pub fn new(
         config: K8sConfig,
@@ -78,14 +79,14 @@ impl KubeBackend {
         let tasks = OwnedTasks::new();
         let stop = tasks.stopping();
         let namespace = config.session_namespace.clone();
-        let (pod_watcher, pod_task) = PodWatcher::spawn(
+        let (pod_informer, pod_task) = PodInformer::spawn(
             client.clone(),
             &namespace,
             &config.managed_by,
             metrics.watch_restarts("pods"),
             stop.clone(),
         );
-        let (event_watcher, event_task) = EventWatcher::spawn(
+        let (event_informer, event_task) = EventInformer::spawn(
             client.clone(),
             &namespace,
             metrics.watch_restarts("events"),
@@ -115,8 +116,8 @@ impl KubeBackend {
                 Api::namespaced(client.clone(), &namespace),
                 config.managed_by.clone(),
             ),
-            pod_watcher,
-            event_watcher,
+            pod_informer,
+            event_informer,
             bundles,
             http,
             start_deadline: config.start_deadline,
@@ -206,19 +207,29 @@ impl KubeBackend {
         }
     }
 
+    /// The image of the telo release `spec` names, if it names one: looked
+    /// up once per start, and handed to every step that needs it.
+    fn telo_pin(&self, spec: &StartSpec) -> Option<Result<TeloPin, String>> {
+        spec.telo
+            .as_deref()
+            .map(|version| self.config.telo_images.pin(SESSION_CONTAINER, version))
+    }
+
     /// The kernel image and pull policy a run session's pod would run; `None`
     /// for an app session (its catalog image) or a release with no image.
-    fn kernel_image(&self, spec: &StartSpec) -> Option<(String, PullPolicy)> {
+    fn kernel_image(
+        &self,
+        spec: &StartSpec,
+        pin: Option<&Result<TeloPin, String>>,
+    ) -> Option<(String, PullPolicy)> {
         if spec.app.is_some() {
             return None;
         }
-        match &spec.telo {
-            Some(version) => self
-                .config
-                .telo_images
-                .pin(SESSION_CONTAINER, version)
+        match pin {
+            Some(pin) => pin
+                .as_ref()
                 .ok()
-                .map(|pin| (pin.image, pin.pull_policy)),
+                .map(|pin| (pin.image.clone(), pin.pull_policy)),
             None => Some((
                 image_or_default(&spec.config.image, &self.settings),
                 spec.config.pull_policy,
@@ -236,6 +247,7 @@ impl KubeBackend {
         pools: &WarmPools,
         spec: &StartSpec,
         image: &str,
+        pin: Option<&Result<TeloPin, String>>,
         sink: &SessionSink,
     ) -> Result<Option<Arc<dyn BackendSession>>, StartError> {
         let record = SessionRecord {
@@ -260,8 +272,9 @@ impl KubeBackend {
             return Ok(None);
         };
         sink.progress(RunPhase::Provision, "Starting on a warm pod", None);
-        let pins = self.build_pins(spec);
-        let watching = watch_pod(&self.ctx, &spec.session_id, &claimed.pod_name).naming_telo(pins);
+        let pins = pins_of(pin);
+        let subscription =
+            subscribe_pod(&self.ctx, &spec.session_id, &claimed.pod_name).naming_telo(pins);
         let files = spec
             .bundle
             .files
@@ -296,7 +309,7 @@ impl KubeBackend {
             inspect: spec.inspect,
             memory_limit: resources.memory,
         };
-        let session = bring_up(self.ctx.clone(), shape, sink.clone(), watching).await?;
+        let session = bring_up(self.ctx.clone(), shape, sink.clone(), subscription).await?;
         // The kernel starts on the go-ahead typed into its terminal, which
         // needs the attach: without one it would never start.
         if !session.terminal_attached() {
@@ -334,15 +347,18 @@ impl KubeBackend {
         spec: StartSpec,
         sink: &SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
+        let pin = self.telo_pin(&spec);
         if let Some(pools) = &self.warm
-            && let Some((image, pull_policy)) = self.kernel_image(&spec)
+            && let Some((image, pull_policy)) = self.kernel_image(&spec, pin.as_ref())
             && pools.serves(&image, pull_policy)
         {
             // Checked before a pod is claimed: a bundle that starts cold
             // starts cold rather than failing on (and losing) a warm pod.
             let too_large = crate::warm_pool::bundle_exceeds_warm_pod(&spec.bundle);
             if too_large.is_none()
-                && let Some(session) = self.start_warm(pools, &spec, &image, sink).await?
+                && let Some(session) = self
+                    .start_warm(pools, &spec, &image, pin.as_ref(), sink)
+                    .await?
             {
                 pools.count_start(&image, true);
                 return Ok(session);
@@ -354,9 +370,9 @@ impl KubeBackend {
             };
             sink.progress(RunPhase::Provision, &message, None);
         }
-        let (pod, env_secret, pins) = self.build_pod(&spec)?;
-        let watching = watch_session(&self.ctx, &spec.session_id).naming_telo(pins);
-        let pod_name = crate::session_record::pod_name(&spec.session_id);
+        let (pod, env_secret, pins) = self.build_pod(&spec, pin)?;
+        let subscription = subscribe_session(&self.ctx, &spec.session_id).naming_telo(pins);
+        let pod_name = crate::pod::session_record::pod_name(&spec.session_id);
         let created = self
             .ctx
             .env_secrets
@@ -375,7 +391,7 @@ impl KubeBackend {
             inspect: spec.inspect && !spec.self_contained(),
             memory_limit: self.resources(spec.self_contained()).memory,
         };
-        Ok(bring_up(self.ctx.clone(), shape, sink.clone(), watching).await?)
+        Ok(bring_up(self.ctx.clone(), shape, sink.clone(), subscription).await?)
     }
 
     /// Keeps the pools still until the session just started has been
@@ -401,20 +417,8 @@ impl KubeBackend {
         create_pod_giving_way(&self.ctx.pods, self.warm.as_deref(), pod).await
     }
 
-    /// The telo releases a run session's pod runs by name (for a start
-    /// failure that names the release).
-    fn build_pins(&self, spec: &StartSpec) -> TeloPins {
-        let mut pins = TeloPins::default();
-        if let Some(version) = &spec.telo
-            && let Ok(pin) = self.config.telo_images.pin(SESSION_CONTAINER, version)
-        {
-            pins.push(pin);
-        }
-        pins
-    }
-
-    pub fn pod_watcher(&self) -> &Arc<PodWatcher> {
-        &self.ctx.pod_watcher
+    pub fn pod_informer(&self) -> &Arc<PodInformer> {
+        &self.ctx.pod_informer
     }
 
     fn resources(&self, app: bool) -> Resources {
@@ -434,10 +438,14 @@ impl KubeBackend {
 
     /// The pod of `spec`, the env values it reads from its Secret, and the
     /// containers of it that run a chosen telo release.
-    fn build_pod(&self, spec: &StartSpec) -> Result<(Pod, PodEnvSecret, TeloPins), StartError> {
+    fn build_pod(
+        &self,
+        spec: &StartSpec,
+        pin: Option<Result<TeloPin, String>>,
+    ) -> Result<(Pod, PodEnvSecret, TeloPins), StartError> {
         let mut pins = TeloPins::default();
         let mut env_secret =
-            PodEnvSecret::for_pod(&crate::session_record::pod_name(&spec.session_id));
+            PodEnvSecret::for_pod(&crate::pod::session_record::pod_name(&spec.session_id));
         let pod = match &spec.app {
             Some(app) => build_app_pod(
                 &self.settings,
@@ -463,16 +471,12 @@ impl KubeBackend {
                     .map_err(|err| StartError::new(StartStage::Bundle, err.to_string()))?;
                 // A named release replaces the config's image and pull
                 // policy: core refuses a request that sends both.
-                let (image, pull_policy) = match &spec.telo {
-                    Some(version) => {
-                        let pin = self
-                            .config
-                            .telo_images
-                            .pin(SESSION_CONTAINER, version)
-                            .map_err(|reason| {
-                                self.ctx.bundles.drop_bundle(&spec.session_id);
-                                StartError::new(StartStage::Start, reason)
-                            })?;
+                let (image, pull_policy) = match pin {
+                    Some(pin) => {
+                        let pin = pin.map_err(|reason| {
+                            self.ctx.bundles.drop_bundle(&spec.session_id);
+                            StartError::new(StartStage::Start, reason)
+                        })?;
                         let chosen = (pin.image.clone(), pin.pull_policy);
                         pins.push(pin);
                         chosen
@@ -511,7 +515,7 @@ impl Backend for KubeBackend {
     fn readiness(&self) -> Readiness {
         let mut waiting: Vec<String> = self
             .ctx
-            .pod_watcher
+            .pod_informer
             .not_ready_reason()
             .into_iter()
             .collect();
@@ -614,7 +618,7 @@ impl Backend for KubeBackend {
     async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
         let recovered = self
             .adoption
-            .recover(&self.ctx.pod_watcher, &self.ctx.pods, &held)
+            .recover(&self.ctx.pod_informer, &self.ctx.pods, &held)
             .await;
         // Only catalog entries (app sessions, agents) have env Secrets; a
         // runner without a catalog never made one, and may not be allowed
@@ -633,7 +637,7 @@ impl Backend for KubeBackend {
         let (record, pod_name) = self.adoption.take(&session.session_id).ok_or_else(|| {
             StartError::new(StartStage::Resume, "the session's pod record was lost")
         })?;
-        let watching = watch_pod(&self.ctx, &record.session_id, &pod_name);
+        let subscription = subscribe_pod(&self.ctx, &record.session_id, &pod_name);
         let shape = SessionShape {
             session_id: record.session_id.clone(),
             pod_name,
@@ -641,7 +645,7 @@ impl Backend for KubeBackend {
             inspect: record.inspect && record.kind == SessionKind::Run,
             memory_limit: self.resources(record.kind == SessionKind::App).memory,
         };
-        Ok(bring_up(self.ctx.clone(), shape, sink, watching).await?)
+        Ok(bring_up(self.ctx.clone(), shape, sink, subscription).await?)
     }
 
     fn offers_watch(&self) -> bool {
@@ -719,3 +723,13 @@ const TASKS_SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs
 /// few seconds; a session that says nothing is announced after 3 s (10 s
 /// with `inspect`).
 const KERNEL_START_HOLD: Duration = Duration::from_secs(10);
+
+/// The telo releases a run session's pod runs by name (for a start failure
+/// that names the release).
+fn pins_of(pin: Option<&Result<TeloPin, String>>) -> TeloPins {
+    let mut pins = TeloPins::default();
+    if let Some(Ok(pin)) = pin {
+        pins.push(pin.clone());
+    }
+    pins
+}

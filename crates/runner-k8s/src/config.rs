@@ -18,7 +18,7 @@ use runner_core::config::{
 };
 use runner_core::types::PullPolicy;
 
-use crate::telo_images::{
+use crate::images::telo::{
     DEFAULT_TELO_IMAGE_REPOSITORY, DEFAULT_TELO_IMAGE_VARIANT, TeloImageSource,
 };
 
@@ -108,7 +108,7 @@ pub struct K8sConfig {
     /// container fetches the bundle from `<self_url>/internal/bundles/<id>`.
     pub self_url: String,
     /// Value of `app.kubernetes.io/managed-by` on every session object; the
-    /// selector of the shared watch and of adoption.
+    /// selector of the shared informer and of adoption.
     pub managed_by: String,
     pub limits: LimitCeilings,
     pub app_limits: LimitCeilings,
@@ -134,7 +134,7 @@ pub struct K8sConfig {
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
-/// handed to Kubernetes as written, and [`crate::limits`] compares them only
+/// handed to Kubernetes as written, and [`crate::pod::limits`] compares them only
 /// when a request asks for less.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitCeilings {

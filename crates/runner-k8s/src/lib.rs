@@ -1,32 +1,35 @@
 //! The Kubernetes backend: every session runs as a Pod in the session
-//! namespace, watched through one shared watch, attached over the `attach`
-//! subresource, and adopted again after a runner restart.
+//! namespace, followed through one shared informer per kind, attached over
+//! the `attach` subresource, and adopted again after a runner restart.
+//!
+//! Modules by layer, each using only those above it in this list:
+//!
+//! - [`images`]: which image a base or a telo release runs in.
+//! - [`config`]: the `RUNNER_*` settings of this backend.
+//! - [`cluster`]: the cluster client, its errors and the informer every cache
+//!   of cluster objects is built on.
+//! - [`pod`]: the session pods: their labels, records, specs, statuses and
+//!   the informers that follow them.
+//! - [`terminal`], [`bundle_store`], [`routing`]: a session's terminal,
+//!   bundle and published ports.
+//! - `session`: one session's pod from creation to its terminal status, and
+//!   adoption after a restart.
+//! - `warm_pool`: idle pods a start claims instead of creating one.
+//! - `watch`: watch sessions, whose files are edited live.
+//! - `backend` and [`setup`]: the backend the runner calls, and how it is
+//!   built from the configuration.
 
-pub mod adoption;
-pub mod api_error;
-pub mod attach;
-pub mod backend;
-pub mod base_images;
+mod backend;
 pub mod bundle_store;
-pub mod client;
+pub mod cluster;
 pub mod config;
-pub mod env_secret;
-pub mod event_watcher;
-pub mod limits;
-pub mod pod_spec;
-pub mod pod_status;
-pub mod pod_watcher;
-pub mod progress;
+pub mod images;
+pub mod pod;
 pub mod routing;
-pub mod session;
-pub mod session_record;
+mod session;
 pub mod setup;
-pub mod splice;
-pub mod telo_images;
 pub mod terminal;
-pub mod warm_pool;
-pub mod watch;
-pub mod watch_cache;
-pub mod watch_loop;
+mod warm_pool;
+mod watch;
 
 pub use backend::KubeBackend;

@@ -1,16 +1,16 @@
 //! Assemble the backend from configuration: client, bundle store, base-image
-//! catalog, shared watches, and the bundle route the init containers fetch.
+//! catalog, shared informers, and the bundle route the init containers fetch.
 
 use std::sync::Arc;
 
-use crate::base_images::{BaseImageCatalog, CatalogOptions, TagFilter};
+use crate::images::base::{BaseImageCatalog, CatalogOptions, TagFilter};
 use runner_core::config::{ConfigError, Env};
 use runner_core::metrics::Metrics;
 use tracing::warn;
 
 use crate::backend::KubeBackend;
 use crate::bundle_store::{self, BundleStore};
-use crate::client::kube_client;
+use crate::cluster::client::kube_client;
 use crate::config::K8sConfig;
 use crate::routing::detect::{log_resolution, resolve_routing};
 

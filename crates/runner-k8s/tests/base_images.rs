@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use regex::Regex;
 use rstest::rstest;
-use runner_k8s::base_images::{
+use runner_k8s::images::base::{
     BaseImageCatalog, CatalogError, CatalogOptions, HubRef, HubRequestError,
     MAX_HUB_RESPONSE_BYTES, TagFilter, filter_tags, parse_docker_hub_ref,
 };

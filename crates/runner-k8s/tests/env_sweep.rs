@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_sim::{ImageBehaviour, KubeSim};
-use runner_k8s::env_secret::{EnvSecrets, PodEnvSecret};
+use runner_k8s::pod::env_secret::{EnvSecrets, PodEnvSecret};
 use serde_json::{Value, json};
 
 const NS: &str = "telo-sessions";

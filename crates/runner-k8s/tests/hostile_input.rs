@@ -20,17 +20,20 @@ use runner_core::ids::is_session_id;
 use runner_core::types::{BundleFile, RunBundle, RunStatus};
 use runner_k8s::bundle_store::{BundleError, MAX_TAR_PATH_BYTES, bundle_tar_gz};
 use runner_k8s::config::{K8S_ENV_VARS, LimitCeilings, load_k8s_config};
-use runner_k8s::limits::{RequestedLimits, clamp_limits, parse_cpu_millis, parse_memory_bytes};
-use runner_k8s::pod_status::{
+use runner_k8s::pod::labels::{
+    APP_ANNOTATION, CREATED_AT_ANNOTATION, INSPECT_ANNOTATION, KIND_ANNOTATION, PORTS_ANNOTATION,
+    SESSION_ID_LABEL,
+};
+use runner_k8s::pod::limits::{
+    RequestedLimits, clamp_limits, parse_cpu_millis, parse_memory_bytes,
+};
+use runner_k8s::pod::session_record::{SessionKind, pod_name, session_record_from_pod};
+use runner_k8s::pod::status::{
     container_exit_code, pod_failure_message, provision_message, start_blocker, terminal_status,
 };
 use runner_k8s::routing::gateway::http_route_verdict;
 use runner_k8s::routing::health::Verdict;
 use runner_k8s::routing::ingress::ingress_verdict;
-use runner_k8s::session_record::{
-    APP_ANNOTATION, CREATED_AT_ANNOTATION, INSPECT_ANNOTATION, KIND_ANNOTATION, PORTS_ANNOTATION,
-    SESSION_ID_LABEL, SessionKind, pod_name, session_record_from_pod,
-};
 use serde_json::{Map, Value, json};
 
 /// `cases` unless `PROPTEST_CASES` asks for more (or fewer).

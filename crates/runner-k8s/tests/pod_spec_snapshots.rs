@@ -7,11 +7,13 @@
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod, PodSpec, SecurityContext};
 use proptest::prelude::*;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
-use runner_k8s::env_secret::PodEnvSecret;
-use runner_k8s::pod_spec::{
+use runner_k8s::pod::env_secret::PodEnvSecret;
+use runner_k8s::pod::session_record::{
+    SessionKind, SessionRecord, pod_name, session_record_from_pod,
+};
+use runner_k8s::pod::spec::{
     AppPodInput, PodSettings, Resources, RunPodInput, build_app_pod, build_session_pod,
 };
-use runner_k8s::session_record::{SessionKind, SessionRecord, pod_name, session_record_from_pod};
 
 const SESSION: &str = "abc234defghi";
 const CREATED_AT: &str = "2026-01-01T00:00:00.123Z";
@@ -641,7 +643,7 @@ proptest! {
 /// session, mode or deadline until a claim.
 #[test]
 fn pooled_watch_pod() {
-    use runner_k8s::warm_pool::watch_pods::{WatchPoolShared, build_pooled_watch_pod};
+    use runner_k8s::pod::pooled_watch::{WatchPoolShared, build_pooled_watch_pod};
     let pod = build_pooled_watch_pod(
         &settings(),
         &WatchPoolShared {
@@ -663,7 +665,7 @@ fn pooled_watch_pod() {
 }
 
 fn warm_pod(modules: &[&str]) -> Pod {
-    use runner_k8s::warm_pool::pod::{WarmPodInput, build_warm_pod};
+    use runner_k8s::pod::warm::{WarmPodInput, build_warm_pod};
     let resources = run_limits();
     let modules: Vec<String> = modules.iter().map(|m| (*m).to_owned()).collect();
     build_warm_pod(

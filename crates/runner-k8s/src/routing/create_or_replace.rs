@@ -9,7 +9,7 @@ use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api_error::{is_conflict, is_not_found};
+use crate::cluster::api_error::{is_conflict, is_not_found};
 
 /// Create `desired`; if an object of that name exists, replace it.
 ///

@@ -15,7 +15,7 @@ use super::mode::{
     DEFAULT_INGRESS_CLASS_ANNOTATION, GATEWAY_API_GROUP, IngressClassSummary, ResolvedRouting,
     RoutingSupport, decide, needs_detection, pick_gateway_version,
 };
-use crate::api_error::api_reason;
+use crate::cluster::api_error::api_reason;
 use crate::config::RoutingConfig;
 
 /// Ask the cluster which routing layers it offers.

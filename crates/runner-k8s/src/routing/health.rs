@@ -4,7 +4,7 @@
 //! Every host starts `pending`. A controller's answer moves it to
 //! `programmed`, or to `unprogrammed` with the controller's reason; a host no
 //! controller answers for within the ready timeout is reported `unprogrammed`
-//! with the likely cause. Unlike the reference, the watch does not stop at the
+//! with the likely cause. Unlike the reference, the health follower does not stop at the
 //! first answer: a controller that shows up late, or that later refuses a
 //! route it had accepted, is reported too — the client sees the route's
 //! current truth until the session ends. Never fatal to the session.
@@ -16,7 +16,7 @@ use runner_core::types::RouteState;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::watcher::SessionRouteObjects;
+use super::informer::SessionRouteObjects;
 
 /// What a routing object's status says about the route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub trait RouteReport {
     fn read_error(&mut self, reason: &str);
 }
 
-/// The health watch of one session's routes.
+/// The health follower of one session's routes.
 pub struct RouteHealth {
     pub routes: Vec<PublishedRoute>,
     pub verdict: fn(&DynamicObject) -> Verdict,
@@ -56,7 +56,7 @@ pub struct RouteHealth {
 }
 
 impl RouteHealth {
-    /// Report until `stop` fires or the shared watch goes away.
+    /// Report until `stop` fires or the shared informer goes away.
     pub async fn run(
         self,
         mut objects: watch::Receiver<SessionRouteObjects>,
@@ -203,7 +203,7 @@ mod tests {
         )
     }
 
-    /// Runs the health watch in the background, recording what it reports.
+    /// Runs the health follower in the background, recording what it reports.
     struct Running {
         objects: watch::Sender<SessionRouteObjects>,
         recorder: Arc<Mutex<Recorder>>,
@@ -252,7 +252,7 @@ mod tests {
     }
 
     impl Running {
-        /// Let the watch react to everything sent so far.
+        /// Let the health follower react to everything sent so far.
         async fn settle(&self) {
             for _ in 0..10 {
                 tokio::task::yield_now().await;

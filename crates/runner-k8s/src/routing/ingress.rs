@@ -137,8 +137,8 @@ pub fn unclaimed_reason(class: Option<&str>, namespace: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::labels::SESSION_ID_LABEL;
     use crate::routing::meta::pod_owner_reference;
-    use crate::session_record::SESSION_ID_LABEL;
     use serde_json::json;
 
     fn object(status: Value) -> DynamicObject {

@@ -1,12 +1,12 @@
 //! What every per-session routing object carries: its namespace, the labels
-//! the shared watch and the adoption selector find it by, and a controller
+//! the shared informer and the adoption selector find it by, and a controller
 //! reference to the session pod so the cluster collects it with the pod.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
 /// The session a routing object belongs to.
 #[derive(Debug, Clone, PartialEq)]

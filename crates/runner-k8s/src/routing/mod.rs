@@ -5,18 +5,18 @@
 //! Builders ([`service`], [`ingress`], [`gateway`]) and the layer decision
 //! ([`mode`]) are pure; [`SessionRouter`] is the thin I/O around them: it
 //! publishes a session's objects and follows their status through one shared
-//! watch ([`watcher`]) that [`health`] turns into `route` events.
+//! watch ([`informer`]) that [`health`] turns into `route` events.
 
 pub mod create_or_replace;
 pub mod detect;
 pub mod endpoints;
 pub mod gateway;
 pub mod health;
+pub mod informer;
 pub mod ingress;
 pub mod meta;
 pub mod mode;
 pub mod service;
-pub mod watcher;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,17 +32,17 @@ use runner_core::tasks::OwnedTasks;
 use runner_core::types::{PortMapping, RouteState};
 use tracing::warn;
 
-use crate::api_error::{api_reason, is_not_found};
+use crate::cluster::api_error::{api_reason, is_not_found};
 use crate::config::{GatewayParent, K8sConfig};
 use create_or_replace::{create_or_replace, nothing_allocated};
 use endpoints::{host_for, tcp_ports};
 use gateway::{build_http_route, http_route_resource, http_route_verdict, route_name};
 use health::{PublishedRoute, RouteHealth, RouteReport, Verdict};
+use informer::{RouteInformer, RouteSubscription};
 use ingress::{IngressSettings, build_session_ingress, ingress_name, ingress_verdict};
 use meta::{SessionObjects, pod_owner_reference};
 use mode::ResolvedRouting;
 use service::{build_session_service, keep_allocated_fields};
-use watcher::{RouteSubscription, RouteWatcher};
 
 /// The layer session routes are published on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,13 +94,13 @@ pub struct SessionRouter {
     base_domain: String,
     layer: RoutingLayer,
     ready_timeout: Duration,
-    watcher: Arc<RouteWatcher>,
+    watcher: Arc<RouteInformer>,
     /// The backend's task owner: each session's route following runs there.
     tasks: OwnedTasks,
 }
 
 impl SessionRouter {
-    /// The router of a routed runner, with its shared route watch running
+    /// The router of a routed runner, with its shared route informer running
     /// until `tasks` shut down; `None` for a logs-only runner.
     pub fn spawn(
         client: Client,
@@ -136,7 +136,7 @@ impl SessionRouter {
         };
         let namespace = config.session_namespace.clone();
         let api = Api::namespaced_with(client.clone(), &namespace, &resource);
-        let (watcher, task) = RouteWatcher::spawn(
+        let (watcher, task) = RouteInformer::spawn(
             api,
             resource,
             &config.managed_by,
@@ -157,7 +157,7 @@ impl SessionRouter {
         Some(router)
     }
 
-    /// Why the route watch cannot be relied on now (`/readyz`), if it cannot.
+    /// Why the route informer cannot be relied on now (`/readyz`), if it cannot.
     pub fn not_ready_reason(&self) -> Option<String> {
         self.watcher.not_ready_reason()
     }
@@ -220,7 +220,7 @@ impl SessionRouter {
         .await
         .map_err(PublishError::Service)?;
         let tcp = tcp_ports(ports);
-        // Objects the shared watch knows this session had: only a republish
+        // Objects the shared informer knows this session had: only a republish
         // (an adoption) can find any, and those no longer declared go.
         let known: Vec<String> = subscription.objects.borrow().keys().cloned().collect();
         let session_id = &objects.session_id;

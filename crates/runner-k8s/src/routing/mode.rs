@@ -62,7 +62,7 @@ pub struct RoutingSupport {
     /// served or discovery failed.
     pub gateway_api_version: Option<String>,
     /// The IngressClasses, or the client-safe reason listing them failed
-    /// ([`crate::api_error::api_reason`]).
+    /// ([`crate::cluster::api_error::api_reason`]).
     pub ingress_classes: Result<IngressClassSummary, String>,
 }
 

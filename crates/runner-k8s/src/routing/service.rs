@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use runner_core::types::{PortMapping, PortProtocol};
 
 use super::meta::SessionObjects;
-use crate::session_record::{SESSION_ID_LABEL, pod_name};
+use crate::pod::labels::SESSION_ID_LABEL;
+use crate::pod::session_record::pod_name;
 
 /// `telo-run-<sessionId>`. A Service name must be a DNS-1035 label — it has to
 /// start with a letter — and session ids may start with a digit, so the id is
@@ -148,7 +149,7 @@ mod tests {
         let labels = service.metadata.labels.unwrap();
         assert_eq!(labels[SESSION_ID_LABEL], "abc");
         assert_eq!(
-            labels[crate::session_record::MANAGED_BY_LABEL],
+            labels[crate::pod::labels::MANAGED_BY_LABEL],
             "telo-k8s-runner"
         );
     }

@@ -10,7 +10,7 @@
 //!   apiserver lets exactly one through, the other tries the next pod or
 //!   starts cold. A claimed pod is the session's, never the pool's again.
 //! - **Refill.** Each pool's task follows its idle pods through the shared
-//!   pod watch and creates pods up to the pool's size; a pod counts from its
+//!   pod informer and creates pods up to the pool's size; a pod counts from its
 //!   create until it leaves the pool. At most `RUNNER_WARM_POOL_SURGE` pods
 //!   of a pool are starting (created, not ready) at once. Nothing is
 //!   created while any session is starting, warm or cold — until its
@@ -31,8 +31,6 @@
 //!   their pool label is a digest of the kind and the image, so a run pool
 //!   and a watch pool of one image never share a pod.
 
-pub mod pod;
-pub mod warm_up;
 pub mod watch_pods;
 
 pub use crate::config::PoolSpec;
@@ -53,14 +51,16 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use self::pod::{STATE_LABEL, WarmPodInput, build_warm_pod, pool_key};
-use crate::api_error::{api_reason, is_conflict, is_not_found, is_quota_refusal};
-use crate::pod_spec::{PodSettings, Resources};
-use crate::pod_status::PodPhase;
-use crate::pod_watcher::KeyedPods;
+use crate::cluster::api_error::{api_reason, is_conflict, is_not_found, is_quota_refusal};
+use crate::pod::informer::KeyedPods;
+use crate::pod::labels::{SESSION_ID_LABEL, STATE_LABEL};
+use crate::pod::session_record::warm_pod_name;
+use crate::pod::spec::{PodSettings, Resources};
+use crate::pod::status::PodPhase;
+use crate::pod::warm::{WarmPodInput, build_warm_pod, pool_key};
+use crate::pod::warm_up;
+use crate::pod::watch::WORKSPACE_PORT;
 use crate::session::{SessionContext, delete_pod};
-use crate::session_record::{SESSION_ID_LABEL, warm_pod_name};
-use crate::watch::pod::WORKSPACE_PORT;
 
 /// How long a full quota keeps a pool from trying again (doubling from the
 /// first, up to the last).
@@ -88,7 +88,7 @@ pub struct Shared {
     pub workspace_image: String,
     /// What a watch pool's pods are made with (`None`: watch sessions are
     /// off, and there is no watch pool).
-    pub watch: Option<watch_pods::WatchPoolShared>,
+    pub watch: Option<crate::pod::pooled_watch::WatchPoolShared>,
     /// `RUNNER_WARM_POOL_MODULES`: what a warm pod's kernel cache is
     /// warmed with; empty, no warm-up.
     pub warm_up_modules: Vec<String>,
@@ -182,14 +182,14 @@ struct PoolState {
     tokens: HashMap<String, String>,
     /// Idle pods whose workspace service answered, oldest first.
     ready: Vec<String>,
-    /// Created and not seen by the watch yet.
+    /// Created and not seen by the pod informer yet.
     creating: HashSet<String>,
     /// Being claimed or checked right now.
     busy: HashSet<String>,
 }
 
 impl PoolState {
-    /// Pods created and not ready yet: those not seen by the watch, and the
+    /// Pods created and not ready yet: those not seen by the pod informer, and the
     /// idle ones neither ready nor on their way out.
     fn starting(&self, pods: &KeyedPods) -> usize {
         let seen = pods
@@ -225,8 +225,8 @@ impl WarmPools {
                 let (key, label) = match kind {
                     PoolKind::Run => (pool_key(&spec.image), spec.image.clone()),
                     PoolKind::Watch => (
-                        watch_pods::watch_pool_key(&spec.image),
-                        watch_pods::watch_pool_label(&spec.image),
+                        crate::pod::pooled_watch::watch_pool_key(&spec.image),
+                        crate::pod::pooled_watch::watch_pool_label(&spec.image),
                     ),
                 };
                 Arc::new(Pool {
@@ -268,7 +268,7 @@ impl WarmPools {
         let keys: Vec<String> = self.pools.iter().map(|pool| pool.key.clone()).collect();
         tasks.spawn(sweep_unpooled(self.shared.clone(), keys));
         for pool in &self.pools {
-            let idle = self.shared.ctx.pod_watcher.subscribe_pool(&pool.key);
+            let idle = self.shared.ctx.pod_informer.subscribe_pool(&pool.key);
             tasks.spawn(keep_filled(
                 self.shared.clone(),
                 pool.clone(),
@@ -384,7 +384,7 @@ impl WarmPools {
         annotations: &std::collections::BTreeMap<String, String>,
         ttl_seconds: u32,
     ) -> Result<IpAddr, String> {
-        let pods = self.shared.ctx.pod_watcher.pods();
+        let pods = self.shared.ctx.pod_informer.pods();
         let cached = pods
             .iter()
             .find(|pod| pod.metadata.name.as_deref() == Some(name))
@@ -460,14 +460,14 @@ impl WarmPools {
 
 /// Deletes the idle warm pods of pools this runner does not keep.
 async fn sweep_unpooled(shared: Arc<Shared>, keys: Vec<String>) {
-    shared.ctx.pod_watcher.wait_synced().await;
-    for pod in shared.ctx.pod_watcher.pods() {
+    shared.ctx.pod_informer.wait_synced().await;
+    for pod in shared.ctx.pod_informer.pods() {
         let pool = pod
             .metadata
             .labels
             .as_ref()
-            .and_then(|labels| labels.get(pod::POOL_LABEL));
-        if !pod::is_idle(&pod) || pool.is_some_and(|pool| keys.contains(pool)) {
+            .and_then(|labels| labels.get(crate::pod::labels::POOL_LABEL));
+        if !crate::pod::labels::is_idle(&pod) || pool.is_some_and(|pool| keys.contains(pool)) {
             continue;
         }
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -525,7 +525,7 @@ async fn keep_filled(
     mut starts: watch::Receiver<Starts>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    shared.ctx.pod_watcher.wait_synced().await;
+    shared.ctx.pod_informer.wait_synced().await;
     let mut quota_full: Option<Duration> = None;
     let mut retry_at: Option<tokio::time::Instant> = None;
     // What a previous runner left beyond the pool's size goes once, at
@@ -666,7 +666,7 @@ async fn settle(shared: &Shared, pool: &Pool, pods: &KeyedPods) -> bool {
             Some(token) => token,
             // Left by a previous runner: its token is in its spec.
             None => match shared.ctx.pods.get(&name).await {
-                Ok(full) => match pod::token_of(&full) {
+                Ok(full) => match crate::pod::warm::token_of(&full) {
                     Some(token) => {
                         lock(&pool.state).tokens.insert(name.clone(), token.clone());
                         token
@@ -776,7 +776,7 @@ async fn create(shared: &Shared, pool: &Pool, count: usize) -> Result<(), Create
         let name = warm_pod_name();
         let token = runner_core::ids::new_workload_token();
         let pod = match (pool.kind, &shared.watch) {
-            (PoolKind::Watch, Some(watch)) => watch_pods::build_pooled_watch_pod(
+            (PoolKind::Watch, Some(watch)) => crate::pod::pooled_watch::build_pooled_watch_pod(
                 &shared.settings,
                 watch,
                 &name,

@@ -33,9 +33,8 @@ use runner_workspace::checkpoint as stored_form;
 use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
 use serde::{Deserialize, Serialize};
 
-use crate::api_error::{api_reason, is_not_found};
-use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
-use crate::watch::pod::{MODE_LABEL, WATCH_MODE};
+use crate::cluster::api_error::{api_reason, is_not_found};
+use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_MODE};
 
 /// The record's key in the Secret.
 const RECORD_KEY: &str = "record.json";
@@ -76,7 +75,7 @@ impl WatchRecord {
     pub fn pod_name(&self) -> String {
         match &self.pooled {
             Some(pooled) => pooled.pod.clone(),
-            None => crate::watch::pod::watch_pod_name(&self.spec.session_id),
+            None => crate::pod::watch::watch_pod_name(&self.spec.session_id),
         }
     }
 
@@ -84,7 +83,7 @@ impl WatchRecord {
     pub fn container_of(&self, app: &str) -> String {
         match &self.pooled {
             Some(pooled) if pooled.app == app => pooled.container.clone(),
-            _ => crate::watch::pod::app_container(app),
+            _ => crate::pod::watch::app_container(app),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Watch sessions on Kubernetes (docs/contract.md §9.4): one pod per
-//! session ([`pod`]), its files moved through the pod's own workspace
+//! session ([`crate::pod::watch`]), its files moved through the pod's own workspace
 //! service (`telo-runner workspace`, reached on the pod IP with the
 //! session's token — never `pods/exec`), its checkpoint in a Secret
 //! ([`checkpoint`]) so a suspended session survives the runner.
@@ -12,7 +12,6 @@
 //! session has at most one pod at a time and its name never clashes.
 
 pub mod checkpoint;
-pub mod pod;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,27 +37,26 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::api_error::{api_failure, api_reason};
-use crate::env_secret::{PodCreateError, PodEnvSecret};
-use crate::pod_spec::{PodSettings, Resources};
-use crate::pod_status::{PodPhase, is_finished};
-use crate::pod_watcher::PodState;
-use crate::routing::endpoints::endpoints_for;
-use crate::session::{
-    Arrival, DELETED_OUTSIDE, SessionContext, Watching, delete_pod, start_failed,
-    wait_until_running, watch_pod,
-};
-use crate::telo_images::{TeloImageSource, TeloPins};
-use crate::terminal::{self, Output, Terminal};
-use crate::warm_pool::pod::GO_AHEAD;
-use crate::warm_pool::watch_pods::{
-    LAUNCH_PATH, POOLED_APP_CONTAINER, create_pod_giving_way, shape_misfit, watch_launch_file,
-};
-use crate::warm_pool::{Claimed, WarmPools};
-use checkpoint::{CheckpointError, Checkpoints, PooledPod, WatchRecord};
-use pod::{
+use crate::cluster::api_error::{api_failure, api_reason};
+use crate::images::telo::{TeloImageSource, TeloPins};
+use crate::pod::env_secret::{PodCreateError, PodEnvSecret};
+use crate::pod::informer::PodState;
+use crate::pod::pooled_watch::{LAUNCH_PATH, POOLED_APP_CONTAINER, watch_launch_file};
+use crate::pod::spec::{PodSettings, Resources};
+use crate::pod::status::{PodPhase, is_finished};
+use crate::pod::warm::GO_AHEAD;
+use crate::pod::watch::{
     WORKSPACE_PORT, WatchPodInput, app_container, build_watch_pod, inspect_port_for, watch_pod_name,
 };
+use crate::routing::endpoints::endpoints_for;
+use crate::session::{
+    Arrival, DELETED_OUTSIDE, PodSubscription, SessionContext, delete_pod, start_failed,
+    subscribe_pod, wait_until_running,
+};
+use crate::terminal::{self, Output, Terminal};
+use crate::warm_pool::watch_pods::{create_pod_giving_way, shape_misfit};
+use crate::warm_pool::{Claimed, WarmPools};
+use checkpoint::{CheckpointError, Checkpoints, PooledPod, WatchRecord};
 
 /// How long the workspace service of a running pod may take to answer.
 const WORKSPACE_READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -208,12 +206,12 @@ struct Live {
     client: WorkspaceClient,
     apps: Vec<AppSpec>,
     terminals: Vec<(String, Terminal)>,
-    /// Ends the pod's relays, probes, route follow and supervisor.
+    /// Ends the pod's relays, probes, route follow and pod follower.
     teardown: CancellationToken,
     /// The runner took the pod down: its end is not the session's failure.
     ours: Arc<AtomicBool>,
     /// Held until the pod is gone; dropping it ends the pod-state readers.
-    watching: tokio::sync::Mutex<Option<Watching>>,
+    subscription: tokio::sync::Mutex<Option<PodSubscription>>,
 }
 
 pub struct KubeWatch {
@@ -265,7 +263,7 @@ impl KubeWatch {
             {
                 Some(pin) => (pin.image.clone(), pin.pull_policy),
                 None => (
-                    crate::pod_spec::image_or_default(&image, &self.wctx.settings),
+                    crate::pod::spec::image_or_default(&image, &self.wctx.settings),
                     pull_policy,
                 ),
             };
@@ -331,7 +329,7 @@ impl KubeWatch {
             },
             &mut env_secret,
         );
-        let mut watching = watch_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
+        let mut subscription = subscribe_pod(&ctx, &self.id, &name).naming_telo(telo_pins);
         let pools = self.wctx.warm.as_deref();
         ctx.env_secrets
             .create_pod(&env_secret, &self.id, &name, || {
@@ -341,17 +339,17 @@ impl KubeWatch {
             .map_err(PodCreateError::into_start_error)?;
         let ours = Arc::new(AtomicBool::new(false));
         match self
-            .serve(&ctx, &name, &token, apps, fill, &mut watching, &ours)
+            .serve(&ctx, &name, &token, apps, fill, &mut subscription, &ours)
             .await
         {
             Ok(live) => {
-                *live.watching.lock().await = Some(watching);
+                *live.subscription.lock().await = Some(subscription);
                 *lock(&self.live) = Some(live);
                 Ok(())
             }
             Err(err) => {
                 ours.store(true, Ordering::Release);
-                take_down_pod(&ctx, &name, watching).await;
+                take_down_pod(&ctx, &name, subscription).await;
                 Err(err)
             }
         }
@@ -386,7 +384,7 @@ impl KubeWatch {
         self.sink
             .progress(RunPhase::Provision, "Starting on a warm pod", None);
         let entry = apps[0].entry_relative_path.clone();
-        let mut watching = watch_pod(&ctx, &self.id, &name);
+        let mut subscription = subscribe_pod(&ctx, &self.id, &name);
         let ours = Arc::new(AtomicBool::new(false));
         let served = self
             .serve(
@@ -395,7 +393,7 @@ impl KubeWatch {
                 &claimed.token,
                 apps,
                 fill,
-                &mut watching,
+                &mut subscription,
                 &ours,
             )
             .await;
@@ -405,14 +403,14 @@ impl KubeWatch {
         };
         match launched {
             Ok(live) => {
-                *live.watching.lock().await = Some(watching);
+                *live.subscription.lock().await = Some(subscription);
                 *lock(&self.live) = Some(live);
                 info!(session_id = %self.id, pod = %name, "watch session started on a pooled pod");
                 Ok(())
             }
             Err(err) => {
                 ours.store(true, Ordering::Release);
-                take_down_pod(&ctx, &name, watching).await;
+                take_down_pod(&ctx, &name, subscription).await;
                 Err(err)
             }
         }
@@ -426,11 +424,11 @@ impl KubeWatch {
         token: &str,
         apps: Vec<AppSpec>,
         fill: Fill,
-        watching: &mut Watching,
+        subscription: &mut PodSubscription,
         ours: &Arc<AtomicBool>,
     ) -> Result<Arc<Live>, StartError> {
         let sink = &self.sink;
-        let pod = match wait_until_running(ctx, sink, watching).await? {
+        let pod = match wait_until_running(ctx, sink, subscription).await? {
             Arrival::Running(pod) => pod,
             Arrival::Finished(pod) => {
                 let phase = PodPhase::of(&pod).map_or("Unknown", PodPhase::as_str);
@@ -469,12 +467,12 @@ impl KubeWatch {
                 )
             })?,
         }
-        self.go_live(ctx, name, &pod, ip, client, apps, watching, ours)
+        self.go_live(ctx, name, &pod, ip, client, apps, subscription, ours)
             .await
     }
 
     /// A pod whose workspace is filled: its apps attached, relayed, probed
-    /// and published, `running` reported, the pod supervised.
+    /// and published, `running` reported, the pod followed to its end.
     #[allow(clippy::too_many_arguments)]
     async fn go_live(
         &self,
@@ -484,7 +482,7 @@ impl KubeWatch {
         ip: IpAddr,
         client: WorkspaceClient,
         apps: Vec<AppSpec>,
-        watching: &Watching,
+        subscription: &PodSubscription,
         ours: &Arc<AtomicBool>,
     ) -> Result<Arc<Live>, StartError> {
         let sink = &self.sink;
@@ -542,9 +540,9 @@ impl KubeWatch {
         if let Some(routes) = routes {
             routes.follow_until(sink.clone(), teardown.clone());
         }
-        ctx.tasks.spawn(supervise(
+        ctx.tasks.spawn(follow_watch_pod(
             sink.clone(),
-            watching.pods(),
+            subscription.pods(),
             apps.iter().cloned().zip(containers).collect(),
             teardown.clone(),
             ours.clone(),
@@ -556,7 +554,7 @@ impl KubeWatch {
             terminals,
             teardown,
             ours: ours.clone(),
-            watching: tokio::sync::Mutex::new(None),
+            subscription: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -588,8 +586,8 @@ impl KubeWatch {
             let record = lock(&self.record);
             (record.pod_name(), record.token.clone())
         };
-        let watching = watch_pod(&ctx, &self.id, &name);
-        let state = watching.pods().borrow().clone();
+        let subscription = subscribe_pod(&ctx, &self.id, &name);
+        let state = subscription.pods().borrow().clone();
         let running = match &state {
             PodState::Present(pod)
                 if PodPhase::of(pod) == Some(PodPhase::Running)
@@ -613,13 +611,13 @@ impl KubeWatch {
                         ip,
                         client,
                         apps.to_vec(),
-                        &watching,
+                        &subscription,
                         &ours,
                     )
                     .await
                 {
                     Ok(live) => {
-                        *live.watching.lock().await = Some(watching);
+                        *live.subscription.lock().await = Some(subscription);
                         *lock(&self.live) = Some(live);
                         info!(session_id = %self.id, "adopted a watch pod left running");
                         return true;
@@ -632,7 +630,7 @@ impl KubeWatch {
         }
         ours.store(true, Ordering::Release);
         if !matches!(state, PodState::Gone | PodState::Unknown) {
-            take_down_pod(&ctx, &name, watching).await;
+            take_down_pod(&ctx, &name, subscription).await;
         }
         false
     }
@@ -644,10 +642,10 @@ impl KubeWatch {
         };
         live.ours.store(true, Ordering::Release);
         live.teardown.cancel();
-        let watching = live.watching.lock().await.take();
+        let subscription = live.subscription.lock().await.take();
         let ctx = self.ctx().clone();
-        match watching {
-            Some(watching) => take_down_pod(&ctx, &live.pod, watching).await,
+        match subscription {
+            Some(subscription) => take_down_pod(&ctx, &live.pod, subscription).await,
             None => {
                 if let Err(err) = delete_pod(&ctx.pods, &live.pod).await {
                     warn!(pod = %live.pod, error = %err, "could not delete a watch pod");
@@ -757,11 +755,11 @@ async fn launch_pooled(
 }
 
 /// Deletes the pod and waits (bounded) until the watch says it is gone.
-async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, watching: Watching) {
+async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, subscription: PodSubscription) {
     if let Err(err) = delete_pod(&ctx.pods, name).await {
         warn!(pod = name, error = %err, "could not delete a watch pod");
     }
-    let mut pods = watching.pods();
+    let mut pods = subscription.pods();
     let bound = ctx.stop_grace.saturating_add(GONE_SETTLE);
     let gone = pods.wait_for(|state| matches!(state, PodState::Gone));
     if tokio::time::timeout(bound, gone).await.is_err() {
@@ -770,13 +768,13 @@ async fn take_down_pod(ctx: &Arc<SessionContext>, name: &str, watching: Watching
             "a watch pod was not gone within its grace period"
         );
     }
-    drop(watching);
+    drop(subscription);
 }
 
 /// Follows a running watch pod: an app container that ended closes that
 /// app's generation; the pod ending or vanishing without the runner asking
 /// fails the session.
-async fn supervise(
+async fn follow_watch_pod(
     sink: SessionSink,
     mut pods: watch::Receiver<PodState>,
     apps: Vec<(AppSpec, String)>,
@@ -913,9 +911,9 @@ impl BackendSession for KubeWatch {
             if let Some(live) = live {
                 live.ours.store(true, Ordering::Release);
                 live.teardown.cancel();
-                let watching = live.watching.lock().await.take();
-                match watching {
-                    Some(watching) => take_down_pod(&ctx, &live.pod, watching).await,
+                let subscription = live.subscription.lock().await.take();
+                match subscription {
+                    Some(subscription) => take_down_pod(&ctx, &live.pod, subscription).await,
                     None => {
                         let _ = delete_pod(&ctx.pods, &live.pod).await;
                     }
@@ -1011,7 +1009,7 @@ pub async fn recover_suspended(
     held: &HeldSessions,
 ) -> Vec<SuspendedSession> {
     let ctx = wctx.session.clone();
-    ctx.pod_watcher.wait_synced().await;
+    ctx.pod_informer.wait_synced().await;
     let listed = match wctx.checkpoints.list().await {
         Ok(listed) => listed,
         Err(err) => {
@@ -1033,7 +1031,7 @@ pub async fn recover_suspended(
         let name = record.pod_name();
         pod_names.push(name.clone());
         let live = ctx
-            .pod_watcher
+            .pod_informer
             .pods()
             .into_iter()
             .find(|pod| pod.metadata.name.as_deref() == Some(name.as_str()));
@@ -1070,8 +1068,8 @@ pub async fn recover_suspended(
                 }
             }
             if !running {
-                let watching = watch_pod(&ctx, &id, &name);
-                take_down_pod(&ctx, &name, watching).await;
+                let subscription = subscribe_pod(&ctx, &id, &name);
+                take_down_pod(&ctx, &name, subscription).await;
             }
         }
         if !has_files && !running {
@@ -1096,18 +1094,18 @@ pub async fn recover_suspended(
     // Watch pods without a record, or not the pod their session's record
     // names (a pooled pod claimed just before the runner ended, before the
     // record said so): nothing can resume them.
-    for pod in ctx.pod_watcher.pods() {
+    for pod in ctx.pod_informer.pods() {
         let is_watch = pod
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(pod::MODE_LABEL))
-            .is_some_and(|mode| mode == pod::WATCH_MODE);
+            .and_then(|l| l.get(crate::pod::labels::MODE_LABEL))
+            .is_some_and(|mode| mode == crate::pod::labels::WATCH_MODE);
         let session = pod
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(crate::session_record::SESSION_ID_LABEL))
+            .and_then(|l| l.get(crate::pod::labels::SESSION_ID_LABEL))
             .cloned()
             .unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -1143,13 +1141,4 @@ async fn checkpoint_with_retries(
             }
         }
     }
-}
-
-/// Whether `pod` is a watch pod (left to [`recover_suspended`]).
-pub fn is_watch_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(pod::MODE_LABEL))
-        .is_some_and(|mode| mode == pod::WATCH_MODE)
 }

@@ -22,9 +22,9 @@
 //!   the runner does not know — is news and shown at once.
 //!
 //! The first line of a pod the runner just created is `Scheduling`, shown
-//! before any watch reports, since that is where every new pod starts.
+//! before either informer reports, since that is where every new pod starts.
 
-use crate::event_watcher::{ContainerKind, PodEvent};
+use crate::pod::event_informer::{ContainerKind, PodEvent};
 
 /// Where in a pod's start a progress line belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -160,7 +160,7 @@ mod tests {
     }
 
     /// Every arrival order of one start shows the same lines in the same
-    /// order, as long as each watch keeps its own order. (`Scheduling` is
+    /// order, as long as each informer keeps its own order. (`Scheduling` is
     /// shown first for a pod the runner created; its repetition by the pod
     /// status is dropped as a repeat before it gets here.)
     #[test]

@@ -1,11 +1,15 @@
 //! The session record: what a session pod carries, in its name, labels and
 //! annotations, so that a restarted runner can find it and put the session
-//! back in its registry (docs/contract.md §6.5, [`crate::adoption`]).
+//! back in its registry (docs/contract.md §6.5, [`crate::session::adoption`]).
 //!
 //! Labels and annotations are editable by anyone with access to the
 //! namespace, so reading a record back checks every field rather than
 //! trusting it.
 
+use crate::pod::labels::{
+    APP_ANNOTATION, CREATED_AT_ANNOTATION, INSPECT_ANNOTATION, KIND_ANNOTATION, MANAGED_BY_LABEL,
+    PORTS_ANNOTATION, SESSION_ID_LABEL, TOKEN_DIGEST_ANNOTATION,
+};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -14,22 +18,6 @@ use runner_core::types::PortMapping;
 use runner_core::validate::MAX_PORTS;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-
-/// Label on every object the runner creates; its value is `RUNNER_MANAGED_BY`.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const SESSION_ID_LABEL: &str = "telo.run/session-id";
-
-/// The record's fields, one annotation each ([`record_annotations`]).
-pub const CREATED_AT_ANNOTATION: &str = "telo.run/created-at";
-pub const KIND_ANNOTATION: &str = "telo.run/kind";
-pub const PORTS_ANNOTATION: &str = "telo.run/ports";
-pub const INSPECT_ANNOTATION: &str = "telo.run/inspect";
-pub const APP_ANNOTATION: &str = "telo.run/app";
-/// SHA-256 (hex) of an app session's workload token: enough for a later
-/// runner to check the token at the edge, never the token itself.
-pub const TOKEN_DIGEST_ANNOTATION: &str = "telo.run/token-sha256";
-/// How many times a session was taken over by a restarted runner.
-pub const GENERATION_ANNOTATION: &str = "telo.run/generation";
 
 /// `telo-run-<sessionId>`: the pod's name, and the name of the Service and
 /// Ingress that route to it.

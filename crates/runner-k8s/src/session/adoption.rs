@@ -21,12 +21,13 @@ use runner_core::sync::lock;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::api_error::{is_not_found, is_transient};
+use crate::cluster::api_error::{is_not_found, is_transient};
 use crate::config::OrphanPolicy;
-use crate::pod_status;
-use crate::pod_watcher::PodWatcher;
+use crate::pod::informer::PodInformer;
+use crate::pod::labels::GENERATION_ANNOTATION;
+use crate::pod::session_record::{SessionRecord, session_record_from_pod};
+use crate::pod::status;
 use crate::session::delete_pod;
-use crate::session_record::{GENERATION_ANNOTATION, SessionRecord, session_record_from_pod};
 
 /// Attempts at recording an adoption when the apiserver fails transiently.
 const ADOPTION_PATCH_ATTEMPTS: u32 = 5;
@@ -52,7 +53,7 @@ impl Adoption {
     /// Adopts or deletes every session pod the first full list shows.
     pub async fn recover(
         &self,
-        watcher: &PodWatcher,
+        watcher: &PodInformer,
         pods: &Api<Pod>,
         held: &HeldSessions,
     ) -> Vec<RecoveredSession> {
@@ -62,15 +63,15 @@ impl Adoption {
             // Watch pods are the watch sessions' own (their records are
             // Secrets): `recover_suspended` takes them. Idle warm pods are
             // their pool's, which takes them over as they are.
-            if crate::watch::is_watch_pod(&pod) || crate::warm_pool::pod::is_idle(&pod) {
+            if crate::pod::labels::is_watch_pod(&pod) || crate::pod::labels::is_idle(&pod) {
                 continue;
             }
             // A session this runner started since it booted.
-            if crate::pod_watcher::session_id_of(&pod).is_some_and(|id| held(&id)) {
+            if crate::pod::informer::session_id_of(&pod).is_some_and(|id| held(&id)) {
                 continue;
             }
             let name = pod.metadata.name.clone().unwrap_or_default();
-            let finished = pod_status::is_finished(&pod);
+            let finished = status::is_finished(&pod);
             let record = session_record_from_pod(&pod);
             // A session that finished while no runner was up is adopted as
             // finished (its exit code and log), unless it finished longer

@@ -24,6 +24,9 @@
 //! stream was placed in it, from a re-attach's gap, or from before a
 //! runner restart — is relayed as stdout.
 
+pub(crate) mod attach;
+pub(crate) mod splice;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,10 +45,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::api_error::api_reason;
-use crate::attach::{self, Incoming, Socket};
-use crate::pod_spec::SESSION_CONTAINER;
-use crate::splice::{Delivered, MAX_WINDOW_BYTES, Splice};
+use crate::cluster::api_error::api_reason;
+use crate::pod::spec::SESSION_CONTAINER;
+use attach::{Incoming, Socket};
+use splice::{Delivered, MAX_WINDOW_BYTES, Splice};
 
 /// Stdin chunks queued for a workload that is not reading; beyond this, input
 /// is dropped rather than letting a client grow the runner's memory.
@@ -309,7 +312,7 @@ fn container_may_run<'a>(
 async fn container_may_run_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> bool {
     let pod = match pods.get(pod_name).await {
         Ok(pod) => pod,
-        Err(err) if crate::api_error::is_not_found(&err) => return false,
+        Err(err) if crate::cluster::api_error::is_not_found(&err) => return false,
         Err(_) => return true,
     };
     if pod.metadata.deletion_timestamp.is_some() {
@@ -735,8 +738,8 @@ async fn read_log_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> Op
                     Err(err) => err.to_string(),
                 }
             }
-            Err(err) if crate::api_error::is_not_found(&err) => return Some(Vec::new()),
-            Err(err) if !crate::api_error::is_transient(&err) => {
+            Err(err) if crate::cluster::api_error::is_not_found(&err) => return Some(Vec::new()),
+            Err(err) if !crate::cluster::api_error::is_transient(&err) => {
                 debug!(pod = pod_name, error = %err, "container log unavailable");
                 return None;
             }
@@ -767,7 +770,7 @@ mod tests {
         Api::namespaced(kube::Client::new(service, "sessions"), "sessions")
     }
 
-    /// A session's long-lived tasks (its terminal relay, its supervisor)
+    /// A session's long-lived tasks (its terminal relay, its pod follower)
     /// hold room for every future they await, for as long as the session
     /// lives: an apiserver request built inline there costs each idle
     /// session its whole state, kilobytes, though it runs once or twice.

@@ -1,5 +1,5 @@
 //! The Pods a session runs as (docs/contract.md §9.3: run sessions and app
-//! sessions), each carrying its session record ([`crate::session_record`]) so
+//! sessions), each carrying its session record ([`crate::pod::session_record`]) so
 //! that a restarted runner can adopt it.
 //!
 //! Everything here is a plain function from data to a manifest: no client, no
@@ -17,10 +17,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 
-use crate::env_secret::PodEnvSecret;
-use crate::session_record::{
-    MANAGED_BY_LABEL, SESSION_ID_LABEL, SessionKind, SessionRecord, pod_name, record_annotations,
-};
+use crate::pod::env_secret::PodEnvSecret;
+use crate::pod::labels::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::pod::session_record::{SessionKind, SessionRecord, pod_name, record_annotations};
 
 /// Where `telo run --inspect` listens inside a run-session pod. Never declared
 /// as a container port: only the runner dials it, on the pod IP.

@@ -39,7 +39,7 @@ use kube::Api;
 use kube::api::LogParams;
 use runner_core::types::PullPolicy;
 
-use crate::pod_spec::{
+use crate::pod::spec::{
     Resources, SESSION_RUNNER_ENV, TMP_MOUNT, WORK_DIR, env_var, hardened_container_security,
     pull_policy_to_k8s, resource_requirements, run_session_mounts,
 };
@@ -193,7 +193,7 @@ pub fn outcome_of(log: &str) -> Option<Outcome> {
     })
 }
 
-/// Whether `pod` was made with a warm-up, by its status (the pod watch
+/// Whether `pod` was made with a warm-up, by its status (the pod informer
 /// keeps no spec).
 pub fn has_warm_up(pod: &Pod) -> bool {
     pod.status
@@ -212,7 +212,7 @@ pub async fn read_outcome(pods: &Api<Pod>, name: &str) -> Result<Option<Outcome>
     pods.logs(name, &params)
         .await
         .map(|log| outcome_of(&log))
-        .map_err(|err| crate::api_error::api_reason(&err))
+        .map_err(|err| crate::cluster::api_error::api_reason(&err))
 }
 
 #[cfg(test)]

@@ -5,10 +5,10 @@
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
 use runner_core::types::RunStatus;
 
-use crate::env_secret::env_secret_in_kubelet_message;
-use crate::event_watcher::ContainerKind;
-use crate::progress::{Line, Stage};
-use crate::telo_images::{IMAGE_WAIT_REASONS, TeloPins, unavailable_release_message};
+use crate::images::telo::{IMAGE_WAIT_REASONS, TeloPins, unavailable_release_message};
+use crate::pod::env_secret::env_secret_in_kubelet_message;
+use crate::pod::event_informer::ContainerKind;
+use crate::pod::progress::{Line, Stage};
 
 /// Longest excerpt of a kubelet or pod message quoted in a failure; image pull
 /// errors can run to kilobytes of registry response.
@@ -89,7 +89,7 @@ pub fn terminal_status(pod: &Pod, user_stopped: bool) -> RunStatus {
 }
 
 /// [`terminal_status`] of a session whose containers' memory limit is
-/// `memory_limit` (the runner's watch keeps pods without their spec, so it
+/// `memory_limit` (the runner's pod informer keeps pods without their spec, so it
 /// is told rather than read).
 pub fn terminal_status_within(
     pod: &Pod,
@@ -765,7 +765,7 @@ mod tests {
     fn pins() -> TeloPins {
         let mut pins = TeloPins::default();
         pins.push(
-            crate::telo_images::TeloImageSource::default()
+            crate::images::telo::TeloImageSource::default()
                 .pin("app-web", "0.99.0")
                 .expect("a release"),
         );

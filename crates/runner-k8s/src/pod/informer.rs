@@ -1,9 +1,9 @@
-//! One watch over every session pod, shared by all sessions.
+//! One informer over every session pod, shared by all sessions.
 //!
 //! The reference opened a field-selector watch per pod, so apiserver load grew
-//! with the number of sessions. Here a single [`WatchCache`] follows the pods
+//! with the number of sessions. Here a single [`Informer`] follows the pods
 //! carrying our managed-by label and hands each session the latest state of
-//! its own pod through a `watch` channel. The watch's re-list after a gap
+//! its own pod through a `watch` channel. The informer's re-list after a gap
 //! (expired resourceVersion, dropped connection) doubles as the reconcile: a
 //! pod missing from the fresh list is reported gone.
 
@@ -17,28 +17,28 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::session_record::{SESSION_ID_LABEL, managed_by_selector};
-use crate::warm_pool::pod::{IDLE, POOL_LABEL, STATE_LABEL};
-use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
+use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
+use crate::pod::labels::{IDLE, POOL_LABEL, SESSION_ID_LABEL, STATE_LABEL};
+use crate::pod::session_record::managed_by_selector;
 
 /// What a session knows about its pod.
 #[derive(Debug, Clone)]
 pub enum PodState {
-    /// Not seen yet (just created, or the watch has not caught up).
+    /// Not seen yet (just created, or the informer has not caught up).
     Unknown,
     Present(Arc<Pod>),
     /// Deleted, or absent from a fresh list.
     Gone,
 }
 
-/// The shared pod watch: each session follows the pod labelled with its id,
+/// The shared pod informer: each session follows the pod labelled with its id,
 /// each warm pool its idle pods.
-pub type PodWatcher = WatchCache<Pod, PodSubscriber>;
+pub type PodInformer = Informer<Pod, PodSubscriber>;
 
 /// The idle warm pods of one pool, by name.
 pub type KeyedPods = KeyObjects<Pod>;
 
-/// Who follows a key of the pod watch.
+/// Who follows a key of the pod informer.
 pub enum PodSubscriber {
     /// A session: its one pod.
     Session(watch::Sender<PodState>),
@@ -71,7 +71,7 @@ fn pool_subscription_key(pool: &str) -> String {
 
 const PODS: Kind<Pod> = Kind {
     what: "pods",
-    watch: "the pod watch",
+    readyz_name: "the pod watch",
     listing: "session pods",
     key: pod_key,
     slim,
@@ -109,7 +109,7 @@ impl Subscriber<Pod> for watch::Sender<PodState> {
     }
 }
 
-impl PodWatcher {
+impl PodInformer {
     /// Start watching pods labelled `app.kubernetes.io/managed-by=<managed_by>`
     /// in `namespace` until `stop` fires; `restarts` counts re-established
     /// watches.
@@ -189,7 +189,7 @@ mod tests {
         }
     }
 
-    fn relist(pods: &PodWatcher, listed: &[Pod]) {
+    fn relist(pods: &PodInformer, listed: &[Pod]) {
         pods.apply(Event::Init);
         for pod in listed {
             pods.apply(Event::InitApply(pod.clone()));
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_pod_absent_from_a_fresh_list_is_gone_and_one_not_created_yet_stays_unknown() {
-        let pods = PodWatcher::new(PODS, (), Counter::default());
+        let pods = PodInformer::new(PODS, (), Counter::default());
         let listed = pods.subscribe("listed");
         let coming = pods.subscribe("coming");
         relist(&pods, &[pod("listed")]);
@@ -223,8 +223,8 @@ mod tests {
 
     #[test]
     fn the_pod_watch_says_why_it_cannot_be_relied_on() {
-        let pods = PodWatcher::new(PODS, (), Counter::default());
-        pods.failed(&crate::watch_cache::tests::refused());
+        let pods = PodInformer::new(PODS, (), Counter::default());
+        pods.failed(&crate::cluster::informer::tests::refused());
         assert_eq!(
             pods.not_ready_reason().as_deref(),
             Some(

@@ -1,8 +1,8 @@
-//! Every shared watch recovers from an apiserver failure the same way,
+//! Every shared informer recovers from an apiserver failure the same way,
 //! against kube-sim: the failure makes it unready with a client-safe reason,
 //! and once the apiserver answers again it is ready without any object having
-//! to change (a quiet cluster). Pods and both routing kinds run the one watch
-//! cache, so one helper drives them all.
+//! to change (a quiet cluster). Pods and both routing kinds run the one
+//! informer, so one helper drives them all.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -14,10 +14,10 @@ use kube_sim::KubeSim;
 use kube_sim::faults::{FailRule, FaultCommand};
 use rstest::rstest;
 use runner_core::metrics::Counter;
-use runner_k8s::pod_watcher::PodWatcher;
+use runner_k8s::cluster::informer::Health;
+use runner_k8s::pod::informer::PodInformer;
 use runner_k8s::routing::gateway::http_route_resource;
-use runner_k8s::routing::watcher::RouteWatcher;
-use runner_k8s::watch_cache::Health;
+use runner_k8s::routing::informer::RouteInformer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,7 @@ const NAMESPACE: &str = "telo-sessions";
 const MANAGED_BY: &str = "telo-k8s-runner";
 const REFUSAL: &str = "the Kubernetes API rejected the request (InternalError, HTTP 500)";
 
-/// One running shared watch: what it says about its health, how often it
+/// One running shared informer: what it says about its health, how often it
 /// restarted, and the task to join once `stop` fires.
 struct Running {
     health: watch::Receiver<Health>,
@@ -44,29 +44,29 @@ impl Running {
         let stop = CancellationToken::new();
         let route = |api_resource: ApiResource| {
             let api = Api::namespaced_with(client.clone(), NAMESPACE, &api_resource);
-            let (watch, task) = RouteWatcher::spawn(
+            let (informer, task) = RouteInformer::spawn(
                 api,
                 api_resource,
                 MANAGED_BY,
                 restarts.clone(),
                 stop.clone(),
             );
-            (watch.health(), task)
+            (informer.health(), task)
         };
         let (health, task) = match resource {
             "pods" => {
-                let (watch, task) = PodWatcher::spawn(
+                let (informer, task) = PodInformer::spawn(
                     client.clone(),
                     NAMESPACE,
                     MANAGED_BY,
                     restarts.clone(),
                     stop.clone(),
                 );
-                (watch.health(), task)
+                (informer.health(), task)
             }
             "ingresses" => route(ApiResource::erase::<Ingress>(&())),
             "httproutes" => route(http_route_resource("v1")),
-            other => panic!("no shared watch follows {other}"),
+            other => panic!("no shared informer follows {other}"),
         };
         Self {
             health,
@@ -76,7 +76,7 @@ impl Running {
         }
     }
 
-    /// Waits (bounded) until the watch's readiness reason satisfies `want`,
+    /// Waits (bounded) until the informer's readiness reason satisfies `want`,
     /// and returns it.
     async fn reason_until(
         &mut self,
@@ -110,9 +110,9 @@ impl Running {
 #[case::ingresses("ingresses", "the route watch")]
 #[case::httproutes("httproutes", "the route watch")]
 #[tokio::test]
-async fn a_failed_watch_is_unready_until_the_apiserver_answers_again(
+async fn a_failed_informer_is_unready_until_the_apiserver_answers_again(
     #[case] resource: &str,
-    #[case] watch: &str,
+    #[case] readyz_name: &str,
 ) {
     let sim = KubeSim::builder()
         .namespace(NAMESPACE)
@@ -126,7 +126,7 @@ async fn a_failed_watch_is_unready_until_the_apiserver_answers_again(
         .await;
 
     // Every request about the kind fails, and the open watch is cut: the
-    // watch cannot resume or list again.
+    // informer cannot resume or list again.
     sim.faults().apply(FaultCommand::FailNext(FailRule {
         verb: None,
         resource: Some(resource.to_owned()),
@@ -136,15 +136,18 @@ async fn a_failed_watch_is_unready_until_the_apiserver_answers_again(
     }));
     sim.faults().drop_watches();
     let failing = running
-        .reason_until("the watch to fail", |reason| reason.is_some())
+        .reason_until("the informer to fail", |reason| reason.is_some())
         .await;
-    assert_eq!(failing, Some(format!("{watch} is failing: {REFUSAL}")));
+    assert_eq!(
+        failing,
+        Some(format!("{readyz_name} is failing: {REFUSAL}"))
+    );
     assert!(running.restarts.get() >= 1);
 
     // Nothing changes in the cluster; the next fresh list alone clears it.
     sim.faults().clear();
     running
-        .reason_until("the watch to recover", |reason| reason.is_none())
+        .reason_until("the informer to recover", |reason| reason.is_none())
         .await;
     assert!(running.health.borrow().synced);
     running.stop().await;

@@ -16,34 +16,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use runner_core::types::PullPolicy;
 use sha2::Digest;
 
-use crate::pod_spec::{
+use crate::pod::labels::{IDLE, IMAGE_ANNOTATION, MANAGED_BY_LABEL, POOL_LABEL, STATE_LABEL};
+use crate::pod::spec::{
     APP_DIR, INSPECT_PORT, PodSettings, Resources, SESSION_CONTAINER, SESSION_RUNNER_ENV,
     TMP_MOUNT, WORK_DIR, env_var, hardened_container_security, image_pull_secrets, mount,
     non_root_pod_security, pull_policy_to_k8s, resource_requirements, run_session_mounts,
     run_session_volumes,
 };
-use crate::session_record::MANAGED_BY_LABEL;
-use crate::watch::pod::{WORKSPACE_CONTAINER, WORKSPACE_PORT};
+use crate::pod::watch::{WORKSPACE_CONTAINER, WORKSPACE_PORT};
 
-/// The pool a warm pod belongs to (a digest of its kernel image: a label
-/// value cannot hold an image reference).
-pub const POOL_LABEL: &str = "telo.run/warm-pool";
-/// `idle` while the pod waits for a session; removed by the claim.
-pub const STATE_LABEL: &str = "telo.run/warm";
-pub const IDLE: &str = "idle";
-/// The kernel image a pool's pods run, as written (the label is a digest).
-pub const IMAGE_ANNOTATION: &str = "telo.run/warm-image";
 /// What the waiting container runs once it appears in `/app`.
 pub const LAUNCH_FILE: &str = ".telo-launch";
-
-/// Whether `pod` is a warm pod no session has claimed.
-pub fn is_idle(pod: &Pod) -> bool {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(STATE_LABEL))
-        .is_some_and(|state| state == IDLE)
-}
 
 /// The pool label's value for `image`.
 pub fn pool_key(image: &str) -> String {
@@ -159,7 +142,7 @@ pub fn build_warm_pod(settings: &PodSettings, input: &WarmPodInput<'_>) -> Pod {
         working_dir: Some(TMP_MOUNT.to_owned()),
         command: Some(vec!["telo-runner".to_owned(), "workspace".to_owned()]),
         env: Some(vec![
-            crate::watch::pod::pod_ip_env(),
+            crate::pod::watch::pod_ip_env(),
             env_var("RUNNER_WORKSPACE_DIR", APP_DIR.to_owned()),
             env_var(
                 "RUNNER_WORKSPACE_LISTEN",
@@ -364,7 +347,7 @@ mod tests {
 
     #[test]
     fn warm_pod_names_are_told_apart_from_session_pod_names() {
-        use crate::session_record::{is_warm_pod_name, warm_pod_name};
+        use crate::pod::session_record::{is_warm_pod_name, warm_pod_name};
         let name = warm_pod_name();
         assert!(is_warm_pod_name(&name), "{name}");
         assert!(!is_warm_pod_name("telo-run-abc234defghi"));

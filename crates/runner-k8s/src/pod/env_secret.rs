@@ -35,11 +35,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use runner_core::{HeldSessions, StartError, StartStage};
 use tracing::{debug, info, warn};
 
-use crate::api_error::{api_failure, api_reason, is_not_found, is_transient};
-use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
+use crate::cluster::api_error::{api_failure, api_reason, is_not_found, is_transient};
+use crate::pod::labels::{ENV_OF_LABEL, MANAGED_BY_LABEL, SESSION_ID_LABEL};
 
-/// On every env Secret: the name of the pod it belongs to.
-pub const ENV_OF_LABEL: &str = "telo.run/env-of";
 /// What follows the pod's name in its Secret's name, before the suffix.
 const NAME_INFIX: &str = "-env-";
 /// Random bytes of a Secret's name suffix (8 hex characters).

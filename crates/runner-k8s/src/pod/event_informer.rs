@@ -1,10 +1,10 @@
-//! One watch over the Kubernetes Events of the session namespace, feeding each
+//! One informer over the Kubernetes Events of the session namespace, feeding each
 //! session's `progress` stream with what the scheduler and kubelet say about
 //! its pod ("Pulling image …", "FailedScheduling: …").
 //!
 //! Events carry no labels of ours, so they are matched to sessions by the name
 //! of the pod they are about. They are hints, not state: the shared
-//! [`WatchCache`] keeps them, and each session gets the ones it has not been
+//! [`Informer`] keeps them, and each session gets the ones it has not been
 //! told yet through a bounded queue, however often a re-list repeats them.
 
 use std::collections::HashSet;
@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::session_record::pod_name;
-use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
+use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
+use crate::pod::session_record::pod_name;
 
 /// How many unread events a session may have queued; more are dropped (they
 /// are progress hints, never state).
@@ -68,8 +68,8 @@ pub struct EventSubscriber {
     delivered: HashSet<(String, i32)>,
 }
 
-/// The shared Event watch, keyed by the name of the pod an Event is about.
-pub type EventWatcher = WatchCache<KubeEvent, EventSubscriber>;
+/// The shared Event informer, keyed by the name of the pod an Event is about.
+pub type EventInformer = Informer<KubeEvent, EventSubscriber>;
 
 fn pod_of(event: &KubeEvent) -> Option<String> {
     event.involved_object.name.clone()
@@ -85,7 +85,7 @@ fn occurrence(event: &KubeEvent) -> (String, i32) {
 
 const EVENTS: Kind<KubeEvent> = Kind {
     what: "events",
-    watch: "the event watch",
+    readyz_name: "the event watch",
     listing: "pod events",
     key: pod_of,
     slim: slim_event,
@@ -158,7 +158,7 @@ impl Subscriber<KubeEvent> for EventSubscriber {
     }
 }
 
-impl EventWatcher {
+impl EventInformer {
     pub fn spawn(
         client: Client,
         namespace: &str,
@@ -224,7 +224,7 @@ mod tests {
         }
     }
 
-    fn relist(events: &EventWatcher, listed: &[KubeEvent]) {
+    fn relist(events: &EventInformer, listed: &[KubeEvent]) {
         events.apply(Event::Init);
         for event in listed {
             events.apply(Event::InitApply(event.clone()));
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_relist_repeats_no_event_and_a_repeated_event_is_told_again() {
-        let events = EventWatcher::new(EVENTS, (), runner_core::metrics::Counter::default());
+        let events = EventInformer::new(EVENTS, (), runner_core::metrics::Counter::default());
         relist(&events, &[event("Old", 1)]);
         let mut rx = events.subscribe("abc");
         assert!(reasons(&mut rx).is_empty(), "only events from now on");

@@ -119,7 +119,9 @@ pub fn is_quota_refusal(err: &kube::Error) -> bool {
 }
 
 /// `410 Gone`: a watch or list asked for a `resourceVersion` the apiserver no
-/// longer keeps, so the caller must list afresh.
+/// longer keeps, so the caller must list afresh. (kube-runtime's watcher
+/// re-lists on its own; only the tests ask.)
+#[cfg(test)]
 pub fn is_gone(err: &kube::Error) -> bool {
     status_code(err) == Some(410)
 }

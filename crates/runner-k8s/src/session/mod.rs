@@ -1,5 +1,7 @@
 //! One session's pod, from creation (or adoption) to its terminal status.
 
+pub(crate) mod adoption;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -19,21 +21,21 @@ use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError
 use tokio::sync::{OnceCell, watch};
 use tracing::{debug, info, warn};
 
-use crate::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
 use crate::bundle_store::BundleStore;
-use crate::env_secret::EnvSecrets;
-use crate::event_watcher::{EventQueue, EventWatcher};
-use crate::pod_spec::INSPECT_PORT;
-use crate::pod_status::{
+use crate::cluster::api_error::{api_reason, is_not_found, is_transient, is_unavailable};
+use crate::images::telo::TeloPins;
+use crate::pod::env_secret::EnvSecrets;
+use crate::pod::event_informer::{EventInformer, EventQueue};
+use crate::pod::informer::{PodInformer, PodState};
+use crate::pod::progress::{Line, ProgressOrder, Stage, event_line};
+use crate::pod::session_record::pod_name;
+use crate::pod::spec::INSPECT_PORT;
+use crate::pod::status::{
     PodPhase, container_exit_code, is_finished, pod_failure_message, provision_line,
     start_blocker_naming, terminal_status_within,
 };
-use crate::pod_watcher::{PodState, PodWatcher};
-use crate::progress::{Line, ProgressOrder, Stage, event_line};
 use crate::routing::SessionRouter;
 use crate::routing::endpoints::endpoints_for;
-use crate::session_record::pod_name;
-use crate::telo_images::TeloPins;
 use crate::terminal::{self, Terminal};
 
 /// How long, after the pod finished, its last output may take to arrive
@@ -65,8 +67,8 @@ pub struct SessionContext {
     pub pods: Api<Pod>,
     /// Where the env values no pod may show are kept, one Secret per pod.
     pub env_secrets: EnvSecrets,
-    pub pod_watcher: Arc<PodWatcher>,
-    pub event_watcher: Arc<EventWatcher>,
+    pub pod_informer: Arc<PodInformer>,
+    pub event_informer: Arc<EventInformer>,
     pub bundles: Arc<BundleStore>,
     pub http: reqwest::Client,
     pub start_deadline: Duration,
@@ -91,22 +93,22 @@ pub struct SessionShape {
     pub memory_limit: String,
 }
 
-/// Unsubscribes a session from the shared watches when it is done with them.
-struct Subscriptions {
+/// Unsubscribes a session from the shared informers when it is done with them.
+struct SubscriptionGuard {
     ctx: Arc<SessionContext>,
     session_id: String,
     pod_name: String,
 }
 
-impl Drop for Subscriptions {
+impl Drop for SubscriptionGuard {
     fn drop(&mut self) {
-        self.ctx.pod_watcher.unsubscribe(&self.session_id);
-        self.ctx.event_watcher.unsubscribe_pod(&self.pod_name);
+        self.ctx.pod_informer.unsubscribe(&self.session_id);
+        self.ctx.event_informer.unsubscribe_pod(&self.pod_name);
     }
 }
 
 /// Subscribe before the pod exists, so no event about it is missed.
-pub struct Watching {
+pub struct PodSubscription {
     pods: watch::Receiver<PodState>,
     events: EventQueue,
     /// The pod was not known when the session subscribed: it is one the
@@ -115,25 +117,29 @@ pub struct Watching {
     /// Containers of the pod that run a chosen telo release; a start that
     /// fails on their image names the release.
     telo_pins: TeloPins,
-    _guard: Subscriptions,
+    _guard: SubscriptionGuard,
 }
 
-pub fn watch_session(ctx: &Arc<SessionContext>, session_id: &str) -> Watching {
-    watch_pod(ctx, session_id, &pod_name(session_id))
+pub fn subscribe_session(ctx: &Arc<SessionContext>, session_id: &str) -> PodSubscription {
+    subscribe_pod(ctx, session_id, &pod_name(session_id))
 }
 
-/// [`watch_session`] for a session whose pod is named `pod_name`. One
+/// [`subscribe_session`] for a session whose pod is named `pod_name`. One
 /// subscription per session at a time: dropping it ends every receiver of
 /// the session's pod state.
-pub fn watch_pod(ctx: &Arc<SessionContext>, session_id: &str, pod_name: &str) -> Watching {
-    let pods = ctx.pod_watcher.subscribe(session_id);
+pub fn subscribe_pod(
+    ctx: &Arc<SessionContext>,
+    session_id: &str,
+    pod_name: &str,
+) -> PodSubscription {
+    let pods = ctx.pod_informer.subscribe(session_id);
     let fresh = matches!(*pods.borrow(), PodState::Unknown);
-    Watching {
+    PodSubscription {
         pods,
         fresh,
-        events: ctx.event_watcher.subscribe_pod(pod_name),
+        events: ctx.event_informer.subscribe_pod(pod_name),
         telo_pins: TeloPins::default(),
-        _guard: Subscriptions {
+        _guard: SubscriptionGuard {
             ctx: ctx.clone(),
             session_id: session_id.to_owned(),
             pod_name: pod_name.to_owned(),
@@ -141,7 +147,7 @@ pub fn watch_pod(ctx: &Arc<SessionContext>, session_id: &str, pod_name: &str) ->
     }
 }
 
-impl Watching {
+impl PodSubscription {
     /// Another reader of the pod's state, valid while this subscription is.
     pub fn pods(&self) -> watch::Receiver<PodState> {
         self.pods.clone()
@@ -160,15 +166,15 @@ pub(crate) enum Arrival {
     Finished(Arc<Pod>),
 }
 
-/// Wait for the pod to run, reporting progress; then attach and supervise it.
+/// Wait for the pod to run, reporting progress; then attach and follow it to its end.
 pub async fn bring_up(
     ctx: Arc<SessionContext>,
     shape: SessionShape,
     sink: SessionSink,
-    mut watching: Watching,
+    mut subscription: PodSubscription,
 ) -> Result<Arc<KubeSession>, StartError> {
     let name = shape.pod_name.clone();
-    let arrival = match wait_until_running(&ctx, &sink, &mut watching).await {
+    let arrival = match wait_until_running(&ctx, &sink, &mut subscription).await {
         Ok(arrival) => arrival,
         Err(failure) => {
             ctx.bundles.drop_bundle(&shape.session_id);
@@ -230,11 +236,12 @@ pub async fn bring_up(
             };
             let base_domain = ctx.router.as_ref().map(|router| router.base_domain());
             sink.status(running_status(&shape, base_domain));
-            start_watchers(&ctx, &shape, &sink, pod_ip);
+            start_observers(&ctx, &shape, &sink, pod_ip);
             if let Some(routes) = routes {
                 routes.follow(sink.clone());
             }
-            ctx.tasks.spawn(supervise(session.clone(), shape, watching));
+            ctx.tasks
+                .spawn(follow_pod(session.clone(), shape, subscription));
         }
     }
     Ok(session)
@@ -253,7 +260,7 @@ fn running_status(shape: &SessionShape, base_domain: Option<&str>) -> RunStatus 
 pub(crate) async fn wait_until_running(
     ctx: &SessionContext,
     sink: &SessionSink,
-    watching: &mut Watching,
+    subscription: &mut PodSubscription,
 ) -> Result<Arrival, StartError> {
     let deadline = tokio::time::sleep(ctx.start_deadline);
     tokio::pin!(deadline);
@@ -268,8 +275,8 @@ pub(crate) async fn wait_until_running(
     // reported when it changes; Kubernetes Events are news each time.
     let mut last_status_message: Option<String> = None;
     // A pod the runner just created starts by being scheduled, whichever
-    // watch reports first.
-    if watching.fresh {
+    // informer reports first.
+    if subscription.fresh {
         show(Line {
             stage: Some(Stage::Scheduling),
             message: "Scheduling".to_owned(),
@@ -277,10 +284,10 @@ pub(crate) async fn wait_until_running(
         last_status_message = Some("Scheduling".to_owned());
     }
     loop {
-        let state = watching.pods.borrow_and_update().clone();
+        let state = subscription.pods.borrow_and_update().clone();
         match state {
             PodState::Present(pod) => {
-                if let Some(blocker) = start_blocker_naming(&pod, &watching.telo_pins) {
+                if let Some(blocker) = start_blocker_naming(&pod, &subscription.telo_pins) {
                     return Err(start_failed(blocker));
                 }
                 match PodPhase::of(&pod) {
@@ -313,12 +320,12 @@ pub(crate) async fn wait_until_running(
             PodState::Unknown => {}
         }
         tokio::select! {
-            changed = watching.pods.changed() => {
+            changed = subscription.pods.changed() => {
                 if changed.is_err() {
                     return Err(start_failed("the runner stopped watching the pod".into()));
                 }
             }
-            Some(event) = watching.events.recv() => {
+            Some(event) = subscription.events.recv() => {
                 if let Some(line) = event_line(&event) {
                     show(line);
                 }
@@ -335,7 +342,7 @@ pub(crate) fn start_failed(message: String) -> StartError {
     StartError::new(StartStage::Start, format!("pod failed to start: {message}"))
 }
 
-fn start_watchers(
+fn start_observers(
     ctx: &Arc<SessionContext>,
     shape: &SessionShape,
     sink: &SessionSink,
@@ -371,14 +378,18 @@ fn start_watchers(
 }
 
 /// Follow the running pod to its end and report exactly one terminal status.
-async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching: Watching) {
+async fn follow_pod(
+    session: Arc<KubeSession>,
+    shape: SessionShape,
+    mut subscription: PodSubscription,
+) {
     let sink = session.sink.clone();
     let ended = sink.ended();
     // Armed once the pod is terminating because of our own stop: its
     // containers get their grace period to exit, and not much more.
     let mut stop_bound: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let outcome = loop {
-        let state = watching.pods.borrow_and_update().clone();
+        let state = subscription.pods.borrow_and_update().clone();
         match state {
             PodState::Present(pod) => {
                 let terminating = pod.metadata.deletion_timestamp.is_some();
@@ -402,7 +413,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
             }
         };
         tokio::select! {
-            changed = watching.pods.changed() => if changed.is_err() { break None },
+            changed = subscription.pods.changed() => if changed.is_err() { break None },
             () = overdue => {
                 warn!(pod = %session.name, "stopped pod still terminating after its grace period; deleting it now");
                 if let Err(err) = delete_pod(&session.ctx.pods, &session.name).await {
@@ -414,7 +425,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
             // waiting): nothing may keep running unobserved — unless the
             // runner left it to its successor, which adopts it.
             () = ended.cancelled() => {
-                drop(watching);
+                drop(subscription);
                 if session.detached.load(Ordering::Acquire) {
                     debug!(pod = %session.name, "left running for the next runner");
                     return;
@@ -426,7 +437,7 @@ async fn supervise(session: Arc<KubeSession>, shape: SessionShape, mut watching:
             }
         }
     };
-    drop(watching);
+    drop(subscription);
     if let Some(terminal) = session.terminal.get()
         && tokio::time::timeout(OUTPUT_DRAIN_TIMEOUT, terminal.wait_output_done())
             .await
@@ -468,7 +479,7 @@ async fn cleanup_finished(pods: &Api<Pod>, name: &str) {
 
 /// Delete now (grace 0); an already-gone pod is fine.
 ///
-/// Boxed: a session's supervisor awaits it, and an apiserver request built
+/// Boxed: a session's pod follower awaits it, and an apiserver request built
 /// inline would make every live session's task kilobytes larger for a call
 /// it makes once, at its end.
 pub fn delete_pod<'a>(pods: &'a Api<Pod>, name: &'a str) -> BoxFuture<'a, Result<(), kube::Error>> {
@@ -587,9 +598,9 @@ impl BackendSession for KubeSession {
 
     /// Deletes the pod with the stop grace period: its containers get
     /// SIGTERM, and the kernel's teardown output still reaches clients. The
-    /// supervisor reports `stopped` once the pod finished.
+    /// pod follower reports `stopped` once the pod finished.
     async fn stop(&self) -> Result<(), StopError> {
-        // Marked first, so the supervisor never takes our own deletion for
+        // Marked first, so the pod follower never takes our own deletion for
         // one from outside.
         if self.deleted.swap(true, Ordering::AcqRel) {
             return Ok(());

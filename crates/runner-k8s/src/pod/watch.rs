@@ -14,7 +14,7 @@
 //! - the pod is named `telo-watch-<id>`: a new pod for the same session is
 //!   created only once the previous one is gone, so the name never clashes;
 //! - the agent's env (the operator's values and its token) is read from the
-//!   pod's env Secret ([`crate::env_secret`]), never written into the spec.
+//!   pod's env Secret ([`crate::pod::env_secret`]), never written into the spec.
 
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, VolumeMount,
@@ -24,15 +24,15 @@ use runner_core::AgentLaunch;
 use runner_core::types::{PortMapping, PortProtocol, PullPolicy};
 use runner_core::watch_types::{AppSpec, IoMode};
 
-use crate::env_secret::PodEnvSecret;
-use crate::pod_spec::{
+use crate::images::telo::TeloPins;
+use crate::pod::env_secret::PodEnvSecret;
+use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_MODE};
+use crate::pod::spec::{
     HOME_DIR, INSPECT_PORT, PodSettings, Resources, TMP_MOUNT, WORK_DIR, container_env,
     container_ports, empty_dir, env_var, hardened_container_security, image_or_default,
     image_pull_secrets, mount, non_root_pod_security, pull_policy_to_k8s, resource_requirements,
     secret_container_env,
 };
-use crate::session_record::{MANAGED_BY_LABEL, SESSION_ID_LABEL};
-use crate::telo_images::TeloPins;
 
 /// The container serving the workspace to the runner.
 pub const WORKSPACE_CONTAINER: &str = "workspace";
@@ -40,9 +40,6 @@ pub const WORKSPACE_CONTAINER: &str = "workspace";
 pub const WORKSPACE_PORT: u16 = 8099;
 /// The shared volume every container of the pod mounts.
 pub const WORKSPACE_DIR: &str = "/workspace";
-/// `watch` on a watch pod; adoption of run sessions leaves these alone.
-pub const MODE_LABEL: &str = "telo.run/mode";
-pub const WATCH_MODE: &str = "watch";
 
 /// `telo-watch-<sessionId>`.
 pub fn watch_pod_name(session_id: &str) -> String {

@@ -1,4 +1,4 @@
-//! The shared watch every session-facing cache is built on: one
+//! The shared informer every session-facing cache is built on: one
 //! `kube::runtime::watcher` per kind (pods, Events, routing objects) whose
 //! objects are kept in a reflector store and handed out per session.
 //!
@@ -15,7 +15,7 @@
 //!   reports: not ready until the first list is in, and while the last
 //!   attempt failed, with the client-safe reason of that failure.
 //!
-//! Keeping this in one place is what stops the watches from drifting apart
+//! Keeping this in one place is what stops the informers from drifting apart
 //! in how they recover.
 
 use std::collections::hash_map::Entry;
@@ -38,8 +38,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::api_error::watcher_reason;
-use crate::watch_loop::follow;
+use crate::cluster::api_error::watcher_reason;
+use crate::cluster::informer_loop::follow;
 
 /// One key's objects by name, as last listed or watched. Shared, so handing
 /// the same state to a subscriber costs a reference count, not a copy.
@@ -49,17 +49,17 @@ pub type KeyObjects<K> = Arc<BTreeMap<String, Arc<K>>>;
 pub trait Subscriber<K>: Send + 'static {
     /// `objects` is everything the key has now; empty once they are deleted
     /// or a fresh list no longer has them. Also called for every subscriber
-    /// after each fresh list, changed or not, so whoever reads the watch's
+    /// after each fresh list, changed or not, so whoever reads the informer's
     /// health looks again once it has recovered.
     fn update(&mut self, objects: &KeyObjects<K>);
 }
 
 /// How one kind is watched and named.
 pub struct Kind<K> {
-    /// The watch's label in logs and in the restart metric (`pods`).
+    /// The informer's label in logs and in the restart metric (`pods`).
     pub what: &'static str,
-    /// The watch as `/readyz` names it (`the pod watch`).
-    pub watch: &'static str,
+    /// The informer as `/readyz` names it (`the pod watch`).
+    pub readyz_name: &'static str,
     /// What its list is of (`session pods`).
     pub listing: &'static str,
     /// The key subscribers follow an object by; `None` leaves the object in
@@ -70,28 +70,32 @@ pub struct Kind<K> {
     pub slim: fn(&mut K),
 }
 
-/// Whether the watch can be relied on, as `/readyz` sees it.
+/// Whether the informer can be relied on, as `/readyz` sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
-    watch: &'static str,
+    readyz_name: &'static str,
     listing: &'static str,
     /// The first full list has been applied.
     pub synced: bool,
-    /// Why the watch last failed, client-safe; cleared once it delivers
+    /// Why the informer last failed, client-safe; cleared once it delivers
     /// again after a fresh list.
     pub error: Option<String>,
 }
 
 impl Health {
-    /// Why the runner cannot rely on this watch now, if it cannot.
+    /// Why the runner cannot rely on this informer now, if it cannot.
     pub fn not_ready_reason(&self) -> Option<String> {
-        let Self { watch, listing, .. } = self;
+        let Self {
+            readyz_name: name,
+            listing,
+            ..
+        } = self;
         match (self.synced, &self.error) {
             (false, Some(err)) => Some(format!(
-                "{watch} cannot list {listing} (apiserver unreachable or refusing): {err}"
+                "{name} cannot list {listing} (apiserver unreachable or refusing): {err}"
             )),
-            (false, None) => Some(format!("{watch} has not completed its first list")),
-            (true, Some(err)) => Some(format!("{watch} is failing: {err}")),
+            (false, None) => Some(format!("{name} has not completed its first list")),
+            (true, Some(err)) => Some(format!("{name} is failing: {err}")),
             (true, None) => None,
         }
     }
@@ -111,7 +115,7 @@ where
 }
 
 /// The shared cache of one kind; see the module documentation.
-pub struct WatchCache<K: Resource + Clone + 'static, S>
+pub struct Informer<K: Resource + Clone + 'static, S>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
@@ -127,7 +131,7 @@ fn name_of<K: Resource>(object: &K) -> Option<String> {
     object.meta().name.clone()
 }
 
-impl<K, S> WatchCache<K, S>
+impl<K, S> Informer<K, S>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
@@ -146,7 +150,7 @@ where
     }
 }
 
-impl<K, S> WatchCache<K, S>
+impl<K, S> Informer<K, S>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -186,13 +190,13 @@ where
         (cache, task)
     }
 
-    /// A cache no watch feeds yet; [`Self::start_dynamic`] spawns the one
+    /// A cache no watch stream feeds yet; [`Self::start_dynamic`] spawns the one
     /// that does.
     pub(crate) fn new(kind: Kind<K>, dyntype: K::DynamicType, restarts: Counter) -> Self {
         let writer = Writer::new(dyntype.clone());
         Self {
             health: watch::Sender::new(Health {
-                watch: kind.watch,
+                readyz_name: kind.readyz_name,
                 listing: kind.listing,
                 synced: false,
                 error: None,
@@ -352,22 +356,22 @@ where
         let _ = health.wait_for(|health| health.synced).await;
     }
 
-    /// Follows the watch's health: what `/readyz` would say, as it changes.
+    /// Follows the informer's health: what `/readyz` would say, as it changes.
     pub fn health(&self) -> watch::Receiver<Health> {
         self.health.subscribe()
     }
 
-    /// Why the last attempt to watch failed, if the watch is failing now.
+    /// Why the last attempt to watch failed, if the informer is failing now.
     pub fn read_error(&self) -> Option<String> {
         self.health.borrow().error.clone()
     }
 
-    /// Why the runner cannot rely on this watch now (`/readyz`), if it cannot.
+    /// Why the runner cannot rely on this informer now (`/readyz`), if it cannot.
     pub fn not_ready_reason(&self) -> Option<String> {
         self.health.borrow().not_ready_reason()
     }
 
-    /// How often the watch had to be re-established.
+    /// How often the informer had to be re-established.
     pub fn restarts(&self) -> u64 {
         self.restarts.get()
     }
@@ -439,13 +443,13 @@ pub(crate) mod tests {
         }
     }
 
-    type Cache = WatchCache<ConfigMap, watch::Sender<Vec<String>>>;
+    type Cache = Informer<ConfigMap, watch::Sender<Vec<String>>>;
 
     fn cache() -> Cache {
         Cache::new(
             Kind {
                 what: "configmaps",
-                watch: "the config watch",
+                readyz_name: "the config watch",
                 listing: "session configs",
                 key: key_of,
                 slim: |object| object.metadata.managed_fields = None,

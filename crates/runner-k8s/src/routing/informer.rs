@@ -1,10 +1,10 @@
-//! One watch over every session routing object (Ingresses or HTTPRoutes,
+//! One informer over every session routing object (Ingresses or HTTPRoutes,
 //! whichever layer was resolved), shared by all sessions.
 //!
 //! The reference polled each route of each session every two seconds; here a
-//! single [`WatchCache`] over the objects labelled with our managed-by value
+//! single [`Informer`] over the objects labelled with our managed-by value
 //! hands each session the current state of its own objects, keyed by the
-//! session-id label — the same cache the pod watch is. The apiserver load of
+//! session-id label — the same cache the pod informer is. The apiserver load of
 //! route health therefore does not grow with the number of sessions.
 
 use std::collections::BTreeMap;
@@ -18,15 +18,16 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::session_record::{SESSION_ID_LABEL, managed_by_selector};
-use crate::watch_cache::{KeyObjects, Kind, Subscriber, WatchCache};
+use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
+use crate::pod::labels::SESSION_ID_LABEL;
+use crate::pod::session_record::managed_by_selector;
 
 /// A session's routing objects by name, as last listed or watched.
 pub type SessionRouteObjects = Arc<BTreeMap<String, Arc<DynamicObject>>>;
 
-/// The shared route watch: each session follows the objects labelled with
+/// The shared route informer: each session follows the objects labelled with
 /// its id.
-pub type RouteWatcher = WatchCache<DynamicObject, watch::Sender<SessionRouteObjects>>;
+pub type RouteInformer = Informer<DynamicObject, watch::Sender<SessionRouteObjects>>;
 
 fn session_id_of(object: &DynamicObject) -> Option<String> {
     object
@@ -39,7 +40,7 @@ fn session_id_of(object: &DynamicObject) -> Option<String> {
 
 const ROUTES: Kind<DynamicObject> = Kind {
     what: "routes",
-    watch: "the route watch",
+    readyz_name: "the route watch",
     listing: "session routes",
     key: session_id_of,
     slim: |object| object.metadata.managed_fields = None,
@@ -51,7 +52,7 @@ impl Subscriber<DynamicObject> for watch::Sender<SessionRouteObjects> {
     }
 }
 
-impl RouteWatcher {
+impl RouteInformer {
     /// Watch the objects of `api` (of kind `resource`) labelled with
     /// `managed_by` until `stop`; `restarts` counts re-established watches.
     pub fn spawn(
@@ -80,10 +81,10 @@ impl RouteWatcher {
     }
 }
 
-/// One session's view of the shared route watch; unsubscribes on drop.
+/// One session's view of the shared route informer; unsubscribes on drop.
 pub struct RouteSubscription {
     pub objects: watch::Receiver<SessionRouteObjects>,
-    watcher: Arc<RouteWatcher>,
+    watcher: Arc<RouteInformer>,
     session_id: String,
 }
 

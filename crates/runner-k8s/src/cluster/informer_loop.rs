@@ -1,4 +1,4 @@
-//! The loop every shared watch cache ([`crate::watch_cache`]: pods, events,
+//! The loop every informer ([`crate::cluster::informer`]: pods, events,
 //! routing objects) runs: apply each event; on an error, count it, tell the
 //! owner, wait (doubling while it keeps failing) and start over with a fresh
 //! list.
@@ -6,7 +6,7 @@
 //! A watch that merely resumes after an error says nothing until an object
 //! changes, so on a quiet cluster the error — and `/readyz` — would stand
 //! long after the apiserver is back; a fresh list ends with `InitDone`, which
-//! tells the owner the watch is sound again.
+//! tells the owner the informer is sound again.
 
 use std::time::Duration;
 
