@@ -1,6 +1,8 @@
 //! The seam between the backend-neutral core and a backend (local processes,
 //! Kubernetes pods). A backend knows nothing about HTTP; the core knows nothing
-//! about how a workload runs.
+//! about how a workload runs. [`Backend`] is what every backend does; what
+//! only some do is a capability the core asks for: [`TeloVersions`] (a
+//! chosen telo release) and [`WatchSessions`].
 
 use std::sync::Arc;
 
@@ -9,48 +11,29 @@ use runner_api::telo::TeloVersion;
 use runner_api::types::{AvailabilityReport, SessionConfig};
 use runner_api::watch::SessionMode;
 
-pub use crate::launch::{
-    AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, HeldSessions, InvalidSessionConfig,
-    ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession, TeloUnavailable,
-    WatchSpec, WatchStart,
-};
-use crate::session::SessionSink;
-pub use crate::workload::{
+pub use crate::backend_session::{
     BackendSession, StartError, StartStage, StopError, WatchWorkload, WorkspaceCause,
     WorkspaceFailure,
 };
+pub use crate::launch::{
+    AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, BackendFeatures, HeldSessions,
+    InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession,
+    TeloUnavailable, WatchSpec, WatchStart,
+};
+use crate::session::SessionSink;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     fn capabilities(&self) -> BackendCapabilities;
 
-    /// Whether the backend can serve now (its cluster reachable, its watches
-    /// synced). A backend with nothing to wait for is always ready.
+    /// Whether the backend can serve now (its cluster reachable, its
+    /// informers synced). A backend with nothing to wait for is always ready.
     fn readiness(&self) -> Readiness {
         Readiness::default()
     }
 
     /// Readiness for the given config, without starting anything.
     async fn probe(&self, config: &ProbeConfig) -> AvailabilityReport;
-
-    /// Whether a request may name the telo release its apps run
-    /// (`features.teloVersions`).
-    fn offers_telo_versions(&self) -> bool {
-        false
-    }
-
-    /// Whether the backend can run telo `version` for a session of `mode`
-    /// (asked before the session exists, once per app). `Err` is the reason
-    /// a client is shown with `telo_version_unavailable`. Only cheap local
-    /// checks belong here: a pull that fails is a start failure naming the
-    /// version.
-    fn supply_telo(
-        &self,
-        _version: &TeloVersion,
-        _mode: SessionMode,
-    ) -> Result<(), TeloUnavailable> {
-        Err(TeloUnavailable::NotOffered)
-    }
 
     /// Server-side check of a bundle session's config (`400 invalid_config`).
     fn validate_config(&self, _config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
@@ -65,45 +48,6 @@ pub trait Backend: Send + Sync + 'static {
         spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError>;
-
-    /// Whether this backend runs watch sessions.
-    fn offers_watch(&self) -> bool {
-        false
-    }
-
-    /// Whether its watch sessions can run a co-resident agent.
-    fn offers_agents(&self) -> bool {
-        false
-    }
-
-    /// Start a watch session's workload (seeded) or resume it from its
-    /// checkpoint. Resolves once it runs (after `running` went through the
-    /// sink).
-    async fn start_watch(
-        &self,
-        spec: WatchSpec,
-        _start: WatchStart,
-        _sink: SessionSink,
-    ) -> Result<Arc<dyn WatchWorkload>, StartError> {
-        Err(StartError::new(
-            StartStage::Start,
-            format!(
-                "this runner's backend does not run watch sessions (session '{}')",
-                spec.session_id
-            ),
-        ))
-    }
-
-    /// Whether a suspended session has a checkpoint to resume from.
-    async fn has_checkpoint(&self, _session_id: &str) -> bool {
-        false
-    }
-
-    /// Watch sessions kept from before this runner started (once, at boot).
-    /// Sessions `held` by this runner are neither listed nor touched.
-    async fn recover_suspended(&self, _held: HeldSessions) -> Vec<SuspendedSession> {
-        Vec::new()
-    }
 
     /// Sessions a previous runner process left running that this backend can
     /// take over (called once at boot, while the API already serves).
@@ -145,4 +89,73 @@ pub trait Backend: Send + Sync + 'static {
     /// over: stop every background task the backend owns and wait for them
     /// ([`crate::tasks::OwnedTasks`]).
     async fn shutdown(&self) {}
+
+    /// The telo releases a request may name (`features.teloVersions`);
+    /// `None` when sessions run the kernel the backend provides.
+    fn telo_versions(&self) -> Option<&dyn TeloVersions> {
+        None
+    }
+
+    /// Watch sessions (`features.watch`); `None` when this backend does not
+    /// run them.
+    fn watch_sessions(&self) -> Option<&dyn WatchSessions> {
+        None
+    }
+}
+
+/// A backend that runs the telo release a request names.
+pub trait TeloVersions: Send + Sync {
+    /// Whether the backend can run telo `version` for a session of `mode`
+    /// (asked before the session exists, once per app). `Err` is the reason
+    /// a client is shown with `telo_version_unavailable`. Only cheap local
+    /// checks belong here: a pull that fails is a start failure naming the
+    /// version.
+    fn supply_telo(&self, version: &TeloVersion, mode: SessionMode) -> Result<(), TeloUnavailable>;
+}
+
+/// A backend that runs watch sessions: long-lived workloads over a
+/// workspace, suspended when idle and resumed from a checkpoint.
+#[async_trait]
+pub trait WatchSessions: Send + Sync {
+    /// Whether its watch sessions can run a co-resident agent.
+    fn offers_agents(&self) -> bool {
+        false
+    }
+
+    /// Start a watch session's workload (seeded) or resume it from its
+    /// checkpoint. Resolves once it runs (after `running` went through the
+    /// sink).
+    async fn start_watch(
+        &self,
+        spec: WatchSpec,
+        start: WatchStart,
+        sink: SessionSink,
+    ) -> Result<Arc<dyn WatchWorkload>, StartError>;
+
+    /// Whether a suspended session has a checkpoint to resume from.
+    async fn has_checkpoint(&self, session_id: &str) -> bool;
+
+    /// Watch sessions kept from before this runner started (once, at boot).
+    /// Sessions `held` by this runner are neither listed nor touched.
+    async fn recover_suspended(&self, held: HeldSessions) -> Vec<SuspendedSession>;
+}
+
+/// Starts a watch session's workload on `backend`, or says it does not run
+/// watch sessions.
+pub async fn start_watch(
+    backend: &dyn Backend,
+    spec: WatchSpec,
+    start: WatchStart,
+    sink: SessionSink,
+) -> Result<Arc<dyn WatchWorkload>, StartError> {
+    match backend.watch_sessions() {
+        Some(watch) => watch.start_watch(spec, start, sink).await,
+        None => Err(StartError::new(
+            StartStage::Start,
+            format!(
+                "this runner's backend does not run watch sessions (session '{}')",
+                spec.session_id
+            ),
+        )),
+    }
 }

@@ -52,10 +52,20 @@ pub struct BackendCapabilities {
     pub description: String,
     /// The JSON Schema of the editable `SessionConfig` surface.
     pub config_schema: Value,
-    /// The `features` object (`io`, `ports`, ...).
-    pub features: Value,
+    /// What the backend's sessions can do; the core adds what it decides
+    /// (auth, watch, agents, telo versions) to the `features` object.
+    pub features: BackendFeatures,
     /// What a request's `config` leaves unset runs with.
     pub default_config: SessionConfig,
+}
+
+/// The backend's part of `features`, serialized as it appears there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BackendFeatures {
+    /// `features.io`: how an app's terminal may reach the client.
+    pub io: Vec<runner_api::watch::IoMode>,
+    /// `features.ports`: whether sessions publish the ports they declare.
+    pub ports: bool,
 }
 
 /// `POST /v1/probe` body's `config`.

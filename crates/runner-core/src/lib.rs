@@ -9,6 +9,7 @@ pub mod admission;
 pub mod apps;
 pub mod auth;
 pub mod backend;
+pub mod backend_session;
 pub mod capabilities;
 pub mod client_addr;
 pub mod config;
@@ -32,16 +33,15 @@ pub mod tasks;
 pub mod terms;
 pub mod time;
 pub mod watch;
-pub mod workload;
 
 pub use runner_api::watch as watch_types;
 pub use runner_api::{app_env, bundle_path, js, types, validate};
 
 pub use backend::{
-    AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendSession, HeldSessions,
-    InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartError, StartSpec,
-    StartStage, StopError, SuspendedSession, TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
-    WorkspaceCause, WorkspaceFailure,
+    AgentLaunch, AgentRef, AppLaunch, Backend, BackendCapabilities, BackendFeatures,
+    BackendSession, HeldSessions, InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession,
+    StartError, StartSpec, StartStage, StopError, SuspendedSession, TeloUnavailable, TeloVersions,
+    WatchSessions, WatchSpec, WatchStart, WatchWorkload, WorkspaceCause, WorkspaceFailure,
 };
 pub use registry::{RegistryLimits, SessionRegistry};
 pub use session::SessionSink;

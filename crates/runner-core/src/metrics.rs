@@ -316,7 +316,7 @@ impl Metrics {
         self.session_starts.get_or_create(&KindLabel { kind }).inc();
     }
 
-    pub fn start_failed(&self, stage: crate::workload::StartStage) {
+    pub fn start_failed(&self, stage: crate::backend_session::StartStage) {
         self.start_failures
             .get_or_create(&StageLabel {
                 stage: stage.as_str().to_owned(),
@@ -405,7 +405,7 @@ mod tests {
     fn the_exposition_names_every_metric_and_state() {
         let metrics = Metrics::new();
         metrics.session_started(false);
-        metrics.start_failed(crate::workload::StartStage::Create);
+        metrics.start_failed(crate::backend_session::StartStage::Create);
         metrics.output_buffered(5);
         metrics.apiserver_request("create", "pods");
         metrics.watch_restarts("pods").inc();

@@ -53,7 +53,7 @@ impl Observer<'_> {
     /// the app's (the ports the kernel resolves announced, and new tcp ones
     /// probed: the kernel's own account of its ports wins over the
     /// request's), and the tcp ports it declares probed.
-    pub fn watch_app(&self, app: &AppSpec, inspect: SocketAddr) {
+    pub fn observe_app(&self, app: &AppSpec, inspect: SocketAddr) {
         let sink = self.sink.clone();
         let name = app.name.clone();
         let probes = self.tasks.clone();

@@ -17,8 +17,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, StartSpec, StopError};
+use crate::backend_session::WatchWorkload;
 use crate::watch::WatchConfig;
-use crate::workload::WatchWorkload;
 
 mod watch_sessions;
 mod watch_supervisor;
@@ -229,7 +229,7 @@ impl SessionRegistry {
     /// entries with a port, when this runner runs watch sessions with
     /// agents.
     pub fn offered_agents(&self) -> Vec<String> {
-        if !self.offers_watch() || !self.inner.backend.offers_agents() {
+        if !self.offers_watch() || !self.backend_runs_agents() {
             return Vec::new();
         }
         self.inner
@@ -240,7 +240,15 @@ impl SessionRegistry {
     }
 
     pub fn offers_watch(&self) -> bool {
-        self.inner.limits.watch.enabled && self.inner.backend.offers_watch()
+        self.inner.limits.watch.enabled && self.inner.backend.watch_sessions().is_some()
+    }
+
+    /// Whether the backend's watch sessions can run a co-resident agent.
+    pub(super) fn backend_runs_agents(&self) -> bool {
+        self.inner
+            .backend
+            .watch_sessions()
+            .is_some_and(|watch| watch.offers_agents())
     }
 
     /// Watch sessions that are neither over nor suspended.

@@ -27,12 +27,12 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::error;
 
+use crate::backend_session::BackendSession;
 use crate::metrics::Metrics;
 use crate::replay::{Replay, ReplayBuffer};
 use crate::start_gate::{Admission, GateSignal, StartGate};
 use crate::sync::lock;
 use crate::time::iso_now;
-use crate::workload::BackendSession;
 
 mod channel;
 #[cfg(test)]

@@ -194,7 +194,10 @@ impl Backend for RecordingBackend {
             display_name: "recording".into(),
             description: "hostile-input test".into(),
             config_schema: json!({}),
-            features: json!({}),
+            features: runner_core::backend::BackendFeatures {
+                io: vec![runner_core::watch_types::IoMode::Tty],
+                ports: false,
+            },
             default_config: SessionConfig {
                 image: "img".into(),
                 pull_policy: PullPolicy::Missing,

@@ -9,17 +9,18 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{Api, Client};
 use runner_api::telo::TeloVersion;
+use runner_api::watch::IoMode;
 use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy, SessionConfig};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, HeldSessions, InvalidSessionConfig, ProbeConfig,
-    Readiness, RecoveredSession, SessionSink, StartError, StartSpec, StartStage, SuspendedSession,
-    TeloUnavailable, WatchSpec, WatchStart, WatchWorkload,
+    Backend, BackendCapabilities, BackendFeatures, BackendSession, HeldSessions,
+    InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, SessionSink, StartError,
+    StartSpec, StartStage, SuspendedSession, TeloUnavailable, TeloVersions, WatchSessions,
+    WatchSpec, WatchStart, WatchWorkload,
 };
-use serde_json::json;
 
 use crate::bundle_store::BundleStore;
 use crate::config::{K8sConfig, OrphanPolicy};
@@ -545,7 +546,10 @@ impl Backend for KubeBackend {
                         .to_owned(),
                 ),
             }),
-            features: json!({ "io": ["tty", "streams"], "ports": true }),
+            features: BackendFeatures {
+                io: vec![IoMode::Tty, IoMode::Streams],
+                ports: true,
+            },
             default_config: SessionConfig {
                 image: self.config.default_image.clone(),
                 pull_policy: PullPolicy::Missing,
@@ -572,25 +576,6 @@ impl Backend for KubeBackend {
                 "Install the runner's Helm chart, which provisions the '{namespace}' namespace."
             )),
         }
-    }
-
-    fn offers_agents(&self) -> bool {
-        true
-    }
-
-    fn offers_telo_versions(&self) -> bool {
-        true
-    }
-
-    /// Only what the configuration decides: whether a published tag exists
-    /// is the kubelet's to find out, and a pull that fails fails the start
-    /// naming the release.
-    fn supply_telo(
-        &self,
-        version: &TeloVersion,
-        _mode: SessionMode,
-    ) -> Result<(), TeloUnavailable> {
-        self.config.telo_images.image_for(version).map(|_| ())
     }
 
     fn validate_config(&self, config: &SessionConfig) -> Result<(), InvalidSessionConfig> {
@@ -648,8 +633,56 @@ impl Backend for KubeBackend {
         Ok(bring_up(self.ctx.clone(), shape, sink, subscription).await?)
     }
 
-    fn offers_watch(&self) -> bool {
-        self.watch.is_some()
+    fn release(&self, session_id: &str) {
+        self.ctx.bundles.drop_bundle(session_id);
+        // A watch session's checkpoint goes with the session.
+        if let Some(watch) = &self.watch {
+            let watch = watch.clone();
+            let id = session_id.to_owned();
+            self.tasks.spawn(async move {
+                if let Err(err) = watch.checkpoints.delete(&id).await {
+                    tracing::warn!(session_id = %id, error = %err, "could not delete a watch session's checkpoint");
+                }
+            });
+        }
+    }
+
+    /// With the adopt policy the next runner takes the pods over, so a
+    /// restart (every `helm upgrade`) keeps every session.
+    fn leaves_sessions_on_shutdown(&self) -> bool {
+        self.config.orphan_policy == OrphanPolicy::Adopt
+    }
+
+    async fn shutdown(&self) {
+        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
+    }
+
+    fn telo_versions(&self) -> Option<&dyn TeloVersions> {
+        Some(self)
+    }
+
+    fn watch_sessions(&self) -> Option<&dyn WatchSessions> {
+        self.watch.as_ref().map(|_| self as &dyn WatchSessions)
+    }
+}
+
+impl TeloVersions for KubeBackend {
+    /// Only what the configuration decides: whether a published tag exists
+    /// is the kubelet's to find out, and a pull that fails fails the start
+    /// naming the release.
+    fn supply_telo(
+        &self,
+        version: &TeloVersion,
+        _mode: SessionMode,
+    ) -> Result<(), TeloUnavailable> {
+        self.config.telo_images.image_for(version).map(|_| ())
+    }
+}
+
+#[async_trait]
+impl WatchSessions for KubeBackend {
+    fn offers_agents(&self) -> bool {
+        true
     }
 
     async fn start_watch(
@@ -683,30 +716,6 @@ impl Backend for KubeBackend {
             Some(watch) => crate::watch::recover_suspended(watch, &held).await,
             None => Vec::new(),
         }
-    }
-
-    fn release(&self, session_id: &str) {
-        self.ctx.bundles.drop_bundle(session_id);
-        // A watch session's checkpoint goes with the session.
-        if let Some(watch) = &self.watch {
-            let watch = watch.clone();
-            let id = session_id.to_owned();
-            self.tasks.spawn(async move {
-                if let Err(err) = watch.checkpoints.delete(&id).await {
-                    tracing::warn!(session_id = %id, error = %err, "could not delete a watch session's checkpoint");
-                }
-            });
-        }
-    }
-
-    /// With the adopt policy the next runner takes the pods over, so a
-    /// restart (every `helm upgrade`) keeps every session.
-    fn leaves_sessions_on_shutdown(&self) -> bool {
-        self.config.orphan_policy == OrphanPolicy::Adopt
-    }
-
-    async fn shutdown(&self) {
-        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
     }
 }
 

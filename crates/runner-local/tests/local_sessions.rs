@@ -422,7 +422,7 @@ async fn capabilities_describe_a_fixed_local_image() {
     let capabilities = harness.backend.capabilities();
     assert_eq!(capabilities.display_name, "Local runner");
     assert_eq!(
-        capabilities.features,
+        json!(capabilities.features),
         json!({ "io": ["tty", "streams"], "ports": true })
     );
     let image = &capabilities.config_schema["properties"]["image"];

@@ -76,7 +76,7 @@ impl Service {
                 }
             };
         // Never accept a setting the backend cannot honour.
-        if core.watch.enabled && !backend.offers_watch() {
+        if core.watch.enabled && backend.watch_sessions().is_none() {
             return Err(ConfigError::Conflict {
                 var: "RUNNER_WATCH_SESSIONS".to_owned(),
                 reason: "this runner's backend does not run watch sessions.".to_owned(),

@@ -36,11 +36,14 @@ pub trait BackendChecks {
 
 impl BackendChecks for Arc<dyn Backend> {
     fn offers_telo_versions(&self) -> bool {
-        self.as_ref().offers_telo_versions()
+        self.as_ref().telo_versions().is_some()
     }
 
     fn supply_telo(&self, version: &TeloVersion, mode: SessionMode) -> Result<(), TeloUnavailable> {
-        self.as_ref().supply_telo(version, mode)
+        match self.as_ref().telo_versions() {
+            Some(supply) => supply.supply_telo(version, mode),
+            None => Err(TeloUnavailable::NotOffered),
+        }
     }
 
     fn validate_config(&self, config: &SessionConfig) -> Result<(), InvalidSessionConfig> {

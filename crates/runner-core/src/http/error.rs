@@ -13,8 +13,8 @@ use runner_api::watch::AppRefusal;
 
 pub use super::error_code::ErrorCode;
 use crate::admission::Refusal;
+use crate::backend_session::{StopError, WorkspaceCause, WorkspaceFailure};
 use crate::registry::{AdmissionError, ResumeError, SetAppsError};
-use crate::workload::{StopError, WorkspaceCause, WorkspaceFailure};
 
 #[derive(Debug)]
 pub enum ApiError {

@@ -66,7 +66,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 
 pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilities> {
     let backend = state.registry.backend().capabilities();
-    let mut features = match backend.features {
+    let mut features = match json!(backend.features) {
         Value::Object(features) => features,
         _ => serde_json::Map::new(),
     };
@@ -83,7 +83,7 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
     if !agents.is_empty() {
         features.insert("agents".into(), json!(agents));
     }
-    let telo_versions = state.registry.backend().offers_telo_versions();
+    let telo_versions = state.registry.backend().telo_versions().is_some();
     let mut schema = backend.config_schema;
     if telo_versions {
         features.insert("teloVersions".into(), json!(true));
@@ -190,23 +190,21 @@ pub async fn create_session(
 /// What this runner offers a session request, read now.
 pub(super) fn offer<'a>(state: &'a AppState, backend: &'a Arc<dyn Backend>) -> Offer<'a> {
     let capabilities = backend.capabilities();
-    let io_modes = capabilities.features["io"]
-        .as_array()
-        .map(|modes| {
-            modes
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_else(|| vec!["tty".to_owned()]);
+    let io_modes = capabilities
+        .features
+        .io
+        .iter()
+        .map(|mode| mode.as_str().to_owned())
+        .collect();
     Offer {
         backend,
         default_config: capabilities.default_config,
         io_modes,
         watch: state.registry.offers_watch(),
         catalog: &state.options.apps,
-        backend_runs_agents: backend.offers_agents(),
+        backend_runs_agents: backend
+            .watch_sessions()
+            .is_some_and(|watch| watch.offers_agents()),
         offered_agents: state.registry.offered_agents(),
         live_watch_sessions: state.registry.live_watch_sessions(),
         max_watch_sessions: state.registry.limits().watch.max_sessions,

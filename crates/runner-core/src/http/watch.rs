@@ -16,8 +16,8 @@ use super::body::read_json_body;
 use super::error::{ApiError, ErrorCode};
 use super::{AppState, PathParam, trimmed_query};
 use crate::admission;
+use crate::backend_session::WatchWorkload;
 use crate::session::Session;
-use crate::workload::WatchWorkload;
 
 const NO_LIVE_WORKSPACE: &str = "session has no live workspace";
 const NO_LIVE_WORKLOAD: &str = "session has no live workload";

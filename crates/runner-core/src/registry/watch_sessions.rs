@@ -76,8 +76,7 @@ impl SessionRegistry {
         let mut spec = spec;
         self.resolve_agent(&session, &mut spec);
         self.spawn_launch(session, move |sink| async move {
-            backend
-                .start_watch(spec, WatchStart::Seed(bundle), sink)
+            crate::backend::start_watch(backend.as_ref(), spec, WatchStart::Seed(bundle), sink)
                 .await
                 .map(Launched::watch)
         });
@@ -97,7 +96,11 @@ impl SessionRegistry {
             .get(id)
             .filter(|s| matches!(s.status(), RunStatus::Suspended))
             .ok_or_else(not_suspended)?;
-        if !self.inner.backend.has_checkpoint(id).await {
+        let has_checkpoint = match self.inner.backend.watch_sessions() {
+            Some(watch) => watch.has_checkpoint(id).await,
+            None => false,
+        };
+        if !has_checkpoint {
             return Err(ResumeError::NoCheckpoint);
         }
         let spec = {
@@ -122,10 +125,10 @@ impl SessionRegistry {
         let backend = self.inner.backend.clone();
         let resumed = session.clone();
         self.spawn_start(session, move |sink| async move {
-            let started = backend
-                .start_watch(spec, WatchStart::Resume, sink)
-                .await
-                .map(Launched::watch);
+            let started =
+                crate::backend::start_watch(backend.as_ref(), spec, WatchStart::Resume, sink)
+                    .await
+                    .map(Launched::watch);
             if let Some(mut state) = resumed.watch_state() {
                 state.busy = false;
             }
@@ -180,11 +183,10 @@ impl SessionRegistry {
     /// Lists the watch sessions a backend kept from before this runner (a
     /// restart, a crash) as `suspended`: resumable with their files.
     pub(super) async fn recover_suspended(&self) -> usize {
-        let kept = self
-            .inner
-            .backend
-            .recover_suspended(self.held_sessions())
-            .await;
+        let kept = match self.inner.backend.watch_sessions() {
+            Some(watch) => watch.recover_suspended(self.held_sessions()).await,
+            None => Vec::new(),
+        };
         let count = kept.len();
         for record in kept {
             self.restore_suspended(record);
@@ -242,10 +244,10 @@ impl SessionRegistry {
             let adopted = session.clone();
             self.spawn_supervisor(session.clone());
             self.spawn_start(session, move |sink| async move {
-                let started = backend
-                    .start_watch(spec, WatchStart::Adopt, sink)
-                    .await
-                    .map(Launched::watch);
+                let started =
+                    crate::backend::start_watch(backend.as_ref(), spec, WatchStart::Adopt, sink)
+                        .await
+                        .map(Launched::watch);
                 if let Some(mut state) = adopted.watch_state() {
                     state.busy = false;
                 }
@@ -277,7 +279,7 @@ impl SessionRegistry {
             .agents
             .get()
             .and_then(|catalog| catalog.get(&agent.name))
-            .filter(|entry| entry.port.is_some() && self.inner.backend.offers_agents());
+            .filter(|entry| entry.port.is_some() && self.backend_runs_agents());
         spec.agent_launch = match entry {
             Some(entry) => Some(AgentLaunch {
                 name: agent.name.clone(),

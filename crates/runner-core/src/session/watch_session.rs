@@ -23,7 +23,7 @@ impl Session {
     }
 
     /// The live watch workload, if it runs.
-    pub fn watch_workload(&self) -> Option<Arc<dyn crate::workload::WatchWorkload>> {
+    pub fn watch_workload(&self) -> Option<Arc<dyn crate::backend_session::WatchWorkload>> {
         self.watch_state()?.workload.clone()
     }
 
@@ -111,7 +111,10 @@ impl Session {
     /// A watch workload is up. Its idle time counts from now: a session
     /// resumed (or adopted) a while after its subscribers left is not idle
     /// before a client had the time to look at it.
-    pub(crate) fn install_watch_workload(&self, workload: Arc<dyn crate::workload::WatchWorkload>) {
+    pub(crate) fn install_watch_workload(
+        &self,
+        workload: Arc<dyn crate::backend_session::WatchWorkload>,
+    ) {
         if let Some(mut state) = self.watch_state() {
             state.workload = Some(workload);
             state.suspended_at = None;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use runner_api::watch::AppSpec;
 use tokio::time::Instant;
 
+use crate::backend_session::WatchWorkload;
 use crate::launch::WatchSpec;
 use crate::watch::ReloadBudget;
-use crate::workload::WatchWorkload;
 
 pub struct WatchState {
     pub(crate) workload: Option<Arc<dyn WatchWorkload>>,

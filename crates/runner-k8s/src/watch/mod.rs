@@ -574,7 +574,7 @@ impl KubeWatch {
             host: ip,
             stop: teardown,
         }
-        .watch_app(app, SocketAddr::new(ip, inspect_port_for(index)));
+        .observe_app(app, SocketAddr::new(ip, inspect_port_for(index)));
     }
 
     /// Takes over the pod a previous runner left running, if it still runs

@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use runner_api::telo::TeloVersion;
+use runner_api::watch::IoMode;
 use runner_api::watch::SessionMode;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy};
 use runner_core::{
-    Backend, BackendCapabilities, BackendSession, HeldSessions, ProbeConfig, Readiness,
-    SessionSink, StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable, WatchSpec,
-    WatchStart, WatchWorkload,
+    Backend, BackendCapabilities, BackendFeatures, BackendSession, HeldSessions, ProbeConfig,
+    Readiness, SessionSink, StartError, StartSpec, StartStage, SuspendedSession, TeloUnavailable,
+    TeloVersions, WatchSessions, WatchSpec, WatchStart, WatchWorkload,
 };
-use serde_json::json;
 use tracing::{error, info, warn};
 
 use crate::config::{LocalConfig, SandboxConfig};
@@ -289,7 +289,10 @@ impl Backend for LocalBackend {
                     "Ignored by the local runner: sessions use the Telo CLI installed on the runner's host.".to_owned(),
                 ),
             }),
-            features: json!({ "io": ["tty", "streams"], "ports": true }),
+            features: BackendFeatures {
+                io: vec![IoMode::Tty, IoMode::Streams],
+                ports: true,
+            },
             default_config: runner_api::types::SessionConfig {
                 image: LOCAL_IMAGE.to_owned(),
                 pull_policy: PullPolicy::Missing,
@@ -338,18 +341,31 @@ impl Backend for LocalBackend {
         self.start_run(spec, sink).await
     }
 
-    fn offers_watch(&self) -> bool {
-        true
+    fn release(&self, session_id: &str) {
+        if let Ok(work) = WorkDir::for_session(&self.config.work_root, session_id) {
+            work.discard();
+        }
     }
 
-    fn offers_agents(&self) -> bool {
-        true
+    async fn shutdown(&self) {
+        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
+        self.kernel.shutdown(TASKS_SHUTDOWN_BOUND).await;
+        self.kernel_cache.shutdown(TASKS_SHUTDOWN_BOUND).await;
     }
 
-    fn offers_telo_versions(&self) -> bool {
-        self.config.telo_versions.is_some()
+    fn telo_versions(&self) -> Option<&dyn TeloVersions> {
+        self.config
+            .telo_versions
+            .as_ref()
+            .map(|_| self as &dyn TeloVersions)
     }
 
+    fn watch_sessions(&self) -> Option<&dyn WatchSessions> {
+        Some(self)
+    }
+}
+
+impl TeloVersions for LocalBackend {
     fn supply_telo(
         &self,
         version: &TeloVersion,
@@ -359,6 +375,13 @@ impl Backend for LocalBackend {
             Some(dir) => crate::kernel::versions::supply(dir, version).map(drop),
             None => Err(TeloUnavailable::OnlyConfiguredKernel),
         }
+    }
+}
+
+#[async_trait]
+impl WatchSessions for LocalBackend {
+    fn offers_agents(&self) -> bool {
+        true
     }
 
     async fn start_watch(
@@ -415,18 +438,6 @@ impl Backend for LocalBackend {
         tokio::task::spawn_blocking(move || crate::watch::record::kept_sessions(&root, &held))
             .await
             .unwrap_or_default()
-    }
-
-    fn release(&self, session_id: &str) {
-        if let Ok(work) = WorkDir::for_session(&self.config.work_root, session_id) {
-            work.discard();
-        }
-    }
-
-    async fn shutdown(&self) {
-        self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
-        self.kernel.shutdown(TASKS_SHUTDOWN_BOUND).await;
-        self.kernel_cache.shutdown(TASKS_SHUTDOWN_BOUND).await;
     }
 }
 

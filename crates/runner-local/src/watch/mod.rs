@@ -415,7 +415,7 @@ impl LocalWatch {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             stop: &teardown,
         }
-        .watch_app(app, SocketAddr::from((Ipv4Addr::LOCALHOST, inspect_port)));
+        .observe_app(app, SocketAddr::from((Ipv4Addr::LOCALHOST, inspect_port)));
         debug!(session_id = %self.id, app = %app.name, "watch app started");
         Ok(RunningApp {
             spec: app.clone(),

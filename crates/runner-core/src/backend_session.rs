@@ -1,7 +1,8 @@
-//! A workload as the core drives it (input, resize, stop, detach) and how
-//! starting or stopping one fails. Kept apart from the backend trait that
-//! starts workloads, so that a session's record and the metrics can name
-//! them without depending on the backend seam, which depends on both.
+//! The backend-session traits: a started session as the core drives it
+//! (`BackendSession`: input, resize, stop, detach; `WatchWorkload` for a
+//! watch session) and how starting or stopping one fails. Kept apart from
+//! the backend trait that starts them, so that a session's record and the
+//! metrics can name them without depending on the backend seam.
 
 use async_trait::async_trait;
 use bytes::Bytes;
