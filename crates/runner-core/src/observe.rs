@@ -1,4 +1,4 @@
-//! Watching a workload from the outside while it runs: its tcp ports
+//! Observing a workload from the outside while it runs: its tcp ports
 //! probed (`reachability` events) and its kernel's debug stream relayed.
 //! Both backends do this the same way once they know where the workload
 //! listens; only the address differs (loopback, a pod IP).
@@ -15,7 +15,7 @@ use crate::reachability::{probe_app_reachability, probe_reachability};
 use crate::session::SessionSink;
 use crate::tasks::OwnedTasks;
 
-/// Where a workload can be watched from and what stops the watching.
+/// Where a workload can be observed from and what stops the observing.
 pub struct Observer<'a> {
     pub tasks: &'a OwnedTasks,
     pub http: &'a reqwest::Client,

@@ -48,7 +48,7 @@ pub async fn probe_app_reachability(
     sink: SessionSink,
     stop: CancellationToken,
 ) {
-    let watches = ports.into_iter().map(|port| {
+    let probes = ports.into_iter().map(|port| {
         let sink = sink.clone();
         let stop = stop.clone();
         let app = app.clone();
@@ -59,7 +59,7 @@ pub async fn probe_app_reachability(
             }
         }
     });
-    futures_util::future::join_all(watches).await;
+    futures_util::future::join_all(probes).await;
 }
 
 /// One port's sequence of states, reported through `report`; returns once the

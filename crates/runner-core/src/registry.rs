@@ -2,7 +2,7 @@
 //! eviction.
 //!
 //! Each session's record and replay buffers are the [`crate::session`]
-//! module; the registry admits sessions, runs their starts and watches each
+//! module; the registry admits sessions, runs their starts and supervises each
 //! one end.
 
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! One session's record: its status, its two replay buffers (lifecycle
 //! events and terminal output), its start gate and the input that waits for
 //! its workload. The backend writes into it through the [`SessionSink`]; the
-//! registry owns the sessions and watches each one end.
+//! registry owns the sessions and supervises each to its end.
 //!
 //! Subscribers (SSE streams, WebSockets) never get their own queues. Each
 //! session keeps two replay buffers — lifecycle events and terminal output —

@@ -1,4 +1,4 @@
-//! The owner of a backend's background tasks: the shared watches, and each
+//! The owner of a backend's background tasks: the shared informers, and each
 //! session's supervision, probes and relays. Every task spawned here stops
 //! when the owner shuts down, and [`OwnedTasks::shutdown`] waits for them,
 //! so no task outlives the backend that started it.

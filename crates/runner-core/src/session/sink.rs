@@ -5,7 +5,7 @@
 //!
 //! The sink only records. What a session's end or a finished run calls for
 //! (retention, stopping the workload, the gate's fallback timer) the registry
-//! does itself, watching the session, so the sink never reaches back into it.
+//! does itself, supervising the session, so the sink never reaches back into it.
 
 use runner_api::types::{ReachabilityState, RouteState, RunPhase, RunnerEndpoint, is_event_frame};
 use runner_api::watch::{DEFAULT_APP_NAME, RejectedPort, SessionMode, StreamTag};
@@ -271,7 +271,7 @@ impl SessionSink {
         });
     }
 
-    /// Records the kernel's exit code; the registry, which watches for it,
+    /// Records the kernel's exit code; the registry, which waits for it,
     /// stops the workload (or the launch does, once it has one).
     fn end_finished_run(&self, code: i64) {
         if self.session.record_kernel_exit(code) {

@@ -75,7 +75,7 @@ impl RouteInformer {
         });
         RouteSubscription {
             objects,
-            watcher: self.clone(),
+            informer: self.clone(),
             session_id: session_id.to_owned(),
         }
     }
@@ -84,18 +84,18 @@ impl RouteInformer {
 /// One session's view of the shared route informer; unsubscribes on drop.
 pub struct RouteSubscription {
     pub objects: watch::Receiver<SessionRouteObjects>,
-    watcher: Arc<RouteInformer>,
+    informer: Arc<RouteInformer>,
     session_id: String,
 }
 
 impl RouteSubscription {
     pub fn read_error(&self) -> Option<String> {
-        self.watcher.read_error()
+        self.informer.read_error()
     }
 }
 
 impl Drop for RouteSubscription {
     fn drop(&mut self) {
-        self.watcher.drop_subscriber(&self.session_id);
+        self.informer.drop_subscriber(&self.session_id);
     }
 }

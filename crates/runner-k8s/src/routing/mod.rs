@@ -94,7 +94,7 @@ pub struct SessionRouter {
     base_domain: String,
     layer: RoutingLayer,
     ready_timeout: Duration,
-    watcher: Arc<RouteInformer>,
+    informer: Arc<RouteInformer>,
     /// The backend's task owner: each session's route following runs there.
     tasks: OwnedTasks,
 }
@@ -136,7 +136,7 @@ impl SessionRouter {
         };
         let namespace = config.session_namespace.clone();
         let api = Api::namespaced_with(client.clone(), &namespace, &resource);
-        let (watcher, task) = RouteInformer::spawn(
+        let (informer, task) = RouteInformer::spawn(
             api,
             resource,
             &config.managed_by,
@@ -151,7 +151,7 @@ impl SessionRouter {
             base_domain,
             layer,
             ready_timeout: config.routing.route_ready_timeout,
-            watcher,
+            informer,
             tasks: tasks.clone(),
         });
         Some(router)
@@ -159,7 +159,7 @@ impl SessionRouter {
 
     /// Why the route informer cannot be relied on now (`/readyz`), if it cannot.
     pub fn not_ready_reason(&self) -> Option<String> {
-        self.watcher.not_ready_reason()
+        self.informer.not_ready_reason()
     }
 
     pub fn base_domain(&self) -> &str {
@@ -176,7 +176,7 @@ impl SessionRouter {
         pod_name: &str,
         pod_uid: &str,
     ) -> SessionRoutes {
-        let subscription = self.watcher.subscribe(session_id);
+        let subscription = self.informer.subscribe(session_id);
         let objects = SessionObjects {
             namespace: self.namespace.clone(),
             managed_by: self.managed_by.clone(),

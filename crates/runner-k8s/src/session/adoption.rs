@@ -53,13 +53,13 @@ impl Adoption {
     /// Adopts or deletes every session pod the first full list shows.
     pub async fn recover(
         &self,
-        watcher: &PodInformer,
+        informer: &PodInformer,
         pods: &Api<Pod>,
         held: &HeldSessions,
     ) -> Vec<RecoveredSession> {
-        watcher.wait_synced().await;
+        informer.wait_synced().await;
         let mut recovered = Vec::new();
-        for pod in watcher.pods() {
+        for pod in informer.pods() {
             // Watch pods are the watch sessions' own (their records are
             // Secrets): `recover_suspended` takes them. Idle warm pods are
             // their pool's, which takes them over as they are.
