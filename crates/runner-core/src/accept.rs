@@ -24,6 +24,7 @@ mod table;
 use crate::client_addr::TrustedProxies;
 use crate::config::ConnectionLimits;
 use crate::http::ErrorCode;
+use crate::metrics::ConnectionCounters;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, header};
@@ -32,6 +33,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::counter::Counter;
 use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -179,6 +181,7 @@ pub async fn serve(
     router: Router,
     limits: ConnectionLimits,
     name: ServiceName,
+    counters: ConnectionCounters,
     stop: CancellationToken,
 ) -> io::Result<()> {
     let max_connections = effective_max_connections(limits.max_connections, raise_fd_limit());
@@ -253,8 +256,11 @@ pub async fn serve(
         let tcp = Arc::new(tcp);
         let shed_before = table.shed_count();
         let admitted = table.admit(&tcp, (!proxied).then_some(peer_ip));
-        if table.shed_count() > shed_before
-            && last_shed_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10))
+        let shed_now = table.shed_count() - shed_before;
+        if shed_now > 0 {
+            counters.shed.inc_by(shed_now);
+        }
+        if shed_now > 0 && last_shed_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10))
         {
             warn!(
                 max_connections,
@@ -266,6 +272,10 @@ pub async fn serve(
         let ticket = match admitted {
             Ok(ticket) => ticket,
             Err(refused) => {
+                match refused {
+                    Refused::Full => counters.full.inc(),
+                    Refused::ClientFull => counters.client_full.inc(),
+                };
                 let Ok(tcp) = Arc::try_unwrap(tcp) else {
                     continue;
                 };
@@ -295,6 +305,7 @@ pub async fn serve(
                 ticket: ticket.clone(),
                 proxies: limits.trusted_proxies.clone(),
                 refusal: client_full.clone(),
+                refused: counters.client_full.clone(),
             }),
         );
         let connection = http
@@ -344,6 +355,7 @@ struct Proxied {
     ticket: Arc<Ticket>,
     proxies: TrustedProxies,
     refusal: Refusal,
+    refused: Counter,
 }
 
 /// The router, with the client's address on every request (as axum's
@@ -376,6 +388,7 @@ fn per_connection(
                 peer.port(),
             );
             if proxied.ticket.attribute(client.ip()).is_err() {
+                proxied.refused.inc();
                 refused = Some(proxied.refusal.response());
             }
         }

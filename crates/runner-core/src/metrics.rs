@@ -69,6 +69,25 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+/// The counters of connections turned away at the connection limits
+/// (`telo_runner_connections_turned_away_total{reason}`). A default set
+/// counts for nobody: a service without metrics passes one.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionCounters {
+    /// A connection that had sent nothing, closed to admit a new one.
+    pub shed: Counter,
+    /// A connection refused at the connection limit (`too_many_connections`).
+    pub full: Counter,
+    /// A connection refused at its client address's share
+    /// (`too_many_connections_from_client`).
+    pub client_full: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WarmPodLabels {
     pool: String,
     state: &'static str,
@@ -117,6 +136,7 @@ pub struct Metrics {
     warm_starts: Family<WarmStartLabels, Counter>,
     warm_ups: Family<WarmUpLabels, Counter>,
     workspace_checkpoints: Family<OutcomeLabel, Counter>,
+    connections_turned_away: Family<ReasonLabel, Counter>,
 }
 
 /// The gauges of one warm pool: its idle pods ready to be claimed, and
@@ -257,6 +277,12 @@ impl Metrics {
             "Watch-session workspace checkpoints (periodic and for a suspend), by outcome: stored or failed",
             workspace_checkpoints.clone(),
         );
+        let connections_turned_away = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "connections_turned_away",
+            "Connections turned away at the connection limits, by reason: shed (one that had sent nothing, closed to admit a new one), full (past RUNNER_MAX_CONNECTIONS), client_full (past a client address's share, RUNNER_MAX_CONNECTIONS_PER_CLIENT); past a limit only the probes are answered",
+            connections_turned_away.clone(),
+        );
         Self {
             registry,
             sessions,
@@ -272,6 +298,21 @@ impl Metrics {
             warm_starts,
             warm_ups,
             workspace_checkpoints,
+            connections_turned_away,
+        }
+    }
+
+    /// The counters the accept loop bumps as it turns connections away.
+    pub fn connection_counters(&self) -> ConnectionCounters {
+        let counter = |reason| {
+            self.connections_turned_away
+                .get_or_create(&ReasonLabel { reason })
+                .clone()
+        };
+        ConnectionCounters {
+            shed: counter("shed"),
+            full: counter("full"),
+            client_full: counter("client_full"),
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use runner_core::config::{ConfigError, CoreConfig, Env, load_core_config};
 use runner_core::http::{AppState, ServerOptions, router};
-use runner_core::metrics::Metrics;
+use runner_core::metrics::{ConnectionCounters, Metrics};
 use runner_core::{Backend, RegistryLimits, SessionRegistry};
 use runner_k8s::config::load_k8s_config;
 use runner_local::{LocalBackend, load_local_config};
@@ -50,6 +50,7 @@ pub struct Service {
     router: axum::Router,
     going_away: CancellationToken,
     sockets: TaskTracker,
+    connection_counters: ConnectionCounters,
 }
 
 impl Service {
@@ -82,6 +83,7 @@ impl Service {
                 reason: "this runner's backend does not run watch sessions.".to_owned(),
             });
         }
+        let connection_counters = metrics.connection_counters();
         let registry = SessionRegistry::with_metrics(
             backend,
             RegistryLimits {
@@ -124,6 +126,7 @@ impl Service {
             router,
             going_away,
             sockets,
+            connection_counters,
         })
     }
 
@@ -179,6 +182,7 @@ impl Service {
             self.router,
             self.core.connections,
             RUNNER_SERVICE,
+            self.connection_counters,
             drained.clone(),
         );
         let stop_recovery = async move {

@@ -291,8 +291,29 @@ async fn at_the_connection_limit_silent_connections_are_shed_for_new_ones() {
         .await
         .expect("an authorised POST at the limit");
     assert_eq!(created.status(), StatusCode::CREATED);
+    // Each connection shed is counted.
+    let metrics = client
+        .get(format!("{}/metrics", runner.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let shed = turned_away(&metrics, "shed");
+    assert!(shed >= 2 * LIMIT as u64, "{shed} shed:\n{metrics}");
     drop(idle);
     runner.stop().await;
+}
+
+/// `telo_runner_connections_turned_away_total{reason}` in an exposition.
+fn turned_away(metrics: &str, reason: &str) -> u64 {
+    let prefix = format!("telo_runner_connections_turned_away_total{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in:\n{metrics}"))
 }
 
 #[tokio::test]
@@ -394,6 +415,21 @@ async fn one_address_holds_its_share_of_connections_and_another_still_gets_in() 
             .map(|(status, _)| status),
         Some(200)
     );
+    // The refused connection and the probe's were past the share.
+    let exposition = runner_core::http_client::client_builder()
+        .local_address("127.0.0.3".parse::<std::net::IpAddr>().ok())
+        .timeout(WAIT)
+        .build()
+        .unwrap()
+        .get(format!("{}/metrics", runner.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(turned_away(&exposition, "client_full"), 2, "{exposition}");
+    assert_eq!(turned_away(&exposition, "full"), 0, "{exposition}");
     // A connection that closes gives its place back.
     drop(held.pop());
     let deadline = Instant::now() + WAIT;

@@ -478,9 +478,16 @@ pub async fn serve_on(
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, dir = %config.dir.display(), "workspace service serving");
     }
-    runner_core::accept::serve(listener, app, config.connections, WORKSPACE_SERVICE, done)
-        .await
-        .map_err(ServeError::Serve)?;
+    runner_core::accept::serve(
+        listener,
+        app,
+        config.connections,
+        WORKSPACE_SERVICE,
+        Default::default(),
+        done,
+    )
+    .await
+    .map_err(ServeError::Serve)?;
     if !shutdown.is_cancelled() {
         info!("the workspace's exit file was written; done");
     }
