@@ -69,15 +69,7 @@ pub fn watch_pool_label(image: &str) -> String {
 /// arrives over the attach, then the launch file, which removes itself and
 /// becomes the cold app container's script.
 pub fn pooled_waiting_script() -> String {
-    format!(
-        "ws={WORKSPACE_DIR}; launch=\"$ws\"/{LAUNCH_PATH}; \
-         tty=$(stty -g 2>/dev/null) && stty -echo; \
-         until [ -f \"$launch\" ]; do \
-           read -r _ || {{ echo 'the terminal closed before a session claimed this pod' >&2; exit 1; }}; \
-         done; \
-         [ -z \"$tty\" ] || stty \"$tty\"; \
-         . \"$launch\""
-    )
+    crate::pod::warm::launch_waiting_script("ws", WORKSPACE_DIR, LAUNCH_PATH)
 }
 
 /// The launch file of a claimed pooled pod: the session's environment

@@ -67,6 +67,22 @@ pub struct PodSettings {
     pub termination_grace_seconds: i64,
 }
 
+#[cfg(test)]
+impl PodSettings {
+    /// The settings the unit tests build pods with.
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            namespace: "telo-sessions".into(),
+            managed_by: "telo-runner".into(),
+            init_image: "busybox:stable".into(),
+            default_image: "telorun/node:24-slim".into(),
+            image_pull_secret: None,
+            runtime_class: None,
+            termination_grace_seconds: 10,
+        }
+    }
+}
+
 /// Clamped limits of one session (docs/contract.md §9.6): quantities are
 /// passed to Kubernetes verbatim.
 #[derive(Debug, Clone, PartialEq, Eq)]

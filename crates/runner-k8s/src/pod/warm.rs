@@ -57,8 +57,15 @@ pub fn waiting_script() -> String {
 /// runs. A terminal that closes first ends the container, and the pool
 /// replaces the pod. Nothing of a request reaches this script.
 pub fn waiting_script_for(app: &str) -> String {
+    launch_waiting_script("app", app, LAUNCH_FILE)
+}
+
+/// The script a pooled container waits in (see [`waiting_script_for`]):
+/// shell variable `var` holds `dir`, and the launch file is `launch` below
+/// it.
+pub(crate) fn launch_waiting_script(var: &str, dir: &str, launch: &str) -> String {
     format!(
-        "app={app}; launch=\"$app\"/{LAUNCH_FILE}; \
+        "{var}={dir}; launch=\"${var}\"/{launch}; \
          tty=$(stty -g 2>/dev/null) && stty -echo; \
          until [ -f \"$launch\" ]; do \
            read -r _ || {{ echo 'the terminal closed before a session claimed this pod' >&2; exit 1; }}; \

@@ -308,15 +308,7 @@ mod tests {
     use super::*;
 
     fn settings() -> PodSettings {
-        PodSettings {
-            namespace: "telo-sessions".into(),
-            managed_by: "telo-runner".into(),
-            init_image: "busybox:stable".into(),
-            default_image: "telorun/node:24-slim".into(),
-            image_pull_secret: None,
-            runtime_class: None,
-            termination_grace_seconds: 10,
-        }
+        PodSettings::for_tests()
     }
 
     fn pod_spec_json(spec: &PodSpec) -> serde_json::Value {
