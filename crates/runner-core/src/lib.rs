@@ -25,6 +25,7 @@ pub mod reachability;
 pub mod registry;
 pub mod replay;
 pub mod session;
+pub mod setting;
 pub mod start_gate;
 pub mod sync;
 pub mod tasks;
