@@ -28,10 +28,10 @@ thread_local! {
 }
 
 impl Setting {
-    /// The default as a value, or `None` when it only describes what unset
-    /// means.
+    /// The default as a value, or `None` when there is none (a required
+    /// variable's empty default) or it only describes what unset means.
     pub fn default_value(&self) -> Option<&'static str> {
-        (!self.default.starts_with('(')).then_some(self.default)
+        (!self.default.is_empty() && !self.default.starts_with('(')).then_some(self.default)
     }
 
     /// The variable as set, untrimmed; the one place a loader reads it.
