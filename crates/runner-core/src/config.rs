@@ -21,8 +21,6 @@ pub use crate::env::{
 };
 use crate::env::{parse_positive_usize, parse_whole_number};
 pub use crate::setting::Setting;
-/// The former name of [`Setting`], until every crate's table is converted.
-pub type EnvVarDoc = Setting;
 
 // The typed defaults below are for the types' `Default`s and other crates;
 // the loaders fall back to the settings' documented defaults, and
@@ -488,7 +486,8 @@ pub const RUNNER_AUTH_TOKENS_FILE: Setting = Setting {
     description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
 };
 
-/// The former name of [`CORE_SETTINGS`], until every crate reads it so.
+/// The former name of [`CORE_SETTINGS`], still used by runner-k8s's
+/// integration tests.
 pub const CORE_ENV_VARS: &[Setting] = CORE_SETTINGS;
 
 /// Every variable the core (and the binary's logging) reads, in the order

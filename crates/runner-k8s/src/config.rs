@@ -1089,7 +1089,8 @@ pub const K8S_SETTINGS: &[Setting] = &[
     KUBECONFIG,
 ];
 
-/// The former name of [`K8S_SETTINGS`].
+/// The former name of [`K8S_SETTINGS`], still used by the integration
+/// tests.
 pub const K8S_ENV_VARS: &[Setting] = K8S_SETTINGS;
 
 #[cfg(test)]

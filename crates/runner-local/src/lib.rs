@@ -50,7 +50,5 @@ pub(crate) mod watch;
 pub(crate) mod work_root;
 
 pub use backend::{LocalBackend, LocalBackendError};
-/// The former name of [`LOCAL_SETTINGS`].
-pub use config::LOCAL_SETTINGS as LOCAL_ENV_VARS;
 pub use config::{BubblewrapConfig, LOCAL_SETTINGS, LocalConfig, SandboxConfig, load_local_config};
 pub use kernel::monitor::KernelHealth;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use runner_core::config::{CORE_SETTINGS, Setting};
-use runner_k8s::config::K8S_ENV_VARS;
+use runner_k8s::config::K8S_SETTINGS;
 use runner_local::LOCAL_SETTINGS;
 use runner_workspace_service::{WORKSPACE_LIMIT_SETTINGS, WORKSPACE_SERVICE_SETTINGS};
 
@@ -219,7 +219,7 @@ pub fn env_groups() -> [(&'static str, &'static [Setting]); 5] {
         ("Service", BINARY_SETTINGS),
         ("Core", CORE_SETTINGS),
         ("Local backend", LOCAL_SETTINGS),
-        ("Kubernetes backend", K8S_ENV_VARS),
+        ("Kubernetes backend", K8S_SETTINGS),
         (
             "Workspace service (`telo-runner workspace`)",
             WORKSPACE_SERVICE_SETTINGS,

@@ -128,7 +128,7 @@ fn help_documents_every_environment_variable() {
     for var in runner_core::config::CORE_SETTINGS
         .iter()
         .chain(runner_local::LOCAL_SETTINGS)
-        .chain(runner_k8s::config::K8S_ENV_VARS)
+        .chain(runner_k8s::config::K8S_SETTINGS)
         .chain(telo_runner::cli::BINARY_SETTINGS)
     {
         assert!(help.contains(var.name), "--help misses {}", var.name);
