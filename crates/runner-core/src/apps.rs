@@ -12,8 +12,8 @@ use runner_api::js::{js_own_key_order, js_trim};
 use runner_api::types::{PullPolicy, RunnerAppDescriptor};
 use serde_json::{Map, Value};
 
-use crate::config::RUNNER_APPS;
 use crate::env::{ConfigError, Env};
+use crate::settings::RUNNER_APPS;
 
 /// One validated catalog entry with the reference's defaults applied
 /// (`env` empty, `pullPolicy` `missing`). Values are kept exactly as written.

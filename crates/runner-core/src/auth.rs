@@ -8,8 +8,8 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::RUNNER_AUTH_TOKENS_FILE;
 use crate::env::{ConfigError, Env};
+use crate::settings::RUNNER_AUTH_TOKENS_FILE;
 
 /// The accepted tokens, kept only as SHA-256 digests: comparing digests makes
 /// every comparison the same length, so neither a token's bytes nor its length

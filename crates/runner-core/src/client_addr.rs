@@ -12,8 +12,8 @@ use http::HeaderMap;
 use ipnet::IpNet;
 use runner_api::js::js_trim;
 
-use crate::config::RUNNER_TRUSTED_PROXIES;
 use crate::env::ConfigError;
+use crate::settings::RUNNER_TRUSTED_PROXIES;
 
 /// The proxies whose `X-Forwarded-For` is believed (none by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -26,6 +26,7 @@ pub mod registry;
 pub mod replay;
 pub mod session;
 pub mod setting;
+pub mod settings;
 pub mod start_gate;
 pub mod sync;
 pub mod tasks;

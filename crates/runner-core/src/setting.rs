@@ -44,7 +44,10 @@ impl Setting {
         env.get(self.name).map(String::as_str)
     }
 
-    /// The variable, or the default when it is unset or blank.
+    /// The variable, or the default when it is unset or blank. The typed
+    /// readers below are for settings with a value default: without one,
+    /// unset reads as zero (or `false`), so such settings are read with
+    /// [`Setting::raw`] or [`Setting::string`] instead.
     fn raw_or_default<'e>(&self, env: &'e Env) -> Option<&'e str> {
         self.raw(env)
             .filter(|raw| !js_trim(raw).is_empty())

@@ -5,10 +5,10 @@ use runner_api::js::js_trim;
 use runner_api::types::RunnerTerms;
 use sha2::{Digest, Sha256};
 
-use crate::config::{
+use crate::env::{ConfigError, Env};
+use crate::settings::{
     RUNNER_TERMS_BODY, RUNNER_TERMS_FILE, RUNNER_TERMS_TITLE, RUNNER_TERMS_VERSION,
 };
-use crate::env::{ConfigError, Env};
 
 /// Hex characters of the body's SHA-256 used as the default version.
 const FINGERPRINT_HEX_CHARS: usize = 12;

@@ -85,30 +85,6 @@ pub const RUNNER_LOCAL_SANDBOX_READ_ONLY: Setting = Setting {
     description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
 };
 
-pub const RUNNER_LOCAL_MAX_MEMORY: Setting = Setting {
-    name: "RUNNER_LOCAL_MAX_MEMORY",
-    default: "1Gi",
-    description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
-};
-
-pub const RUNNER_LOCAL_MAX_PROCESSES: Setting = Setting {
-    name: "RUNNER_LOCAL_MAX_PROCESSES",
-    default: "512",
-    description: "Processes and threads of one session (RLIMIT_NPROC in the session's own user namespace; pids.max with a delegated cgroup, which a runner running as root needs for this bound).",
-};
-
-pub const RUNNER_LOCAL_MAX_CPU: Setting = Setting {
-    name: "RUNNER_LOCAL_MAX_CPU",
-    default: "1",
-    description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
-};
-
-pub const RUNNER_LOCAL_MAX_DISK: Setting = Setting {
-    name: "RUNNER_LOCAL_MAX_DISK",
-    default: "1Gi",
-    description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
-};
-
 pub const RUNNER_LOCAL_KERNEL_CACHE_WARM_UP: Setting = Setting {
     name: "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP",
     default: "(unset)",
@@ -132,10 +108,10 @@ pub const LOCAL_SETTINGS: &[Setting] = &[
     RUNNER_MAX_TTL_SECONDS,
     RUNNER_LOCAL_SANDBOX,
     RUNNER_LOCAL_SANDBOX_READ_ONLY,
-    RUNNER_LOCAL_MAX_MEMORY,
-    RUNNER_LOCAL_MAX_PROCESSES,
-    RUNNER_LOCAL_MAX_CPU,
-    RUNNER_LOCAL_MAX_DISK,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_MEMORY,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_PROCESSES,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_CPU,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_DISK,
     RUNNER_LOCAL_KERNEL_CACHE_WARM_UP,
     RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES,
     RUNNER_WORKSPACE_MAX_FILE_BYTES,

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 pub use budget::{RELOAD_WINDOW, ReloadBudget};
 
-use crate::config::{
+use crate::env::{ConfigError, Env};
+use crate::setting::Setting;
+use crate::settings::{
     RUNNER_WATCH_IDLE_SECONDS, RUNNER_WATCH_MAX_SESSIONS, RUNNER_WATCH_MAX_SUSPENDED,
     RUNNER_WATCH_MAX_TTL_SECONDS, RUNNER_WATCH_RELOAD_LIMIT, RUNNER_WATCH_SESSIONS,
     RUNNER_WATCH_SUSPENDED_TTL_SECONDS, RUNNER_WORKSPACE_CHECKPOINT_SECONDS,
 };
-use crate::env::{ConfigError, Env};
-use crate::setting::Setting;
 
 // Typed for `WatchConfig::default`; `typed_defaults_are_the_documented_ones`
 // proves they are the settings' documented defaults.

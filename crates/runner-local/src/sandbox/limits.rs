@@ -26,13 +26,32 @@ use std::path::Path;
 
 use runner_core::config::{ConfigError, Env, Setting};
 
-use crate::config::{
-    RUNNER_LOCAL_MAX_CPU, RUNNER_LOCAL_MAX_DISK, RUNNER_LOCAL_MAX_MEMORY,
-    RUNNER_LOCAL_MAX_PROCESSES,
+pub const RUNNER_LOCAL_MAX_MEMORY: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_MEMORY",
+    default: "1Gi",
+    description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
+};
+
+pub const RUNNER_LOCAL_MAX_PROCESSES: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_PROCESSES",
+    default: "512",
+    description: "Processes and threads of one session (RLIMIT_NPROC in the session's own user namespace; pids.max with a delegated cgroup, which a runner running as root needs for this bound).",
+};
+
+pub const RUNNER_LOCAL_MAX_CPU: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_CPU",
+    default: "1",
+    description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
+};
+
+pub const RUNNER_LOCAL_MAX_DISK: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_DISK",
+    default: "1Gi",
+    description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
 };
 
 /// Typed for `SessionLimits::default`; the local config's tests prove it is
-/// the documented default.
+/// [`RUNNER_LOCAL_MAX_PROCESSES`]'s documented default.
 pub const DEFAULT_MAX_PROCESSES: u64 = 512;
 /// Open files per process: far above what a Telo server needs, far below
 /// what exhausts the host's file table.
