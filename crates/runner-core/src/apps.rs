@@ -13,6 +13,7 @@ use runner_api::types::{PullPolicy, RunnerAppDescriptor};
 use serde_json::{Map, Value};
 
 use crate::env::{ConfigError, Env};
+use crate::settings::RUNNER_APPS;
 
 /// One validated catalog entry with the reference's defaults applied
 /// (`env` empty, `pullPolicy` `missing`). Values are kept exactly as written.
@@ -177,7 +178,7 @@ impl AppCatalog {
 /// Parses `RUNNER_APPS`. Unset or blank means no apps; anything malformed is a
 /// hard error, because a broken catalog must not silently drop the apps.
 pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
-    let Some(raw) = env.get("RUNNER_APPS") else {
+    let Some(raw) = RUNNER_APPS.raw(env) else {
         return Ok(AppCatalog::default());
     };
     let raw = js_trim(raw);
@@ -185,13 +186,13 @@ pub fn load_apps(env: &Env) -> Result<AppCatalog, ConfigError> {
         return Ok(AppCatalog::default());
     }
     let parsed: Value = serde_json::from_str(raw).map_err(|err| ConfigError::Malformed {
-        var: "RUNNER_APPS".to_owned(),
+        var: RUNNER_APPS.name.to_owned(),
         expected: "valid JSON".to_owned(),
         reason: err.to_string(),
     })?;
     let Value::Object(catalog) = parsed else {
         return Err(ConfigError::must_be(
-            "RUNNER_APPS",
+            RUNNER_APPS.name,
             "a JSON object mapping app name \u{2192} app config",
         ));
     };

@@ -8,9 +8,8 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::env::{ConfigError, Env, env_string};
-
-pub const AUTH_TOKENS_FILE_VAR: &str = "RUNNER_AUTH_TOKENS_FILE";
+use crate::env::{ConfigError, Env};
+use crate::settings::RUNNER_AUTH_TOKENS_FILE;
 
 /// The accepted tokens, kept only as SHA-256 digests: comparing digests makes
 /// every comparison the same length, so neither a token's bytes nor its length
@@ -68,11 +67,11 @@ fn digest(token: &str) -> [u8; 32] {
 /// silently starting without auth is the failure an operator who set the
 /// variable is guarding against.
 pub fn load_auth_tokens(env: &Env) -> Result<Option<AuthTokens>, ConfigError> {
-    let Some(path) = env_string(env, AUTH_TOKENS_FILE_VAR) else {
+    let Some(path) = RUNNER_AUTH_TOKENS_FILE.string(env) else {
         return Ok(None);
     };
     let text = std::fs::read_to_string(&path).map_err(|err| ConfigError::UnreadableFile {
-        var: AUTH_TOKENS_FILE_VAR.to_owned(),
+        var: RUNNER_AUTH_TOKENS_FILE.name.to_owned(),
         path: path.clone(),
         // This variable's refusal has always closed with a full stop.
         reason: format!("{err}."),
@@ -80,7 +79,7 @@ pub fn load_auth_tokens(env: &Env) -> Result<Option<AuthTokens>, ConfigError> {
     let tokens = AuthTokens::parse(&text);
     if tokens.is_empty() {
         return Err(ConfigError::NoTokens {
-            var: AUTH_TOKENS_FILE_VAR.to_owned(),
+            var: RUNNER_AUTH_TOKENS_FILE.name.to_owned(),
             path: path.clone(),
         });
     }
@@ -107,7 +106,7 @@ mod tests {
     fn an_unset_or_blank_variable_turns_authentication_off() {
         assert_eq!(load_auth_tokens(&env_from_pairs(&[])), Ok(None));
         assert_eq!(
-            load_auth_tokens(&env_from_pairs(&[(AUTH_TOKENS_FILE_VAR, "  ")])),
+            load_auth_tokens(&env_from_pairs(&[(RUNNER_AUTH_TOKENS_FILE.name, "  ")])),
             Ok(None)
         );
     }
@@ -119,7 +118,7 @@ mod tests {
         std::fs::write(&path, "# none yet\n\n").expect("write");
         let path = path.to_string_lossy().into_owned();
         assert_eq!(
-            load_auth_tokens(&env_from_pairs(&[(AUTH_TOKENS_FILE_VAR, &path)]))
+            load_auth_tokens(&env_from_pairs(&[(RUNNER_AUTH_TOKENS_FILE.name, &path)]))
                 .map_err(|err| err.to_string()),
             Err(format!(
                 "RUNNER_AUTH_TOKENS_FILE '{path}' holds no token (one per line; blank lines and # comments are ignored)."

@@ -13,9 +13,7 @@ use ipnet::IpNet;
 use runner_api::js::js_trim;
 
 use crate::env::ConfigError;
-
-/// The variable that lists the trusted proxies.
-pub const TRUSTED_PROXIES_VAR: &str = "RUNNER_TRUSTED_PROXIES";
+use crate::settings::RUNNER_TRUSTED_PROXIES;
 
 /// The proxies whose `X-Forwarded-For` is believed (none by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,7 +36,7 @@ impl TrustedProxies {
                 .ok()
                 .or_else(|| IpAddr::from_str(entry).ok().map(IpNet::from))
                 .ok_or_else(|| ConfigError::Invalid {
-                    var: TRUSTED_PROXIES_VAR.to_owned(),
+                    var: RUNNER_TRUSTED_PROXIES.name.to_owned(),
                     rule: format!(
                         "be a comma-separated list of IP addresses and CIDR ranges ('{entry}' is neither)"
                     ),

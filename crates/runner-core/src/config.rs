@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::apps::{AppCatalog, load_apps};
 use crate::auth::{AuthTokens, load_auth_tokens};
-use crate::client_addr::{TRUSTED_PROXIES_VAR, TrustedProxies};
+use crate::client_addr::TrustedProxies;
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
 
@@ -20,19 +20,13 @@ pub use crate::env::{
     parse_port, parse_positive_int,
 };
 use crate::env::{parse_positive_usize, parse_whole_number};
+pub use crate::setting::Setting;
+pub use crate::settings::*;
 
-pub const DEFAULT_LOG_LEVEL: &str = "info";
-pub const DEFAULT_MAX_SESSIONS: u64 = 32;
-/// Exited sessions linger so a reloaded editor can re-attach and replay their
-/// history; the registry evicts terminal sessions first at capacity, so a long
-/// retention never blocks a new run.
-pub const DEFAULT_EXIT_TTL_MS: u64 = 4 * 60 * 60 * 1000;
-/// Applies to each of a session's two replay buffers (events and PTY bytes).
-pub const DEFAULT_REPLAY_BUFFER_BYTES: u64 = 5_000_000;
-/// The reference inherits Fastify's 1 MiB body limit; ours is the same by
-/// default but can be raised for large bundles.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 1_048_576;
-pub const DEFAULT_SSE_HEARTBEAT_MS: u64 = 20_000;
+// The typed defaults below are for the types' `Default`s and other crates;
+// the loaders fall back to the settings' documented defaults, and
+// `typed_defaults_are_the_documented_ones` proves the two agree.
+
 /// Seconds a stopped workload gets between SIGTERM and the kill.
 pub const DEFAULT_STOP_GRACE_SECONDS: u64 = 5;
 /// Open client connections served at once (our hardening). Sized for the
@@ -156,18 +150,9 @@ impl Default for SubscriberLimits {
 }
 
 fn load_subscriber_limits(env: &Env) -> Result<SubscriberLimits, ConfigError> {
-    let var = |key: &str| env.get(key).map(String::as_str);
     Ok(SubscriberLimits {
-        per_session: parse_positive_usize(
-            var("RUNNER_MAX_SUBSCRIBERS_PER_SESSION"),
-            DEFAULT_MAX_SUBSCRIBERS_PER_SESSION,
-            "RUNNER_MAX_SUBSCRIBERS_PER_SESSION",
-        )?,
-        per_client: parse_positive_usize(
-            var("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT"),
-            DEFAULT_MAX_SUBSCRIBERS_PER_CLIENT,
-            "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
-        )?,
+        per_session: RUNNER_MAX_SUBSCRIBERS_PER_SESSION.positive_usize(env)?,
+        per_client: RUNNER_MAX_SUBSCRIBERS_PER_CLIENT.positive_usize(env)?,
     })
 }
 
@@ -200,38 +185,30 @@ impl Default for ConnectionLimits {
 }
 
 fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
-    let var = |key: &str| env.get(key).map(String::as_str);
-    let max_connections = parse_positive_usize(
-        var("RUNNER_MAX_CONNECTIONS"),
-        DEFAULT_MAX_CONNECTIONS,
-        "RUNNER_MAX_CONNECTIONS",
-    )?;
-    let max_connections_per_client = var("RUNNER_MAX_CONNECTIONS_PER_CLIENT")
+    let max_connections = RUNNER_MAX_CONNECTIONS.positive_usize(env)?;
+    let max_connections_per_client = RUNNER_MAX_CONNECTIONS_PER_CLIENT
+        .raw(env)
         .filter(|raw| !js_trim(raw).is_empty())
-        .map(|raw| parse_positive_usize(Some(raw), 1, "RUNNER_MAX_CONNECTIONS_PER_CLIENT"))
+        .map(|raw| parse_positive_usize(Some(raw), 1, RUNNER_MAX_CONNECTIONS_PER_CLIENT.name))
         .transpose()?;
-    let trusted_proxies = TrustedProxies::parse(var(TRUSTED_PROXIES_VAR))?;
-    let header_timeout = parse_positive_int(
-        var("RUNNER_HEADER_TIMEOUT_SECONDS"),
-        DEFAULT_HEADER_TIMEOUT_SECONDS,
-        "RUNNER_HEADER_TIMEOUT_SECONDS",
-    )?;
-    let body_timeout = parse_positive_int(
-        var("RUNNER_BODY_TIMEOUT_SECONDS"),
-        DEFAULT_BODY_TIMEOUT_SECONDS,
-        "RUNNER_BODY_TIMEOUT_SECONDS",
-    )?;
-    let raw_header_bytes = var("RUNNER_MAX_HEADER_BYTES");
+    let trusted_proxies = TrustedProxies::parse(RUNNER_TRUSTED_PROXIES.raw(env))?;
+    let header_timeout = RUNNER_HEADER_TIMEOUT_SECONDS.positive_int(env)?;
+    let body_timeout = RUNNER_BODY_TIMEOUT_SECONDS.positive_int(env)?;
+    let header_bytes = RUNNER_MAX_HEADER_BYTES;
+    let raw_header_bytes = header_bytes
+        .raw(env)
+        .filter(|raw| !js_trim(raw).is_empty())
+        .or(header_bytes.default_value());
     let max_header_bytes = parse_whole_number(
         raw_header_bytes,
-        DEFAULT_MAX_HEADER_BYTES,
+        0,
         MIN_MAX_HEADER_BYTES,
-        "RUNNER_MAX_HEADER_BYTES",
+        header_bytes.name,
         IntegerRange::Positive,
     )
     .map_err(|_| {
         ConfigError::invalid_integer(
-            "RUNNER_MAX_HEADER_BYTES",
+            header_bytes.name,
             IntegerRange::AtLeast(MIN_MAX_HEADER_BYTES),
             raw_header_bytes.unwrap_or_default(),
         )
@@ -250,46 +227,21 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
 /// the first invalid one is reported, so the same environment always yields
 /// the same message.
 pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, ConfigError> {
-    let var = |key: &str| env.get(key).map(String::as_str);
-    let port = parse_port(var("PORT"), default_port)?;
-    let log_level = env_string(env, "LOG_LEVEL").unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
-    let max_sessions = parse_positive_usize(
-        var("RUNNER_MAX_SESSIONS"),
-        DEFAULT_MAX_SESSIONS,
-        "RUNNER_MAX_SESSIONS",
-    )?;
-    let exit_ttl_ms = parse_positive_int(
-        var("RUNNER_EXIT_TTL_MS"),
-        DEFAULT_EXIT_TTL_MS,
-        "RUNNER_EXIT_TTL_MS",
-    )?;
-    let replay_buffer_bytes = parse_positive_usize(
-        var("RUNNER_REPLAY_BUFFER_BYTES"),
-        DEFAULT_REPLAY_BUFFER_BYTES,
-        "RUNNER_REPLAY_BUFFER_BYTES",
-    )?;
-    let cors_origins = parse_cors_origins(var("RUNNER_CORS_ORIGINS"));
-    let default_registry_url = env_string(env, "TELO_REGISTRY_URL");
-    let max_body_bytes = parse_positive_usize(
-        var("RUNNER_MAX_BODY_BYTES"),
-        DEFAULT_MAX_BODY_BYTES,
-        "RUNNER_MAX_BODY_BYTES",
-    )?;
-    let sse_heartbeat_ms = parse_positive_int(
-        var("RUNNER_SSE_HEARTBEAT_MS"),
-        DEFAULT_SSE_HEARTBEAT_MS,
-        "RUNNER_SSE_HEARTBEAT_MS",
-    )?;
-    let stop_grace_seconds = parse_non_negative_int(
-        var("RUNNER_STOP_GRACE_SECONDS"),
-        DEFAULT_STOP_GRACE_SECONDS,
-        "RUNNER_STOP_GRACE_SECONDS",
-    )?;
+    let port = parse_port(PORT.raw(env), default_port)?;
+    let log_level = LOG_LEVEL.string_or_default(env);
+    let max_sessions = RUNNER_MAX_SESSIONS.positive_usize(env)?;
+    let exit_ttl_ms = RUNNER_EXIT_TTL_MS.positive_int(env)?;
+    let replay_buffer_bytes = RUNNER_REPLAY_BUFFER_BYTES.positive_usize(env)?;
+    let cors_origins = parse_cors_origins(RUNNER_CORS_ORIGINS.raw(env));
+    let default_registry_url = TELO_REGISTRY_URL.string(env);
+    let max_body_bytes = RUNNER_MAX_BODY_BYTES.positive_usize(env)?;
+    let sse_heartbeat_ms = RUNNER_SSE_HEARTBEAT_MS.positive_int(env)?;
+    let stop_grace_seconds = RUNNER_STOP_GRACE_SECONDS.non_negative_int(env)?;
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
     let auth_tokens = load_auth_tokens(env)?;
     let connections = load_connection_limits(env)?;
-    let io_frames = parse_io_frames(var("RUNNER_IO_FRAMES"))?;
+    let io_frames = parse_io_frames(RUNNER_IO_FRAMES.raw(env))?;
     let watch = load_watch_config(env)?;
     let subscribers = load_subscriber_limits(env)?;
     Ok(CoreConfig {
@@ -319,193 +271,11 @@ fn parse_io_frames(raw: Option<&str>) -> Result<FrameFormat, ConfigError> {
         return Ok(FrameFormat::Tagged);
     };
     FrameFormat::parse(js_trim(raw)).ok_or_else(|| ConfigError::NotOneOf {
-        var: "RUNNER_IO_FRAMES".to_owned(),
+        var: RUNNER_IO_FRAMES.name.to_owned(),
         choices: vec!["tagged".to_owned(), "legacy".to_owned()],
         value: raw.to_owned(),
     })
 }
-
-/// One documented environment variable, for `--help` and the README.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EnvVarDoc {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub description: &'static str,
-}
-
-/// Every variable the core (and the binary's logging) reads.
-pub const CORE_ENV_VARS: &[EnvVarDoc] = &[
-    EnvVarDoc {
-        name: "PORT",
-        default: "8061",
-        description: "TCP port the HTTP API listens on; an empty value is an error, not the default.",
-    },
-    EnvVarDoc {
-        name: "LOG_LEVEL",
-        default: "info",
-        description: "Minimum severity of log lines (trace, debug, info, warn, error).",
-    },
-    EnvVarDoc {
-        name: "LOG_FORMAT",
-        default: "pretty",
-        description: "Log line format: `json` for one JSON object per line, `pretty` for humans.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_SESSIONS",
-        default: "32",
-        description: "How many sessions may exist at once; finished ones are evicted first when the limit is hit.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_EXIT_TTL_MS",
-        default: "14400000",
-        description: "How long a finished session stays available for re-attach and replay, in milliseconds.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_REPLAY_BUFFER_BYTES",
-        default: "5000000",
-        description: "Byte cap of each of a session's two replay buffers (lifecycle events and terminal output).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_BODY_BYTES",
-        default: "1048576",
-        description: "Largest accepted request body in bytes; bigger requests get 413, so this bounds bundle size.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_SSE_HEARTBEAT_MS",
-        default: "20000",
-        description: "Interval of the `: heartbeat` comment on idle event streams; lower it behind proxies with short idle timeouts.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_CONNECTIONS",
-        default: "6000",
-        description: "Client connections served at once. At the limit a new connection closes the oldest one that has not sent a byte yet; only when none is left does it get 503 `too_many_connections` and is closed. Bounded further by the open-file limit, which is raised to its hard limit at boot.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_CONNECTIONS_PER_CLIENT",
-        default: "(a quarter of the connection limit)",
-        description: "Connections one client address holds at once (terminal sockets included); past it a new connection gets 429 `too_many_connections_from_client` and is closed (`/livez` and `/readyz` are still served). Behind a proxy set RUNNER_TRUSTED_PROXIES, or every client is the proxy.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TRUSTED_PROXIES",
-        default: "(unset: none)",
-        description: "Comma-separated addresses and CIDR ranges of reverse proxies whose `X-Forwarded-For` is believed: a request from one of them counts against its client (the rightmost hop that is not a trusted proxy) for RUNNER_MAX_CONNECTIONS_PER_CLIENT and RUNNER_MAX_SUBSCRIBERS_PER_CLIENT, and is refused with 429 `too_many_connections_from_client` when that client is at its cap.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_SUBSCRIBERS_PER_SESSION",
-        default: "64",
-        description: "Event streams and terminal sockets open on one session at once; past it a new one gets 429 `too_many_subscribers` (a socket before its upgrade).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_SUBSCRIBERS_PER_CLIENT",
-        default: "256",
-        description: "Event streams and terminal sockets one client holds at once across sessions (a client is its bearer token, else its address — behind a proxy the address it forwards if it is in RUNNER_TRUSTED_PROXIES, else the proxy's); past it 429 `too_many_subscribers`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_HEADER_TIMEOUT_SECONDS",
-        default: "10",
-        description: "A connection that has not sent a whole request header block within this time (idle keep-alive connections included) is closed.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BODY_TIMEOUT_SECONDS",
-        default: "30",
-        description: "A request body not received in full within this time gets 408 `request_timeout`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_HEADER_BYTES",
-        default: "16384",
-        description: "Largest request header block in bytes (at least 8192); bigger gets 431.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_STOP_GRACE_SECONDS",
-        default: "5",
-        description: "How long a stopped session's workload may take to exit after SIGTERM (on Kubernetes, the pod's grace period) before it is killed; 0 kills at once.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_IO_FRAMES",
-        default: "tagged",
-        description: "Layout of the terminal socket's binary frames: `tagged` (`[seq][stream][bytes]`, `features.io` a list, the wire of runner-core 0.9 and later) or `legacy` (`[seq][bytes]`, `features.io: true`) for editors built against the 0.8 wire.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_SESSIONS",
-        default: "false",
-        description: "Offer watch sessions (`mode: \"watch\"`): one long-lived session per workspace whose apps reload in place when the editor writes a file, suspended when idle and resumed under the same id.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_IDLE_SECONDS",
-        default: "300",
-        description: "A watch session no event stream or terminal socket has watched for this long is suspended (its workload ends, its files are kept).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_MAX_TTL_SECONDS",
-        default: "21600",
-        description: "The longest one watch workload runs before the session fails with `watch session reached its time limit`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_MAX_SESSIONS",
-        default: "8",
-        description: "Watch sessions running at once (suspended ones do not count); past it a new one gets 409 `too_many_watch_sessions`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_RELOAD_LIMIT",
-        default: "30",
-        description: "Workspace writes plus manual reloads one watch session may make per minute; past it 429 `reload_rate_limited`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_SUSPENDED_TTL_SECONDS",
-        default: "86400",
-        description: "How long a suspended watch session (and its files) is kept before it is removed.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WATCH_MAX_SUSPENDED",
-        default: "64",
-        description: "Suspended watch sessions kept at once. They do not count against RUNNER_MAX_SESSIONS and are never evicted to admit another session; at this bound an idle session keeps running (until its time limit) instead of being suspended, and its clients are told.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
-        default: "30",
-        description: "How often a live watch session's workspace is checkpointed, so a suspend or a runner crash loses at most this much.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_CORS_ORIGINS",
-        default: "*",
-        description: "Comma-separated browser origins allowed to call the API, or `*` for any origin. An entry ending in `:*` (`http://localhost:*`) admits that scheme and host on any port.",
-    },
-    EnvVarDoc {
-        name: "TELO_REGISTRY_URL",
-        default: "(unset)",
-        description: "Module registry URL handed to workloads whose request supplies none.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TERMS_FILE",
-        default: "(unset)",
-        description: "Path of a usage agreement clients must accept before starting sessions; unreadable is a boot error.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TERMS_BODY",
-        default: "(unset)",
-        description: "Inline usage agreement text, used only when RUNNER_TERMS_FILE is not set.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TERMS_TITLE",
-        default: "Usage agreement",
-        description: "Heading clients show above the usage agreement.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TERMS_VERSION",
-        default: "(hash of the body)",
-        description: "Version clients must echo to accept the agreement; by default any edit of the text changes it.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_APPS",
-        default: "(unset)",
-        description: "JSON object of operator-defined apps launchable by name (`image`, `env`, `pullPolicy`, `title`, `description`, `command` for the local backend (on Kubernetes it replaces an agent image's entrypoint), `acceptEnv`: the only client variables it takes, `port`: the TCP port it listens on, which makes it a watch session's co-resident agent, `tokenEnv`: the variable a per-session token is injected under); treat it as a secret, its env may hold keys.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_AUTH_TOKENS_FILE",
-        default: "(unset: no auth)",
-        description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
-    },
-];
 
 /// `RUNNER_CORS_ORIGINS`: unset, blank or `*` allow any origin; otherwise a
 /// comma-separated list, entries trimmed and empty ones dropped.
@@ -775,9 +545,43 @@ mod tests {
         );
     }
 
+    fn load(env: &Env) -> Result<CoreConfig, ConfigError> {
+        load_core_config(env, 8061)
+    }
+
+    #[test]
+    fn the_documented_defaults_are_what_unset_means() {
+        crate::setting::assert_documented_defaults_are_the_defaults(&[CORE_SETTINGS], load);
+    }
+
+    #[test]
+    fn the_loader_reads_exactly_the_documented_variables() {
+        // LOG_FORMAT is documented with the core's and read by the binary's
+        // logging.
+        crate::setting::assert_reads_exactly(
+            &[CORE_SETTINGS],
+            &["LOG_FORMAT"],
+            // The terms' title and version are read only beside a body.
+            &[Env::new(), vars(&[("RUNNER_TERMS_BODY", "Be nice.")])],
+            load,
+        );
+    }
+
+    #[test]
+    fn typed_defaults_are_the_documented_ones() {
+        let config = load(&Env::new()).unwrap();
+        assert_eq!(config.connections, ConnectionLimits::default());
+        assert_eq!(config.subscribers, SubscriberLimits::default());
+        assert_eq!(config.watch, WatchConfig::default());
+        assert_eq!(
+            config.stop_grace,
+            Duration::from_secs(DEFAULT_STOP_GRACE_SECONDS)
+        );
+    }
+
     #[test]
     fn the_documentation_table_names_each_variable_once() {
-        let mut names: Vec<&str> = CORE_ENV_VARS.iter().map(|doc| doc.name).collect();
+        let mut names: Vec<&str> = CORE_SETTINGS.iter().map(|doc| doc.name).collect();
         let total = names.len();
         names.sort_unstable();
         names.dedup();

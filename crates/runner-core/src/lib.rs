@@ -27,6 +27,8 @@ pub mod reachability;
 pub mod registry;
 pub mod replay;
 pub mod session;
+pub mod setting;
+pub mod settings;
 pub mod start_gate;
 pub mod sync;
 pub mod tasks;

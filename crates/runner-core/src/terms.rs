@@ -5,9 +5,10 @@ use runner_api::js::js_trim;
 use runner_api::types::RunnerTerms;
 use sha2::{Digest, Sha256};
 
-use crate::env::{ConfigError, Env, env_string};
-
-pub const DEFAULT_TERMS_TITLE: &str = "Usage agreement";
+use crate::env::{ConfigError, Env};
+use crate::settings::{
+    RUNNER_TERMS_BODY, RUNNER_TERMS_FILE, RUNNER_TERMS_TITLE, RUNNER_TERMS_VERSION,
+};
 
 /// Hex characters of the body's SHA-256 used as the default version.
 const FINGERPRINT_HEX_CHARS: usize = 12;
@@ -28,9 +29,10 @@ pub fn load_terms(env: &Env) -> Result<Option<RunnerTerms>, ConfigError> {
     // Without an explicit version, any edit of the text changes the version and
     // so re-prompts every client; operators set one only to mark typo fixes as
     // immaterial.
-    let version = env_string(env, "RUNNER_TERMS_VERSION").unwrap_or_else(|| fingerprint(&body));
-    let title =
-        env_string(env, "RUNNER_TERMS_TITLE").unwrap_or_else(|| DEFAULT_TERMS_TITLE.to_owned());
+    let version = RUNNER_TERMS_VERSION
+        .string(env)
+        .unwrap_or_else(|| fingerprint(&body));
+    let title = RUNNER_TERMS_TITLE.string_or_default(env);
     Ok(Some(RunnerTerms {
         version,
         title,
@@ -39,11 +41,11 @@ pub fn load_terms(env: &Env) -> Result<Option<RunnerTerms>, ConfigError> {
 }
 
 fn terms_body(env: &Env) -> Result<Option<String>, ConfigError> {
-    let Some(file) = env_string(env, "RUNNER_TERMS_FILE") else {
-        return Ok(env.get("RUNNER_TERMS_BODY").cloned());
+    let Some(file) = RUNNER_TERMS_FILE.string(env) else {
+        return Ok(RUNNER_TERMS_BODY.raw(env).map(str::to_owned));
     };
     let bytes = std::fs::read(&file).map_err(|err| ConfigError::UnreadableAt {
-        var: "RUNNER_TERMS_FILE".to_owned(),
+        var: RUNNER_TERMS_FILE.name.to_owned(),
         path: file.clone(),
         reason: err.to_string(),
     })?;

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use runner_api::js::js_number;
 use runner_core::bundle_path::{InvalidBundlePath, normalize_bundle_path};
 use runner_core::config::{
-    CORE_ENV_VARS, ConfigError, Env, load_core_config, parse_bool, parse_cors_origins, parse_port,
+    CORE_SETTINGS, ConfigError, Env, load_core_config, parse_bool, parse_cors_origins, parse_port,
     parse_positive_int,
 };
 use support::{check_accepted_path, config, hostile_path, json_value, nasty_string};
@@ -55,7 +55,7 @@ proptest! {
 /// do not exist (reading a device such as `/dev/zero` is the operator's own
 /// doing, not hostile input).
 fn core_env() -> BoxedStrategy<Env> {
-    let names: Vec<&'static str> = CORE_ENV_VARS.iter().map(|var| var.name).collect();
+    let names: Vec<&'static str> = CORE_SETTINGS.iter().map(|var| var.name).collect();
     prop::collection::vec(
         (
             prop::sample::select(names),
@@ -81,7 +81,7 @@ fn core_env() -> BoxedStrategy<Env> {
 
 fn check_config_error(err: &ConfigError) -> Result<(), TestCaseError> {
     let message = &err.to_string();
-    let names: Vec<&str> = CORE_ENV_VARS.iter().map(|var| var.name).collect();
+    let names: Vec<&str> = CORE_SETTINGS.iter().map(|var| var.name).collect();
     prop_assert!(
         names.iter().any(|name| message.contains(name)),
         "a config error that names no variable: {message}"

@@ -12,10 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use runner_core::config::{
-    ConfigError, CoreConfig, Env, EnvVarDoc, IntegerRange, env_string, load_core_config,
-    parse_bool, parse_positive_int,
-};
+use runner_core::config::{ConfigError, CoreConfig, Env, IntegerRange, Setting, load_core_config};
 use runner_core::types::PullPolicy;
 
 use crate::images::telo::{
@@ -45,23 +42,10 @@ pub const DEFAULT_MANAGED_BY: &str = "telo-k8s-runner";
 /// OOM kill on memory and an eviction on ephemeral storage for an ordinary app.
 pub const DEFAULT_MAX_CPU: &str = "500m";
 pub const DEFAULT_MAX_MEMORY: &str = "512Mi";
-pub const DEFAULT_MAX_TTL_SECONDS: u64 = 3600;
 pub const DEFAULT_MAX_EPHEMERAL_STORAGE: &str = "1Gi";
-/// App and watch sessions are operator-curated and long-lived, so they keep
-/// their own ceilings (notably a six-hour TTL) without loosening the
-/// anonymous run-session ones.
-pub const DEFAULT_APP_MAX_TTL_SECONDS: u64 = 21_600;
 
 pub const DEFAULT_BASE_IMAGE_REPOSITORY: &str = "telorun/node";
-pub const DEFAULT_BASE_IMAGE_LIMIT: u64 = 20;
-pub const DEFAULT_BASE_IMAGE_REFRESH_SECONDS: u64 = 3600;
 pub const DEFAULT_DOCKER_HUB_URL: &str = "https://hub.docker.com";
-
-pub const DEFAULT_ROUTE_READY_TIMEOUT_SECONDS: u64 = 60;
-/// How long a pod may stay short of `Running` before the start is abandoned.
-/// `activeDeadlineSeconds` bounds only a pod that already runs, so a pod
-/// stuck in `Pending` needs this runner-side deadline.
-pub const DEFAULT_START_DEADLINE_SECONDS: u64 = 120;
 
 /// Kubernetes settings refused for a reason of their own (not one shape
 /// of value among many).
@@ -278,30 +262,26 @@ impl fmt::Display for OrphanPolicy {
 /// variable in evaluation order is the error.
 pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     let self_url = load_self_url(env)?;
-    let session_namespace = string_or(env, "RUNNER_SESSION_NAMESPACE", DEFAULT_SESSION_NAMESPACE);
+    let session_namespace = RUNNER_SESSION_NAMESPACE.string_or_default(env);
     let core = load_core_config(env, DEFAULT_PORT)?;
-    let display_name = string_or(env, "RUNNER_DISPLAY_NAME", DEFAULT_DISPLAY_NAME);
-    let description = string_or(env, "RUNNER_DESCRIPTION", DEFAULT_DESCRIPTION);
-    let default_image = string_or(env, "RUNNER_IMAGE", DEFAULT_IMAGE);
-    let init_image = string_or(env, "RUNNER_INIT_IMAGE", DEFAULT_INIT_IMAGE);
-    let workspace_image = string_or(env, "RUNNER_WORKSPACE_IMAGE", DEFAULT_WORKSPACE_IMAGE);
+    let display_name = RUNNER_DISPLAY_NAME.string_or_default(env);
+    let description = RUNNER_DESCRIPTION.string_or_default(env);
+    let default_image = RUNNER_IMAGE.string_or_default(env);
+    let init_image = RUNNER_INIT_IMAGE.string_or_default(env);
+    let workspace_image = RUNNER_WORKSPACE_IMAGE.string_or_default(env);
     let workspace_limits = runner_workspace_service::workspace_limits_from_env(env)?;
-    let image_pull_secret = env_string(env, "RUNNER_IMAGE_PULL_SECRET");
-    let runtime_class = env_string(env, "RUNNER_RUNTIME_CLASS");
+    let image_pull_secret = RUNNER_IMAGE_PULL_SECRET.string(env);
+    let runtime_class = RUNNER_RUNTIME_CLASS.string(env);
     let routing = load_routing_config(env, &session_namespace)?;
-    let managed_by = string_or(env, "RUNNER_MANAGED_BY", DEFAULT_MANAGED_BY);
-    let limits = load_ceilings(env, "RUNNER_MAX", DEFAULT_MAX_TTL_SECONDS)?;
-    let app_limits = load_ceilings(env, "RUNNER_APP_MAX", DEFAULT_APP_MAX_TTL_SECONDS)?;
+    let managed_by = RUNNER_MANAGED_BY.string_or_default(env);
+    let limits = load_ceilings(env, &RUN_CEILINGS)?;
+    let app_limits = load_ceilings(env, &APP_CEILINGS)?;
     let base_image_catalog = load_base_image_catalog(env)?;
     let telo_images = load_telo_images(env)?;
     // Our additions come last so they never change which reference error an
     // environment produces.
     let orphan_policy = load_orphan_policy(env)?;
-    let start_deadline = Duration::from_secs(parse_positive_int(
-        var(env, "RUNNER_START_DEADLINE_SECONDS"),
-        DEFAULT_START_DEADLINE_SECONDS,
-        "RUNNER_START_DEADLINE_SECONDS",
-    )?);
+    let start_deadline = Duration::from_secs(RUNNER_START_DEADLINE_SECONDS.positive_int(env)?);
     let warm_pools = load_warm_pools(env)?;
     let warm_pool_surge = load_warm_pool_surge(env)?;
     let watch_pools = load_watch_pools(env, core.watch.enabled)?;
@@ -352,33 +332,33 @@ pub struct PoolSpec {
 /// (`telorun/node:latest-slim=5`). An image a telo release runs
 /// (`telorun/node:0.96.0-slim`) pools that release.
 fn load_warm_pools(env: &Env) -> Result<Vec<PoolSpec>, ConfigError> {
-    load_pool_specs(env, "RUNNER_WARM_POOL")
+    load_pool_specs(env, RUNNER_WARM_POOL)
 }
 
 /// `RUNNER_WARM_POOL_WATCH`: `<image>=<count>` pairs like
 /// `RUNNER_WARM_POOL`, of watch pods (one app, no agent). Watch sessions
 /// must be on: a pool of pods no session can claim is refused.
 fn load_watch_pools(env: &Env, watch_enabled: bool) -> Result<Vec<PoolSpec>, ConfigError> {
-    const VAR: &str = "RUNNER_WARM_POOL_WATCH";
+    const VAR: Setting = RUNNER_WARM_POOL_WATCH;
     let pools = load_pool_specs(env, VAR)?;
     if !watch_enabled && pools.iter().any(|pool| pool.size > 0) {
         return Err(ConfigError::invalid(
-            VAR,
+            VAR.name,
             "be empty unless RUNNER_WATCH_SESSIONS is true",
-            &env_string(env, VAR).unwrap_or_default(),
+            &VAR.string(env).unwrap_or_default(),
         ));
     }
     Ok(pools)
 }
 
 /// `<image>=<count>` pairs separated by commas, from `VAR`.
-fn load_pool_specs(env: &Env, var_name: &str) -> Result<Vec<PoolSpec>, ConfigError> {
-    let Some(raw) = env_string(env, var_name) else {
+fn load_pool_specs(env: &Env, setting: Setting) -> Result<Vec<PoolSpec>, ConfigError> {
+    let Some(raw) = setting.string(env) else {
         return Ok(Vec::new());
     };
     let refuse = || {
         ConfigError::invalid(
-            var_name,
+            setting.name,
             &format!(
                 "be a comma-separated list of <image>=<count>, each image once, counts 0 to {MAX_WARM_POOL_SIZE}"
             ),
@@ -408,15 +388,15 @@ fn load_pool_specs(env: &Env, var_name: &str) -> Result<Vec<PoolSpec>, ConfigErr
 /// `RUNNER_WARM_POOL_SURGE`: a whole number of pods from 1 to the largest
 /// pool (more could never be starting at once).
 fn load_warm_pool_surge(env: &Env) -> Result<usize, ConfigError> {
-    const VAR: &str = "RUNNER_WARM_POOL_SURGE";
-    let raw = var(env, VAR);
-    parse_positive_int(raw, DEFAULT_WARM_POOL_SURGE as u64, VAR)
+    const VAR: Setting = RUNNER_WARM_POOL_SURGE;
+    let raw = VAR.raw(env);
+    VAR.positive_int(env)
         .ok()
         .and_then(|surge| usize::try_from(surge).ok())
         .filter(|surge| *surge <= MAX_WARM_POOL_SIZE)
         .ok_or_else(|| {
             ConfigError::invalid(
-                VAR,
+                VAR.name,
                 &format!("be a whole number of pods from 1 to {MAX_WARM_POOL_SIZE}"),
                 raw.unwrap_or_default(),
             )
@@ -437,8 +417,8 @@ pub const MAX_WARM_POOL_MODULES: usize = 32;
 /// `RUNNER_WARM_POOL_MODULES`: `none` (no warm-up), or module names
 /// separated by commas; unset or empty, [`DEFAULT_WARM_POOL_MODULES`].
 fn load_warm_pool_modules(env: &Env) -> Result<Vec<String>, ConfigError> {
-    const VAR: &str = "RUNNER_WARM_POOL_MODULES";
-    let Some(raw) = env_string(env, VAR) else {
+    const VAR: Setting = RUNNER_WARM_POOL_MODULES;
+    let Some(raw) = VAR.string(env) else {
         return Ok(DEFAULT_WARM_POOL_MODULES.map(str::to_owned).to_vec());
     };
     if raw.trim() == "none" {
@@ -446,7 +426,7 @@ fn load_warm_pool_modules(env: &Env) -> Result<Vec<String>, ConfigError> {
     }
     let refuse = || {
         ConfigError::invalid(
-            VAR,
+            VAR.name,
             &format!(
                 "be none or a comma-separated list of at most {MAX_WARM_POOL_MODULES} module names (lowercase letters and digits, words joined by single dashes), each once"
             ),
@@ -477,7 +457,8 @@ fn load_warm_pool_modules(env: &Env) -> Result<Vec<String>, ConfigError> {
 /// of slashes is refused like a missing one (the reference accepted it and
 /// handed the init container a host-less URL).
 fn load_self_url(env: &Env) -> Result<String, ConfigError> {
-    env_string(env, "RUNNER_SELF_URL")
+    RUNNER_SELF_URL
+        .string(env)
         .map(|url| url.trim_end_matches('/').to_owned())
         .filter(|url| !url.is_empty())
         .ok_or_else(|| ConfigError::refused(KubeConfigRefusal::SelfUrlRequired))
@@ -491,8 +472,8 @@ pub fn load_routing_config(
     session_namespace: &str,
 ) -> Result<RoutingConfig, ConfigError> {
     let mode = load_routing_mode(env)?;
-    let gateway_name = env_string(env, "SESSION_GATEWAY_NAME");
-    let tls_secret_name = env_string(env, "SESSION_INGRESS_TLS_SECRET");
+    let gateway_name = SESSION_GATEWAY_NAME.string(env);
+    let tls_secret_name = SESSION_INGRESS_TLS_SECRET.string(env);
 
     // A certificate for a layer that never presents it is a silent downgrade to
     // plaintext origin traffic. This catches only the mode that names the layer
@@ -500,7 +481,7 @@ pub fn load_routing_config(
     // repeats the check against the resolved layer.
     if mode == RoutingMode::Gateway && tls_secret_name.is_some() {
         return Err(ConfigError::conflict(
-            "SESSION_INGRESS_TLS_SECRET",
+            SESSION_INGRESS_TLS_SECRET.name,
             "SESSION_ROUTING_MODE=gateway. Under Gateway API \
              the origin certificate belongs to the Gateway listener's own `tls.certificateRefs`, \
              not to the per-session route. Move the Secret reference to the Gateway and unset \
@@ -512,18 +493,17 @@ pub fn load_routing_config(
         return Err(gateway_name_required(session_namespace));
     }
 
-    let base_domain = env_string(env, "SESSION_ROUTING_BASE_DOMAIN");
-    let ingress_class_name = env_string(env, "SESSION_INGRESS_CLASS");
+    let base_domain = SESSION_ROUTING_BASE_DOMAIN.string(env);
+    let ingress_class_name = SESSION_INGRESS_CLASS.string(env);
     let gateway = gateway_name.map(|name| GatewayParent {
         name,
-        namespace: string_or(env, "SESSION_GATEWAY_NAMESPACE", session_namespace),
-        section_name: env_string(env, "SESSION_GATEWAY_SECTION_NAME"),
+        namespace: SESSION_GATEWAY_NAMESPACE
+            .string(env)
+            .unwrap_or_else(|| session_namespace.to_owned()),
+        section_name: SESSION_GATEWAY_SECTION_NAME.string(env),
     });
-    let route_ready_timeout = Duration::from_secs(parse_positive_int(
-        var(env, "SESSION_ROUTE_READY_TIMEOUT_SECONDS"),
-        DEFAULT_ROUTE_READY_TIMEOUT_SECONDS,
-        "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
-    )?);
+    let route_ready_timeout =
+        Duration::from_secs(SESSION_ROUTE_READY_TIMEOUT_SECONDS.positive_int(env)?);
     let ingress_annotations = load_ingress_annotations(env)?;
     if mode == RoutingMode::Gateway && !ingress_annotations.is_empty() {
         return Err(ingress_annotations_under_gateway());
@@ -543,19 +523,19 @@ pub fn load_routing_config(
 /// string values. Keys are checked as the apiserver checks them, so a typo
 /// stops the boot instead of failing every session's Ingress.
 fn load_ingress_annotations(env: &Env) -> Result<BTreeMap<String, String>, ConfigError> {
-    const VAR: &str = "SESSION_INGRESS_ANNOTATIONS";
-    let Some(raw) = env_string(env, VAR) else {
+    const VAR: Setting = SESSION_INGRESS_ANNOTATIONS;
+    let Some(raw) = VAR.string(env) else {
         return Ok(BTreeMap::new());
     };
     let annotations: BTreeMap<String, String> =
         serde_json::from_str(&raw).map_err(|err| ConfigError::Malformed {
-            var: VAR.to_owned(),
+            var: VAR.name.to_owned(),
             expected: "a JSON object of annotation names to strings".to_owned(),
             reason: err.to_string(),
         })?;
     if let Some(key) = annotations.keys().find(|key| !is_qualified_name(key)) {
         return Err(ConfigError::invalid(
-            VAR,
+            VAR.name,
             "name each annotation as Kubernetes does ([prefix/]name: a DNS subdomain prefix, a name of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
             key,
         ));
@@ -598,7 +578,7 @@ fn is_qualified_name(key: &str) -> bool {
 /// meant to have would be silently missing.
 pub(crate) fn ingress_annotations_under_gateway() -> ConfigError {
     ConfigError::conflict(
-        "SESSION_INGRESS_ANNOTATIONS",
+        SESSION_INGRESS_ANNOTATIONS.name,
         "session routing is Gateway API, which makes no Ingress to carry them (the token check \
          they configure would be silently missing). Configure the check on the Gateway, or set \
          SESSION_ROUTING_MODE=ingress."
@@ -617,28 +597,46 @@ pub(crate) fn gateway_name_required(session_namespace: &str) -> ConfigError {
 /// An unknown mode is refused rather than read as `auto`: a typo that silently
 /// fell back to the default is the very failure explicit modes exist to end.
 fn load_routing_mode(env: &Env) -> Result<RoutingMode, ConfigError> {
-    let Some(raw) = env_string(env, "SESSION_ROUTING_MODE") else {
+    let Some(raw) = SESSION_ROUTING_MODE.string(env) else {
         return Ok(RoutingMode::Auto);
     };
     RoutingMode::parse(&raw).ok_or_else(|| {
         let choices: Vec<&str> = RoutingMode::ALL.iter().map(|mode| mode.as_str()).collect();
-        ConfigError::not_one_of("SESSION_ROUTING_MODE", &choices, &raw)
+        ConfigError::not_one_of(SESSION_ROUTING_MODE.name, &choices, &raw)
     })
 }
 
-/// `<prefix>_CPU`, `<prefix>_MEMORY`, `<prefix>_TTL_SECONDS`,
-/// `<prefix>_EPHEMERAL_STORAGE`. Quantities are not validated here: an
-/// unparseable ceiling is passed to Kubernetes as written, as the reference.
-fn load_ceilings(env: &Env, prefix: &str, ttl_default: u64) -> Result<LimitCeilings, ConfigError> {
-    let cpu = string_or(env, &format!("{prefix}_CPU"), DEFAULT_MAX_CPU);
-    let memory = string_or(env, &format!("{prefix}_MEMORY"), DEFAULT_MAX_MEMORY);
-    let ttl_key = format!("{prefix}_TTL_SECONDS");
-    let ttl_seconds = parse_positive_int(var(env, &ttl_key), ttl_default, &ttl_key)?;
-    let ephemeral_storage = string_or(
-        env,
-        &format!("{prefix}_EPHEMERAL_STORAGE"),
-        DEFAULT_MAX_EPHEMERAL_STORAGE,
-    );
+/// The four variables of one set of ceilings.
+struct CeilingSettings {
+    cpu: Setting,
+    memory: Setting,
+    ttl_seconds: Setting,
+    ephemeral_storage: Setting,
+}
+
+/// `RUNNER_MAX_*`: run sessions' ceilings.
+const RUN_CEILINGS: CeilingSettings = CeilingSettings {
+    cpu: RUNNER_MAX_CPU,
+    memory: RUNNER_MAX_MEMORY,
+    ttl_seconds: RUNNER_MAX_TTL_SECONDS,
+    ephemeral_storage: RUNNER_MAX_EPHEMERAL_STORAGE,
+};
+
+/// `RUNNER_APP_MAX_*`: app and watch sessions' ceilings.
+const APP_CEILINGS: CeilingSettings = CeilingSettings {
+    cpu: RUNNER_APP_MAX_CPU,
+    memory: RUNNER_APP_MAX_MEMORY,
+    ttl_seconds: RUNNER_APP_MAX_TTL_SECONDS,
+    ephemeral_storage: RUNNER_APP_MAX_EPHEMERAL_STORAGE,
+};
+
+/// One set of ceilings. Quantities are not validated here: an unparseable
+/// ceiling is passed to Kubernetes as written, as the reference.
+fn load_ceilings(env: &Env, settings: &CeilingSettings) -> Result<LimitCeilings, ConfigError> {
+    let cpu = settings.cpu.string_or_default(env);
+    let memory = settings.memory.string_or_default(env);
+    let ttl_seconds = settings.ttl_seconds.positive_int(env)?;
+    let ephemeral_storage = settings.ephemeral_storage.string_or_default(env);
     Ok(LimitCeilings {
         cpu,
         memory,
@@ -648,36 +646,29 @@ fn load_ceilings(env: &Env, prefix: &str, ttl_default: u64) -> Result<LimitCeili
 }
 
 fn load_base_image_catalog(env: &Env) -> Result<BaseImageCatalogConfig, ConfigError> {
-    let bool_var = |key: &str| parse_bool(var(env, key), true, key);
-    let enabled = bool_var("RUNNER_BASE_IMAGE_CATALOG_ENABLED")?;
-    let repository = string_or(env, "RUNNER_BASE_IMAGE_REPO", DEFAULT_BASE_IMAGE_REPOSITORY);
+    let enabled = RUNNER_BASE_IMAGE_CATALOG_ENABLED.bool(env)?;
+    let repository = RUNNER_BASE_IMAGE_REPO.string_or_default(env);
     let filter = TagFilter {
-        pinned_only: bool_var("RUNNER_BASE_IMAGE_PINNED_ONLY")?,
-        exclude_sha: bool_var("RUNNER_BASE_IMAGE_EXCLUDE_SHA")?,
-        exclude_prerelease: bool_var("RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE")?,
-        include: load_tag_regex(env, "RUNNER_BASE_IMAGE_INCLUDE")?,
-        exclude: load_tag_regex(env, "RUNNER_BASE_IMAGE_EXCLUDE")?,
+        pinned_only: RUNNER_BASE_IMAGE_PINNED_ONLY.bool(env)?,
+        exclude_sha: RUNNER_BASE_IMAGE_EXCLUDE_SHA.bool(env)?,
+        exclude_prerelease: RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE.bool(env)?,
+        include: load_tag_regex(env, RUNNER_BASE_IMAGE_INCLUDE)?,
+        exclude: load_tag_regex(env, RUNNER_BASE_IMAGE_EXCLUDE)?,
     };
-    let limit_raw = var(env, "RUNNER_BASE_IMAGE_LIMIT");
-    let limit = parse_positive_int(
-        limit_raw,
-        DEFAULT_BASE_IMAGE_LIMIT,
-        "RUNNER_BASE_IMAGE_LIMIT",
-    )
-    .and_then(|limit| {
-        usize::try_from(limit).map_err(|_| {
-            ConfigError::invalid_integer(
-                "RUNNER_BASE_IMAGE_LIMIT",
-                IntegerRange::Positive,
-                limit_raw.unwrap_or_default(),
-            )
-        })
-    })?;
-    let refresh_interval = Duration::from_secs(parse_positive_int(
-        var(env, "RUNNER_BASE_IMAGE_REFRESH_SECONDS"),
-        DEFAULT_BASE_IMAGE_REFRESH_SECONDS,
-        "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
-    )?);
+    let limit_raw = RUNNER_BASE_IMAGE_LIMIT.raw(env);
+    let limit = RUNNER_BASE_IMAGE_LIMIT
+        .positive_int(env)
+        .and_then(|limit| {
+            usize::try_from(limit).map_err(|_| {
+                ConfigError::invalid_integer(
+                    RUNNER_BASE_IMAGE_LIMIT.name,
+                    IntegerRange::Positive,
+                    limit_raw.unwrap_or_default(),
+                )
+            })
+        })?;
+    let refresh_interval =
+        Duration::from_secs(RUNNER_BASE_IMAGE_REFRESH_SECONDS.positive_int(env)?);
     let hub_url = load_hub_url(env)?;
     Ok(BaseImageCatalogConfig {
         enabled,
@@ -693,23 +684,21 @@ fn load_base_image_catalog(env: &Env) -> Result<BaseImageCatalogConfig, ConfigEr
 /// of emptying the image menu at the first refresh. The syntax is Rust's
 /// `regex` (no look-around or back-references), which covers the tag
 /// patterns operators write.
-fn load_tag_regex(env: &Env, field: &str) -> Result<Option<String>, ConfigError> {
-    let Some(source) = env_string(env, field) else {
+fn load_tag_regex(env: &Env, setting: Setting) -> Result<Option<String>, ConfigError> {
+    let Some(source) = setting.string(env) else {
         return Ok(None);
     };
     regex::Regex::new(&source)
         .map(|_| Some(source))
         .map_err(|err| ConfigError::Malformed {
-            var: field.to_owned(),
+            var: setting.name.to_owned(),
             expected: "a valid regular expression".to_owned(),
             reason: err.to_string(),
         })
 }
 
 fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
-    let Some(raw) = env_string(env, "RUNNER_DOCKER_HUB_URL") else {
-        return Ok(DEFAULT_DOCKER_HUB_URL.to_owned());
-    };
+    let raw = RUNNER_DOCKER_HUB_URL.string_or_default(env);
     let url = raw.trim_end_matches('/');
     let has_host = url
         .strip_prefix("https://")
@@ -719,7 +708,7 @@ fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
         Ok(url.to_owned())
     } else {
         Err(ConfigError::must_be(
-            "RUNNER_DOCKER_HUB_URL",
+            RUNNER_DOCKER_HUB_URL.name,
             format!("an http:// or https:// URL (got '{raw}')"),
         ))
     }
@@ -729,289 +718,380 @@ fn load_hub_url(env: &Env) -> Result<String, ConfigError> {
 /// `RUNNER_PULL_POLICY`. A mistyped pull policy stops the boot: read as the
 /// default it would pull (or not) against what the operator asked for.
 fn load_telo_images(env: &Env) -> Result<TeloImageSource, ConfigError> {
-    let pull_policy = match env_string(env, "RUNNER_PULL_POLICY") {
-        None => PullPolicy::Missing,
-        Some(raw) => PullPolicy::parse(&raw).ok_or_else(|| ConfigError::Invalid {
-            var: "RUNNER_PULL_POLICY".to_owned(),
-            rule: format!("be one of {}", PullPolicy::ALL.join(", ")),
-            value: raw,
-        })?,
-    };
+    let raw = RUNNER_PULL_POLICY.string_or_default(env);
+    let pull_policy = PullPolicy::parse(&raw).ok_or_else(|| ConfigError::Invalid {
+        var: RUNNER_PULL_POLICY.name.to_owned(),
+        rule: format!("be one of {}", PullPolicy::ALL.join(", ")),
+        value: raw,
+    })?;
     Ok(TeloImageSource {
-        repository: string_or(
-            env,
-            "RUNNER_TELO_IMAGE_REPOSITORY",
-            DEFAULT_TELO_IMAGE_REPOSITORY,
-        ),
-        variant: string_or(env, "RUNNER_TELO_IMAGE_VARIANT", DEFAULT_TELO_IMAGE_VARIANT),
-        unreleased: env_string(env, "RUNNER_TELO_UNRELEASED_IMAGE"),
+        repository: RUNNER_TELO_IMAGE_REPOSITORY.string_or_default(env),
+        variant: RUNNER_TELO_IMAGE_VARIANT.string_or_default(env),
+        unreleased: RUNNER_TELO_UNRELEASED_IMAGE.string(env),
         pull_policy,
     })
 }
 
 fn load_orphan_policy(env: &Env) -> Result<OrphanPolicy, ConfigError> {
-    let Some(raw) = env_string(env, "RUNNER_ORPHAN_POLICY") else {
-        return Ok(OrphanPolicy::default());
-    };
+    let raw = RUNNER_ORPHAN_POLICY.string_or_default(env);
     OrphanPolicy::parse(&raw).ok_or_else(|| {
         let choices: Vec<&str> = OrphanPolicy::ALL.iter().map(|p| p.as_str()).collect();
-        ConfigError::not_one_of("RUNNER_ORPHAN_POLICY", &choices, &raw)
+        ConfigError::not_one_of(RUNNER_ORPHAN_POLICY.name, &choices, &raw)
     })
 }
 
-fn var<'a>(env: &'a Env, key: &str) -> Option<&'a str> {
-    env.get(key).map(String::as_str)
-}
+pub const RUNNER_SELF_URL: Setting = Setting {
+    name: "RUNNER_SELF_URL",
+    default: "(required)",
+    description: "The runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062); session init containers fetch their bundle from it.",
+};
 
-fn string_or(env: &Env, key: &str, default: &str) -> String {
-    env_string(env, key).unwrap_or_else(|| default.to_owned())
-}
+pub const RUNNER_DISPLAY_NAME: Setting = Setting {
+    name: "RUNNER_DISPLAY_NAME",
+    default: DEFAULT_DISPLAY_NAME,
+    description: "Name clients show for this runner.",
+};
+
+pub const RUNNER_DESCRIPTION: Setting = Setting {
+    name: "RUNNER_DESCRIPTION",
+    default: DEFAULT_DESCRIPTION,
+    description: "One-line description clients show for this runner.",
+};
+
+pub const RUNNER_SESSION_NAMESPACE: Setting = Setting {
+    name: "RUNNER_SESSION_NAMESPACE",
+    default: DEFAULT_SESSION_NAMESPACE,
+    description: "Namespace session pods, services and routes are created in; it must exist.",
+};
+
+pub const RUNNER_IMAGE: Setting = Setting {
+    name: "RUNNER_IMAGE",
+    default: DEFAULT_IMAGE,
+    description: "Kernel image run sessions use when the request picks none.",
+};
+
+pub const RUNNER_INIT_IMAGE: Setting = Setting {
+    name: "RUNNER_INIT_IMAGE",
+    default: DEFAULT_INIT_IMAGE,
+    description: "Image of the init container that downloads and unpacks the bundle; needs wget and tar.",
+};
+
+pub const RUNNER_WARM_POOL: Setting = Setting {
+    name: "RUNNER_WARM_POOL",
+    default: "(unset)",
+    description: "Warm pools: `<image>=<count>` pairs, comma-separated (`telorun/node:latest-slim=5`); that many run pods of each kernel image are kept up and ready, and a run session of that image claims one instead of waiting for a new pod. Counts 0 to 100.",
+};
+
+pub const RUNNER_WARM_POOL_SURGE: Setting = Setting {
+    name: "RUNNER_WARM_POOL_SURGE",
+    default: "4",
+    description: "Warm pools: the most pods one pool has starting (created, not ready yet) at once, 1 to 100; a drained pool refills this many at a time, so its refill does not crowd the cluster's container runtime.",
+};
+
+pub const RUNNER_WARM_POOL_WATCH: Setting = Setting {
+    name: "RUNNER_WARM_POOL_WATCH",
+    default: "(unset)",
+    description: "Warm pools of watch pods: `<image>=<count>` pairs like `RUNNER_WARM_POOL`; that many watch pods of one app and no agent are kept up and ready per kernel image, and a watch session of that shape and image claims one. Other shapes start cold and say why. Needs `RUNNER_WATCH_SESSIONS=true`. Counts 0 to 100.",
+};
+
+pub const RUNNER_WARM_POOL_MODULES: Setting = Setting {
+    name: "RUNNER_WARM_POOL_MODULES",
+    default: "http-server,run,console,javascript",
+    description: "Warm pools: the standard modules (names in the kernel image's `TELO_MODULES` directory, comma-separated) whose controllers a warm pod's kernel cache holds before the pod is offered: its `warm-up` init container runs `telo install` and `telo run` of a manifest importing them, so a session's kernel neither npm-installs nor builds them. `none`: no warm-up. A failed warm-up offers the pod with a cold cache (logged, and counted in `telo_runner_warm_pool_warm_ups_total`).",
+};
+
+pub const RUNNER_WORKSPACE_IMAGE: Setting = Setting {
+    name: "RUNNER_WORKSPACE_IMAGE",
+    default: DEFAULT_WORKSPACE_IMAGE,
+    description: "Image of a watch pod's workspace container, which runs `telo-runner workspace`: the runner's own image (the chart sets it to the runner image).",
+};
+
+pub const RUNNER_IMAGE_PULL_SECRET: Setting = Setting {
+    name: "RUNNER_IMAGE_PULL_SECRET",
+    default: "(unset)",
+    description: "dockerconfig Secret in the session namespace used to pull session images from a private registry.",
+};
+
+pub const RUNNER_RUNTIME_CLASS: Setting = Setting {
+    name: "RUNNER_RUNTIME_CLASS",
+    default: "(unset)",
+    description: "RuntimeClass of session pods (e.g. gvisor); unset means the cluster default.",
+};
+
+pub const RUNNER_MANAGED_BY: Setting = Setting {
+    name: "RUNNER_MANAGED_BY",
+    default: DEFAULT_MANAGED_BY,
+    description: "Value of the app.kubernetes.io/managed-by label on every session object; two runners sharing a namespace need different values.",
+};
+
+pub const RUNNER_MAX_CPU: Setting = Setting {
+    name: "RUNNER_MAX_CPU",
+    default: DEFAULT_MAX_CPU,
+    description: "CPU limit (and request) of a run-session container.",
+};
+
+pub const RUNNER_MAX_MEMORY: Setting = Setting {
+    name: "RUNNER_MAX_MEMORY",
+    default: DEFAULT_MAX_MEMORY,
+    description: "Memory limit (and request) of a run-session container.",
+};
+
+pub const RUNNER_MAX_TTL_SECONDS: Setting = Setting {
+    name: "RUNNER_MAX_TTL_SECONDS",
+    default: "3600",
+    description: "Longest a run-session pod may run (activeDeadlineSeconds).",
+};
+
+pub const RUNNER_MAX_EPHEMERAL_STORAGE: Setting = Setting {
+    name: "RUNNER_MAX_EPHEMERAL_STORAGE",
+    default: DEFAULT_MAX_EPHEMERAL_STORAGE,
+    description: "Ephemeral-storage limit of a run-session container; the module cache counts against it.",
+};
+
+pub const RUNNER_APP_MAX_CPU: Setting = Setting {
+    name: "RUNNER_APP_MAX_CPU",
+    default: DEFAULT_MAX_CPU,
+    description: "CPU limit of app-session and watch-session containers.",
+};
+
+pub const RUNNER_APP_MAX_MEMORY: Setting = Setting {
+    name: "RUNNER_APP_MAX_MEMORY",
+    default: DEFAULT_MAX_MEMORY,
+    description: "Memory limit of app-session and watch-session containers.",
+};
+
+/// App and watch sessions are operator-curated and long-lived, so they keep
+/// their own ceilings (notably a six-hour TTL) without loosening the
+/// anonymous run-session ones.
+pub const RUNNER_APP_MAX_TTL_SECONDS: Setting = Setting {
+    name: "RUNNER_APP_MAX_TTL_SECONDS",
+    default: "21600",
+    description: "Longest an app-session pod may run (activeDeadlineSeconds).",
+};
+
+pub const RUNNER_APP_MAX_EPHEMERAL_STORAGE: Setting = Setting {
+    name: "RUNNER_APP_MAX_EPHEMERAL_STORAGE",
+    default: DEFAULT_MAX_EPHEMERAL_STORAGE,
+    description: "Ephemeral-storage limit of app-session and watch-session containers.",
+};
+
+pub const RUNNER_BASE_IMAGE_CATALOG_ENABLED: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_CATALOG_ENABLED",
+    default: "true",
+    description: "Offer clients a menu of base-image tags read from Docker Hub.",
+};
+
+pub const RUNNER_BASE_IMAGE_REPO: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_REPO",
+    default: DEFAULT_BASE_IMAGE_REPOSITORY,
+    description: "Docker Hub namespace/repository the base-image menu lists tags of.",
+};
+
+pub const RUNNER_BASE_IMAGE_PINNED_ONLY: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_PINNED_ONLY",
+    default: "true",
+    description: "List only tags that name an exact version.",
+};
+
+pub const RUNNER_BASE_IMAGE_EXCLUDE_SHA: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_EXCLUDE_SHA",
+    default: "true",
+    description: "Leave out tags that are commit hashes.",
+};
+
+pub const RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE",
+    default: "true",
+    description: "Leave out pre-release tags (alpha, beta, rc, ...).",
+};
+
+pub const RUNNER_BASE_IMAGE_INCLUDE: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_INCLUDE",
+    default: "(unset)",
+    description: "Regular expression a tag must match to be listed; an invalid one is a boot error.",
+};
+
+pub const RUNNER_BASE_IMAGE_EXCLUDE: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_EXCLUDE",
+    default: "(unset)",
+    description: "Regular expression of tags to leave out; an invalid one is a boot error.",
+};
+
+pub const RUNNER_BASE_IMAGE_LIMIT: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_LIMIT",
+    default: "20",
+    description: "Most tags the base-image menu offers.",
+};
+
+pub const RUNNER_BASE_IMAGE_REFRESH_SECONDS: Setting = Setting {
+    name: "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
+    default: "3600",
+    description: "How often the base-image menu is re-read from Docker Hub.",
+};
+
+pub const RUNNER_DOCKER_HUB_URL: Setting = Setting {
+    name: "RUNNER_DOCKER_HUB_URL",
+    default: DEFAULT_DOCKER_HUB_URL,
+    description: "Base URL the tag list is read from; point it at a mirror or a local server.",
+};
+
+pub const RUNNER_TELO_IMAGE_REPOSITORY: Setting = Setting {
+    name: "RUNNER_TELO_IMAGE_REPOSITORY",
+    default: DEFAULT_TELO_IMAGE_REPOSITORY,
+    description: "Repository of the kernel images of named telo releases: a session whose apps name `telo` version V runs `<repository>:V-<variant>`.",
+};
+
+pub const RUNNER_TELO_IMAGE_VARIANT: Setting = Setting {
+    name: "RUNNER_TELO_IMAGE_VARIANT",
+    default: DEFAULT_TELO_IMAGE_VARIANT,
+    description: "Tag suffix of those images (`slim` → `telorun/node:0.96.0-slim`).",
+};
+
+pub const RUNNER_TELO_UNRELEASED_IMAGE: Setting = Setting {
+    name: "RUNNER_TELO_UNRELEASED_IMAGE",
+    default: "(unset)",
+    description: "Kernel image an unreleased telo build (a version with `+`) runs; unset refuses such a version with 400 telo_version_unavailable.",
+};
+
+pub const RUNNER_PULL_POLICY: Setting = Setting {
+    name: "RUNNER_PULL_POLICY",
+    default: "missing",
+    description: "imagePullPolicy of the images the runner chooses itself (those of named telo releases): missing, always or never.",
+};
+
+pub const SESSION_ROUTING_MODE: Setting = Setting {
+    name: "SESSION_ROUTING_MODE",
+    default: "auto",
+    description: "Routing layer for session ports: auto, ingress, gateway or none; auto refuses to boot when the choice is ambiguous.",
+};
+
+pub const SESSION_ROUTING_BASE_DOMAIN: Setting = Setting {
+    name: "SESSION_ROUTING_BASE_DOMAIN",
+    default: "(unset)",
+    description: "Wildcard domain of session hosts (<port>-<session>.<domain>); unset means sessions are logs-only.",
+};
+
+pub const SESSION_INGRESS_CLASS: Setting = Setting {
+    name: "SESSION_INGRESS_CLASS",
+    default: "(unset)",
+    description: "ingressClassName of session Ingresses; setting it also makes auto choose Ingress.",
+};
+
+pub const SESSION_INGRESS_TLS_SECRET: Setting = Setting {
+    name: "SESSION_INGRESS_TLS_SECRET",
+    default: "(unset)",
+    description: "TLS Secret session Ingresses present for *.<domain>; refused when routing is Gateway API.",
+};
+
+pub const SESSION_INGRESS_ANNOTATIONS: Setting = Setting {
+    name: "SESSION_INGRESS_ANNOTATIONS",
+    default: "(unset)",
+    description: "JSON object of annotations every session Ingress carries; `{sessionId}` in a value is the session's id (e.g. an ingress controller's external-auth URL pointing at the runner's `/internal/sessions/{sessionId}/access`). Refused when routing is Gateway API.",
+};
+
+pub const SESSION_GATEWAY_NAME: Setting = Setting {
+    name: "SESSION_GATEWAY_NAME",
+    default: "(unset)",
+    description: "Gateway session HTTPRoutes attach to; required for gateway mode, and makes auto choose Gateway API.",
+};
+
+pub const SESSION_GATEWAY_NAMESPACE: Setting = Setting {
+    name: "SESSION_GATEWAY_NAMESPACE",
+    default: "(the session namespace)",
+    description: "Namespace of that Gateway.",
+};
+
+pub const SESSION_GATEWAY_SECTION_NAME: Setting = Setting {
+    name: "SESSION_GATEWAY_SECTION_NAME",
+    default: "(unset)",
+    description: "Listener of the Gateway session routes attach to.",
+};
+
+pub const SESSION_ROUTE_READY_TIMEOUT_SECONDS: Setting = Setting {
+    name: "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
+    default: "60",
+    description: "How long a route may stay unclaimed by a controller before it is reported unprogrammed.",
+};
+
+pub const RUNNER_ORPHAN_POLICY: Setting = Setting {
+    name: "RUNNER_ORPHAN_POLICY",
+    default: "adopt",
+    description: "`adopt`: on SIGTERM leave live sessions running and at boot adopt what a previous runner left (finished ones with their exit code and log); `reap`: stop every session on SIGTERM and delete leftovers at boot.",
+};
+
+/// How long a pod may stay short of `Running` before the start is abandoned.
+/// `activeDeadlineSeconds` bounds only a pod that already runs, so a pod
+/// stuck in `Pending` needs this runner-side deadline.
+pub const RUNNER_START_DEADLINE_SECONDS: Setting = Setting {
+    name: "RUNNER_START_DEADLINE_SECONDS",
+    default: "120",
+    description: "How long a session pod may take to reach Running before the start fails.",
+};
+
+pub const KUBECONFIG: Setting = Setting {
+    name: "KUBECONFIG",
+    default: "(in-cluster service account, else ~/.kube/config)",
+    description: "Kubeconfig used outside a cluster; inside one the pod's service account is used.",
+};
 
 /// Every variable the Kubernetes backend reads beyond the core ones
-/// ([`runner_core::config::CORE_ENV_VARS`]). With this backend `PORT`
-/// defaults to [`DEFAULT_PORT`] (8062), not the core's 8061.
-pub const K8S_ENV_VARS: &[EnvVarDoc] = &[
-    EnvVarDoc {
-        name: "RUNNER_SELF_URL",
-        default: "(required)",
-        description: "The runner's in-cluster base URL (e.g. http://k8s-runner.telo-runner.svc:8062); session init containers fetch their bundle from it.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_DISPLAY_NAME",
-        default: DEFAULT_DISPLAY_NAME,
-        description: "Name clients show for this runner.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_DESCRIPTION",
-        default: DEFAULT_DESCRIPTION,
-        description: "One-line description clients show for this runner.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_SESSION_NAMESPACE",
-        default: DEFAULT_SESSION_NAMESPACE,
-        description: "Namespace session pods, services and routes are created in; it must exist.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_IMAGE",
-        default: DEFAULT_IMAGE,
-        description: "Kernel image run sessions use when the request picks none.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_INIT_IMAGE",
-        default: DEFAULT_INIT_IMAGE,
-        description: "Image of the init container that downloads and unpacks the bundle; needs wget and tar.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WARM_POOL",
-        default: "(unset)",
-        description: "Warm pools: `<image>=<count>` pairs, comma-separated (`telorun/node:latest-slim=5`); that many run pods of each kernel image are kept up and ready, and a run session of that image claims one instead of waiting for a new pod. Counts 0 to 100.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WARM_POOL_SURGE",
-        default: "4",
-        description: "Warm pools: the most pods one pool has starting (created, not ready yet) at once, 1 to 100; a drained pool refills this many at a time, so its refill does not crowd the cluster's container runtime.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WARM_POOL_WATCH",
-        default: "(unset)",
-        description: "Warm pools of watch pods: `<image>=<count>` pairs like `RUNNER_WARM_POOL`; that many watch pods of one app and no agent are kept up and ready per kernel image, and a watch session of that shape and image claims one. Other shapes start cold and say why. Needs `RUNNER_WATCH_SESSIONS=true`. Counts 0 to 100.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WARM_POOL_MODULES",
-        default: "http-server,run,console,javascript",
-        description: "Warm pools: the standard modules (names in the kernel image's `TELO_MODULES` directory, comma-separated) whose controllers a warm pod's kernel cache holds before the pod is offered: its `warm-up` init container runs `telo install` and `telo run` of a manifest importing them, so a session's kernel neither npm-installs nor builds them. `none`: no warm-up. A failed warm-up offers the pod with a cold cache (logged, and counted in `telo_runner_warm_pool_warm_ups_total`).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_IMAGE",
-        default: DEFAULT_WORKSPACE_IMAGE,
-        description: "Image of a watch pod's workspace container, which runs `telo-runner workspace`: the runner's own image (the chart sets it to the runner image).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_IMAGE_PULL_SECRET",
-        default: "(unset)",
-        description: "dockerconfig Secret in the session namespace used to pull session images from a private registry.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_RUNTIME_CLASS",
-        default: "(unset)",
-        description: "RuntimeClass of session pods (e.g. gvisor); unset means the cluster default.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MANAGED_BY",
-        default: DEFAULT_MANAGED_BY,
-        description: "Value of the app.kubernetes.io/managed-by label on every session object; two runners sharing a namespace need different values.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_CPU",
-        default: DEFAULT_MAX_CPU,
-        description: "CPU limit (and request) of a run-session container.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_MEMORY",
-        default: DEFAULT_MAX_MEMORY,
-        description: "Memory limit (and request) of a run-session container.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_TTL_SECONDS",
-        default: "3600",
-        description: "Longest a run-session pod may run (activeDeadlineSeconds).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_EPHEMERAL_STORAGE",
-        default: DEFAULT_MAX_EPHEMERAL_STORAGE,
-        description: "Ephemeral-storage limit of a run-session container; the module cache counts against it.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_APP_MAX_CPU",
-        default: DEFAULT_MAX_CPU,
-        description: "CPU limit of app-session and watch-session containers.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_APP_MAX_MEMORY",
-        default: DEFAULT_MAX_MEMORY,
-        description: "Memory limit of app-session and watch-session containers.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_APP_MAX_TTL_SECONDS",
-        default: "21600",
-        description: "Longest an app-session pod may run (activeDeadlineSeconds).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_APP_MAX_EPHEMERAL_STORAGE",
-        default: DEFAULT_MAX_EPHEMERAL_STORAGE,
-        description: "Ephemeral-storage limit of app-session and watch-session containers.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_CATALOG_ENABLED",
-        default: "true",
-        description: "Offer clients a menu of base-image tags read from Docker Hub.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_REPO",
-        default: DEFAULT_BASE_IMAGE_REPOSITORY,
-        description: "Docker Hub namespace/repository the base-image menu lists tags of.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_PINNED_ONLY",
-        default: "true",
-        description: "List only tags that name an exact version.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_EXCLUDE_SHA",
-        default: "true",
-        description: "Leave out tags that are commit hashes.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE",
-        default: "true",
-        description: "Leave out pre-release tags (alpha, beta, rc, ...).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_INCLUDE",
-        default: "(unset)",
-        description: "Regular expression a tag must match to be listed; an invalid one is a boot error.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_EXCLUDE",
-        default: "(unset)",
-        description: "Regular expression of tags to leave out; an invalid one is a boot error.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_LIMIT",
-        default: "20",
-        description: "Most tags the base-image menu offers.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_BASE_IMAGE_REFRESH_SECONDS",
-        default: "3600",
-        description: "How often the base-image menu is re-read from Docker Hub.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_DOCKER_HUB_URL",
-        default: DEFAULT_DOCKER_HUB_URL,
-        description: "Base URL the tag list is read from; point it at a mirror or a local server.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TELO_IMAGE_REPOSITORY",
-        default: DEFAULT_TELO_IMAGE_REPOSITORY,
-        description: "Repository of the kernel images of named telo releases: a session whose apps name `telo` version V runs `<repository>:V-<variant>`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TELO_IMAGE_VARIANT",
-        default: DEFAULT_TELO_IMAGE_VARIANT,
-        description: "Tag suffix of those images (`slim` → `telorun/node:0.96.0-slim`).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_TELO_UNRELEASED_IMAGE",
-        default: "(unset)",
-        description: "Kernel image an unreleased telo build (a version with `+`) runs; unset refuses such a version with 400 telo_version_unavailable.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_PULL_POLICY",
-        default: "missing",
-        description: "imagePullPolicy of the images the runner chooses itself (those of named telo releases): missing, always or never.",
-    },
-    EnvVarDoc {
-        name: "SESSION_ROUTING_MODE",
-        default: "auto",
-        description: "Routing layer for session ports: auto, ingress, gateway or none; auto refuses to boot when the choice is ambiguous.",
-    },
-    EnvVarDoc {
-        name: "SESSION_ROUTING_BASE_DOMAIN",
-        default: "(unset)",
-        description: "Wildcard domain of session hosts (<port>-<session>.<domain>); unset means sessions are logs-only.",
-    },
-    EnvVarDoc {
-        name: "SESSION_INGRESS_CLASS",
-        default: "(unset)",
-        description: "ingressClassName of session Ingresses; setting it also makes auto choose Ingress.",
-    },
-    EnvVarDoc {
-        name: "SESSION_INGRESS_TLS_SECRET",
-        default: "(unset)",
-        description: "TLS Secret session Ingresses present for *.<domain>; refused when routing is Gateway API.",
-    },
-    EnvVarDoc {
-        name: "SESSION_INGRESS_ANNOTATIONS",
-        default: "(unset)",
-        description: "JSON object of annotations every session Ingress carries; `{sessionId}` in a value is the session's id (e.g. an ingress controller's external-auth URL pointing at the runner's `/internal/sessions/{sessionId}/access`). Refused when routing is Gateway API.",
-    },
-    EnvVarDoc {
-        name: "SESSION_GATEWAY_NAME",
-        default: "(unset)",
-        description: "Gateway session HTTPRoutes attach to; required for gateway mode, and makes auto choose Gateway API.",
-    },
-    EnvVarDoc {
-        name: "SESSION_GATEWAY_NAMESPACE",
-        default: "(the session namespace)",
-        description: "Namespace of that Gateway.",
-    },
-    EnvVarDoc {
-        name: "SESSION_GATEWAY_SECTION_NAME",
-        default: "(unset)",
-        description: "Listener of the Gateway session routes attach to.",
-    },
-    EnvVarDoc {
-        name: "SESSION_ROUTE_READY_TIMEOUT_SECONDS",
-        default: "60",
-        description: "How long a route may stay unclaimed by a controller before it is reported unprogrammed.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_ORPHAN_POLICY",
-        default: "adopt",
-        description: "`adopt`: on SIGTERM leave live sessions running and at boot adopt what a previous runner left (finished ones with their exit code and log); `reap`: stop every session on SIGTERM and delete leftovers at boot.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_START_DEADLINE_SECONDS",
-        default: "120",
-        description: "How long a session pod may take to reach Running before the start fails.",
-    },
-    EnvVarDoc {
-        name: "KUBECONFIG",
-        default: "(in-cluster service account, else ~/.kube/config)",
-        description: "Kubeconfig used outside a cluster; inside one the pod's service account is used.",
-    },
+/// ([`runner_core::config::CORE_SETTINGS`]) and the workspace limits
+/// ([`runner_workspace_service::WORKSPACE_LIMIT_SETTINGS`]). With this
+/// backend `PORT` defaults to [`DEFAULT_PORT`] (8062), not the core's 8061.
+pub const K8S_SETTINGS: &[Setting] = &[
+    RUNNER_SELF_URL,
+    RUNNER_DISPLAY_NAME,
+    RUNNER_DESCRIPTION,
+    RUNNER_SESSION_NAMESPACE,
+    RUNNER_IMAGE,
+    RUNNER_INIT_IMAGE,
+    RUNNER_WARM_POOL,
+    RUNNER_WARM_POOL_SURGE,
+    RUNNER_WARM_POOL_WATCH,
+    RUNNER_WARM_POOL_MODULES,
+    RUNNER_WORKSPACE_IMAGE,
+    RUNNER_IMAGE_PULL_SECRET,
+    RUNNER_RUNTIME_CLASS,
+    RUNNER_MANAGED_BY,
+    RUNNER_MAX_CPU,
+    RUNNER_MAX_MEMORY,
+    RUNNER_MAX_TTL_SECONDS,
+    RUNNER_MAX_EPHEMERAL_STORAGE,
+    RUNNER_APP_MAX_CPU,
+    RUNNER_APP_MAX_MEMORY,
+    RUNNER_APP_MAX_TTL_SECONDS,
+    RUNNER_APP_MAX_EPHEMERAL_STORAGE,
+    RUNNER_BASE_IMAGE_CATALOG_ENABLED,
+    RUNNER_BASE_IMAGE_REPO,
+    RUNNER_BASE_IMAGE_PINNED_ONLY,
+    RUNNER_BASE_IMAGE_EXCLUDE_SHA,
+    RUNNER_BASE_IMAGE_EXCLUDE_PRERELEASE,
+    RUNNER_BASE_IMAGE_INCLUDE,
+    RUNNER_BASE_IMAGE_EXCLUDE,
+    RUNNER_BASE_IMAGE_LIMIT,
+    RUNNER_BASE_IMAGE_REFRESH_SECONDS,
+    RUNNER_DOCKER_HUB_URL,
+    RUNNER_TELO_IMAGE_REPOSITORY,
+    RUNNER_TELO_IMAGE_VARIANT,
+    RUNNER_TELO_UNRELEASED_IMAGE,
+    RUNNER_PULL_POLICY,
+    SESSION_ROUTING_MODE,
+    SESSION_ROUTING_BASE_DOMAIN,
+    SESSION_INGRESS_CLASS,
+    SESSION_INGRESS_TLS_SECRET,
+    SESSION_INGRESS_ANNOTATIONS,
+    SESSION_GATEWAY_NAME,
+    SESSION_GATEWAY_NAMESPACE,
+    SESSION_GATEWAY_SECTION_NAME,
+    SESSION_ROUTE_READY_TIMEOUT_SECONDS,
+    RUNNER_ORPHAN_POLICY,
+    RUNNER_START_DEADLINE_SECONDS,
+    KUBECONFIG,
 ];
+
+/// The former name of [`K8S_SETTINGS`], still used by the integration
+/// tests.
+pub const K8S_ENV_VARS: &[Setting] = K8S_SETTINGS;
 
 #[cfg(test)]
 mod tests;

@@ -5,10 +5,12 @@ use std::time::Duration;
 
 pub use crate::sandbox::{BubblewrapConfig, DEFAULT_BWRAP, SandboxConfig};
 
-use runner_core::config::{ConfigError, Env, EnvVarDoc, env_string, parse_positive_int};
+use runner_core::config::{ConfigError, Env, RUNNER_AUTH_TOKENS_FILE, Setting, env_string};
+use runner_workspace_service::{
+    RUNNER_WORKSPACE_MAX_BYTES, RUNNER_WORKSPACE_MAX_CHANGE_BYTES, RUNNER_WORKSPACE_MAX_FILE_BYTES,
+    RUNNER_WORKSPACE_MAX_FILES,
+};
 
-pub const DEFAULT_TELO: &str = "telo";
-pub const DEFAULT_MAX_TTL_SECONDS: u64 = 3600;
 pub const DEFAULT_STOP_GRACE: Duration =
     Duration::from_secs(runner_core::config::DEFAULT_STOP_GRACE_SECONDS);
 /// The workload `PATH` when the runner itself has none.
@@ -41,103 +43,89 @@ pub struct LocalConfig {
     pub kernel_cache: crate::kernel_cache::KernelCacheConfig,
 }
 
-pub const KERNEL_CACHE_WARM_UP_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP";
-pub const KERNEL_CACHE_MAX_BYTES_VAR: &str = "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES";
+pub const RUNNER_LOCAL_TELO: Setting = Setting {
+    name: "RUNNER_LOCAL_TELO",
+    default: "telo",
+    description: "The Telo CLI sessions run: a path to its executable, or a name looked up on RUNNER_LOCAL_PATH.",
+};
 
-pub const LOCAL_ENV_VARS: &[EnvVarDoc] = &[
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_TELO",
-        default: "telo",
-        description: "The Telo CLI sessions run: a path to its executable, or a name looked up on RUNNER_LOCAL_PATH.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_TELO_VERSIONS",
-        default: "(unset)",
-        description: "Absolute directory of Telo kernels a request may choose by version (`telo`): one per release at `<dir>/<version>/bin/telo`, read at each request. Unset: `features.teloVersions` is absent and a request naming a version is `400 telo_version_unsupported`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_WORK_DIR",
-        default: "(system temp dir)/telo-runner-sessions",
-        description: "Absolute directory holding one private work directory per session (leftovers are removed at boot) and the warmed Telo kernel caches sessions start from (.kernel-cache).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_PATH",
-        default: "(the runner's PATH)",
-        description: "PATH given to session processes; none of the runner's other environment reaches them.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_MAX_TTL_SECONDS",
-        default: "3600",
-        description: "Longest a session may run; one still running then is stopped and reported as failed.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_SANDBOX",
-        default: "bubblewrap",
-        description: "How sessions are isolated: `bubblewrap` (each in its own sandbox, `bwrap` from the runner's PATH; sessions fail, saying why, where it cannot run) or `none` (no isolation: workloads can read the runner's environment and files; logged as an error at boot).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_SANDBOX_READ_ONLY",
-        default: "(unset)",
-        description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_MAX_MEMORY",
-        default: crate::sandbox::limits::DEFAULT_MAX_MEMORY,
-        description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_MAX_PROCESSES",
-        default: "512",
-        description: "Processes and threads of one session (RLIMIT_NPROC in the session's own user namespace; pids.max with a delegated cgroup, which a runner running as root needs for this bound).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_MAX_CPU",
-        default: crate::sandbox::limits::DEFAULT_MAX_CPU,
-        description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
-    },
-    EnvVarDoc {
-        name: "RUNNER_LOCAL_MAX_DISK",
-        default: crate::sandbox::limits::DEFAULT_MAX_DISK,
-        description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
-    },
-    EnvVarDoc {
-        name: KERNEL_CACHE_WARM_UP_VAR,
-        default: "(unset)",
-        description: "Absolute path of a Telo application manifest (importing modules by absolute path) that the runner runs once per kernel, in a sandbox, to warm the kernel cache Telo sessions start from; read at boot, it must exit 0 by itself. Each session gets its own copy of that cache and writes only the copy. Unset: no warm-up, every session's kernel starts with an empty cache.",
-    },
-    EnvVarDoc {
-        name: KERNEL_CACHE_MAX_BYTES_VAR,
-        default: crate::kernel_cache::DEFAULT_MAX_BYTES,
-        description: "Most bytes the warmed kernel caches (one per kernel and warm-up manifest) hold together; past it the least recently used is removed. Bytes, or with a Ki/Mi/Gi suffix.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",
-        default: "10485760",
-        description: "Largest file of a watch session's workspace the runner reads, writes or touches; bigger is 413 `workspace_too_large`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
-        default: "16777216",
-        description: "Largest change set (decoded) one `POST /v1/sessions/:id/workspace` may write; bigger is 413 `workspace_too_large` and nothing is written.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_MAX_BYTES",
-        default: "67108864",
-        description: "Most bytes a watch session's workspace may hold; a change set that would grow it past this is 413 `workspace_too_large`.",
-    },
-    EnvVarDoc {
-        name: "RUNNER_WORKSPACE_MAX_FILES",
-        default: "10000",
-        description: "Most files a watch session's workspace may hold.",
-    },
+pub const RUNNER_LOCAL_TELO_VERSIONS: Setting = Setting {
+    name: "RUNNER_LOCAL_TELO_VERSIONS",
+    default: "(unset)",
+    description: "Absolute directory of Telo kernels a request may choose by version (`telo`): one per release at `<dir>/<version>/bin/telo`, read at each request. Unset: `features.teloVersions` is absent and a request naming a version is `400 telo_version_unsupported`.",
+};
+
+pub const RUNNER_LOCAL_WORK_DIR: Setting = Setting {
+    name: "RUNNER_LOCAL_WORK_DIR",
+    default: "(system temp dir)/telo-runner-sessions",
+    description: "Absolute directory holding one private work directory per session (leftovers are removed at boot) and the warmed Telo kernel caches sessions start from (.kernel-cache).",
+};
+
+pub const RUNNER_LOCAL_PATH: Setting = Setting {
+    name: "RUNNER_LOCAL_PATH",
+    default: "(the runner's PATH)",
+    description: "PATH given to session processes; none of the runner's other environment reaches them.",
+};
+
+pub const RUNNER_MAX_TTL_SECONDS: Setting = Setting {
+    name: "RUNNER_MAX_TTL_SECONDS",
+    default: "3600",
+    description: "Longest a session may run; one still running then is stopped and reported as failed.",
+};
+
+pub const RUNNER_LOCAL_SANDBOX: Setting = Setting {
+    name: "RUNNER_LOCAL_SANDBOX",
+    default: "bubblewrap",
+    description: "How sessions are isolated: `bubblewrap` (each in its own sandbox, `bwrap` from the runner's PATH; sessions fail, saying why, where it cannot run) or `none` (no isolation: workloads can read the runner's environment and files; logged as an error at boot).",
+};
+
+pub const RUNNER_LOCAL_SANDBOX_READ_ONLY: Setting = Setting {
+    name: "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+    default: "(unset)",
+    description: "Colon-separated absolute paths every sandbox shows read-only, besides the system directories and the installation of the program a session runs (for a kernel wrapper that runs files kept elsewhere).",
+};
+
+pub const RUNNER_LOCAL_KERNEL_CACHE_WARM_UP: Setting = Setting {
+    name: "RUNNER_LOCAL_KERNEL_CACHE_WARM_UP",
+    default: "(unset)",
+    description: "Absolute path of a Telo application manifest (importing modules by absolute path) that the runner runs once per kernel, in a sandbox, to warm the kernel cache Telo sessions start from; read at boot, it must exit 0 by itself. Each session gets its own copy of that cache and writes only the copy. Unset: no warm-up, every session's kernel starts with an empty cache.",
+};
+
+pub const RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES: Setting = Setting {
+    name: "RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES",
+    default: crate::kernel_cache::DEFAULT_MAX_BYTES,
+    description: "Most bytes the warmed kernel caches (one per kernel and warm-up manifest) hold together; past it the least recently used is removed. Bytes, or with a Ki/Mi/Gi suffix.",
+};
+
+/// Every variable the local backend reads, in the order `--help` and the
+/// README list them; the workspace limits are read by
+/// [`runner_workspace_service::workspace_limits_from_env`].
+pub const LOCAL_SETTINGS: &[Setting] = &[
+    RUNNER_LOCAL_TELO,
+    RUNNER_LOCAL_TELO_VERSIONS,
+    RUNNER_LOCAL_WORK_DIR,
+    RUNNER_LOCAL_PATH,
+    RUNNER_MAX_TTL_SECONDS,
+    RUNNER_LOCAL_SANDBOX,
+    RUNNER_LOCAL_SANDBOX_READ_ONLY,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_MEMORY,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_PROCESSES,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_CPU,
+    crate::sandbox::limits::RUNNER_LOCAL_MAX_DISK,
+    RUNNER_LOCAL_KERNEL_CACHE_WARM_UP,
+    RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES,
+    RUNNER_WORKSPACE_MAX_FILE_BYTES,
+    RUNNER_WORKSPACE_MAX_CHANGE_BYTES,
+    RUNNER_WORKSPACE_MAX_BYTES,
+    RUNNER_WORKSPACE_MAX_FILES,
 ];
 
 /// Reads the local backend's variables. The runner's own `PATH` (from `env`,
 /// like every other variable, so tests never depend on the machine) is the
 /// workload `PATH` unless `RUNNER_LOCAL_PATH` says otherwise.
 pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
-    let telo = env_string(env, "RUNNER_LOCAL_TELO").unwrap_or_else(|| DEFAULT_TELO.to_owned());
-    let work_root = match env_string(env, "RUNNER_LOCAL_WORK_DIR") {
+    let telo = RUNNER_LOCAL_TELO.string_or_default(env);
+    let work_root = match RUNNER_LOCAL_WORK_DIR.string(env) {
         Some(raw) => {
             let dir = PathBuf::from(&raw);
             // The boot sweep deletes session directories under this root, so
@@ -145,7 +133,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             // could sweep the wrong place.
             if !dir.is_absolute() {
                 return Err(ConfigError::invalid(
-                    "RUNNER_LOCAL_WORK_DIR",
+                    RUNNER_LOCAL_WORK_DIR.name,
                     "be an absolute path",
                     &raw,
                 ));
@@ -154,13 +142,13 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         }
         None => std::env::temp_dir().join(DEFAULT_WORK_DIR_NAME),
     };
-    let telo_versions = match env_string(env, "RUNNER_LOCAL_TELO_VERSIONS") {
+    let telo_versions = match RUNNER_LOCAL_TELO_VERSIONS.string(env) {
         None => None,
         Some(raw) => {
             let dir = PathBuf::from(&raw);
             if !dir.is_absolute() {
                 return Err(ConfigError::invalid(
-                    "RUNNER_LOCAL_TELO_VERSIONS",
+                    RUNNER_LOCAL_TELO_VERSIONS.name,
                     "be an absolute path",
                     &raw,
                 ));
@@ -168,14 +156,13 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             Some(dir)
         }
     };
-    let max_ttl_seconds = parse_positive_int(
-        env.get("RUNNER_MAX_TTL_SECONDS").map(String::as_str),
-        DEFAULT_MAX_TTL_SECONDS,
-        "RUNNER_MAX_TTL_SECONDS",
-    )?;
+    let max_ttl_seconds = RUNNER_MAX_TTL_SECONDS.positive_int(env)?;
+    // PATH and HOME are the host's own variables, not settings of the runner.
     let runner_path = env_string(env, "PATH").unwrap_or_else(|| FALLBACK_PATH.to_owned());
-    let path = env_string(env, "RUNNER_LOCAL_PATH").unwrap_or_else(|| runner_path.clone());
-    let read_only = match env_string(env, "RUNNER_LOCAL_SANDBOX_READ_ONLY") {
+    let path = RUNNER_LOCAL_PATH
+        .string(env)
+        .unwrap_or_else(|| runner_path.clone());
+    let read_only = match RUNNER_LOCAL_SANDBOX_READ_ONLY.string(env) {
         None => Vec::new(),
         Some(raw) => {
             let paths: Vec<PathBuf> = raw
@@ -186,7 +173,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
                 .collect();
             if let Some(relative) = paths.iter().find(|path| !path.is_absolute()) {
                 return Err(ConfigError::invalid(
-                    "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+                    RUNNER_LOCAL_SANDBOX_READ_ONLY.name,
                     "list absolute paths separated by ':'",
                     &relative.display().to_string(),
                 ));
@@ -194,21 +181,22 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             paths
         }
     };
-    let sandbox = match env_string(env, "RUNNER_LOCAL_SANDBOX").as_deref() {
-        None | Some("bubblewrap") => SandboxConfig::Bubblewrap(BubblewrapConfig {
+    let sandbox = match RUNNER_LOCAL_SANDBOX.string_or_default(env).as_str() {
+        "bubblewrap" => SandboxConfig::Bubblewrap(BubblewrapConfig {
             read_only,
             bwrap: DEFAULT_BWRAP.to_owned(),
             search_path: runner_path,
             home: env_string(env, "HOME").map(PathBuf::from),
-            hidden: env_string(env, runner_core::auth::AUTH_TOKENS_FILE_VAR)
+            hidden: RUNNER_AUTH_TOKENS_FILE
+                .string(env)
                 .map(PathBuf::from)
                 .into_iter()
                 .collect(),
         }),
-        Some("none") => SandboxConfig::None,
-        Some(other) => {
+        "none" => SandboxConfig::None,
+        other => {
             return Err(ConfigError::not_one_of(
-                "RUNNER_LOCAL_SANDBOX",
+                RUNNER_LOCAL_SANDBOX.name,
                 &["bubblewrap", "none"],
                 other,
             ));
@@ -234,7 +222,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
 fn load_kernel_cache_config(
     env: &Env,
 ) -> Result<crate::kernel_cache::KernelCacheConfig, ConfigError> {
-    let warm_up = match env_string(env, KERNEL_CACHE_WARM_UP_VAR) {
+    let warm_up = match RUNNER_LOCAL_KERNEL_CACHE_WARM_UP.string(env) {
         None => None,
         Some(raw) => {
             let path = PathBuf::from(&raw);
@@ -242,7 +230,7 @@ fn load_kernel_cache_config(
             // otherwise.
             if !path.is_absolute() {
                 return Err(ConfigError::invalid(
-                    KERNEL_CACHE_WARM_UP_VAR,
+                    RUNNER_LOCAL_KERNEL_CACHE_WARM_UP.name,
                     "be an absolute path",
                     &raw,
                 ));
@@ -250,13 +238,12 @@ fn load_kernel_cache_config(
             Some(path)
         }
     };
-    let raw = env_string(env, KERNEL_CACHE_MAX_BYTES_VAR)
-        .unwrap_or_else(|| crate::kernel_cache::DEFAULT_MAX_BYTES.to_owned());
+    let raw = RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES.string_or_default(env);
     let max_bytes = crate::sandbox::limits::parse_bytes(&raw)
         .filter(|bytes| *bytes > 0)
         .ok_or_else(|| {
             ConfigError::invalid(
-                KERNEL_CACHE_MAX_BYTES_VAR,
+                RUNNER_LOCAL_KERNEL_CACHE_MAX_BYTES.name,
                 crate::sandbox::limits::BYTES_RULE,
                 &raw,
             )
@@ -466,9 +453,23 @@ mod tests {
         );
     }
 
+    /// The tables of what the local loader reads: its own, and the core's
+    /// tokens file, which every sandbox hides.
+    const READ: &[&[Setting]] = &[LOCAL_SETTINGS, &[RUNNER_AUTH_TOKENS_FILE]];
+
+    #[test]
+    fn the_documented_defaults_are_what_unset_means() {
+        runner_core::setting::assert_documented_defaults_are_the_defaults(READ, load_local_config);
+    }
+
+    #[test]
+    fn the_loader_reads_exactly_the_documented_variables() {
+        runner_core::setting::assert_reads_exactly(READ, &[], &[Env::new()], load_local_config);
+    }
+
     #[test]
     fn the_documentation_table_names_every_variable_read() {
-        let names: Vec<&str> = LOCAL_ENV_VARS.iter().map(|doc| doc.name).collect();
+        let names: Vec<&str> = LOCAL_SETTINGS.iter().map(|doc| doc.name).collect();
         assert_eq!(
             names,
             [

@@ -50,5 +50,5 @@ pub(crate) mod watch;
 pub(crate) mod work_root;
 
 pub use backend::{LocalBackend, LocalBackendError};
-pub use config::{BubblewrapConfig, LOCAL_ENV_VARS, LocalConfig, SandboxConfig, load_local_config};
+pub use config::{BubblewrapConfig, LOCAL_SETTINGS, LocalConfig, SandboxConfig, load_local_config};
 pub use kernel::monitor::KernelHealth;

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use runner_core::config::{CORE_ENV_VARS, EnvVarDoc};
-use runner_k8s::config::K8S_ENV_VARS;
-use runner_local::LOCAL_ENV_VARS;
-use runner_workspace_service::WORKSPACE_SERVICE_ENV_VARS;
+use runner_core::config::{CORE_SETTINGS, Setting};
+use runner_k8s::config::K8S_SETTINGS;
+use runner_local::LOCAL_SETTINGS;
+use runner_workspace_service::{WORKSPACE_LIMIT_SETTINGS, WORKSPACE_SERVICE_SETTINGS};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -201,29 +201,33 @@ fn parse_port(raw: &str) -> Result<(u16, String), String> {
     }
 }
 
-/// The `BACKEND` selector, documented with the rest.
-pub const BINARY_ENV_VARS: &[EnvVarDoc] = &[EnvVarDoc {
+/// The backend selector, read by [`crate::server::backend_kind`].
+pub const RUNNER_BACKEND: Setting = Setting {
     name: "RUNNER_BACKEND",
     default: "local",
     description: "Which backend runs sessions: `local` (processes on this host) or `kubernetes` (pods in a cluster).",
-}];
+};
+
+/// The binary's own settings, documented with the rest. (Its logging reads
+/// `LOG_LEVEL` and `LOG_FORMAT`, documented with the core's.)
+pub const BINARY_SETTINGS: &[Setting] = &[RUNNER_BACKEND];
 
 /// Every documented environment variable, grouped as `--help` and the README
 /// show them. The one source both are generated from.
-pub fn env_groups() -> [(&'static str, &'static [EnvVarDoc]); 5] {
+pub fn env_groups() -> [(&'static str, &'static [Setting]); 5] {
     [
-        ("Service", BINARY_ENV_VARS),
-        ("Core", CORE_ENV_VARS),
-        ("Local backend", LOCAL_ENV_VARS),
-        ("Kubernetes backend", K8S_ENV_VARS),
+        ("Service", BINARY_SETTINGS),
+        ("Core", CORE_SETTINGS),
+        ("Local backend", LOCAL_SETTINGS),
+        ("Kubernetes backend", K8S_SETTINGS),
         (
             "Workspace service (`telo-runner workspace`)",
-            WORKSPACE_SERVICE_ENV_VARS,
+            WORKSPACE_SERVICE_SETTINGS,
         ),
     ]
 }
 
-fn default_text(var: &EnvVarDoc) -> &str {
+fn default_text(var: &Setting) -> &str {
     if var.default.is_empty() {
         "unset"
     } else {
@@ -238,17 +242,15 @@ pub fn env_help() -> String {
 /// `workspace --help`: its own variables and the limits it shares with the
 /// runner.
 pub fn workspace_env_help() -> String {
-    let shared: Vec<EnvVarDoc> = LOCAL_ENV_VARS
-        .iter()
-        .filter(|var| var.name.starts_with("RUNNER_WORKSPACE_MAX_"))
-        .copied()
-        .collect();
-    let mut out = help_for(&[("Workspace service", WORKSPACE_SERVICE_ENV_VARS)]);
-    out.push_str(&help_group("Workspace limits (as the runner's)", &shared));
+    let mut out = help_for(&[("Workspace service", WORKSPACE_SERVICE_SETTINGS)]);
+    out.push_str(&help_group(
+        "Workspace limits (as the runner's)",
+        WORKSPACE_LIMIT_SETTINGS,
+    ));
     out
 }
 
-fn help_for(groups: &[(&str, &[EnvVarDoc])]) -> String {
+fn help_for(groups: &[(&str, &[Setting])]) -> String {
     let mut out = String::from("Environment variables:\n");
     for (title, vars) in groups {
         out.push_str(&help_group(title, vars));
@@ -256,7 +258,7 @@ fn help_for(groups: &[(&str, &[EnvVarDoc])]) -> String {
     out
 }
 
-fn help_group(title: &str, vars: &[EnvVarDoc]) -> String {
+fn help_group(title: &str, vars: &[Setting]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "\n  {title}:");
     for var in vars {
@@ -320,6 +322,21 @@ mod tests {
         }
     }
     use super::*;
+
+    #[test]
+    fn the_backend_selector_reads_its_setting_and_defaults_to_what_it_documents() {
+        use runner_core::config::Env;
+        runner_core::setting::assert_reads_exactly(
+            &[BINARY_SETTINGS],
+            &[],
+            &[Env::new()],
+            crate::server::backend_kind,
+        );
+        runner_core::setting::assert_documented_defaults_are_the_defaults(
+            &[BINARY_SETTINGS],
+            crate::server::backend_kind,
+        );
+    }
 
     #[test]
     fn ports_default_to_tcp_and_accept_udp() {

@@ -6,7 +6,7 @@ mod flat_json;
 
 use std::io::IsTerminal as _;
 
-use runner_core::config::{ConfigError, Env, env_string};
+use runner_core::config::{ConfigError, Env, LOG_FORMAT, LOG_LEVEL, env_string};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::JsonFields;
 
@@ -20,7 +20,7 @@ const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "off"];
 pub fn parse_level(raw: &str) -> Result<EnvFilter, ConfigError> {
     let refuse = || {
         ConfigError::must_be(
-            "LOG_LEVEL",
+            LOG_LEVEL.name,
             format!(
                 "one of trace | debug | info | warn | error | off, or a filter such as \
                  'info,runner_k8s=debug' (got '{raw}')"
@@ -38,10 +38,17 @@ pub fn parse_level(raw: &str) -> Result<EnvFilter, ConfigError> {
     EnvFilter::try_new(raw).map_err(|_| refuse())
 }
 
+/// `LOG_LEVEL` and `LOG_FORMAT`, trimmed, or their documented defaults.
+fn log_settings(env: &Env) -> (String, String) {
+    (
+        LOG_LEVEL.string_or_default(env),
+        LOG_FORMAT.string_or_default(env),
+    )
+}
+
 pub fn init(env: &Env) -> Result<(), ConfigError> {
-    let level = env_string(env, "LOG_LEVEL").unwrap_or_else(|| "info".into());
+    let (level, format) = log_settings(env);
     let filter = parse_level(&level)?;
-    let format = env_string(env, "LOG_FORMAT").unwrap_or_else(|| "pretty".into());
     // Colour only for a person at a terminal; files and pipes get plain text.
     let colour = std::io::stderr().is_terminal() && env_string(env, "NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
@@ -58,7 +65,7 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
         "pretty" => builder.init(),
         other => {
             return Err(ConfigError::not_one_of(
-                "LOG_FORMAT",
+                LOG_FORMAT.name,
                 &["json", "pretty"],
                 other,
             ));
@@ -70,6 +77,17 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runner_core::config::Setting;
+
+    #[test]
+    fn logging_reads_its_two_settings_and_defaults_to_what_they_document() {
+        let settings: &[Setting] = &[LOG_LEVEL, LOG_FORMAT];
+        runner_core::setting::assert_reads_exactly(&[settings], &[], &[Env::new()], log_settings);
+        runner_core::setting::assert_documented_defaults_are_the_defaults(&[settings], |env| {
+            Ok::<_, ConfigError>(log_settings(env))
+        });
+        assert_eq!(log_settings(&Env::new()), ("info".into(), "pretty".into()));
+    }
 
     #[test]
     fn levels_and_filters_pass_and_bare_words_are_refused() {

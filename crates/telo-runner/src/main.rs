@@ -257,8 +257,8 @@ fn dev(
     };
     let access = DevAccess {
         origins: origins.clone(),
-        tokens: env
-            .get("RUNNER_AUTH_TOKENS_FILE")
+        tokens: runner_core::config::RUNNER_AUTH_TOKENS_FILE
+            .raw(env)
             .is_some_and(|path| !path.trim().is_empty()),
         uid: nix::unistd::geteuid().as_raw(),
     };

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cli::RUNNER_BACKEND;
 use runner_core::config::{ConfigError, CoreConfig, Env, load_core_config};
 use runner_core::http::{AppState, ServerOptions, router};
 use runner_core::metrics::{ConnectionCounters, Metrics};
@@ -32,11 +33,11 @@ pub enum BackendKind {
 }
 
 pub fn backend_kind(env: &Env) -> Result<BackendKind, ConfigError> {
-    match runner_core::config::env_string(env, "RUNNER_BACKEND").as_deref() {
-        None | Some("local") => Ok(BackendKind::Local),
-        Some("kubernetes") => Ok(BackendKind::Kubernetes),
-        Some(other) => Err(ConfigError::not_one_of(
-            "RUNNER_BACKEND",
+    match RUNNER_BACKEND.string_or_default(env).as_str() {
+        "local" => Ok(BackendKind::Local),
+        "kubernetes" => Ok(BackendKind::Kubernetes),
+        other => Err(ConfigError::not_one_of(
+            RUNNER_BACKEND.name,
             &["local", "kubernetes"],
             other,
         )),
@@ -79,7 +80,7 @@ impl Service {
         // Never accept a setting the backend cannot honour.
         if core.watch.enabled && backend.watch_sessions().is_none() {
             return Err(ConfigError::Conflict {
-                var: "RUNNER_WATCH_SESSIONS".to_owned(),
+                var: runner_core::config::RUNNER_WATCH_SESSIONS.name.to_owned(),
                 reason: "this runner's backend does not run watch sessions.".to_owned(),
             });
         }
@@ -199,8 +200,8 @@ impl Service {
 /// The runner's API in the accept loop's refusals.
 const RUNNER_SERVICE: runner_core::accept::ServiceName = runner_core::accept::ServiceName {
     name: "runner",
-    limit_setting: Some("RUNNER_MAX_CONNECTIONS"),
-    client_limit_setting: Some("RUNNER_MAX_CONNECTIONS_PER_CLIENT"),
+    limit_setting: Some(runner_core::config::RUNNER_MAX_CONNECTIONS.name),
+    client_limit_setting: Some(runner_core::config::RUNNER_MAX_CONNECTIONS_PER_CLIENT.name),
 };
 
 /// A service running in the background of the current runtime (tests, the

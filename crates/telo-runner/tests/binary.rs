@@ -125,11 +125,11 @@ fn help_documents_every_environment_variable() {
         .unwrap();
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
-    for var in runner_core::config::CORE_ENV_VARS
+    for var in runner_core::config::CORE_SETTINGS
         .iter()
-        .chain(runner_local::LOCAL_ENV_VARS)
-        .chain(runner_k8s::config::K8S_ENV_VARS)
-        .chain(telo_runner::cli::BINARY_ENV_VARS)
+        .chain(runner_local::LOCAL_SETTINGS)
+        .chain(runner_k8s::config::K8S_SETTINGS)
+        .chain(telo_runner::cli::BINARY_SETTINGS)
     {
         assert!(help.contains(var.name), "--help misses {}", var.name);
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use runner_core::config::{
     ConfigError, ConnectionLimits, DEFAULT_HEADER_TIMEOUT_SECONDS, DEFAULT_MAX_HEADER_BYTES, Env,
-    EnvVarDoc, env_string, parse_positive_int,
+    Setting,
 };
 use runner_workspace::WorkspaceLimits;
 
@@ -37,35 +37,72 @@ pub fn connection_limits() -> ConnectionLimits {
     }
 }
 
-const DIR_VAR: &str = "RUNNER_WORKSPACE_DIR";
-const LISTEN_VAR: &str = "RUNNER_WORKSPACE_LISTEN";
-const TOKEN_VAR: &str = "RUNNER_WORKSPACE_TOKEN";
-const EXIT_AFTER_VAR: &str = "RUNNER_WORKSPACE_EXIT_AFTER_WRITE";
+pub const RUNNER_WORKSPACE_DIR: Setting = Setting {
+    name: "RUNNER_WORKSPACE_DIR",
+    default: "",
+    description: "`telo-runner workspace` only (the workspace container of a Kubernetes watch pod): the absolute workspace directory it serves. Required. The limits are the RUNNER_WORKSPACE_MAX_* above.",
+};
+
+pub const RUNNER_WORKSPACE_LISTEN: Setting = Setting {
+    name: "RUNNER_WORKSPACE_LISTEN",
+    default: DEFAULT_LISTEN,
+    description: "`telo-runner workspace` only: the address it listens on (`host:port`); the bound address is printed as `listening on http://<addr>`.",
+};
+
+pub const RUNNER_WORKSPACE_TOKEN: Setting = Setting {
+    name: "RUNNER_WORKSPACE_TOKEN",
+    default: "",
+    description: "`telo-runner workspace` only: the bearer token every request but `GET /v1/health` must carry, at least 32 characters. Required; never logged.",
+};
+
+pub const RUNNER_WORKSPACE_EXIT_AFTER_WRITE: Setting = Setting {
+    name: "RUNNER_WORKSPACE_EXIT_AFTER_WRITE",
+    default: "(unset)",
+    description: "`telo-runner workspace` only: a path in the workspace; once a change set has written it, the service answers and exits 0 (a warm pod's service, done once its session is launched).",
+};
 
 /// The variables only `telo-runner workspace` reads. It also reads the
-/// runner's `RUNNER_WORKSPACE_MAX_*` limits, documented with the local
-/// backend's.
-pub const WORKSPACE_SERVICE_ENV_VARS: &[EnvVarDoc] = &[
-    EnvVarDoc {
-        name: DIR_VAR,
-        default: "",
-        description: "`telo-runner workspace` only (the workspace container of a Kubernetes watch pod): the absolute workspace directory it serves. Required. The limits are the RUNNER_WORKSPACE_MAX_* above.",
-    },
-    EnvVarDoc {
-        name: LISTEN_VAR,
-        default: DEFAULT_LISTEN,
-        description: "`telo-runner workspace` only: the address it listens on (`host:port`); the bound address is printed as `listening on http://<addr>`.",
-    },
-    EnvVarDoc {
-        name: TOKEN_VAR,
-        default: "",
-        description: "`telo-runner workspace` only: the bearer token every request but `GET /v1/health` must carry, at least 32 characters. Required; never logged.",
-    },
-    EnvVarDoc {
-        name: EXIT_AFTER_VAR,
-        default: "(unset)",
-        description: "`telo-runner workspace` only: a path in the workspace; once a change set has written it, the service answers and exits 0 (a warm pod's service, done once its session is launched).",
-    },
+/// runner's `RUNNER_WORKSPACE_MAX_*` limits ([`WORKSPACE_LIMIT_SETTINGS`]),
+/// documented with the local backend's.
+pub const WORKSPACE_SERVICE_SETTINGS: &[Setting] = &[
+    RUNNER_WORKSPACE_DIR,
+    RUNNER_WORKSPACE_LISTEN,
+    RUNNER_WORKSPACE_TOKEN,
+    RUNNER_WORKSPACE_EXIT_AFTER_WRITE,
+];
+
+pub const RUNNER_WORKSPACE_MAX_FILE_BYTES: Setting = Setting {
+    name: "RUNNER_WORKSPACE_MAX_FILE_BYTES",
+    default: "10485760",
+    description: "Largest file of a watch session's workspace the runner reads, writes or touches; bigger is 413 `workspace_too_large`.",
+};
+
+pub const RUNNER_WORKSPACE_MAX_CHANGE_BYTES: Setting = Setting {
+    name: "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
+    default: "16777216",
+    description: "Largest change set (decoded) one `POST /v1/sessions/:id/workspace` may write; bigger is 413 `workspace_too_large` and nothing is written.",
+};
+
+pub const RUNNER_WORKSPACE_MAX_BYTES: Setting = Setting {
+    name: "RUNNER_WORKSPACE_MAX_BYTES",
+    default: "67108864",
+    description: "Most bytes a watch session's workspace may hold; a change set that would grow it past this is 413 `workspace_too_large`.",
+};
+
+pub const RUNNER_WORKSPACE_MAX_FILES: Setting = Setting {
+    name: "RUNNER_WORKSPACE_MAX_FILES",
+    default: "10000",
+    description: "Most files a watch session's workspace may hold.",
+};
+
+/// `RUNNER_WORKSPACE_MAX_*`, read by [`workspace_limits_from_env`] for the
+/// runner and for `telo-runner workspace`; the local backend's table lists
+/// them.
+pub const WORKSPACE_LIMIT_SETTINGS: &[Setting] = &[
+    RUNNER_WORKSPACE_MAX_FILE_BYTES,
+    RUNNER_WORKSPACE_MAX_CHANGE_BYTES,
+    RUNNER_WORKSPACE_MAX_BYTES,
+    RUNNER_WORKSPACE_MAX_FILES,
 ];
 
 /// What the service needs: its directory, its address, its token and the
@@ -103,50 +140,61 @@ impl Config {
     /// The error's `Display` is the message to exit with; it never quotes
     /// the token.
     pub fn from_env(env: &Env) -> Result<Config, ConfigError> {
-        let dir = match env_string(env, DIR_VAR) {
+        let dir = match RUNNER_WORKSPACE_DIR.string(env) {
             None => {
                 return Err(ConfigError::must_be(
-                    DIR_VAR,
+                    RUNNER_WORKSPACE_DIR.name,
                     "set to the absolute workspace directory to serve",
                 ));
             }
             Some(raw) if !PathBuf::from(&raw).is_absolute() => {
-                return Err(ConfigError::invalid(DIR_VAR, "be an absolute path", &raw));
+                return Err(ConfigError::invalid(
+                    RUNNER_WORKSPACE_DIR.name,
+                    "be an absolute path",
+                    &raw,
+                ));
             }
             Some(raw) => PathBuf::from(raw),
         };
-        let raw_listen = env_string(env, LISTEN_VAR).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+        let raw_listen = RUNNER_WORKSPACE_LISTEN.string_or_default(env);
         let listen = raw_listen.parse().map_err(|_| {
             ConfigError::invalid(
-                LISTEN_VAR,
+                RUNNER_WORKSPACE_LISTEN.name,
                 "be an address such as 0.0.0.0:8099",
                 &raw_listen,
             )
         })?;
         // Not trimmed: the token is compared exactly as the runner sends it.
-        let token = match env.get(TOKEN_VAR).filter(|token| !token.is_empty()) {
+        let token = match RUNNER_WORKSPACE_TOKEN
+            .raw(env)
+            .filter(|token| !token.is_empty())
+        {
             None => {
                 return Err(ConfigError::must_be(
-                    TOKEN_VAR,
+                    RUNNER_WORKSPACE_TOKEN.name,
                     format!("set to the session's token (at least {MIN_TOKEN_CHARS} characters)"),
                 ));
             }
             Some(token) if token.chars().count() < MIN_TOKEN_CHARS => {
                 return Err(ConfigError::must_be(
-                    TOKEN_VAR,
+                    RUNNER_WORKSPACE_TOKEN.name,
                     format!(
                         "at least {MIN_TOKEN_CHARS} characters, got {}",
                         token.chars().count()
                     ),
                 ));
             }
-            Some(token) => token.clone(),
+            Some(token) => token.to_owned(),
         };
-        let exit_after_write = match env_string(env, EXIT_AFTER_VAR) {
+        let exit_after_write = match RUNNER_WORKSPACE_EXIT_AFTER_WRITE.string(env) {
             None => None,
             Some(raw) => Some(
                 runner_api::bundle_path::normalize_bundle_path(&raw).map_err(|_| {
-                    ConfigError::invalid(EXIT_AFTER_VAR, "be a workspace path", &raw)
+                    ConfigError::invalid(
+                        RUNNER_WORKSPACE_EXIT_AFTER_WRITE.name,
+                        "be a workspace path",
+                        &raw,
+                    )
                 })?,
             ),
         };
@@ -164,21 +212,12 @@ impl Config {
 /// `RUNNER_WORKSPACE_MAX_*`: the bounds of one watch session's workspace,
 /// read the same way by the runner and by `telo-runner workspace`.
 pub fn workspace_limits_from_env(env: &Env) -> Result<WorkspaceLimits, ConfigError> {
-    let defaults = WorkspaceLimits::default();
-    let var = |key: &str| env.get(key).map(String::as_str);
-    let bytes = |key: &str, default: u64| parse_positive_int(var(key), default, key);
     Ok(WorkspaceLimits {
-        max_file_bytes: bytes("RUNNER_WORKSPACE_MAX_FILE_BYTES", defaults.max_file_bytes)?,
-        max_change_set_bytes: bytes(
-            "RUNNER_WORKSPACE_MAX_CHANGE_BYTES",
-            defaults.max_change_set_bytes,
-        )?,
-        max_workspace_bytes: bytes("RUNNER_WORKSPACE_MAX_BYTES", defaults.max_workspace_bytes)?,
-        max_files: usize::try_from(bytes(
-            "RUNNER_WORKSPACE_MAX_FILES",
-            defaults.max_files as u64,
-        )?)
-        .unwrap_or(usize::MAX),
+        max_file_bytes: RUNNER_WORKSPACE_MAX_FILE_BYTES.positive_int(env)?,
+        max_change_set_bytes: RUNNER_WORKSPACE_MAX_CHANGE_BYTES.positive_int(env)?,
+        max_workspace_bytes: RUNNER_WORKSPACE_MAX_BYTES.positive_int(env)?,
+        max_files: usize::try_from(RUNNER_WORKSPACE_MAX_FILES.positive_int(env)?)
+            .unwrap_or(usize::MAX),
     })
 }
 
@@ -213,6 +252,33 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(defaulted.listen, "0.0.0.0:8099".parse().unwrap());
+    }
+
+    /// The service's loader with the two required variables set.
+    fn load(env: &Env) -> Result<Config, ConfigError> {
+        let mut env = env.clone();
+        env.insert(
+            RUNNER_WORKSPACE_DIR.name.to_owned(),
+            "/workspace".to_owned(),
+        );
+        env.insert(RUNNER_WORKSPACE_TOKEN.name.to_owned(), TOKEN.to_owned());
+        Config::from_env(&env)
+    }
+
+    const TABLES: &[&[Setting]] = &[WORKSPACE_SERVICE_SETTINGS, WORKSPACE_LIMIT_SETTINGS];
+
+    #[test]
+    fn the_documented_defaults_are_what_unset_means() {
+        runner_core::setting::assert_documented_defaults_are_the_defaults(TABLES, load);
+        assert_eq!(
+            workspace_limits_from_env(&Env::new()),
+            Ok(WorkspaceLimits::default())
+        );
+    }
+
+    #[test]
+    fn the_loader_reads_exactly_the_documented_variables() {
+        runner_core::setting::assert_reads_exactly(TABLES, &[], &[Env::new()], load);
     }
 
     #[test]

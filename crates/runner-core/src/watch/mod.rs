@@ -7,8 +7,16 @@ use std::time::Duration;
 
 pub use budget::{RELOAD_WINDOW, ReloadBudget};
 
-use crate::env::{ConfigError, Env, parse_bool, parse_positive_int, parse_positive_usize};
+use crate::env::{ConfigError, Env};
+use crate::setting::Setting;
+use crate::settings::{
+    RUNNER_WATCH_IDLE_SECONDS, RUNNER_WATCH_MAX_SESSIONS, RUNNER_WATCH_MAX_SUSPENDED,
+    RUNNER_WATCH_MAX_TTL_SECONDS, RUNNER_WATCH_RELOAD_LIMIT, RUNNER_WATCH_SESSIONS,
+    RUNNER_WATCH_SUSPENDED_TTL_SECONDS, RUNNER_WORKSPACE_CHECKPOINT_SECONDS,
+};
 
+// Typed for `WatchConfig::default`; `typed_defaults_are_the_documented_ones`
+// proves they are the settings' documented defaults.
 pub const DEFAULT_IDLE_SECONDS: u64 = 300;
 pub const DEFAULT_MAX_TTL_SECONDS: u64 = 21_600;
 pub const DEFAULT_MAX_WATCH_SESSIONS: u64 = 8;
@@ -66,37 +74,16 @@ impl Default for WatchConfig {
 /// Reads the watch variables; each is checked whether or not watch
 /// sessions are enabled, so a typo never waits for the day they are.
 pub fn load_watch_config(env: &Env) -> Result<WatchConfig, ConfigError> {
-    let var = |key: &str| env.get(key).map(String::as_str);
-    let seconds = |key: &str, default: u64| -> Result<Duration, ConfigError> {
-        parse_positive_int(var(key), default, key).map(Duration::from_secs)
-    };
+    let seconds = |setting: Setting| setting.positive_int(env).map(Duration::from_secs);
     let config = WatchConfig {
-        enabled: parse_bool(var("RUNNER_WATCH_SESSIONS"), false, "RUNNER_WATCH_SESSIONS")?,
-        idle: seconds("RUNNER_WATCH_IDLE_SECONDS", DEFAULT_IDLE_SECONDS)?,
-        max_ttl: seconds("RUNNER_WATCH_MAX_TTL_SECONDS", DEFAULT_MAX_TTL_SECONDS)?,
-        max_sessions: parse_positive_usize(
-            var("RUNNER_WATCH_MAX_SESSIONS"),
-            DEFAULT_MAX_WATCH_SESSIONS,
-            "RUNNER_WATCH_MAX_SESSIONS",
-        )?,
-        reload_limit: parse_positive_usize(
-            var("RUNNER_WATCH_RELOAD_LIMIT"),
-            DEFAULT_RELOAD_LIMIT,
-            "RUNNER_WATCH_RELOAD_LIMIT",
-        )?,
-        suspended_ttl: seconds(
-            "RUNNER_WATCH_SUSPENDED_TTL_SECONDS",
-            DEFAULT_SUSPENDED_TTL_SECONDS,
-        )?,
-        max_suspended: parse_positive_usize(
-            var("RUNNER_WATCH_MAX_SUSPENDED"),
-            DEFAULT_MAX_SUSPENDED,
-            "RUNNER_WATCH_MAX_SUSPENDED",
-        )?,
-        checkpoint_every: seconds(
-            "RUNNER_WORKSPACE_CHECKPOINT_SECONDS",
-            DEFAULT_CHECKPOINT_SECONDS,
-        )?,
+        enabled: RUNNER_WATCH_SESSIONS.bool(env)?,
+        idle: seconds(RUNNER_WATCH_IDLE_SECONDS)?,
+        max_ttl: seconds(RUNNER_WATCH_MAX_TTL_SECONDS)?,
+        max_sessions: RUNNER_WATCH_MAX_SESSIONS.positive_usize(env)?,
+        reload_limit: RUNNER_WATCH_RELOAD_LIMIT.positive_usize(env)?,
+        suspended_ttl: seconds(RUNNER_WATCH_SUSPENDED_TTL_SECONDS)?,
+        max_suspended: RUNNER_WATCH_MAX_SUSPENDED.positive_usize(env)?,
+        checkpoint_every: seconds(RUNNER_WORKSPACE_CHECKPOINT_SECONDS)?,
         tick: SUPERVISOR_TICK,
     };
     let tick = SUPERVISOR_TICK

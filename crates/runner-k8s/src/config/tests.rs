@@ -1,6 +1,7 @@
 use super::*;
 use rstest::rstest;
-use runner_core::config::{CORE_ENV_VARS, env_from_pairs};
+use runner_core::config::{CORE_SETTINGS, env_from_pairs};
+use runner_workspace_service::WORKSPACE_LIMIT_SETTINGS;
 
 const SELF_URL: (&str, &str) = ("RUNNER_SELF_URL", "http://runner.test:8062");
 
@@ -663,13 +664,46 @@ fn blank_telo_image_variables_keep_their_defaults() {
 }
 
 #[test]
+fn the_documented_defaults_are_what_unset_means() {
+    // PORT is the core's, documented as 8061; this backend's is 8062.
+    runner_core::setting::assert_documented_defaults_are_the_defaults(
+        &[K8S_SETTINGS, WORKSPACE_LIMIT_SETTINGS],
+        |env| {
+            let mut env = env.clone();
+            env.extend(env_from_pairs(&[SELF_URL]));
+            load_k8s_config(&env)
+        },
+    );
+    assert_eq!(load(&[]).unwrap().warm_pool_surge, DEFAULT_WARM_POOL_SURGE);
+}
+
+#[test]
+fn the_loader_reads_exactly_the_documented_variables() {
+    runner_core::setting::assert_reads_exactly(
+        &[CORE_SETTINGS, K8S_SETTINGS, WORKSPACE_LIMIT_SETTINGS],
+        // Read by the binary's logging and by the cluster client.
+        &["LOG_FORMAT", "KUBECONFIG"],
+        &[
+            env_with(&[]),
+            // The terms' title and version are read beside a body, the
+            // Gateway's namespace and section beside its name.
+            env_with(&[
+                ("RUNNER_TERMS_BODY", "Be nice."),
+                ("SESSION_GATEWAY_NAME", "gw"),
+            ]),
+        ],
+        load_k8s_config,
+    );
+}
+
+#[test]
 fn the_documentation_table_names_each_variable_once() {
-    let mut names: Vec<&str> = K8S_ENV_VARS.iter().map(|doc| doc.name).collect();
+    let mut names: Vec<&str> = K8S_SETTINGS.iter().map(|doc| doc.name).collect();
     let total = names.len();
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), total, "a variable is documented twice");
-    for core in CORE_ENV_VARS {
+    for core in CORE_SETTINGS {
         assert!(
             !names.contains(&core.name),
             "{} is already documented by the core",

@@ -24,17 +24,35 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use runner_core::config::{ConfigError, Env, env_string};
+use runner_core::config::{ConfigError, Env, Setting};
 
-pub const MAX_MEMORY_VAR: &str = "RUNNER_LOCAL_MAX_MEMORY";
-pub const MAX_PROCESSES_VAR: &str = "RUNNER_LOCAL_MAX_PROCESSES";
-pub const MAX_CPU_VAR: &str = "RUNNER_LOCAL_MAX_CPU";
-pub const MAX_DISK_VAR: &str = "RUNNER_LOCAL_MAX_DISK";
+pub const RUNNER_LOCAL_MAX_MEMORY: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_MEMORY",
+    default: "1Gi",
+    description: "Memory of one session: each of its processes' private writable memory (RLIMIT_DATA), and the whole session's where the host delegates a cgroup v2 to the runner (memory.max). Bytes, or with a Ki/Mi/Gi suffix.",
+};
 
-pub const DEFAULT_MAX_MEMORY: &str = "1Gi";
+pub const RUNNER_LOCAL_MAX_PROCESSES: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_PROCESSES",
+    default: "512",
+    description: "Processes and threads of one session (RLIMIT_NPROC in the session's own user namespace; pids.max with a delegated cgroup, which a runner running as root needs for this bound).",
+};
+
+pub const RUNNER_LOCAL_MAX_CPU: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_CPU",
+    default: "1",
+    description: "CPUs one session may use (1, 0.5, 500m); enforced only where the host delegates a cgroup v2 to the runner (cpu.max).",
+};
+
+pub const RUNNER_LOCAL_MAX_DISK: Setting = Setting {
+    name: "RUNNER_LOCAL_MAX_DISK",
+    default: "1Gi",
+    description: "Bytes one session's directory may hold (any one file: RLIMIT_FSIZE; the whole directory: checked every second, a run session past it is stopped and failed, a watch session's apps are taken down). Bytes, or with a Ki/Mi/Gi suffix.",
+};
+
+/// Typed for `SessionLimits::default`; the local config's tests prove it is
+/// [`RUNNER_LOCAL_MAX_PROCESSES`]'s documented default.
 pub const DEFAULT_MAX_PROCESSES: u64 = 512;
-pub const DEFAULT_MAX_CPU: &str = "1";
-pub const DEFAULT_MAX_DISK: &str = "1Gi";
 /// Open files per process: far above what a Telo server needs, far below
 /// what exhausts the host's file table.
 pub const MAX_OPEN_FILES: u64 = 4096;
@@ -78,23 +96,19 @@ impl SessionLimits {
 
 /// Reads the four variables; each bad one is refused by name.
 pub fn load_session_limits(env: &Env) -> Result<SessionLimits, ConfigError> {
-    let bytes = |var: &str, default: &str| -> Result<u64, ConfigError> {
-        let raw = env_string(env, var).unwrap_or_else(|| default.to_owned());
+    let bytes = |setting: Setting| -> Result<u64, ConfigError> {
+        let raw = setting.string_or_default(env);
         parse_bytes(&raw)
             .filter(|bytes| *bytes > 0)
-            .ok_or_else(|| ConfigError::invalid(var, BYTES_RULE, &raw))
+            .ok_or_else(|| ConfigError::invalid(setting.name, BYTES_RULE, &raw))
     };
-    let memory_bytes = bytes(MAX_MEMORY_VAR, DEFAULT_MAX_MEMORY)?;
-    let disk_bytes = bytes(MAX_DISK_VAR, DEFAULT_MAX_DISK)?;
-    let processes = runner_core::config::parse_positive_int(
-        env.get(MAX_PROCESSES_VAR).map(String::as_str),
-        DEFAULT_MAX_PROCESSES,
-        MAX_PROCESSES_VAR,
-    )?;
-    let raw_cpu = env_string(env, MAX_CPU_VAR).unwrap_or_else(|| DEFAULT_MAX_CPU.to_owned());
+    let memory_bytes = bytes(RUNNER_LOCAL_MAX_MEMORY)?;
+    let disk_bytes = bytes(RUNNER_LOCAL_MAX_DISK)?;
+    let processes = RUNNER_LOCAL_MAX_PROCESSES.positive_int(env)?;
+    let raw_cpu = RUNNER_LOCAL_MAX_CPU.string_or_default(env);
     let cpu_millis = parse_cpu_millis(&raw_cpu)
         .filter(|millis| *millis > 0)
-        .ok_or_else(|| ConfigError::invalid(MAX_CPU_VAR, CPU_RULE, &raw_cpu))?;
+        .ok_or_else(|| ConfigError::invalid(RUNNER_LOCAL_MAX_CPU.name, CPU_RULE, &raw_cpu))?;
     Ok(SessionLimits {
         memory_bytes,
         processes,
