@@ -215,10 +215,6 @@ pub const RUNNER_AUTH_TOKENS_FILE: Setting = Setting {
     description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
 };
 
-/// The former name of [`CORE_SETTINGS`], still used by runner-k8s's
-/// integration tests.
-pub const CORE_ENV_VARS: &[Setting] = CORE_SETTINGS;
-
 /// Every variable the core (and the binary's logging) reads, in the order
 /// `--help` and the README list them.
 pub const CORE_SETTINGS: &[Setting] = &[

@@ -1089,9 +1089,5 @@ pub const K8S_SETTINGS: &[Setting] = &[
     KUBECONFIG,
 ];
 
-/// The former name of [`K8S_SETTINGS`], still used by the integration
-/// tests.
-pub const K8S_ENV_VARS: &[Setting] = K8S_SETTINGS;
-
 #[cfg(test)]
 mod tests;

@@ -15,11 +15,11 @@ use kube::core::DynamicObject;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use runner_core::bundle_path::normalize_bundle_path;
-use runner_core::config::{CORE_ENV_VARS, Env};
+use runner_core::config::{CORE_SETTINGS, Env};
 use runner_core::ids::is_session_id;
 use runner_core::types::{BundleFile, RunBundle, RunStatus};
 use runner_k8s::bundle_store::{BundleError, MAX_TAR_PATH_BYTES, bundle_tar_gz};
-use runner_k8s::config::{K8S_ENV_VARS, LimitCeilings, load_k8s_config};
+use runner_k8s::config::{K8S_SETTINGS, LimitCeilings, load_k8s_config};
 use runner_k8s::pod::labels::{
     APP_ANNOTATION, CREATED_AT_ANNOTATION, INSPECT_ANNOTATION, KIND_ANNOTATION, PORTS_ANNOTATION,
     SESSION_ID_LABEL,
@@ -576,9 +576,9 @@ fn blank_reasons_count_as_no_reason() {
 // Environment
 
 fn documented_names() -> Vec<&'static str> {
-    CORE_ENV_VARS
+    CORE_SETTINGS
         .iter()
-        .chain(K8S_ENV_VARS)
+        .chain(K8S_SETTINGS)
         .map(|var| var.name)
         .collect()
 }

@@ -22,14 +22,15 @@ pub enum KubeClientRefusal {
 }
 
 pub async fn kube_client(env: &Env, metrics: Arc<Metrics>) -> Result<Client, ConfigError> {
+    // Set by Kubernetes in every pod: the host's variable, not a setting.
     let config = if env_string(env, "KUBERNETES_SERVICE_HOST").is_some() {
         Config::incluster().map_err(|err| {
             ConfigError::setup("read the in-cluster Kubernetes configuration", err)
         })?
-    } else if let Some(path) = env_string(env, "KUBECONFIG") {
+    } else if let Some(path) = crate::config::KUBECONFIG.string(env) {
         let kubeconfig =
             Kubeconfig::read_from(&path).map_err(|err| ConfigError::UnreadableFile {
-                var: "KUBECONFIG".to_owned(),
+                var: crate::config::KUBECONFIG.name.to_owned(),
                 path: path.clone(),
                 reason: err.to_string(),
             })?;
