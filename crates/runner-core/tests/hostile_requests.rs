@@ -269,6 +269,7 @@ fn harness() -> Harness {
             going_away: Default::default(),
             sockets: Default::default(),
             subscribers: Default::default(),
+            idempotency: Default::default(),
         },
         Router::new(),
     );

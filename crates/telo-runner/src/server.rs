@@ -118,6 +118,7 @@ impl Service {
                 going_away: going_away.clone(),
                 sockets: sockets.clone(),
                 subscribers: Default::default(),
+                idempotency: Default::default(),
             },
             routes,
         );

@@ -86,6 +86,12 @@ error_codes! {
     WorkspaceIoFailed = "workspace_io_failed" => INTERNAL_SERVER_ERROR,
     /// The workspace could not be reached or did not answer.
     WorkspaceFailed = "workspace_failed" => INTERNAL_SERVER_ERROR,
+    /// An `Idempotency-Key` header that is no key.
+    InvalidIdempotencyKey = "invalid_idempotency_key" => BAD_REQUEST,
+    /// An `Idempotency-Key` already used with another request.
+    IdempotencyKeyReused = "idempotency_key_reused" => UNPROCESSABLE_ENTITY,
+    /// The first request with this `Idempotency-Key` is still being answered.
+    IdempotencyKeyInFlight = "idempotency_key_in_flight" => CONFLICT,
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -144,6 +150,9 @@ mod tests {
         ("workspace_too_large", 413),
         ("workspace_io_failed", 500),
         ("workspace_failed", 500),
+        ("invalid_idempotency_key", 400),
+        ("idempotency_key_reused", 422),
+        ("idempotency_key_in_flight", 409),
     ];
 
     #[test]

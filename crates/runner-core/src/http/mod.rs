@@ -5,6 +5,7 @@ mod body;
 mod cors;
 mod error;
 mod error_code;
+pub mod idempotency;
 pub mod openapi;
 mod routes;
 mod sse;
@@ -71,6 +72,8 @@ pub struct AppState {
     /// The event streams and terminal sockets open now, counted against
     /// [`ServerOptions::subscribers`].
     pub subscribers: subscribers::SubscriberCounts,
+    /// The `Idempotency-Key`s of session creations.
+    pub idempotency: idempotency::IdempotencyKeys,
 }
 
 /// One route of the core router and the methods it answers.

@@ -58,11 +58,27 @@ fn body_errors(responses: &mut Value) {
 
 fn session_creating(responses: &mut Value) {
     body_errors(responses);
-    responses["409"] = error("The runner is at its session limit (`too_many_sessions`).");
+    responses["400"] = error(
+        "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`), or the `Idempotency-Key` is no key (`invalid_idempotency_key`).",
+    );
+    responses["409"] = error(
+        "The runner is at its session limit (`too_many_sessions`), or the first request with this `Idempotency-Key` is still being answered (`idempotency_key_in_flight`).",
+    );
+    responses["422"] = error(
+        "The `Idempotency-Key` was already used with another request (`idempotency_key_reused`).",
+    );
     responses["428"] = response(
         "Terms configured and `x-telo-accepted-terms` missing or not the current version.",
         schema_ref("TermsRequired"),
     );
+}
+
+fn idempotency_header() -> Value {
+    json!({
+        "name": "Idempotency-Key", "in": "header", "required": false,
+        "description": "1 to 255 visible ASCII characters (else 400 `invalid_idempotency_key`). A retry with the same key, token and body gets the session the first request made (the same 201 body, with `Idempotent-Replayed: true`) for 24 hours; keys live in the runner's memory.",
+        "schema": { "type": "string", "minLength": 1, "maxLength": 255 }
+    })
 }
 
 fn terms_header() -> Value {
@@ -125,16 +141,16 @@ fn operation(path: &str, method: &str) -> Value {
             let mut op = json!({
                 "summary": "Create a bundle session; answers before the backend starts anything.",
                 "description": "Start failures surface only as a terminal `failed` status on the event stream.",
-                "parameters": [terms_header()],
+                "parameters": [terms_header(), idempotency_header()],
                 "requestBody": json_body("StartSessionRequest"),
                 "responses": { "201": response("Created.", schema_ref("SessionCreated")) }
             });
             session_creating(&mut op["responses"]);
             op["responses"]["400"] = error(
-                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`); a bundle path escapes the bundle (`invalid_bundle`); the backend refuses the config (`invalid_config`); `mode: \"watch\"` is not offered (`watch_disabled`); `agent` without watch (`agent_requires_watch`), not in the catalog (`unknown_agent`) or without a port (`agent_port_undeclared`); an app breaks the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `port_conflict`) or asks for an io mode the runner does not offer (`io_unsupported`); a telo version is named on a runner without `features.teloVersions` (`telo_version_unsupported`), is not one or is named for only some apps (`invalid_telo_version`), or cannot be had (`telo_version_unavailable`, with `app`, `version` and `reason`).",
+                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`); a bundle path escapes the bundle (`invalid_bundle`); the backend refuses the config (`invalid_config`); `mode: \"watch\"` is not offered (`watch_disabled`); `agent` without watch (`agent_requires_watch`), not in the catalog (`unknown_agent`) or without a port (`agent_port_undeclared`); an app breaks the app rules (`invalid_app_name`, `reserved_app_name`, `duplicate_app_name`, `port_conflict`) or asks for an io mode the runner does not offer (`io_unsupported`); a telo version is named on a runner without `features.teloVersions` (`telo_version_unsupported`), is not one or is named for only some apps (`invalid_telo_version`), or cannot be had (`telo_version_unavailable`, with `app`, `version` and `reason`); an `Idempotency-Key` that is no key (`invalid_idempotency_key`).",
             );
             op["responses"]["409"] = error(
-                "The runner is at its session limit (`too_many_sessions`) or its live watch session limit (`too_many_watch_sessions`).",
+                "The runner is at its session limit (`too_many_sessions`) or its live watch session limit (`too_many_watch_sessions`), or the first request with this `Idempotency-Key` is still being answered (`idempotency_key_in_flight`).",
             );
             op
         }
@@ -150,7 +166,8 @@ fn operation(path: &str, method: &str) -> Value {
                 "summary": "Create a session of an operator-defined app (see `apps` in /v1/capabilities).",
                 "parameters": [
                     {"name": "name", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1, "maxLength": MAX_PARAM_LENGTH}},
-                    terms_header()
+                    terms_header(),
+                    idempotency_header()
                 ],
                 "requestBody": json_body("AppSessionRequest"),
                 "responses": {

@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runner_api::io::FrameFormat;
-use runner_api::types::{ConfigSurface, RunBundle, RunnerCapabilities, SessionConfig};
+use runner_api::types::{
+    ConfigSurface, RunBundle, RunnerCapabilities, SessionConfig, SessionCreated,
+};
 use runner_api::validate::{validate_app_session, validate_probe, validate_start_session};
 use serde_json::{Value, json};
 
@@ -17,6 +19,7 @@ use super::body::{off_the_runtime_when, read_json_body};
 /// Bundles with more files than this are checked on the blocking pool.
 const LARGE_BUNDLE_FILES: usize = 256;
 use super::error::{ApiError, ErrorCode};
+use super::idempotency::{self, Claim, Fingerprint};
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::admission::{self, Admitted, Offer};
 use crate::backend::{Backend, ProbeConfig, StartSpec, WatchSpec};
@@ -127,14 +130,25 @@ pub async fn create_session(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let key = idempotency::key_of(&headers)?;
     let body = read_json_body(&headers, body, &state.options).await?;
     // Checking every path of a big bundle is CPU work the runtime must not do.
     let large = body
         .as_ref()
         .and_then(|body| body["bundle"]["files"].as_array())
         .is_some_and(|files| files.len() > LARGE_BUNDLE_FILES);
-    let request = off_the_runtime_when(large, move || validate_start_session(body)).await?;
+    let keyed = key.is_some();
+    let (request, fingerprint) = off_the_runtime_when(large, move || {
+        let fingerprint = keyed.then(|| Fingerprint::of("POST /v1/sessions", body.as_ref()));
+        validate_start_session(body).map(|request| (request, fingerprint))
+    })
+    .await?;
     check_terms(&state.options, &headers)?;
+    let pending = match claim_key(&state, &headers, key, fingerprint)? {
+        Some(Claim::Replay(created)) => return Ok(replayed(created)),
+        Some(Claim::Fresh(pending)) => Some(pending),
+        None => None,
+    };
     let (request, entry) = off_the_runtime_when(large, move || {
         admission::bundle_entry(&request.bundle).map(|entry| (request, entry))
     })
@@ -184,7 +198,37 @@ pub async fn create_session(
             },
         )?,
     };
+    if let Some(pending) = pending {
+        pending.created(&created);
+    }
     Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// Claims the request's `Idempotency-Key`, if it has one, for the bearer
+/// token that sent it.
+fn claim_key(
+    state: &AppState,
+    headers: &HeaderMap,
+    key: Option<String>,
+    fingerprint: Option<Fingerprint>,
+) -> Result<Option<Claim>, ApiError> {
+    match (key, fingerprint) {
+        (Some(key), Some(fingerprint)) => state
+            .idempotency
+            .claim(super::auth::bearer_token(headers), key, fingerprint)
+            .map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The answer a key already gave: the same `201` and body.
+fn replayed(created: SessionCreated) -> Response {
+    (
+        StatusCode::CREATED,
+        [(idempotency::REPLAYED_HEADER, "true")],
+        Json(created),
+    )
+        .into_response()
 }
 
 /// What this runner offers a session request, read now.
@@ -218,7 +262,11 @@ pub async fn create_app_session(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let key = idempotency::key_of(&headers)?;
     let body = read_json_body(&headers, body, &state.options).await?;
+    let fingerprint = key
+        .is_some()
+        .then(|| Fingerprint::of(&format!("POST /v1/apps/{name}/sessions"), body.as_ref()));
     let request = validate_app_session(body)?;
     // The catalog is public already, so an unknown name is answered before
     // the terms gate.
@@ -229,6 +277,11 @@ pub async fn create_app_session(
         request,
     )?;
     check_terms(&state.options, &headers)?;
+    let pending = match claim_key(&state, &headers, key, fingerprint)? {
+        Some(Claim::Replay(created)) => return Ok(replayed(created)),
+        Some(Claim::Fresh(pending)) => Some(pending),
+        None => None,
+    };
     let created = state.registry.create(|session_id, created_at| StartSpec {
         session_id: session_id.to_owned(),
         created_at: created_at.to_owned(),
@@ -248,6 +301,9 @@ pub async fn create_app_session(
         inspect: plan.inspect,
         telo: None,
     })?;
+    if let Some(pending) = pending {
+        pending.created(&created);
+    }
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
