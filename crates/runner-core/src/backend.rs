@@ -20,7 +20,9 @@ pub use crate::launch::{
     InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession,
     TeloUnavailable, WatchSpec, WatchStart,
 };
+pub use crate::registry::SessionKind;
 use crate::session::SessionSink;
+pub use crate::tenancy::SessionResources;
 
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -89,6 +91,13 @@ pub trait Backend: Send + Sync + 'static {
     /// over: stop every background task the backend owns and wait for them
     /// ([`crate::tasks::OwnedTasks`]).
     async fn shutdown(&self) {}
+
+    /// The CPU and memory ceilings a session of `kind` runs under, which
+    /// count against its tenant's `cpu` and `memory` quotas (zero where the
+    /// backend sets none).
+    fn session_resources(&self, _kind: SessionKind) -> SessionResources {
+        SessionResources::default()
+    }
 
     /// The telo releases a request may name (`features.teloVersions`);
     /// `None` when sessions run the kernel the backend provides.

@@ -129,6 +129,10 @@ pub struct CoreConfig {
     pub watch: WatchConfig,
     /// `RUNNER_MAX_SUBSCRIBERS_*`: streams per session and per client.
     pub subscribers: SubscriberLimits,
+    /// `RUNNER_ANONYMOUS`, `RUNNER_TIERS_FILE`, `RUNNER_ADMIN_GROUP`.
+    pub tenancy: crate::tenancy::TenancyConfig,
+    /// `RUNNER_AUDIT_LOG`.
+    pub audit: Option<crate::audit::AuditTarget>,
 }
 
 /// How many subscribers (event streams and terminal sockets) one session
@@ -226,6 +230,29 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
 /// Reads the core configuration. Variables are evaluated in a fixed order and
 /// the first invalid one is reported, so the same environment always yields
 /// the same message.
+/// Anonymous mode is no authentication: it cannot stand beside a way to
+/// authenticate. Tiers apply to principals: without any identity there is
+/// nobody to count against them.
+fn check_identity(
+    tenancy: &crate::tenancy::TenancyConfig,
+    authenticates: bool,
+) -> Result<(), ConfigError> {
+    use crate::settings::{RUNNER_ANONYMOUS, RUNNER_TIERS_FILE};
+    if tenancy.anonymous && authenticates {
+        return Err(ConfigError::Conflict {
+            var: RUNNER_ANONYMOUS.name.to_owned(),
+            reason: "anonymous mode turns authentication off, and RUNNER_AUTH_TOKENS_FILE or RUNNER_OIDC_ISSUER turns it on; set one of them.".to_owned(),
+        });
+    }
+    if tenancy.tiers_file.is_some() && !tenancy.anonymous && !authenticates {
+        return Err(ConfigError::Conflict {
+            var: RUNNER_TIERS_FILE.name.to_owned(),
+            reason: "tiers apply to principals, and this runner has none: set RUNNER_AUTH_TOKENS_FILE, RUNNER_OIDC_ISSUER or RUNNER_ANONYMOUS.".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, ConfigError> {
     let port = parse_port(PORT.raw(env), default_port)?;
     let log_level = LOG_LEVEL.string_or_default(env);
@@ -244,6 +271,9 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let io_frames = parse_io_frames(RUNNER_IO_FRAMES.raw(env))?;
     let watch = load_watch_config(env)?;
     let subscribers = load_subscriber_limits(env)?;
+    let tenancy = crate::tenancy::load_tenancy_config(env)?;
+    let audit = crate::audit::load_audit_target(env)?;
+    check_identity(&tenancy, auth_tokens.is_some())?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -262,6 +292,8 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         io_frames,
         watch,
         subscribers,
+        tenancy,
+        audit,
     })
 }
 
@@ -379,6 +411,8 @@ mod tests {
                     per_session: 64,
                     per_client: 256,
                 },
+                tenancy: crate::tenancy::TenancyConfig::default(),
+                audit: None,
             }
         );
     }

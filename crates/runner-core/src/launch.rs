@@ -112,6 +112,9 @@ pub struct StartSpec {
     /// [`Backend::supply_telo`]); `None` runs the backend's default kernel
     /// (or `config.image`).
     pub telo: Option<String>,
+    /// The principal that created it, recorded with the workload so that
+    /// ownership outlives this runner process.
+    pub owner: Option<crate::identity::Owner>,
 }
 
 impl StartSpec {
@@ -144,6 +147,10 @@ pub struct WatchSpec {
     /// and a session's stored record is not.
     #[serde(skip)]
     pub agent_launch: Option<AgentLaunch>,
+    /// The principal that created it; kept with the session so another
+    /// principal never sees it, across restarts too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<crate::identity::Owner>,
 }
 
 /// A watch session's agent as the session records it.
@@ -235,6 +242,8 @@ pub struct RecoveredSession {
     /// itself is not kept (it was the previous runner's to report), but the
     /// edge can still check it ([`crate::session::Session::edge_access`]).
     pub token_digest: Option<[u8; 32]>,
+    /// The principal that created it, as its record kept it.
+    pub owner: Option<crate::identity::Owner>,
 }
 
 /// What keeps a backend from taking traffic (`/readyz`).

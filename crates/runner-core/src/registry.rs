@@ -18,6 +18,8 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backend::{Backend, BackendSession, RecoveredSession, StartError, StartSpec, StopError};
 use crate::backend_session::WatchWorkload;
+use crate::identity::Owner;
+use crate::tenancy::{Ask, QuotaExceeded, SessionResources, TierLimits, Usage};
 use crate::watch::WatchConfig;
 
 mod watch_sessions;
@@ -53,6 +55,34 @@ pub enum AdmissionError {
     TooManySessions { max: usize },
     #[error("runner is at its configured max of {max} concurrent watch sessions")]
     TooManyWatchSessions { max: usize },
+    /// The tenant is at one of its tier's quotas.
+    #[error("{0}")]
+    QuotaExceeded(QuotaExceeded),
+}
+
+/// Who asks for a session and under which limits: the owner it will record
+/// and the owner's tier. The default — no owner, no limits — is a runner
+/// without authentication.
+#[derive(Debug, Clone, Default)]
+pub struct Claimant {
+    pub owner: Option<Owner>,
+    pub limits: Option<TierLimits>,
+}
+
+impl Claimant {
+    pub fn new(owner: Option<Owner>, limits: Option<TierLimits>) -> Self {
+        Self { owner, limits }
+    }
+}
+
+/// Which ceilings a session runs under (`Backend::session_resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// A bundle run session.
+    Run,
+    /// A catalog app session.
+    App,
+    Watch,
 }
 
 #[derive(Clone)]
@@ -82,6 +112,10 @@ struct RegistryInner {
     /// checkpointing in the same round made a runner of many large
     /// workspaces miss its liveness probes.
     checkpoint_slots: Arc<tokio::sync::Semaphore>,
+    /// Live seconds of sessions that left the registry, by tenant, for the
+    /// UTC day they were counted on (`sessionSecondsPerDay`). Locked after
+    /// `sessions` when both are.
+    departed_seconds: Mutex<HashMap<String, (i64, u64)>>,
 }
 
 impl SessionRegistry {
@@ -108,6 +142,7 @@ impl SessionRegistry {
                 metrics,
                 agents: std::sync::OnceLock::new(),
                 checkpoint_slots: Arc::new(tokio::sync::Semaphore::new(CHECKPOINTS_AT_ONCE)),
+                departed_seconds: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -161,7 +196,28 @@ impl SessionRegistry {
         &self,
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> Result<SessionCreated, AdmissionError> {
-        let session = self.admit(None)?;
+        self.create_for(&Claimant::default(), SessionKind::Run, build_spec)
+    }
+
+    /// [`SessionRegistry::create`] for `claimant`, whose quotas it is
+    /// checked against (under the admission lock) and whose owner it
+    /// records.
+    pub fn create_for(
+        &self,
+        claimant: &Claimant,
+        kind: SessionKind,
+        build_spec: impl FnOnce(&str, &str) -> StartSpec,
+    ) -> Result<SessionCreated, AdmissionError> {
+        let session = self.admit_as(None, None, Some((claimant, kind)), |id, created_at| {
+            Session::new(
+                id,
+                created_at,
+                self.inner.limits.replay_buffer_bytes,
+                0,
+                Some(tokio::time::Instant::now()),
+                self.inner.metrics.clone(),
+            )
+        })?;
         Ok(self.launch_run(session, build_spec))
     }
 
@@ -170,7 +226,8 @@ impl SessionRegistry {
         session: Arc<Session>,
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> SessionCreated {
-        let spec = build_spec(&session.id, &session.created_at);
+        let mut spec = build_spec(&session.id, &session.created_at);
+        spec.owner = session.owner().cloned();
         if let Some(token) = spec.app.as_ref().and_then(|app| app.token.clone()) {
             session.set_endpoint_token(token);
         }
@@ -192,6 +249,7 @@ impl SessionRegistry {
     /// declaring `ports`.
     pub fn create_named(
         &self,
+        claimant: &Claimant,
         app: &str,
         ports: &[runner_api::types::PortMapping],
         telo: Option<&str>,
@@ -203,18 +261,23 @@ impl SessionRegistry {
             ports: ports.to_vec(),
             telo: telo.map(str::to_owned),
         }];
-        let session = self.admit_as(None, None, |id, created_at| {
-            Session::with_apps(
-                id,
-                created_at,
-                self.inner.limits.replay_buffer_bytes,
-                0,
-                Some(tokio::time::Instant::now()),
-                self.inner.metrics.clone(),
-                runner_api::watch::SessionMode::Run,
-                &apps,
-            )
-        })?;
+        let session = self.admit_as(
+            None,
+            None,
+            Some((claimant, SessionKind::Run)),
+            |id, created_at| {
+                Session::with_apps(
+                    id,
+                    created_at,
+                    self.inner.limits.replay_buffer_bytes,
+                    0,
+                    Some(tokio::time::Instant::now()),
+                    self.inner.metrics.clone(),
+                    runner_api::watch::SessionMode::Run,
+                    &apps,
+                )
+            },
+        )?;
         Ok(self.launch_run(session, build_spec))
     }
 
@@ -241,6 +304,48 @@ impl SessionRegistry {
 
     pub fn offers_watch(&self) -> bool {
         self.inner.limits.watch.enabled && self.inner.backend.watch_sessions().is_some()
+    }
+
+    /// What `tenant` holds now (its sessions' count, resources and today's
+    /// live seconds).
+    pub fn usage(&self, tenant: &str) -> Usage {
+        let sessions = lock(&self.inner.sessions);
+        self.usage_locked(&sessions, tenant)
+    }
+
+    fn usage_locked(&self, sessions: &HashMap<String, Arc<Session>>, tenant: &str) -> Usage {
+        let day = crate::tenancy::utc_day();
+        let mut usage = Usage {
+            session_seconds_today: lock(&self.inner.departed_seconds)
+                .get(tenant)
+                .filter(|(kept, _)| *kept == day)
+                .map_or(0, |(_, seconds)| *seconds),
+            ..Usage::default()
+        };
+        for session in sessions.values() {
+            if session.owner().is_none_or(|owner| owner.tenant != tenant) {
+                continue;
+            }
+            usage.session_seconds_today += session.tenancy.seconds_on(day);
+            if session.is_suspended() {
+                usage.suspended_sessions += 1;
+                continue;
+            }
+            if session.is_terminal() {
+                continue;
+            }
+            usage.sessions += 1;
+            if session.is_live_watch() {
+                usage.watch_sessions += 1;
+            }
+            let SessionResources {
+                cpu_millis,
+                memory_bytes,
+            } = session.tenancy.resources();
+            usage.cpu += cpu_millis;
+            usage.memory += memory_bytes;
+        }
+        usage
     }
 
     /// Whether the backend's watch sessions can run a co-resident agent.
@@ -301,7 +406,7 @@ impl SessionRegistry {
     }
 
     fn admit(&self, recovered: Option<&RecoveredSession>) -> Result<Arc<Session>, AdmissionError> {
-        self.admit_as(recovered, None, |id, created_at| {
+        self.admit_as(recovered, None, None, |id, created_at| {
             Session::new(
                 id,
                 created_at,
@@ -321,8 +426,14 @@ impl SessionRegistry {
         &self,
         recovered: Option<&RecoveredSession>,
         watch_ceiling: Option<usize>,
+        claimant: Option<(&Claimant, SessionKind)>,
         build: impl FnOnce(String, String) -> Session,
     ) -> Result<Arc<Session>, AdmissionError> {
+        let (claimant, kind) = match claimant {
+            Some((claimant, kind)) => (Some(claimant), kind),
+            None => (None, SessionKind::Run),
+        };
+        let resources = self.inner.backend.session_resources(kind);
         let mut evicted = None;
         let session = {
             let mut sessions = lock(&self.inner.sessions);
@@ -337,6 +448,10 @@ impl SessionRegistry {
                     None,
                     self.inner.metrics.clone(),
                 ));
+                session.tenancy.set(
+                    recovered.owner.clone(),
+                    self.inner.backend.session_resources(SessionKind::Run),
+                );
                 sessions.insert(recovered.session_id.clone(), session.clone());
                 drop(sessions);
                 session.emit(RunEvent::Status {
@@ -348,6 +463,19 @@ impl SessionRegistry {
                 && sessions.values().filter(|s| s.is_live_watch()).count() >= max
             {
                 return Err(AdmissionError::TooManyWatchSessions { max });
+            }
+            if let Some(Claimant {
+                owner: Some(owner),
+                limits: Some(limits),
+            }) = claimant
+            {
+                let usage = self.usage_locked(&sessions, &owner.tenant);
+                let ask = Ask {
+                    watch: kind == SessionKind::Watch,
+                    resources,
+                };
+                crate::tenancy::quota::check(limits, &usage, &ask)
+                    .map_err(AdmissionError::QuotaExceeded)?;
             }
             // Suspended watch sessions have their own bound
             // (RUNNER_WATCH_MAX_SUSPENDED) and hold no place here: they are
@@ -362,7 +490,12 @@ impl SessionRegistry {
                     .filter_map(|s| s.exited_at().map(|at| (at, s.id.clone())))
                     .min();
                 match oldest_finished {
-                    Some((_, id)) => evicted = sessions.remove(&id),
+                    Some((_, id)) => {
+                        evicted = sessions.remove(&id);
+                        if let Some(evicted) = &evicted {
+                            credit_departed(&self.inner, evicted);
+                        }
+                    }
                     None => {
                         return Err(AdmissionError::TooManySessions {
                             max: self.inner.limits.max_sessions,
@@ -376,7 +509,12 @@ impl SessionRegistry {
                     break id;
                 }
             };
-            let session = Arc::new(build(id.clone(), iso_now()));
+            let session = build(id.clone(), iso_now());
+            session.tenancy.set(
+                claimant.and_then(|claimant| claimant.owner.clone()),
+                resources,
+            );
+            let session = Arc::new(session);
             sessions.insert(id, session.clone());
             session
         };
@@ -694,6 +832,26 @@ async fn fallback_deadline(armed: &mut watch::Receiver<Option<tokio::time::Insta
     }
 }
 
+/// Keeps the live seconds a session leaving the registry counted today
+/// (called with the sessions lock held).
+fn credit_departed(registry: &RegistryInner, session: &Session) {
+    let Some(owner) = session.owner() else {
+        return;
+    };
+    let day = crate::tenancy::utc_day();
+    let seconds = session.tenancy.seconds_on(day);
+    if seconds == 0 {
+        return;
+    }
+    let mut departed = lock(&registry.departed_seconds);
+    let entry = departed.entry(owner.tenant.clone()).or_insert((day, 0));
+    if entry.0 != day {
+        *entry = (day, 0);
+    }
+    entry.1 += seconds;
+    departed.retain(|_, (kept, _)| *kept >= day);
+}
+
 /// Drops a finished session whose retention ran out, unless it already left
 /// (evicted) or the registry is gone.
 fn remove_expired(registry: &Weak<RegistryInner>, target: &Weak<Session>) {
@@ -703,7 +861,11 @@ fn remove_expired(registry: &Weak<RegistryInner>, target: &Weak<Session>) {
     let removed = {
         let mut sessions = lock(&registry.sessions);
         match sessions.get(&target.id) {
-            Some(current) if Arc::ptr_eq(current, &target) => sessions.remove(&target.id),
+            Some(current) if Arc::ptr_eq(current, &target) => {
+                let removed = sessions.remove(&target.id);
+                credit_departed(&registry, &target);
+                removed
+            }
             _ => None,
         }
     };

@@ -40,6 +40,7 @@ mod edge_tests;
 #[cfg(test)]
 mod retention_tests;
 mod sink;
+mod tenancy;
 mod watch_session;
 mod watch_state;
 
@@ -119,6 +120,8 @@ pub struct Session {
     /// must present ([`Session::edge_access`]), with the one port it guards
     /// (`None`: every port, an app session's token); empty when it has none.
     edge_digests: Mutex<Vec<(Option<u16>, [u8; 32])>>,
+    /// Its owner, the resources it holds and how long it was live today.
+    pub(crate) tenancy: tenancy::SessionTenancy,
 }
 
 /// What an edge in front of a session's published ports is told about a
@@ -237,7 +240,14 @@ impl Session {
             endpoint_token: std::sync::OnceLock::new(),
             agent_token: std::sync::OnceLock::new(),
             edge_digests: Mutex::new(Vec::new()),
+            tenancy: tenancy::SessionTenancy::default(),
         }
+    }
+
+    /// The principal that created it (`None` when it was created without
+    /// authentication).
+    pub fn owner(&self) -> Option<&crate::identity::Owner> {
+        self.tenancy.owner()
     }
 
     pub fn id(&self) -> &str {
@@ -618,6 +628,11 @@ impl Session {
             if let RunEvent::Status { status } = event {
                 came_up = matches!(state.status, RunStatus::Starting)
                     && matches!(status, RunStatus::Running { .. });
+                if terminal || matches!(status, RunStatus::Suspended) {
+                    self.tenancy.went_idle();
+                } else {
+                    self.tenancy.went_live();
+                }
                 state.status = status;
                 if terminal {
                     state.exited_at = Some(iso_now());

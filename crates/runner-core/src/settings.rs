@@ -215,6 +215,30 @@ pub const RUNNER_AUTH_TOKENS_FILE: Setting = Setting {
     description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
 };
 
+pub const RUNNER_ADMIN_GROUP: Setting = Setting {
+    name: "RUNNER_ADMIN_GROUP",
+    default: "telo-admins",
+    description: "Principals in this group (an OIDC token's groups claim, a static token's `groups=`) are admins: they see and stop every session.",
+};
+
+pub const RUNNER_ANONYMOUS: Setting = Setting {
+    name: "RUNNER_ANONYMOUS",
+    default: "false",
+    description: "`true`/`1`: no authentication, for public demo installs; every client is its address (see RUNNER_TRUSTED_PROXIES), owns the sessions it creates, and gets the `anonymous` tier's limits. Refused beside RUNNER_AUTH_TOKENS_FILE or RUNNER_OIDC_ISSUER.",
+};
+
+pub const RUNNER_TIERS_FILE: Setting = Setting {
+    name: "RUNNER_TIERS_FILE",
+    default: "(unset: unlimited)",
+    description: "YAML or JSON file of per-tenant limits: `{tiers: {<tier>: {sessions, watchSessions, suspendedSessions, cpu, memory, sessionSecondsPerDay, requestsPerMinute, startsPerMinute}}, tenants: {<tenant>: <tier>}}`; `default` covers unnamed tenants, `anonymous` anonymous clients. Read again every 10 s; a broken change keeps the last good file.",
+};
+
+pub const RUNNER_AUDIT_LOG: Setting = Setting {
+    name: "RUNNER_AUDIT_LOG",
+    default: "(unset: off)",
+    description: "`stdout` or a file path: one JSON line per security-relevant event (session created, stopped, resumed, apps changed, authentication failed, quota or rate refusal, admin action), never a token.",
+};
+
 /// Every variable the core (and the binary's logging) reads, in the order
 /// `--help` and the README list them.
 pub const CORE_SETTINGS: &[Setting] = &[
@@ -252,4 +276,8 @@ pub const CORE_SETTINGS: &[Setting] = &[
     RUNNER_TERMS_VERSION,
     RUNNER_APPS,
     RUNNER_AUTH_TOKENS_FILE,
+    RUNNER_ADMIN_GROUP,
+    RUNNER_ANONYMOUS,
+    RUNNER_TIERS_FILE,
+    RUNNER_AUDIT_LOG,
 ];

@@ -270,6 +270,7 @@ fn harness() -> Harness {
             sockets: Default::default(),
             subscribers: Default::default(),
             idempotency: Default::default(),
+            access: Default::default(),
         },
         Router::new(),
     );

@@ -108,6 +108,7 @@ fn spec(id: &str, created_at: &str) -> StartSpec {
         app: None,
         inspect: false,
         telo: None,
+        owner: None,
     }
 }
 

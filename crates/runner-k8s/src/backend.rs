@@ -11,6 +11,7 @@ use kube::{Api, Client};
 use runner_api::telo::TeloVersion;
 use runner_api::watch::IoMode;
 use runner_api::watch::SessionMode;
+use runner_core::backend::SessionResources;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::metrics::Metrics;
 use runner_core::tasks::OwnedTasks;
@@ -259,6 +260,7 @@ impl KubeBackend {
             inspect: spec.inspect,
             app: None,
             token_digest: None,
+            owner: spec.owner.clone(),
         };
         let resources = self.resources(false);
         let Some(claimed) = pools
@@ -461,6 +463,7 @@ impl KubeBackend {
                     inspect: spec.inspect,
                     token: app.token.as_deref(),
                     resources: &self.resources(true),
+                    owner: spec.owner.as_ref(),
                 },
                 &mut env_secret,
             ),
@@ -497,6 +500,7 @@ impl KubeBackend {
                         ports: &spec.ports,
                         inspect: spec.inspect,
                         resources: &self.resources(false),
+                        owner: spec.owner.as_ref(),
                     },
                 )
             }
@@ -513,6 +517,17 @@ impl Drop for KubeBackend {
 
 #[async_trait]
 impl Backend for KubeBackend {
+    /// A pod's ceilings: run sessions' `RUNNER_MAX_*`, app and watch
+    /// sessions' `RUNNER_APP_MAX_*`.
+    fn session_resources(&self, kind: runner_core::backend::SessionKind) -> SessionResources {
+        let resources = self.resources(kind != runner_core::backend::SessionKind::Run);
+        let whole = |value: Option<f64>| value.map_or(0, |value| value.ceil() as u64);
+        SessionResources {
+            cpu_millis: whole(crate::pod::limits::parse_cpu_millis(&resources.cpu)),
+            memory_bytes: whole(crate::pod::limits::parse_memory_bytes(&resources.memory)),
+        }
+    }
+
     fn readiness(&self) -> Readiness {
         let mut waiting: Vec<String> = self
             .ctx

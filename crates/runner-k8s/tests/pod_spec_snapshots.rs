@@ -88,6 +88,7 @@ fn run_input<'a>(
         ports,
         inspect: false,
         resources,
+        owner: None,
     }
 }
 
@@ -107,6 +108,7 @@ fn app_input<'a>(
         inspect: false,
         token: None,
         resources,
+        owner: None,
     }
 }
 
@@ -571,6 +573,7 @@ fn record() -> impl Strategy<Value = SessionRecord> {
                 inspect,
                 app,
                 token_digest: None,
+                owner: None,
             },
         )
 }

@@ -52,6 +52,8 @@ pub struct Service {
     going_away: CancellationToken,
     sockets: TaskTracker,
     connection_counters: ConnectionCounters,
+    /// The tiers file's reader, stopped with the service.
+    tenancy: runner_core::tenancy::Tenancy,
 }
 
 impl Service {
@@ -109,6 +111,13 @@ impl Service {
             io_frames: core.io_frames,
             subscribers: core.subscribers,
         };
+        let tenancy = runner_core::tenancy::Tenancy::load(core.tenancy.clone())?;
+        tenancy.start();
+        let access = runner_core::http::auth::Access {
+            jwt: None,
+            tenancy: tenancy.clone(),
+            audit: Arc::new(runner_core::audit::AuditLog::open(core.audit.as_ref())?),
+        };
         let going_away = CancellationToken::new();
         let sockets = TaskTracker::new();
         let router = router(
@@ -119,6 +128,7 @@ impl Service {
                 sockets: sockets.clone(),
                 subscribers: Default::default(),
                 idempotency: Default::default(),
+                access,
             },
             routes,
         );
@@ -129,6 +139,7 @@ impl Service {
             going_away,
             sockets,
             connection_counters,
+            tenancy,
         })
     }
 
@@ -160,6 +171,7 @@ impl Service {
         let drained_for_recovery = drained.clone();
         let going_away = self.going_away.clone();
         let sockets = self.sockets.clone();
+        let tenancy = self.tenancy.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
@@ -176,6 +188,7 @@ impl Service {
                 {
                     tracing::warn!("terminal sockets still open after shutdown; closing them");
                 }
+                tenancy.shutdown().await;
                 drained.cancel();
             }
         };

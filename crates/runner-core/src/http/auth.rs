@@ -1,21 +1,81 @@
-//! The bearer-token gate in front of `/v1` (on only with
-//! `RUNNER_AUTH_TOKENS_FILE`).
+//! The gate in front of `/v1`: on with `RUNNER_AUTH_TOKENS_FILE`,
+//! `RUNNER_OIDC_ISSUER` or `RUNNER_ANONYMOUS`. It turns a request into a
+//! [`Principal`] — a static token's, a verified JWT's, or in anonymous mode
+//! the client address's — takes a token from its `requestsPerMinute`
+//! bucket, and hands the principal to the routes as a [`Viewer`]. A refusal
+//! is a `401` naming why (and an audit line), or a `429 rate_limited`.
 //!
 //! Browsers cannot put headers on a WebSocket or an `EventSource`, so those
 //! two routes also take the token as `?access_token=`. A refused WebSocket is
 //! still upgraded and then closed with 4401: a refused upgrade shows up in a
 //! browser only as 1006, which clients retry forever.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocketUpgrade};
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::AppState;
 use super::error::{ApiError, ErrorCode};
-use crate::auth::AuthTokens;
+use crate::audit::{AuditAction, AuditLog, AuditRecord, Outcome};
+use crate::identity::{BearerVerifier, Principal, PrincipalSource, Viewer};
+use crate::tenancy::Tenancy;
+
+/// Who may use the runner and under which limits: the JWT verifier, the
+/// tiers and the audit log (the static tokens are in `ServerOptions`).
+#[derive(Clone)]
+pub struct Access {
+    pub jwt: Option<Arc<dyn BearerVerifier>>,
+    pub tenancy: Tenancy,
+    pub audit: Arc<AuditLog>,
+}
+
+impl Default for Access {
+    fn default() -> Self {
+        Self {
+            jwt: None,
+            tenancy: Tenancy::unlimited(),
+            audit: Arc::new(AuditLog::off()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("jwt", &self.jwt.is_some())
+            .field("anonymous", &self.tenancy.is_anonymous())
+            .field("audit", &self.audit)
+            .finish()
+    }
+}
+
+/// The viewer of a request: the principal the gate put there, else
+/// everyone (a runner without authentication).
+impl<S: Send + Sync> FromRequestParts<S> for Viewer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .map_or(Viewer::Everyone, Viewer::Principal))
+    }
+}
+
+/// The client address the server recorded for a request (the peer, or the
+/// client a trusted proxy forwards for).
+pub fn client_address(parts_extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    parts_extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip().to_canonical())
+}
 
 /// Close code of a WebSocket refused for a missing or wrong token.
 pub use runner_api::io::CLOSE_UNAUTHORIZED;
@@ -87,36 +147,110 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whether the gate runs at all: some form of identity is configured.
+pub fn gate_is_on(state: &AppState) -> bool {
+    state.options.auth_tokens.is_some()
+        || state.access.jwt.is_some()
+        || state.access.tenancy.is_anonymous()
+}
+
 pub async fn require_token(
-    State(tokens): State<Arc<AuthTokens>>,
-    request: Request,
+    State(state): State<AppState>,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let path = request.uri().path();
     if !requires_token(path) {
         return next.run(request).await;
     }
-    let from_query = if accepts_query_token(path) {
+    let address = client_address(request.extensions());
+    let presented = presented_token(&request);
+    let principal = match identify(&state, presented, address).await {
+        Ok(principal) => principal,
+        Err(reason) => {
+            state.access.audit.record(
+                AuditRecord::new(AuditAction::AuthRefused, Outcome::Refused)
+                    .from_address(address)
+                    .reason(reason.clone()),
+            );
+            if is_io_socket(request.uri().path()) {
+                return refuse_socket(request).await;
+            }
+            return unauthorized(&reason);
+        }
+    };
+    if let Err(refusal) = state.access.tenancy.take_request(&principal) {
+        state.access.audit.record(
+            AuditRecord::new(AuditAction::RateLimited, Outcome::Refused)
+                .by(Some(&principal))
+                .from_address(address)
+                .reason(refusal.to_string()),
+        );
+        return ApiError::from(refusal).into_response();
+    }
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// The bearer token a request presents: its `Authorization` header, or
+/// `?access_token=` on the stream routes.
+fn presented_token(request: &Request) -> Option<String> {
+    let from_query = if accepts_query_token(request.uri().path()) {
         query_token(request.uri().query())
     } else {
         None
     };
-    let presented = bearer_token(request.headers())
+    bearer_token(request.headers())
         .map(str::to_owned)
-        .or(from_query);
-    if presented.is_some_and(|token| tokens.accepts(&token)) {
-        return next.run(request).await;
-    }
-    if is_io_socket(path) {
-        return refuse_socket(request).await;
-    }
-    unauthorized()
+        .or(from_query)
 }
 
-fn unauthorized() -> Response {
+/// The principal of a request, or why it has none.
+async fn identify(
+    state: &AppState,
+    presented: Option<String>,
+    address: Option<IpAddr>,
+) -> Result<Principal, String> {
+    let tenancy = &state.access.tenancy;
+    if tenancy.is_anonymous() {
+        let address = address.ok_or_else(|| "the request has no client address".to_owned())?;
+        return Ok(Principal::anonymous(address));
+    }
+    let Some(presented) = presented else {
+        return Err("no bearer token was presented".into());
+    };
+    if let Some(jwt) = &state.access.jwt
+        && jwt.recognizes(&presented)
+    {
+        let verified = jwt.verify(&presented).await?;
+        let admin = tenancy.is_admin_group(&verified.groups);
+        return Ok(Principal {
+            subject: format!("oidc:{}", verified.subject),
+            tenant: verified.tenant,
+            groups: verified.groups,
+            admin,
+            source: PrincipalSource::Oidc,
+        });
+    }
+    let identity = state
+        .options
+        .auth_tokens
+        .as_ref()
+        .and_then(|tokens| tokens.identify(&presented))
+        .ok_or_else(|| "the bearer token is not one this runner accepts".to_owned())?;
+    Ok(Principal {
+        subject: format!("token:{}", identity.name),
+        tenant: identity.tenant.clone(),
+        groups: identity.groups.clone(),
+        admin: identity.admin || tenancy.is_admin_group(&identity.groups),
+        source: PrincipalSource::StaticToken,
+    })
+}
+
+fn unauthorized(reason: &str) -> Response {
     let mut response = ApiError::new(
         ErrorCode::Unauthorized,
-        "this runner requires `Authorization: Bearer <token>` (a missing or unknown token)",
+        format!("this runner requires `Authorization: Bearer <token>`: {reason}"),
     )
     .into_response();
     response
@@ -129,7 +263,7 @@ fn unauthorized() -> Response {
 async fn refuse_socket(request: Request) -> Response {
     let (mut parts, _body) = request.into_parts();
     let Ok(upgrade) = WebSocketUpgrade::from_request_parts(&mut parts, &()).await else {
-        return unauthorized();
+        return unauthorized("no bearer token was presented");
     };
     upgrade
         .on_upgrade(|mut socket| async move {

@@ -29,6 +29,10 @@ pub enum ApiError {
     Telo(runner_api::telo::TeloRefusal),
     /// An app set refused by the app rules: a `400` with the rule's code.
     Apps(AppRefusal),
+    /// `429 quota_exceeded` naming the quota, its value and the use.
+    Quota(crate::tenancy::QuotaExceeded),
+    /// `429 rate_limited` with `Retry-After`.
+    RateLimited(crate::tenancy::RateLimited),
     /// The framework-level "no such route" answer clients already know.
     RouteNotFound {
         method: String,
@@ -82,6 +86,7 @@ impl From<AdmissionError> for ApiError {
         let code = match err {
             AdmissionError::TooManySessions { .. } => ErrorCode::TooManySessions,
             AdmissionError::TooManyWatchSessions { .. } => ErrorCode::TooManyWatchSessions,
+            AdmissionError::QuotaExceeded(refusal) => return Self::Quota(refusal),
         };
         Self::new(code, err.to_string())
     }
@@ -98,6 +103,7 @@ impl From<ResumeError> for ApiError {
         let code = match err {
             ResumeError::NotSuspended(_) => ErrorCode::NotSuspended,
             ResumeError::NoCheckpoint => ErrorCode::NoCheckpoint,
+            ResumeError::QuotaExceeded(refusal) => return Self::Quota(refusal),
         };
         Self::new(code, err.to_string())
     }
@@ -158,9 +164,44 @@ impl From<WorkspaceFailure> for ApiError {
     }
 }
 
+impl From<crate::tenancy::RateLimited> for ApiError {
+    fn from(refusal: crate::tenancy::RateLimited) -> Self {
+        Self::RateLimited(refusal)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
+            Self::Quota(refusal) => (
+                ErrorCode::QuotaExceeded.status(),
+                Json(json!({
+                    "error": ErrorCode::QuotaExceeded.as_str(),
+                    "message": refusal.message,
+                    "quota": refusal.quota,
+                    "limit": refusal.limit,
+                    "used": refusal.used,
+                })),
+            )
+                .into_response(),
+            Self::RateLimited(refusal) => {
+                let retry_after = refusal.retry_after_seconds.to_string();
+                let mut response = (
+                    ErrorCode::RateLimited.status(),
+                    Json(ErrorBody {
+                        error: ErrorCode::RateLimited.as_str().to_owned(),
+                        message: Some(refusal.to_string()),
+                        terms: None,
+                    }),
+                )
+                    .into_response();
+                if let Ok(value) = axum::http::HeaderValue::from_str(&retry_after) {
+                    response
+                        .headers_mut()
+                        .insert(axum::http::header::RETRY_AFTER, value);
+                }
+                response
+            }
             Self::Json { code, message } => (
                 code.status(),
                 Json(ErrorBody {

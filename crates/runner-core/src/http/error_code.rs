@@ -66,6 +66,10 @@ error_codes! {
     IoUnsupported = "io_unsupported" => BAD_REQUEST,
     PortConflict = "port_conflict" => BAD_REQUEST,
     TooManySessions = "too_many_sessions" => CONFLICT,
+    /// The principal's tenant is at a quota of its tier.
+    QuotaExceeded = "quota_exceeded" => TOO_MANY_REQUESTS,
+    /// The principal (or address) is past its tier's rate.
+    RateLimited = "rate_limited" => TOO_MANY_REQUESTS,
     TooManyWatchSessions = "too_many_watch_sessions" => CONFLICT,
     /// No catalog app, or no app of the session, of that name.
     UnknownApp = "unknown_app" => NOT_FOUND,
@@ -133,6 +137,8 @@ mod tests {
         ("io_unsupported", 400),
         ("port_conflict", 400),
         ("too_many_sessions", 409),
+        ("quota_exceeded", 429),
+        ("rate_limited", 429),
         ("too_many_watch_sessions", 409),
         ("unknown_app", 404),
         ("stop_failed", 500),

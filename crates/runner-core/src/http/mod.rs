@@ -74,6 +74,8 @@ pub struct AppState {
     pub subscribers: subscribers::SubscriberCounts,
     /// The `Idempotency-Key`s of session creations.
     pub idempotency: idempotency::IdempotencyKeys,
+    /// Identities beyond static tokens, tiers, and the audit log.
+    pub access: auth::Access,
 }
 
 /// One route of the core router and the methods it answers.
@@ -184,7 +186,7 @@ pub static ROUTES: &[ApiRoute] = &[
 /// bearer-token gate and the not-found answer applied to all of them.
 pub fn router(state: AppState, extra: Router) -> Router {
     let cors_origins = Arc::new(state.options.cors.clone());
-    let auth_tokens = state.options.auth_tokens.clone().map(Arc::new);
+    let gate = auth::gate_is_on(&state).then(|| state.clone());
     let v1 = ROUTES
         .iter()
         .fold(Router::new(), |v1, route| {
@@ -204,9 +206,9 @@ pub fn router(state: AppState, extra: Router) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(not_found);
     // Inside CORS, so a preflight is answered before the gate sees it.
-    if let Some(tokens) = auth_tokens {
+    if let Some(state) = gate {
         app = app.layer(axum::middleware::from_fn_with_state(
-            tokens,
+            state,
             auth::require_token,
         ));
     }
@@ -214,6 +216,48 @@ pub fn router(state: AppState, extra: Router) -> Router {
         cors_origins,
         cors::cors,
     ))
+}
+
+/// Session `id` as `viewer` may see it: another principal's session is
+/// answered exactly as an unknown id is.
+pub(crate) fn visible_session(
+    state: &AppState,
+    viewer: &crate::identity::Viewer,
+    id: &str,
+) -> Result<Arc<crate::session::Session>, ApiError> {
+    state
+        .registry
+        .get(id)
+        .filter(|session| viewer.may_see(session.owner()))
+        .ok_or_else(|| ApiError::session_not_found(id))
+}
+
+/// One audit line about an action on `session` (`refused`: why it failed).
+pub(crate) fn audit_session(
+    state: &AppState,
+    action: crate::audit::AuditAction,
+    viewer: &crate::identity::Viewer,
+    session: &crate::session::Session,
+    failed: Option<String>,
+) {
+    use crate::audit::{AuditRecord, Outcome};
+    if !state.access.audit.is_on() {
+        return;
+    }
+    let principal = viewer.principal();
+    let outcome = if failed.is_some() {
+        Outcome::Failed
+    } else {
+        Outcome::Allowed
+    };
+    let mut record = AuditRecord::new(action, outcome)
+        .by(principal)
+        .session(session.id())
+        .owned_by(principal, session.owner());
+    if let Some(reason) = failed {
+        record = record.reason(reason);
+    }
+    state.access.audit.record(record);
 }
 
 /// Path parameters longer than this never match a route.

@@ -22,8 +22,11 @@ use super::error::{ApiError, ErrorCode};
 use super::idempotency::{self, Claim, Fingerprint};
 use super::{ACCEPTED_TERMS_HEADER, AppState, PathParam, ServerOptions};
 use crate::admission::{self, Admitted, Offer};
+use crate::audit::{AuditAction, AuditRecord, Outcome};
 use crate::backend::{Backend, ProbeConfig, StartSpec, WatchSpec};
+use crate::identity::Viewer;
 use crate::metrics::METRICS_CONTENT_TYPE;
+use crate::registry::{AdmissionError, Claimant, SessionKind};
 use crate::session::EdgeAccess;
 use runner_api::telo::SUPERSEDED_BY_TELO;
 
@@ -127,6 +130,7 @@ pub async fn probe(
 
 pub async fn create_session(
     State(state): State<AppState>,
+    viewer: Viewer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -144,11 +148,12 @@ pub async fn create_session(
     })
     .await?;
     check_terms(&state.options, &headers)?;
-    let pending = match claim_key(&state, &headers, key, fingerprint)? {
+    let pending = match claim_key(&state, &viewer, &headers, key, fingerprint)? {
         Some(Claim::Replay(created)) => return Ok(replayed(created)),
         Some(Claim::Fresh(pending)) => Some(pending),
         None => None,
     };
+    let claimant = claimant(&state, &viewer)?;
     let (request, entry) = off_the_runtime_when(large, move || {
         admission::bundle_entry(&request.bundle).map(|entry| (request, entry))
     })
@@ -158,17 +163,21 @@ pub async fn create_session(
     let created = match admitted {
         Admitted::Watch(plan) => {
             let notice = plan.agent_notice;
-            let created = state
-                .registry
-                .create_watch(plan.bundle, |session_id, created_at| WatchSpec {
-                    session_id: session_id.to_owned(),
-                    created_at: created_at.to_owned(),
-                    apps: plan.apps,
-                    env: plan.env,
-                    config: plan.config,
-                    agent: plan.agent,
-                    agent_launch: None,
-                })?;
+            let owner = claimant.owner.clone();
+            let created =
+                state
+                    .registry
+                    .create_watch(&claimant, plan.bundle, |session_id, created_at| WatchSpec {
+                        session_id: session_id.to_owned(),
+                        created_at: created_at.to_owned(),
+                        apps: plan.apps,
+                        env: plan.env,
+                        config: plan.config,
+                        agent: plan.agent,
+                        agent_launch: None,
+                        owner,
+                    });
+            let created = audited(&state, &viewer, created)?;
             if let (Some(notice), Some(session)) = (notice, state.registry.get(&created.session_id))
             {
                 session.emit(runner_api::types::RunEvent::Progress {
@@ -180,22 +189,28 @@ pub async fn create_session(
             }
             created
         }
-        Admitted::Run(plan) => state.registry.create_named(
-            &plan.name,
-            &plan.ports.clone(),
-            plan.telo.clone().as_deref(),
-            |session_id, created_at| StartSpec {
-                session_id: session_id.to_owned(),
-                created_at: created_at.to_owned(),
-                bundle: plan.bundle,
-                entry_relative_path: plan.entry_relative_path,
-                env: plan.env,
-                ports: plan.ports,
-                config: plan.config,
-                app: None,
-                inspect: plan.inspect,
-                telo: plan.telo,
-            },
+        Admitted::Run(plan) => audited(
+            &state,
+            &viewer,
+            state.registry.create_named(
+                &claimant,
+                &plan.name,
+                &plan.ports.clone(),
+                plan.telo.clone().as_deref(),
+                |session_id, created_at| StartSpec {
+                    session_id: session_id.to_owned(),
+                    created_at: created_at.to_owned(),
+                    bundle: plan.bundle,
+                    entry_relative_path: plan.entry_relative_path,
+                    env: plan.env,
+                    ports: plan.ports,
+                    config: plan.config,
+                    app: None,
+                    inspect: plan.inspect,
+                    telo: plan.telo,
+                    owner: None,
+                },
+            ),
         )?,
     };
     if let Some(pending) = pending {
@@ -208,15 +223,21 @@ pub async fn create_session(
 /// token that sent it.
 fn claim_key(
     state: &AppState,
+    viewer: &Viewer,
     headers: &HeaderMap,
     key: Option<String>,
     fingerprint: Option<Fingerprint>,
 ) -> Result<Option<Claim>, ApiError> {
+    // Keys belong to the principal (a refreshed JWT is the same one), else
+    // to the bearer token.
+    let scope = viewer
+        .principal()
+        .map(|principal| principal.subject.as_str())
+        .or_else(|| super::auth::bearer_token(headers));
     match (key, fingerprint) {
-        (Some(key), Some(fingerprint)) => state
-            .idempotency
-            .claim(super::auth::bearer_token(headers), key, fingerprint)
-            .map(Some),
+        (Some(key), Some(fingerprint)) => {
+            state.idempotency.claim(scope, key, fingerprint).map(Some)
+        }
         _ => Ok(None),
     }
 }
@@ -259,6 +280,7 @@ pub(super) fn offer<'a>(state: &'a AppState, backend: &'a Arc<dyn Backend>) -> O
 pub async fn create_app_session(
     State(state): State<AppState>,
     PathParam(name): PathParam,
+    viewer: Viewer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -277,41 +299,50 @@ pub async fn create_app_session(
         request,
     )?;
     check_terms(&state.options, &headers)?;
-    let pending = match claim_key(&state, &headers, key, fingerprint)? {
+    let pending = match claim_key(&state, &viewer, &headers, key, fingerprint)? {
         Some(Claim::Replay(created)) => return Ok(replayed(created)),
         Some(Claim::Fresh(pending)) => Some(pending),
         None => None,
     };
-    let created = state.registry.create(|session_id, created_at| StartSpec {
-        session_id: session_id.to_owned(),
-        created_at: created_at.to_owned(),
-        bundle: RunBundle {
-            entry_relative_path: "telo.yaml".into(),
-            files: Vec::new(),
-        },
-        entry_relative_path: "telo.yaml".into(),
-        env: plan.env,
-        ports: plan.ports,
-        config: SessionConfig {
-            image: plan.launch.image.clone(),
-            pull_policy: plan.launch.pull_policy,
-            registry_url: None,
-        },
-        app: Some(plan.launch),
-        inspect: plan.inspect,
-        telo: None,
-    })?;
+    let claimant = claimant(&state, &viewer)?;
+    let created =
+        state
+            .registry
+            .create_for(&claimant, SessionKind::App, |session_id, created_at| {
+                StartSpec {
+                    session_id: session_id.to_owned(),
+                    created_at: created_at.to_owned(),
+                    bundle: RunBundle {
+                        entry_relative_path: "telo.yaml".into(),
+                        files: Vec::new(),
+                    },
+                    entry_relative_path: "telo.yaml".into(),
+                    env: plan.env,
+                    ports: plan.ports,
+                    config: SessionConfig {
+                        image: plan.launch.image.clone(),
+                        pull_policy: plan.launch.pull_policy,
+                        registry_url: None,
+                    },
+                    app: Some(plan.launch),
+                    inspect: plan.inspect,
+                    telo: None,
+                    owner: None,
+                }
+            });
+    let created = audited(&state, &viewer, created)?;
     if let Some(pending) = pending {
         pending.created(&created);
     }
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
-pub async fn list_sessions(State(state): State<AppState>) -> Json<Value> {
+pub async fn list_sessions(State(state): State<AppState>, viewer: Viewer) -> Json<Value> {
     let sessions: Vec<_> = state
         .registry
         .sessions()
         .iter()
+        .filter(|s| viewer.may_see(s.owner()))
         .map(|s| s.snapshot())
         .collect();
     Json(json!({ "sessions": sessions }))
@@ -320,20 +351,78 @@ pub async fn list_sessions(State(state): State<AppState>) -> Json<Value> {
 pub async fn get_session(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
 ) -> Result<Response, ApiError> {
-    let session = state
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::session_not_found(&id))?;
+    let session = super::visible_session(&state, &viewer, &id)?;
     Ok(Json(session.snapshot()).into_response())
 }
 
+/// Idempotent: an unknown id — and another principal's session, which is
+/// left untouched — is a `204` too.
 pub async fn delete_session(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
 ) -> Result<Response, ApiError> {
-    state.registry.stop(&id).await?;
+    let Ok(session) = super::visible_session(&state, &viewer, &id) else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let live = !session.is_terminal();
+    let stopped = state.registry.stop(&id).await;
+    if live {
+        super::audit_session(
+            &state,
+            AuditAction::SessionStop,
+            &viewer,
+            &session,
+            stopped.as_ref().err().map(|err| err.message.clone()),
+        );
+    }
+    stopped?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Who a creation is for: the viewer's owner and, with a tiers file, its
+/// tier's limits; a start token is taken from its `startsPerMinute`
+/// bucket first.
+fn claimant(state: &AppState, viewer: &Viewer) -> Result<Claimant, ApiError> {
+    let Some(principal) = viewer.principal() else {
+        return Ok(Claimant::default());
+    };
+    let tenancy = &state.access.tenancy;
+    if let Err(refusal) = tenancy.take_start(principal) {
+        audit_create(state, viewer, Err(&refusal.to_string()));
+        return Err(refusal.into());
+    }
+    let limits = tenancy.has_tiers().then(|| tenancy.limits_of(principal).1);
+    Ok(Claimant::new(Some(principal.owner()), limits))
+}
+
+/// The audit line of a creation: the session made, or why not.
+fn audit_create(state: &AppState, viewer: &Viewer, outcome: Result<&str, &str>) {
+    if !state.access.audit.is_on() {
+        return;
+    }
+    let record = match outcome {
+        Ok(id) => AuditRecord::new(AuditAction::SessionCreate, Outcome::Allowed).session(id),
+        Err(reason) => {
+            AuditRecord::new(AuditAction::SessionCreate, Outcome::Refused).reason(reason)
+        }
+    };
+    state.access.audit.record(record.by(viewer.principal()));
+}
+
+/// Audits a creation's admission.
+fn audited(
+    state: &AppState,
+    viewer: &Viewer,
+    created: Result<SessionCreated, AdmissionError>,
+) -> Result<SessionCreated, ApiError> {
+    match &created {
+        Ok(created) => audit_create(state, viewer, Ok(&created.session_id)),
+        Err(refused) => audit_create(state, viewer, Err(&refused.to_string())),
+    }
+    Ok(created?)
 }
 
 /// Sessions are only created by a client that accepted the current terms.

@@ -23,14 +23,12 @@ use crate::session::{Batch, Cursor, EventFrame};
 pub async fn events(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: crate::identity::Viewer,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let session = state
-        .registry
-        .get(&id)
-        .ok_or_else(|| ApiError::session_not_found(&id))?;
+    let session = super::visible_session(&state, &viewer, &id)?;
     let client = ClientKey::of(
         &headers,
         &uri,

@@ -16,18 +16,17 @@ use super::body::read_json_body;
 use super::error::{ApiError, ErrorCode};
 use super::{AppState, PathParam, trimmed_query};
 use crate::admission;
+use crate::audit::AuditAction;
 use crate::backend_session::WatchWorkload;
+use crate::identity::Viewer;
 use crate::session::Session;
 
 const NO_LIVE_WORKSPACE: &str = "session has no live workspace";
 const NO_LIVE_WORKLOAD: &str = "session has no live workload";
 
 /// The session, if it is a watch session (`404`, `409 not_a_watch_session`).
-fn watch_session(state: &AppState, id: &str) -> Result<Arc<Session>, ApiError> {
-    let session = state
-        .registry
-        .get(id)
-        .ok_or_else(|| ApiError::session_not_found(id))?;
+fn watch_session(state: &AppState, viewer: &Viewer, id: &str) -> Result<Arc<Session>, ApiError> {
+    let session = super::visible_session(state, viewer, id)?;
     if session.mode() != SessionMode::Watch {
         return Err(ApiError::new(
             ErrorCode::NotAWatchSession,
@@ -82,8 +81,9 @@ fn spend_budget(state: &AppState, session: &Session, what: &str) -> Result<(), A
 pub async fn tree(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
 ) -> Result<Response, ApiError> {
-    let session = watch_session(&state, &id)?;
+    let session = watch_session(&state, &viewer, &id)?;
     let workload = live_workload(&session, NO_LIVE_WORKSPACE)?;
     let tree = workload.tree().await?;
     Ok(Json(tree).into_response())
@@ -92,9 +92,10 @@ pub async fn tree(
 pub async fn read_file(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let session = watch_session(&state, &id)?;
+    let session = watch_session(&state, &viewer, &id)?;
     let workload = live_workload(&session, NO_LIVE_WORKSPACE)?;
     let path = trimmed_query(&uri, "path").ok_or_else(|| invalid_path("?path= is required"))?;
     let path = workspace_path(&path)?;
@@ -105,12 +106,13 @@ pub async fn read_file(
 pub async fn apply(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_json_body(&headers, body, &state.options).await?;
     let changes = validate_change_set(body)?;
-    let session = watch_session(&state, &id)?;
+    let session = watch_session(&state, &viewer, &id)?;
     spend_budget(&state, &session, "workspace writes")?;
     let workload = live_workload(&session, NO_LIVE_WORKSPACE)?;
     let paths = changes
@@ -128,9 +130,10 @@ pub async fn apply(
 pub async fn reload(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let session = watch_session(&state, &id)?;
+    let session = watch_session(&state, &viewer, &id)?;
     let workload = live_workload(&session, NO_LIVE_WORKLOAD)?;
     spend_budget(&state, &session, "reloads")?;
     let apps = session.app_names();
@@ -154,12 +157,13 @@ pub async fn reload(
 pub async fn set_apps(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_json_body(&headers, body, &state.options).await?;
     let apps = validate_set_apps(body)?;
-    let session = watch_session(&state, &id)?;
+    let session = watch_session(&state, &viewer, &id)?;
     live_workload(&session, NO_LIVE_WORKLOAD)?;
     let agent = session
         .watch_state()
@@ -174,14 +178,39 @@ pub async fn set_apps(
         &session,
         "reloads, workspace writes and app set changes",
     )?;
-    let names = state.registry.set_apps(&session, apps).await?;
+    let changed = state.registry.set_apps(&session, apps).await;
+    super::audit_session(
+        &state,
+        AuditAction::SessionApps,
+        &viewer,
+        &session,
+        changed.as_ref().err().map(ToString::to_string),
+    );
+    let names = changed?;
     Ok((StatusCode::ACCEPTED, Json(AppsChanged { apps: names })).into_response())
 }
 
 pub async fn resume(
     State(state): State<AppState>,
     PathParam(id): PathParam,
+    viewer: Viewer,
 ) -> Result<Response, ApiError> {
-    state.registry.resume(&id).await?;
+    // Another principal's session is refused as an unknown id is.
+    let Ok(session) = super::visible_session(&state, &viewer, &id) else {
+        return Err(crate::registry::ResumeError::NotSuspended(id).into());
+    };
+    let principal = viewer.principal();
+    let limits = principal
+        .filter(|_| state.access.tenancy.has_tiers())
+        .map(|principal| state.access.tenancy.limits_of(principal).1);
+    let resumed = state.registry.resume_for(&id, limits.as_ref()).await;
+    super::audit_session(
+        &state,
+        AuditAction::SessionResume,
+        &viewer,
+        &session,
+        resumed.as_ref().err().map(ToString::to_string),
+    );
+    resumed?;
     Ok((StatusCode::ACCEPTED, Json(Resumed { session_id: id })).into_response())
 }

@@ -57,6 +57,25 @@ pub async fn io(
     // any unknown id, after the handshake, instead of a plain-text 400.
     let id = id.map(|Path(id)| id).unwrap_or_default();
     let (mut parts, _body) = request.into_parts();
+    let viewer = parts
+        .extensions
+        .get::<crate::identity::Principal>()
+        .cloned()
+        .map_or(
+            crate::identity::Viewer::Everyone,
+            crate::identity::Viewer::Principal,
+        );
+    // Another principal's session is an unknown id here too (4404).
+    let visible = {
+        let state = state.clone();
+        let viewer = viewer.clone();
+        move |id: &str| {
+            state
+                .registry
+                .get(id)
+                .filter(|session| viewer.may_see(session.owner()))
+        }
+    };
     let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
         Ok(upgrade) => upgrade,
         Err(_) => {
@@ -68,7 +87,7 @@ pub async fn io(
     // Counted before the upgrade, so a refusal is a 429 a client can read
     // rather than one more socket held open to be closed. An unknown id is
     // not counted: it gets its 4404 after the handshake, as before.
-    let slot = match state.registry.get(&id) {
+    let slot = match visible(&id) {
         None => None,
         Some(_) => match state.subscribers.admit(
             state.options.subscribers,
@@ -99,7 +118,7 @@ pub async fn io(
                 close_with(socket, CLOSE_FORBIDDEN_ORIGIN, "forbidden_origin").await;
                 return;
             }
-            let Some(session) = state.registry.get(&id) else {
+            let Some(session) = visible(&id) else {
                 close_with(socket, CLOSE_SESSION_NOT_FOUND, "session not found").await;
                 return;
             };

@@ -20,6 +20,9 @@ pub enum ResumeError {
     NotSuspended(String),
     #[error("session was suspended before a workspace checkpoint was taken")]
     NoCheckpoint,
+    /// Running again would put its tenant over a quota.
+    #[error("{0}")]
+    QuotaExceeded(crate::tenancy::QuotaExceeded),
 }
 
 /// Why `PUT /apps` failed.
@@ -38,13 +41,15 @@ impl SessionRegistry {
     /// attributed `initial`.
     pub fn create_watch(
         &self,
+        claimant: &super::Claimant,
         bundle: RunBundle,
         build_spec: impl FnOnce(&str, &str) -> WatchSpec,
     ) -> Result<SessionCreated, AdmissionError> {
         let limits = &self.inner.limits;
         let mut spec_slot = None;
         let ceiling = Some(limits.watch.max_sessions);
-        let session = self.admit_as(None, ceiling, |id, created_at| {
+        let claim = Some((claimant, super::SessionKind::Watch));
+        let session = self.admit_as(None, ceiling, claim, |id, created_at| {
             let spec = build_spec(&id, &created_at);
             let apps = session_apps(&spec.apps);
             let session = Session::with_apps(
@@ -86,6 +91,16 @@ impl SessionRegistry {
     /// `POST /resume`: a suspended session starts again under its id, from
     /// its checkpoint, with every app's next generation attributed `resume`.
     pub async fn resume(&self, id: &str) -> Result<(), ResumeError> {
+        self.resume_for(id, None).await
+    }
+
+    /// [`SessionRegistry::resume`] under its owner's tier `limits`: a
+    /// session that would put its tenant over a live quota stays suspended.
+    pub async fn resume_for(
+        &self,
+        id: &str,
+        limits: Option<&crate::tenancy::TierLimits>,
+    ) -> Result<(), ResumeError> {
         let not_suspended = || ResumeError::NotSuspended(id.to_owned());
         let lifecycle = self
             .get(id)
@@ -96,6 +111,11 @@ impl SessionRegistry {
             .get(id)
             .filter(|s| matches!(s.status(), RunStatus::Suspended))
             .ok_or_else(not_suspended)?;
+        if let (Some(limits), Some(owner)) = (limits, session.owner()) {
+            let usage = self.usage(&owner.tenant);
+            crate::tenancy::quota::check_resume(limits, &usage, session.tenancy.resources())
+                .map_err(ResumeError::QuotaExceeded)?;
+        }
         let has_checkpoint = match self.inner.backend.watch_sessions() {
             Some(watch) => watch.has_checkpoint(id).await,
             None => false,
@@ -226,6 +246,12 @@ impl SessionRegistry {
                 &session_apps(&spec.apps),
             )
             .with_watch(spec.clone()),
+        );
+        session.tenancy.set(
+            spec.owner.clone(),
+            self.inner
+                .backend
+                .session_resources(super::SessionKind::Watch),
         );
         // Kept whatever the limit: refusing it would only lose its files.
         super::lock(&self.inner.sessions).insert(id, session.clone());

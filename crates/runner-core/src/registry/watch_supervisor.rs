@@ -201,7 +201,10 @@ impl SessionRegistry {
         let removed = {
             let mut sessions = super::lock(&self.inner.sessions);
             match sessions.get(&session.id) {
-                Some(current) if Arc::ptr_eq(current, session) => sessions.remove(&session.id),
+                Some(current) if Arc::ptr_eq(current, session) => {
+                    super::credit_departed(&self.inner, session);
+                    sessions.remove(&session.id)
+                }
                 _ => None,
             }
         };

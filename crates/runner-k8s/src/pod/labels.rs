@@ -17,6 +17,9 @@ pub const APP_ANNOTATION: &str = "telo.run/app";
 /// SHA-256 (hex) of an app session's workload token: enough for a later
 /// runner to check the token at the edge, never the token itself.
 pub const TOKEN_DIGEST_ANNOTATION: &str = "telo.run/token-sha256";
+/// The principal that created the session (`{"subject","tenant"}`), so a
+/// restarted runner answers only it (and admins) about the session.
+pub const OWNER_ANNOTATION: &str = "telo.run/owner";
 /// How many times a session was taken over by a restarted runner.
 pub const GENERATION_ANNOTATION: &str = "telo.run/generation";
 

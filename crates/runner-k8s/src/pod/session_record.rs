@@ -8,7 +8,7 @@
 
 use crate::pod::labels::{
     APP_ANNOTATION, CREATED_AT_ANNOTATION, INSPECT_ANNOTATION, KIND_ANNOTATION, MANAGED_BY_LABEL,
-    PORTS_ANNOTATION, SESSION_ID_LABEL, TOKEN_DIGEST_ANNOTATION,
+    OWNER_ANNOTATION, PORTS_ANNOTATION, SESSION_ID_LABEL, TOKEN_DIGEST_ANNOTATION,
 };
 use std::collections::BTreeMap;
 
@@ -86,6 +86,8 @@ pub struct SessionRecord {
     pub app: Option<String>,
     /// SHA-256 of the session's workload token (`tokenEnv`), if it has one.
     pub token_digest: Option<[u8; 32]>,
+    /// The principal that created it (with authentication on).
+    pub owner: Option<runner_core::identity::Owner>,
 }
 
 /// A pod that does not carry a well-formed [`SessionRecord`]: not ours, made
@@ -125,6 +127,8 @@ pub enum RecordError {
     UnexpectedApp,
     #[error("annotation '{TOKEN_DIGEST_ANNOTATION}' is not a SHA-256 in hex: '{0}'")]
     InvalidTokenDigest(String),
+    #[error("annotation '{OWNER_ANNOTATION}' is not an owner record")]
+    InvalidOwner(#[source] serde_json::Error),
 }
 
 /// The annotations that carry `record` on its pod.
@@ -152,6 +156,11 @@ pub fn record_annotations(record: &SessionRecord) -> BTreeMap<String, String> {
     }
     if let Some(digest) = &record.token_digest {
         annotations.insert(TOKEN_DIGEST_ANNOTATION.to_owned(), hex::encode(digest));
+    }
+    if let Some(owner) = &record.owner
+        && let Ok(text) = serde_json::to_string(owner)
+    {
+        annotations.insert(OWNER_ANNOTATION.to_owned(), text);
     }
     annotations
 }
@@ -240,6 +249,13 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
         }
     };
 
+    // A session whose owner record was edited into garbage is not adopted:
+    // guessing would show it to the wrong principal.
+    let owner = match annotations.and_then(|a| a.get(OWNER_ANNOTATION)) {
+        None => None,
+        Some(text) => Some(serde_json::from_str(text).map_err(RecordError::InvalidOwner)?),
+    };
+
     Ok(SessionRecord {
         session_id: session_id.clone(),
         created_at: created_at.clone(),
@@ -248,6 +264,7 @@ pub fn session_record_from_pod(pod: &Pod) -> Result<SessionRecord, RecordError> 
         inspect,
         app,
         token_digest,
+        owner,
     })
 }
 
@@ -277,6 +294,7 @@ mod tests {
             inspect: true,
             app: (kind == SessionKind::App).then(|| "tool".to_owned()),
             token_digest: None,
+            owner: None,
         }
     }
 

@@ -113,6 +113,8 @@ pub struct RunPodInput<'a> {
     pub ports: &'a [PortMapping],
     pub inspect: bool,
     pub resources: &'a Resources,
+    /// The principal that created the session, recorded on the pod.
+    pub owner: Option<&'a runner_core::identity::Owner>,
 }
 
 /// What an app session (an operator catalog image run with its own
@@ -136,6 +138,8 @@ pub struct AppPodInput<'a> {
     /// digest is recorded so a later runner can still check it at the edge.
     pub token: Option<&'a str>,
     pub resources: &'a Resources,
+    /// The principal that created the session, recorded on the pod.
+    pub owner: Option<&'a runner_core::identity::Owner>,
 }
 
 /// `pullPolicyToK8s`: `missing` is Kubernetes' `IfNotPresent`.
@@ -166,6 +170,7 @@ pub fn build_session_pod(settings: &PodSettings, run: &RunPodInput<'_>) -> Pod {
         inspect: run.inspect,
         app: None,
         token_digest: None,
+        owner: run.owner.cloned(),
     };
 
     let mut command = vec!["telo".to_owned(), "run".to_owned()];
@@ -260,6 +265,7 @@ pub fn build_app_pod(
         inspect: app.inspect,
         app: Some(app.app_name.to_owned()),
         token_digest: app.token.map(runner_core::session::token_digest),
+        owner: app.owner.cloned(),
     };
 
     let session = Container {

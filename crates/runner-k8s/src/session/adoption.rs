@@ -98,6 +98,7 @@ impl Adoption {
                         created_at: record.created_at.clone(),
                         generation,
                         token_digest: record.token_digest,
+                        owner: record.owner.clone(),
                     });
                     lock(&self.adopted).insert(record.session_id.clone(), (record, name.clone()));
                 }

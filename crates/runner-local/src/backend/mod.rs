@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use runner_api::telo::TeloVersion;
 use runner_api::watch::IoMode;
 use runner_api::watch::SessionMode;
+use runner_core::backend::SessionResources;
 use runner_core::capabilities::{SchemaOptions, session_config_schema};
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{AvailabilityReport, PullPolicy};
@@ -265,6 +266,14 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
+    fn session_resources(&self, _kind: runner_core::backend::SessionKind) -> SessionResources {
+        let limits = &self.config.limits;
+        SessionResources {
+            cpu_millis: limits.cpu_millis,
+            memory_bytes: limits.memory_bytes,
+        }
+    }
+
     /// Not ready while the boot self-check of the Telo CLI runs: a session
     /// started meanwhile waits for its verdict, a kernel start's length.
     fn readiness(&self) -> Readiness {

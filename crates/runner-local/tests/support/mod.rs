@@ -123,6 +123,7 @@ pub fn bundle_spec(script: Value) -> StartSpec {
         app: None,
         inspect: false,
         telo: None,
+        owner: None,
     }
 }
 
