@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::apps::{AppCatalog, load_apps};
 use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::client_addr::TrustedProxies;
+use crate::oidc::{OidcConfig, load_oidc_config};
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
 
@@ -119,6 +120,9 @@ pub struct CoreConfig {
     pub apps: AppCatalog,
     /// Bearer tokens every gated `/v1` route requires; `None` = no auth.
     pub auth_tokens: Option<AuthTokens>,
+    /// `RUNNER_OIDC_*`: the issuer whose JWT bearer tokens are accepted;
+    /// `None` = none are.
+    pub oidc: Option<OidcConfig>,
     /// How long a stopped workload may take to exit after SIGTERM (a pod's
     /// grace period) before it is killed.
     pub stop_grace: Duration,
@@ -267,6 +271,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let terms = load_terms(env)?;
     let apps = load_apps(env)?;
     let auth_tokens = load_auth_tokens(env)?;
+    let oidc = load_oidc_config(env)?;
     let connections = load_connection_limits(env)?;
     let io_frames = parse_io_frames(RUNNER_IO_FRAMES.raw(env))?;
     let watch = load_watch_config(env)?;
@@ -287,6 +292,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         terms,
         apps,
         auth_tokens,
+        oidc,
         stop_grace: Duration::from_secs(stop_grace_seconds),
         connections,
         io_frames,
@@ -396,6 +402,7 @@ mod tests {
                 terms: None,
                 apps: AppCatalog::default(),
                 auth_tokens: None,
+                oidc: None,
                 stop_grace: Duration::from_secs(5),
                 connections: ConnectionLimits {
                     max_connections: 6_000,

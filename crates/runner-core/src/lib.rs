@@ -25,6 +25,7 @@ pub mod kernel_progress;
 pub mod launch;
 pub mod metrics;
 pub mod observe;
+pub mod oidc;
 pub mod reachability;
 pub mod registry;
 pub mod replay;

@@ -215,6 +215,42 @@ pub const RUNNER_AUTH_TOKENS_FILE: Setting = Setting {
     description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
 };
 
+pub const RUNNER_OIDC_ISSUER: Setting = Setting {
+    name: "RUNNER_OIDC_ISSUER",
+    default: "(unset: no OIDC tokens)",
+    description: "Issuer whose signed JWT bearer tokens the runner accepts (beside RUNNER_AUTH_TOKENS_FILE's static tokens); a token's `iss` must equal it exactly. Needs RUNNER_OIDC_AUDIENCE and one of RUNNER_OIDC_JWKS_URL / RUNNER_OIDC_JWKS_FILE.",
+};
+
+pub const RUNNER_OIDC_AUDIENCE: Setting = Setting {
+    name: "RUNNER_OIDC_AUDIENCE",
+    default: "(unset)",
+    description: "Audience a token's `aud` (a string or a list) must name; required with RUNNER_OIDC_ISSUER.",
+};
+
+pub const RUNNER_OIDC_JWKS_URL: Setting = Setting {
+    name: "RUNNER_OIDC_JWKS_URL",
+    default: "(unset)",
+    description: "http(s) URL of the issuer's JSON Web Key Set. Fetched at boot (failure is a boot error), again every 60 s and at once (at most every 10 s) when a token names an unknown key id; a failed refetch keeps the last good set.",
+};
+
+pub const RUNNER_OIDC_JWKS_FILE: Setting = Setting {
+    name: "RUNNER_OIDC_JWKS_FILE",
+    default: "(unset)",
+    description: "Path of a file holding the issuer's JSON Web Key Set, instead of RUNNER_OIDC_JWKS_URL; read at boot (unreadable is a boot error) and again every 60 s.",
+};
+
+pub const RUNNER_OIDC_TENANT_CLAIM: Setting = Setting {
+    name: "RUNNER_OIDC_TENANT_CLAIM",
+    default: "sub",
+    description: "Top-level claim of a token (a string) that names its tenant; a token without it is refused.",
+};
+
+pub const RUNNER_OIDC_GROUPS_CLAIM: Setting = Setting {
+    name: "RUNNER_OIDC_GROUPS_CLAIM",
+    default: "groups",
+    description: "Top-level claim of a token (a list of strings, or one string) that names its groups; a token without it has none.",
+};
+
 pub const RUNNER_ADMIN_GROUP: Setting = Setting {
     name: "RUNNER_ADMIN_GROUP",
     default: "telo-admins",
@@ -276,6 +312,12 @@ pub const CORE_SETTINGS: &[Setting] = &[
     RUNNER_TERMS_VERSION,
     RUNNER_APPS,
     RUNNER_AUTH_TOKENS_FILE,
+    RUNNER_OIDC_ISSUER,
+    RUNNER_OIDC_AUDIENCE,
+    RUNNER_OIDC_JWKS_URL,
+    RUNNER_OIDC_JWKS_FILE,
+    RUNNER_OIDC_TENANT_CLAIM,
+    RUNNER_OIDC_GROUPS_CLAIM,
     RUNNER_ADMIN_GROUP,
     RUNNER_ANONYMOUS,
     RUNNER_TIERS_FILE,
