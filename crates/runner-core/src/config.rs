@@ -14,6 +14,7 @@ use crate::auth::{AuthTokens, load_auth_tokens};
 use crate::client_addr::TrustedProxies;
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
+use crate::webhooks::{WebhookConfig, load_webhook_config};
 
 pub use crate::env::{
     ConfigError, Env, IntegerRange, env_from_pairs, env_string, parse_bool, parse_non_negative_int,
@@ -129,6 +130,9 @@ pub struct CoreConfig {
     pub watch: WatchConfig,
     /// `RUNNER_MAX_SUBSCRIBERS_*`: streams per session and per client.
     pub subscribers: SubscriberLimits,
+    /// `RUNNER_WEBHOOK_*`: where session lifecycle events are delivered;
+    /// `None` = no webhooks.
+    pub webhooks: Option<WebhookConfig>,
 }
 
 /// How many subscribers (event streams and terminal sockets) one session
@@ -244,6 +248,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let io_frames = parse_io_frames(RUNNER_IO_FRAMES.raw(env))?;
     let watch = load_watch_config(env)?;
     let subscribers = load_subscriber_limits(env)?;
+    let webhooks = load_webhook_config(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -262,6 +267,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         io_frames,
         watch,
         subscribers,
+        webhooks,
     })
 }
 
@@ -379,6 +385,7 @@ mod tests {
                     per_session: 64,
                     per_client: 256,
                 },
+                webhooks: None,
             }
         );
     }
@@ -487,6 +494,33 @@ mod tests {
                 Err(message.to_owned())
             );
         }
+    }
+
+    #[test]
+    fn webhooks_are_read_and_refused_by_name() {
+        let dir = tempfile::tempdir().expect("dir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret\n").expect("write");
+        let secret = secret.to_string_lossy().into_owned();
+        let config = load_core_config(
+            &vars(&[
+                ("RUNNER_WEBHOOK_URL", "https://hooks.example/runner"),
+                ("RUNNER_WEBHOOK_SECRET_FILE", &secret),
+            ]),
+            8061,
+        )
+        .unwrap();
+        let webhooks = config.webhooks.expect("webhooks on");
+        assert_eq!(webhooks.url.as_str(), "https://hooks.example/runner");
+        assert_eq!(webhooks.secret, b"s3cret");
+        assert_eq!(
+            load_core_config(&vars(&[("RUNNER_WEBHOOK_URL", "hooks.example")]), 8061)
+                .map_err(|err| err.to_string()),
+            Err(
+                "RUNNER_WEBHOOK_URL must be an absolute http:// or https:// URL, got 'hooks.example'."
+                    .to_owned()
+            )
+        );
     }
 
     #[test]

@@ -215,6 +215,18 @@ pub const RUNNER_AUTH_TOKENS_FILE: Setting = Setting {
     description: "File of bearer tokens, one per line (`#` comments allowed); when set, every /v1 route but health and capabilities needs `Authorization: Bearer <token>`.",
 };
 
+pub const RUNNER_WEBHOOK_URL: Setting = Setting {
+    name: "RUNNER_WEBHOOK_URL",
+    default: "(unset: no webhooks)",
+    description: "http(s) URL session lifecycle events (created, running, suspended, resumed, ended) are POSTed to as CloudEvents, signed with the secret of RUNNER_WEBHOOK_SECRET_FILE; failed deliveries are retried with backoff and never slow a session.",
+};
+
+pub const RUNNER_WEBHOOK_SECRET_FILE: Setting = Setting {
+    name: "RUNNER_WEBHOOK_SECRET_FILE",
+    default: "(unset)",
+    description: "File holding the secret each webhook delivery is signed with (HMAC-SHA256 in `Webhook-Signature`); surrounding whitespace is trimmed. Required with RUNNER_WEBHOOK_URL; unreadable or empty is a boot error.",
+};
+
 /// Every variable the core (and the binary's logging) reads, in the order
 /// `--help` and the README list them.
 pub const CORE_SETTINGS: &[Setting] = &[
@@ -252,4 +264,6 @@ pub const CORE_SETTINGS: &[Setting] = &[
     RUNNER_TERMS_VERSION,
     RUNNER_APPS,
     RUNNER_AUTH_TOKENS_FILE,
+    RUNNER_WEBHOOK_URL,
+    RUNNER_WEBHOOK_SECRET_FILE,
 ];
