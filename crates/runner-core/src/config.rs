@@ -15,6 +15,7 @@ use crate::client_addr::TrustedProxies;
 use crate::oidc::{OidcConfig, load_oidc_config};
 use crate::terms::load_terms;
 use crate::watch::{WatchConfig, load_watch_config};
+use crate::webhooks::{WebhookConfig, load_webhook_config};
 
 pub use crate::env::{
     ConfigError, Env, IntegerRange, env_from_pairs, env_string, parse_bool, parse_non_negative_int,
@@ -137,6 +138,9 @@ pub struct CoreConfig {
     pub tenancy: crate::tenancy::TenancyConfig,
     /// `RUNNER_AUDIT_LOG`.
     pub audit: Option<crate::audit::AuditTarget>,
+    /// `RUNNER_WEBHOOK_*`: where session lifecycle events are delivered;
+    /// `None` = no webhooks.
+    pub webhooks: Option<WebhookConfig>,
 }
 
 /// How many subscribers (event streams and terminal sockets) one session
@@ -278,7 +282,8 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
     let subscribers = load_subscriber_limits(env)?;
     let tenancy = crate::tenancy::load_tenancy_config(env)?;
     let audit = crate::audit::load_audit_target(env)?;
-    check_identity(&tenancy, auth_tokens.is_some())?;
+    check_identity(&tenancy, auth_tokens.is_some() || oidc.is_some())?;
+    let webhooks = load_webhook_config(env)?;
     Ok(CoreConfig {
         port,
         log_level,
@@ -300,6 +305,7 @@ pub fn load_core_config(env: &Env, default_port: u16) -> Result<CoreConfig, Conf
         subscribers,
         tenancy,
         audit,
+        webhooks,
     })
 }
 
@@ -420,6 +426,7 @@ mod tests {
                 },
                 tenancy: crate::tenancy::TenancyConfig::default(),
                 audit: None,
+                webhooks: None,
             }
         );
     }
@@ -528,6 +535,33 @@ mod tests {
                 Err(message.to_owned())
             );
         }
+    }
+
+    #[test]
+    fn webhooks_are_read_and_refused_by_name() {
+        let dir = tempfile::tempdir().expect("dir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret\n").expect("write");
+        let secret = secret.to_string_lossy().into_owned();
+        let config = load_core_config(
+            &vars(&[
+                ("RUNNER_WEBHOOK_URL", "https://hooks.example/runner"),
+                ("RUNNER_WEBHOOK_SECRET_FILE", &secret),
+            ]),
+            8061,
+        )
+        .unwrap();
+        let webhooks = config.webhooks.expect("webhooks on");
+        assert_eq!(webhooks.url.as_str(), "https://hooks.example/runner");
+        assert_eq!(webhooks.secret, b"s3cret");
+        assert_eq!(
+            load_core_config(&vars(&[("RUNNER_WEBHOOK_URL", "hooks.example")]), 8061)
+                .map_err(|err| err.to_string()),
+            Err(
+                "RUNNER_WEBHOOK_URL must be an absolute http:// or https:// URL, got 'hooks.example'."
+                    .to_owned()
+            )
+        );
     }
 
     #[test]

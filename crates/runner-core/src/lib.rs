@@ -39,6 +39,7 @@ pub mod tenancy;
 pub mod terms;
 pub mod time;
 pub mod watch;
+pub mod webhooks;
 
 pub use runner_api::watch as watch_types;
 pub use runner_api::{app_env, bundle_path, js, types, validate};

@@ -275,6 +275,18 @@ pub const RUNNER_AUDIT_LOG: Setting = Setting {
     description: "`stdout` or a file path: one JSON line per security-relevant event (session created, stopped, resumed, apps changed, authentication failed, quota or rate refusal, admin action), never a token.",
 };
 
+pub const RUNNER_WEBHOOK_URL: Setting = Setting {
+    name: "RUNNER_WEBHOOK_URL",
+    default: "(unset: no webhooks)",
+    description: "http(s) URL session lifecycle events (created, running, suspended, resumed, ended) are POSTed to as CloudEvents, signed with the secret of RUNNER_WEBHOOK_SECRET_FILE; failed deliveries are retried with backoff and never slow a session.",
+};
+
+pub const RUNNER_WEBHOOK_SECRET_FILE: Setting = Setting {
+    name: "RUNNER_WEBHOOK_SECRET_FILE",
+    default: "(unset)",
+    description: "File holding the secret each webhook delivery is signed with (HMAC-SHA256 in `Webhook-Signature`); surrounding whitespace is trimmed. Required with RUNNER_WEBHOOK_URL; unreadable or empty is a boot error.",
+};
+
 /// Every variable the core (and the binary's logging) reads, in the order
 /// `--help` and the README list them.
 pub const CORE_SETTINGS: &[Setting] = &[
@@ -322,4 +334,6 @@ pub const CORE_SETTINGS: &[Setting] = &[
     RUNNER_ANONYMOUS,
     RUNNER_TIERS_FILE,
     RUNNER_AUDIT_LOG,
+    RUNNER_WEBHOOK_URL,
+    RUNNER_WEBHOOK_SECRET_FILE,
 ];
