@@ -116,6 +116,8 @@ struct RegistryInner {
     /// UTC day they were counted on (`sessionSecondsPerDay`). Locked after
     /// `sessions` when both are.
     departed_seconds: Mutex<HashMap<String, (i64, u64)>>,
+    /// Where sessions announce their lifecycle (set once by the server).
+    webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
 }
 
 impl SessionRegistry {
@@ -143,6 +145,7 @@ impl SessionRegistry {
                 agents: std::sync::OnceLock::new(),
                 checkpoint_slots: Arc::new(tokio::sync::Semaphore::new(CHECKPOINTS_AT_ONCE)),
                 departed_seconds: Mutex::new(HashMap::new()),
+                webhooks: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -283,6 +286,18 @@ impl SessionRegistry {
 
     /// Whether `mode: "watch"` is offered: the operator enabled it and the
     /// backend runs watch sessions.
+    /// Announce every session's lifecycle to `webhooks` from now on.
+    pub fn set_webhooks(&self, webhooks: crate::webhooks::Webhooks) {
+        let _ = self.inner.webhooks.set(webhooks);
+    }
+
+    /// Ties a session entering the registry to the webhooks, if any.
+    pub(crate) fn attach_webhooks(&self, session: &Session) {
+        if let Some(webhooks) = self.inner.webhooks.get() {
+            let _ = session.webhooks.set(webhooks.clone());
+        }
+    }
+
     /// The catalog watch sessions' agents come from (`RUNNER_APPS`).
     pub fn set_agent_catalog(&self, catalog: crate::apps::AppCatalog) {
         let _ = self.inner.agents.set(catalog);
@@ -452,6 +467,7 @@ impl SessionRegistry {
                     recovered.owner.clone(),
                     self.inner.backend.session_resources(SessionKind::Run),
                 );
+                self.attach_webhooks(&session);
                 sessions.insert(recovered.session_id.clone(), session.clone());
                 drop(sessions);
                 session.emit(RunEvent::Status {
@@ -514,10 +530,12 @@ impl SessionRegistry {
                 claimant.and_then(|claimant| claimant.owner.clone()),
                 resources,
             );
+            self.attach_webhooks(&session);
             let session = Arc::new(session);
             sessions.insert(id, session.clone());
             session
         };
+        session.announce(crate::webhooks::LifecycleKind::Created, None);
         if let Some(evicted) = evicted {
             debug!(session_id = %evicted.id, "evicted finished session to admit a new one");
             self.release(&evicted);

@@ -122,6 +122,8 @@ pub struct Session {
     edge_digests: Mutex<Vec<(Option<u16>, [u8; 32])>>,
     /// Its owner, the resources it holds and how long it was live today.
     pub(crate) tenancy: tenancy::SessionTenancy,
+    /// Where its lifecycle steps are announced (`RUNNER_WEBHOOK_URL`).
+    pub(crate) webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
 }
 
 /// What an edge in front of a session's published ports is told about a
@@ -241,7 +243,33 @@ impl Session {
             agent_token: std::sync::OnceLock::new(),
             edge_digests: Mutex::new(Vec::new()),
             tenancy: tenancy::SessionTenancy::default(),
+            webhooks: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Announces a lifecycle step to the operator's webhook, if any.
+    pub(crate) fn announce(
+        &self,
+        kind: crate::webhooks::LifecycleKind,
+        status: Option<&RunStatus>,
+    ) {
+        let Some(webhooks) = self.webhooks.get() else {
+            return;
+        };
+        let owner = self.owner();
+        webhooks.emit(crate::webhooks::LifecycleEvent {
+            kind,
+            session_id: self.id.clone(),
+            mode: self.mode.as_str().to_owned(),
+            tenant: owner.map(|owner| owner.tenant.clone()),
+            subject: owner.map(|owner| owner.subject.clone()),
+            status: status.map(|status| status.kind().to_owned()),
+            exit_code: match status {
+                Some(RunStatus::Exited { code }) => Some(*code),
+                _ => None,
+            },
+            time: time::OffsetDateTime::now_utc(),
+        });
     }
 
     /// The principal that created it (`None` when it was created without
@@ -632,6 +660,19 @@ impl Session {
                     self.tenancy.went_idle();
                 } else {
                     self.tenancy.went_live();
+                }
+                use crate::webhooks::LifecycleKind;
+                let step = match (&state.status, &status) {
+                    (_, status) if status.is_terminal() => Some(LifecycleKind::Ended),
+                    (RunStatus::Suspended, RunStatus::Starting) => Some(LifecycleKind::Resumed),
+                    (RunStatus::Running { .. }, RunStatus::Running { .. }) => None,
+                    (_, RunStatus::Running { .. }) => Some(LifecycleKind::Running),
+                    (RunStatus::Suspended, RunStatus::Suspended) => None,
+                    (_, RunStatus::Suspended) => Some(LifecycleKind::Suspended),
+                    _ => None,
+                };
+                if let Some(step) = step {
+                    self.announce(step, terminal.then_some(&status));
                 }
                 state.status = status;
                 if terminal {

@@ -25,6 +25,9 @@ pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// How long shutdown waits for queued webhook deliveries.
+const WEBHOOK_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Which backend runs the sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -54,6 +57,10 @@ pub struct Service {
     connection_counters: ConnectionCounters,
     /// The tiers file's reader, stopped with the service.
     tenancy: runner_core::tenancy::Tenancy,
+    /// The OIDC key set's refresher, stopped with the service.
+    oidc: Option<runner_core::oidc::OidcVerifier>,
+    /// Lifecycle deliveries, given a moment to finish at shutdown.
+    webhooks: Option<runner_core::webhooks::Webhooks>,
 }
 
 impl Service {
@@ -112,9 +119,26 @@ impl Service {
             subscribers: core.subscribers,
         };
         let tenancy = runner_core::tenancy::Tenancy::load(core.tenancy.clone())?;
+        let oidc = match &core.oidc {
+            Some(config) => Some(
+                runner_core::oidc::OidcVerifier::start(config.clone())
+                    .await
+                    .map_err(ConfigError::refused)?,
+            ),
+            None => None,
+        };
+        let webhooks = core
+            .webhooks
+            .clone()
+            .map(|config| runner_core::webhooks::Webhooks::start(config, None));
+        if let Some(webhooks) = &webhooks {
+            registry.set_webhooks(webhooks.clone());
+        }
         tenancy.start();
         let access = runner_core::http::auth::Access {
-            jwt: None,
+            jwt: oidc
+                .clone()
+                .map(|oidc| Arc::new(oidc) as Arc<dyn runner_core::identity::BearerVerifier>),
             tenancy: tenancy.clone(),
             audit: Arc::new(runner_core::audit::AuditLog::open(core.audit.as_ref())?),
         };
@@ -140,6 +164,8 @@ impl Service {
             sockets,
             connection_counters,
             tenancy,
+            oidc,
+            webhooks,
         })
     }
 
@@ -172,6 +198,8 @@ impl Service {
         let going_away = self.going_away.clone();
         let sockets = self.sockets.clone();
         let tenancy = self.tenancy.clone();
+        let oidc = self.oidc.clone();
+        let webhooks = self.webhooks.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
@@ -189,6 +217,14 @@ impl Service {
                     tracing::warn!("terminal sockets still open after shutdown; closing them");
                 }
                 tenancy.shutdown().await;
+                if let Some(oidc) = &oidc {
+                    oidc.shutdown().await;
+                }
+                // The sessions' last steps (ended) go out if the receiver
+                // takes them soon.
+                if let Some(webhooks) = &webhooks {
+                    webhooks.shutdown(WEBHOOK_SHUTDOWN_GRACE).await;
+                }
                 drained.cancel();
             }
         };

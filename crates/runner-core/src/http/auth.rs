@@ -83,7 +83,8 @@ pub use runner_api::io::CLOSE_UNAUTHORIZED;
 pub const ACCESS_TOKEN_PARAM: &str = "access_token";
 /// Routes anyone may call even with auth on: discovery, so a client can learn
 /// that it needs a token.
-const OPEN_V1_PATHS: &[&str] = &["/v1/health", "/v1/capabilities"];
+const OPEN_V1_PATHS: &[&str] = &["/v1/health", CAPABILITIES_PATH];
+const CAPABILITIES_PATH: &str = "/v1/capabilities";
 
 /// Which requests need a token. Only `/v1` is gated: `/livez`, `/readyz` and
 /// `/metrics` are for the cluster's probes and scrapers, and backend routes
@@ -161,6 +162,17 @@ pub async fn require_token(
 ) -> Response {
     let path = request.uri().path();
     if !requires_token(path) {
+        // Discovery is open, but tells a client that shows who it is its
+        // own limits.
+        if path == CAPABILITIES_PATH {
+            let address = client_address(request.extensions());
+            let presented = presented_token(&request);
+            if (presented.is_some() || state.access.tenancy.is_anonymous())
+                && let Ok(principal) = identify(&state, presented, address).await
+            {
+                request.extensions_mut().insert(principal);
+            }
+        }
         return next.run(request).await;
     }
     let address = client_address(request.extensions());

@@ -70,13 +70,32 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     }
 }
 
-pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilities> {
+/// With a principal (a valid token presented, or anonymous mode) the answer
+/// adds `limits`: its tier, the tier's limits and what its tenant uses now.
+pub async fn capabilities(State(state): State<AppState>, viewer: Viewer) -> Json<Value> {
+    let mut answer = json!(runner_capabilities(&state));
+    if let Some(principal) = viewer.principal() {
+        let tenancy = &state.access.tenancy;
+        let (tier, limits) = tenancy.limits_of(principal);
+        answer["limits"] = json!({
+            "principal": principal.subject,
+            "tenant": principal.tenant,
+            "tier": tier,
+            "admin": principal.admin,
+            "limits": limits,
+            "used": state.registry.usage(&principal.tenant),
+        });
+    }
+    Json(answer)
+}
+
+fn runner_capabilities(state: &AppState) -> RunnerCapabilities {
     let backend = state.registry.backend().capabilities();
     let mut features = match json!(backend.features) {
         Value::Object(features) => features,
         _ => serde_json::Map::new(),
     };
-    if state.options.auth_tokens.is_some() {
+    if state.options.auth_tokens.is_some() || state.access.jwt.is_some() {
         features.insert("auth".into(), json!({ "type": "bearer" }));
     }
     // The 0.8 wire announced a terminal with `true`; a list of io modes is
@@ -95,7 +114,7 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
         features.insert("teloVersions".into(), json!(true));
         crate::capabilities::supersede_by_telo(&mut schema);
     }
-    Json(RunnerCapabilities {
+    RunnerCapabilities {
         display_name: backend.display_name,
         description: backend.description,
         config: Some(ConfigSurface {
@@ -110,7 +129,7 @@ pub async fn capabilities(State(state): State<AppState>) -> Json<RunnerCapabilit
         features,
         terms: state.options.terms.clone(),
         apps: state.options.apps.descriptors(),
-    })
+    }
 }
 
 pub async fn probe(

@@ -435,3 +435,21 @@ async fn keep_fresh(
         });
     }
 }
+
+#[async_trait::async_trait]
+impl crate::identity::BearerVerifier for OidcVerifier {
+    fn recognizes(&self, token: &str) -> bool {
+        Self::looks_like_jwt(token)
+    }
+
+    async fn verify(&self, token: &str) -> Result<crate::identity::VerifiedIdentity, String> {
+        let verified = OidcVerifier::verify(self, token)
+            .await
+            .map_err(|refused| refused.reason)?;
+        Ok(crate::identity::VerifiedIdentity {
+            subject: verified.subject,
+            tenant: verified.tenant,
+            groups: verified.groups,
+        })
+    }
+}

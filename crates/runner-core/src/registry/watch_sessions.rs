@@ -253,6 +253,7 @@ impl SessionRegistry {
                 .backend
                 .session_resources(super::SessionKind::Watch),
         );
+        self.attach_webhooks(&session);
         // Kept whatever the limit: refusing it would only lose its files.
         super::lock(&self.inner.sessions).insert(id, session.clone());
         if running {
