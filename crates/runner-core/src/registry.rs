@@ -346,7 +346,9 @@ impl SessionRegistry {
                 usage.suspended_sessions += 1;
                 continue;
             }
-            if session.is_terminal() {
+            // A session being stopped is on its way out: a client that
+            // deleted one to make room gets the room at once.
+            if session.is_terminal() || session.is_user_stopped() {
                 continue;
             }
             usage.sessions += 1;

@@ -314,10 +314,24 @@ async fn events_arrive_in_order_as_signed_cloud_events() {
 
 #[tokio::test]
 async fn a_receiver_down_then_slow_then_up_gets_every_event_once_in_order() {
-    // A port nothing listens on: connections are refused.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
+    // Down: every connection is cut before an answer. The port stays this
+    // test's, so nothing else can take it before the receiver comes up.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
         .expect("port");
+    let addr = listener.local_addr().expect("addr");
+    let down = tokio_util::sync::CancellationToken::new();
+    let cutter = {
+        let down = down.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = down.cancelled() => return listener,
+                    accepted = listener.accept() => drop(accepted),
+                }
+            }
+        })
+    };
     let policy = DeliveryPolicy {
         request_timeout: Duration::from_millis(300),
         max_attempts: 100,
@@ -332,9 +346,8 @@ async fn a_receiver_down_then_slow_then_up_gets_every_event_once_in_order() {
     until(&mut stats, |stats| stats.failed_attempts >= 1).await;
 
     // Up, but too slow: the first two requests get no answer in time.
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .expect("the port again");
+    down.cancel();
+    let listener = cutter.await.expect("the cut-off listener");
     let mut receiver = Receiver::start_on(listener, &[Answer::Hold, Answer::Hold]);
     receiver.until_held().await;
     receiver.until_held().await;

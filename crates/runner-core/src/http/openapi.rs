@@ -71,6 +71,19 @@ fn session_creating(responses: &mut Value) {
         "Terms configured and `x-telo-accepted-terms` missing or not the current version.",
         schema_ref("TermsRequired"),
     );
+    responses["429"] = response(
+        "With `RUNNER_TIERS_FILE`: the principal's tenant is at a quota of its tier (`quota_exceeded`, naming the `quota`, its `limit` and what is `used`), or the principal is past its `startsPerMinute` or `requestsPerMinute` (`rate_limited`, with `Retry-After`).",
+        json!({
+            "type": "object", "required": ["error", "message"],
+            "properties": {
+                "error": {"type": "string", "enum": ["quota_exceeded", "rate_limited"]},
+                "message": {"type": "string"},
+                "quota": {"type": "string", "enum": ["sessions", "watchSessions", "suspendedSessions", "cpu", "memory", "sessionSecondsPerDay"]},
+                "limit": {"type": "integer"},
+                "used": {"type": "integer"}
+            }
+        }),
+    );
 }
 
 fn idempotency_header() -> Value {
@@ -306,8 +319,13 @@ fn operation(path: &str, method: &str) -> Value {
     };
     if requires_token(path) {
         op["responses"]["401"] = error(
-            "Only with `RUNNER_AUTH_TOKENS_FILE` set: missing or unknown bearer token (`unauthorized`, with `WWW-Authenticate: Bearer`).",
+            "Only with `RUNNER_AUTH_TOKENS_FILE` or `RUNNER_OIDC_ISSUER` set: a missing, unknown, expired or otherwise refused bearer token (`unauthorized`, with `WWW-Authenticate: Bearer`; the message says why).",
         );
+        if op["responses"].get("429").is_none() {
+            op["responses"]["429"] = error(
+                "With `RUNNER_TIERS_FILE`: the principal is past its tier's `requestsPerMinute` (`rate_limited`, with `Retry-After`).",
+            );
+        }
         op["security"] = if path.ends_with("/events") || path.ends_with("/io") {
             json!([{"bearerAuth": []}, {"accessToken": []}, {}])
         } else {
@@ -387,7 +405,29 @@ fn schemas() -> Value {
                     "auth": {"type": "object", "properties": {"type": {"const": "bearer"}}, "description": "Present when the runner requires bearer tokens."}
                 }},
                 "terms": schema_ref("RunnerTerms"),
-                "apps": {"type": "array", "items": schema_ref("RunnerAppDescriptor")}
+                "apps": {"type": "array", "items": schema_ref("RunnerAppDescriptor")},
+                "limits": {
+                    "type": "object",
+                    "description": "Present when the request carries a principal (a valid bearer token, or anonymous mode): who it is, its tier, the tier's limits (an absent limit is unlimited) and what its tenant uses now.",
+                    "required": ["principal", "tenant", "tier", "admin", "limits", "used"],
+                    "properties": {
+                        "principal": {"type": "string"},
+                        "tenant": {"type": "string"},
+                        "tier": {"type": "string"},
+                        "admin": {"type": "boolean"},
+                        "limits": {"type": "object", "properties": {
+                            "sessions": {"type": "integer"}, "watchSessions": {"type": "integer"},
+                            "suspendedSessions": {"type": "integer"}, "cpu": {"type": "string", "description": "Millicores, as `<n>m`."},
+                            "memory": {"type": "integer", "description": "Bytes."}, "sessionSecondsPerDay": {"type": "integer"},
+                            "requestsPerMinute": {"type": "integer"}, "startsPerMinute": {"type": "integer"}
+                        }},
+                        "used": {"type": "object", "properties": {
+                            "sessions": {"type": "integer"}, "watchSessions": {"type": "integer"},
+                            "suspendedSessions": {"type": "integer"}, "cpu": {"type": "integer", "description": "Millicores."},
+                            "memory": {"type": "integer", "description": "Bytes."}, "sessionSecondsToday": {"type": "integer"}
+                        }}
+                    }
+                }
             }
         },
         "RunnerAppDescriptor": {
