@@ -518,3 +518,75 @@ async fn a_session_that_finished_between_runners_is_adopted_with_its_exit_and_lo
     second.stop().await.unwrap();
     sim.shutdown().await;
 }
+
+/// Ownership is recorded on the session's pod: after a restart, the owner
+/// still sees its session and another principal does not.
+#[tokio::test]
+async fn an_adopted_session_still_belongs_to_its_principal() {
+    let (sim, dir, kubeconfig) = sim_with_kubeconfig().await;
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "alice-token name=alice tenant=acme\nbob-token name=bob\n",
+    )
+    .unwrap();
+    let vars = [("RUNNER_AUTH_TOKENS_FILE", tokens.to_str().unwrap())];
+    let client = runner_core::http_client::client();
+    let first = in_process_runner(&kubeconfig, &vars).await;
+    let base = first.base_url();
+    let mut ids = Vec::new();
+    for line in ["one", "two"] {
+        let body = test_support::bundle::start_body(json!({"stdout": [line], "echo": true}));
+        let created: serde_json::Value = client
+            .post(format!("{base}/v1/sessions"))
+            .bearer_auth("alice-token")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ids.push(created["sessionId"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let mut events = SseStream::connect(
+            &format!("{base}/v1/sessions/{id}/events"),
+            &[("authorization", "Bearer alice-token")],
+        )
+        .await;
+        events
+            .events_until(|f| f.status_kind().as_deref() == Some("running"))
+            .await;
+    }
+    // A warm pod keeps its own name: the session's pod is found by label.
+    let pods = kube::Api::<Pod>::namespaced(sim.client(), "telo-sessions")
+        .list(&kube::api::ListParams::default().labels(&format!("telo.run/session-id={}", ids[0])))
+        .await
+        .unwrap();
+    let pod = pods.items.into_iter().next().unwrap();
+    assert_eq!(
+        pod.metadata.annotations.unwrap()["telo.run/owner"],
+        r#"{"subject":"token:alice","tenant":"acme"}"#
+    );
+    first.stop().await.unwrap();
+
+    let second = in_process_runner(&kubeconfig, &vars).await;
+    let base = second.base_url();
+    for id in &ids {
+        let status = |token: &'static str| {
+            let request = client
+                .get(format!("{base}/v1/sessions/{id}"))
+                .bearer_auth(token);
+            async move { request.send().await.unwrap().status() }
+        };
+        assert_eq!(status("alice-token").await, reqwest::StatusCode::OK, "{id}");
+        assert_eq!(
+            status("bob-token").await,
+            reqwest::StatusCode::NOT_FOUND,
+            "{id}"
+        );
+    }
+    second.stop().await.unwrap();
+    sim.shutdown().await;
+}

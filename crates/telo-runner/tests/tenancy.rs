@@ -131,7 +131,12 @@ async fn another_principals_session_is_an_unknown_id_on_every_route(#[case] back
     vars.extend_from_slice(WATCH);
     let runner = Runner::start_on(backend, &vars).await;
 
-    let (status, created) = create(&runner, ALICE, &watch_body(json!({"stdout": ["up"]}))).await;
+    let (status, created) = create(
+        &runner,
+        ALICE,
+        &watch_body(json!({"stdout": ["up"], "echo": true})),
+    )
+    .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["sessionId"].as_str().unwrap().to_owned();
     // An id no session has, of the same shape.
@@ -254,7 +259,7 @@ async fn a_tenants_session_quota_holds_under_a_concurrent_burst() {
         ("RUNNER_TIERS_FILE", tiers.to_str().unwrap()),
     ])
     .await;
-    let body = start_body(json!({"stdout": ["up"]}));
+    let body = start_body(json!({"stdout": ["up"], "echo": true}));
     let burst: Vec<_> = (0..10).map(|_| create(&runner, ALICE, &body)).collect();
     let answers = futures_util::future::join_all(burst).await;
     let created = answers
@@ -403,7 +408,7 @@ async fn anonymous_clients_own_their_sessions_by_address_in_the_anonymous_tier()
     );
     assert_eq!(capabilities["limits"]["tier"], "anonymous");
     assert_eq!(capabilities["limits"]["principal"], "address:127.0.0.1");
-    let body = start_body(json!({"stdout": ["up"]}));
+    let body = start_body(json!({"stdout": ["up"], "echo": true}));
     let (status, created) = runner.post("/v1/sessions", &body).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let (status, refused) = runner.post("/v1/sessions", &body).await;
@@ -513,7 +518,12 @@ async fn oidc_principals_own_their_sessions_and_bad_tokens_get_their_reason() {
     let carol = issuer.token("carol", "acme", &[], 0, 600);
     let dave = issuer.token("dave", "acme", &["dev"], 0, 600);
     let admin = issuer.token("erin", "ops", &["telo-admins"], 0, 600);
-    let (status, created) = create(&runner, &carol, &start_body(json!({"stdout": ["up"]}))).await;
+    let (status, created) = create(
+        &runner,
+        &carol,
+        &start_body(json!({"stdout": ["up"], "echo": true})),
+    )
+    .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["sessionId"].as_str().unwrap().to_owned();
     // A colleague of the same tenant is another principal.
@@ -549,4 +559,168 @@ async fn oidc_principals_own_their_sessions_and_bad_tokens_get_their_reason() {
         assert!(message.contains(reason), "{message}");
     }
     runner.stop().await;
+}
+
+/// A webhook receiver on loopback: every delivery's headers and body.
+struct Receiver {
+    url: String,
+    deliveries: tokio::sync::mpsc::UnboundedReceiver<(reqwest::header::HeaderMap, bytes::Bytes)>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let (tx, deliveries) = tokio::sync::mpsc::unbounded_channel();
+        let app = axum::Router::new().route(
+            "/hooks",
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: bytes::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let mut copied = reqwest::header::HeaderMap::new();
+                    for (name, value) in &headers {
+                        copied.insert(
+                            reqwest::header::HeaderName::from_bytes(name.as_str().as_bytes())
+                                .unwrap(),
+                            reqwest::header::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                        );
+                    }
+                    let _ = tx.send((copied, body));
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            url,
+            deliveries,
+            server,
+        }
+    }
+
+    async fn next(&mut self, secret: &[u8]) -> Value {
+        let (headers, body) = tokio::time::timeout(test_support::WAIT, self.deliveries.recv())
+            .await
+            .expect("a delivery in time")
+            .unwrap();
+        assert_eq!(
+            headers["content-type"], "application/cloudevents+json",
+            "{headers:?}"
+        );
+        assert!(runner_core::webhooks::verify(
+            secret,
+            headers["webhook-timestamp"].to_str().unwrap(),
+            headers["webhook-signature"].to_str().unwrap(),
+            &body,
+        ));
+        serde_json::from_slice(&body).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_lifecycle_reaches_the_webhook_signed_and_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path());
+    let secret_file = dir.path().join("webhook-secret");
+    std::fs::write(&secret_file, "hook-secret\n").unwrap();
+    let mut receiver = Receiver::start().await;
+    let runner = Runner::start_with(&[
+        ("RUNNER_AUTH_TOKENS_FILE", tokens.as_str()),
+        ("RUNNER_WEBHOOK_URL", receiver.url.as_str()),
+        ("RUNNER_WEBHOOK_SECRET_FILE", secret_file.to_str().unwrap()),
+    ])
+    .await;
+    let (status, created) = create(
+        &runner,
+        ALICE,
+        &start_body(json!({"stdout": ["done"], "exitCode": 3, "exitAfterMs": 0})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap();
+    let mut kinds = Vec::new();
+    loop {
+        let event = receiver.next(b"hook-secret").await;
+        assert_eq!(event["specversion"], "1.0");
+        assert_eq!(event["source"], "telo-runner");
+        assert_eq!(event["subject"], id);
+        assert_eq!(event["data"]["sessionId"], id);
+        assert_eq!(event["data"]["mode"], "run");
+        assert_eq!(event["data"]["tenant"], "acme");
+        assert_eq!(event["data"]["principal"], "token:alice");
+        let kind = event["type"].as_str().unwrap().to_owned();
+        if kind.ends_with(".ended") {
+            assert_eq!(event["data"]["status"], "exited");
+            assert_eq!(event["data"]["exitCode"], 3);
+        }
+        kinds.push(kind);
+        if kinds.last().unwrap().ends_with(".ended") {
+            break;
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "dev.telo.runner.session.created",
+            "dev.telo.runner.session.running",
+            "dev.telo.runner.session.ended"
+        ]
+    );
+    runner.stop().await;
+    receiver.server.abort();
+    let _ = receiver.server.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_watch_session_still_belongs_to_its_principal_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = token_file(dir.path());
+    let mut vars = vec![("RUNNER_AUTH_TOKENS_FILE", tokens.as_str())];
+    vars.extend_from_slice(WATCH);
+    let runner = Runner::start_with(&vars).await;
+    let (status, created) = create(
+        &runner,
+        ALICE,
+        &watch_body(json!({"stdout": ["up"], "echo": true})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    // Up, so the graceful stop checkpoints it for the next runner.
+    let mut events = runner
+        .events(&id, &[("authorization", &format!("Bearer {ALICE}"))])
+        .await;
+    common::watch::run_event(&mut events, "app", "started", 1).await;
+    drop(events);
+    let work_dir = runner.work_dir.path().join("sessions");
+    let Runner {
+        service,
+        work_dir: kept,
+        ..
+    } = runner;
+    service.unwrap().stop().await.expect("clean shutdown");
+
+    let work_dir = work_dir.to_string_lossy().into_owned();
+    vars.push(("RUNNER_LOCAL_WORK_DIR", work_dir.as_str()));
+    let next = Runner::start_with(&vars).await;
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    while !listed(&next, ALICE).await.contains(&id) {
+        assert!(std::time::Instant::now() < deadline, "never listed again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!listed(&next, BOB).await.contains(&id));
+    let (status, _, _) = send(
+        &next,
+        Method::POST,
+        &format!("/v1/sessions/{id}/resume"),
+        Some(BOB),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    next.stop().await;
+    drop(kept);
 }
