@@ -838,6 +838,57 @@ def test_no_app_catalog_leaves_runner_apps_unset(cluster):
     assert "RUNNER_APPS" not in env_values(cluster)
 
 
+def test_access_values_mount_their_files_and_reach_the_runner(cluster):
+    tiers = {"tiers": {"default": {"sessions": 4, "requestsPerMinute": 600}},
+             "tenants": {"acme": "default"}}
+    cluster.install({"runner": {"access": {
+        "tokensSecret": "runner-tokens",
+        "oidc": {"issuer": "https://id.example.com", "audience": "telo",
+                 "jwksConfigMap": "issuer-keys", "tenantClaim": "org"},
+        "adminGroup": "ops",
+        "tiers": tiers,
+        "auditLog": "stdout",
+        "webhook": {"url": "https://hooks.example.com/telo", "secretName": "hook-key"},
+    }}})
+    env = env_values(cluster)
+    for name, value in {
+        "RUNNER_AUTH_TOKENS_FILE": "/etc/telo/tokens/tokens",
+        "RUNNER_OIDC_ISSUER": "https://id.example.com",
+        "RUNNER_OIDC_AUDIENCE": "telo",
+        "RUNNER_OIDC_JWKS_FILE": "/etc/telo/jwks/jwks.json",
+        "RUNNER_OIDC_TENANT_CLAIM": "org",
+        "RUNNER_OIDC_GROUPS_CLAIM": "groups",
+        "RUNNER_ADMIN_GROUP": "ops",
+        "RUNNER_TIERS_FILE": "/etc/telo/tiers/tiers.yaml",
+        "RUNNER_AUDIT_LOG": "stdout",
+        "RUNNER_WEBHOOK_URL": "https://hooks.example.com/telo",
+        "RUNNER_WEBHOOK_SECRET_FILE": "/etc/telo/webhook/secret",
+    }.items():
+        assert env[name] == value, name
+    assert "RUNNER_OIDC_JWKS_URL" not in env
+    assert "RUNNER_ANONYMOUS" not in env
+    config_map = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/configmaps/{NAME}-tiers")
+    assert yaml.safe_load(config_map["data"]["tiers.yaml"]) == tiers
+    volumes = {v["name"]: v for v in deployment(cluster)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tokens"]["secret"] == {
+        "secretName": "runner-tokens", "items": [{"key": "tokens", "path": "tokens"}]}
+    assert volumes["jwks"]["configMap"] == {"name": "issuer-keys"}
+    assert volumes["tiers"]["configMap"] == {"name": f"{NAME}-tiers"}
+    assert volumes["webhook"]["secret"] == {
+        "secretName": "hook-key", "items": [{"key": "secret", "path": "secret"}]}
+    mounts = {m["name"]: m for m in runner_container(cluster)["volumeMounts"]}
+    for name in ("tokens", "jwks", "tiers", "webhook"):
+        assert mounts[name]["readOnly"] is True, name
+
+
+def test_default_values_leave_the_runner_unauthenticated_and_unlimited(cluster):
+    cluster.install({})
+    env = env_values(cluster)
+    assert not [k for k in env if k.startswith(("RUNNER_OIDC_", "RUNNER_WEBHOOK_"))
+                or k in ("RUNNER_AUTH_TOKENS_FILE", "RUNNER_TIERS_FILE", "RUNNER_ANONYMOUS",
+                         "RUNNER_AUDIT_LOG", "RUNNER_ADMIN_GROUP")]
+
+
 def test_terms_are_mounted_from_their_config_map(cluster):
     body = "Be nice.\n\n- **Really.**\n"
     cluster.install({"runner": {"terms": {
@@ -976,9 +1027,22 @@ def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
         ({"sessionRouting": {"mode": "gateway", "gateway": {"name": "public"},
                              "ingress": {"nginxTokenAuth": True}}},
          "sessionRouting.ingress.annotations and nginxTokenAuth apply to session Ingresses"),
+        ({"runner": {"access": {"anonymous": True, "tokensSecret": "t"}}},
+         "runner.access.anonymous turns authentication off"),
+        ({"runner": {"access": {"oidc": {"issuer": "https://id.example.com",
+                                         "jwksUrl": "https://id.example.com/jwks"}}}},
+         "runner.access.oidc.issuer needs runner.access.oidc.audience"),
+        ({"runner": {"access": {"tiers": {"tiers": {"default": {"sessions": 1}}}}}},
+         "runner.access.tiers apply to principals"),
+        ({"runner": {"access": {"webhook": {"url": "https://hooks.example.com"}}}},
+         "runner.access.webhook.url needs runner.access.webhook.secretName"),
+        ({"runner": {"access": {"auditLog": "/var/log/audit.log"}}},
+         "runner.access.auditLog must be stdout or empty"),
     ],
     ids=["mode-typo", "gateway-without-name", "cert-without-key", "orphan-policy",
-         "secret-without-key", "telo-pull-policy", "ingress-auth-under-gateway"],
+         "secret-without-key", "telo-pull-policy", "ingress-auth-under-gateway",
+         "anonymous-beside-tokens", "oidc-without-audience", "tiers-without-principals",
+         "webhook-without-secret", "audit-file"],
 )
 def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
     assert fragment in cluster.install_error(values)
