@@ -137,6 +137,8 @@ pub struct Metrics {
     warm_ups: Family<WarmUpLabels, Counter>,
     workspace_checkpoints: Family<OutcomeLabel, Counter>,
     connections_turned_away: Family<ReasonLabel, Counter>,
+    webhook_deliveries: Family<OutcomeLabel, Counter>,
+    access_refusals: Family<ReasonLabel, Counter>,
 }
 
 /// The gauges of one warm pool: its idle pods ready to be claimed, and
@@ -283,6 +285,18 @@ impl Metrics {
             "Connections turned away at the connection limits, by reason: shed (one that had sent nothing, closed to admit a new one), full (past RUNNER_MAX_CONNECTIONS), client_full (past a client address's share, RUNNER_MAX_CONNECTIONS_PER_CLIENT); past a limit only the probes are answered",
             connections_turned_away.clone(),
         );
+        let webhook_deliveries = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "webhook_deliveries",
+            "Lifecycle webhook events, by outcome: delivered, dropped (the queue was full, the receiver refused it, or its attempts ran out) or failed_attempt (one try that will be retried)",
+            webhook_deliveries.clone(),
+        );
+        let access_refusals = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "access_refusals",
+            "Requests refused for who sent them, by reason: unauthorized (no or a refused token), rate_limited (past the tier's requestsPerMinute or startsPerMinute), quota_exceeded (the tenant at a quota of its tier)",
+            access_refusals.clone(),
+        );
         Self {
             registry,
             sessions,
@@ -299,7 +313,31 @@ impl Metrics {
             warm_ups,
             workspace_checkpoints,
             connections_turned_away,
+            webhook_deliveries,
+            access_refusals,
         }
+    }
+
+    /// The counters the webhook worker bumps.
+    pub fn webhook_counters(&self) -> crate::webhooks::WebhookCounters {
+        let counter = |outcome| {
+            self.webhook_deliveries
+                .get_or_create(&OutcomeLabel { outcome })
+                .clone()
+        };
+        crate::webhooks::WebhookCounters {
+            delivered: counter("delivered"),
+            dropped: counter("dropped"),
+            failed_attempts: counter("failed_attempt"),
+        }
+    }
+
+    /// Counts a request refused for who sent it (`unauthorized`,
+    /// `rate_limited`, `quota_exceeded`).
+    pub fn access_refused(&self, reason: &'static str) {
+        self.access_refusals
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// The counters the accept loop bumps as it turns connections away.

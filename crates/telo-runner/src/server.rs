@@ -127,10 +127,12 @@ impl Service {
             ),
             None => None,
         };
-        let webhooks = core
-            .webhooks
-            .clone()
-            .map(|config| runner_core::webhooks::Webhooks::start(config, None));
+        let webhooks = core.webhooks.clone().map(|config| {
+            runner_core::webhooks::Webhooks::start(
+                config,
+                Some(registry.metrics().webhook_counters()),
+            )
+        });
         if let Some(webhooks) = &webhooks {
             registry.set_webhooks(webhooks.clone());
         }

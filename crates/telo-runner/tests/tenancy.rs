@@ -350,6 +350,12 @@ async fn a_principal_past_its_rate_gets_429_with_retry_after_and_others_do_not()
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
     assert_eq!(refused["error"], "rate_limited");
 
+    let (_, metrics) = runner.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap().to_owned();
+    assert!(
+        metrics.contains("telo_runner_access_refusals_total{reason=\"rate_limited\"} 2"),
+        "{metrics}"
+    );
     let lines = audit_lines(&audit);
     let limited = lines
         .iter()
@@ -669,6 +675,20 @@ async fn a_sessions_lifecycle_reaches_the_webhook_signed_and_in_order() {
             "dev.telo.runner.session.ended"
         ]
     );
+    // Counted once the receiver answered; wait for the third.
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    loop {
+        let (_, metrics) = runner.get("/metrics").await;
+        if metrics
+            .as_str()
+            .unwrap()
+            .contains("telo_runner_webhook_deliveries_total{outcome=\"delivered\"} 3")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     runner.stop().await;
     receiver.server.abort();
     let _ = receiver.server.await;

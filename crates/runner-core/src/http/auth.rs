@@ -180,6 +180,7 @@ pub async fn require_token(
     let principal = match identify(&state, presented, address).await {
         Ok(principal) => principal,
         Err(reason) => {
+            state.registry.metrics().access_refused("unauthorized");
             state.access.audit.record(
                 AuditRecord::new(AuditAction::AuthRefused, Outcome::Refused)
                     .from_address(address)
@@ -192,6 +193,7 @@ pub async fn require_token(
         }
     };
     if let Err(refusal) = state.access.tenancy.take_request(&principal) {
+        state.registry.metrics().access_refused("rate_limited");
         state.access.audit.record(
             AuditRecord::new(AuditAction::RateLimited, Outcome::Refused)
                 .by(Some(&principal))

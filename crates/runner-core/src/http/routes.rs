@@ -410,6 +410,7 @@ fn claimant(state: &AppState, viewer: &Viewer) -> Result<Claimant, ApiError> {
     };
     let tenancy = &state.access.tenancy;
     if let Err(refusal) = tenancy.take_start(principal) {
+        state.registry.metrics().access_refused("rate_limited");
         audit_create(state, viewer, Err(&refusal.to_string()));
         return Err(refusal.into());
     }
@@ -439,7 +440,12 @@ fn audited(
 ) -> Result<SessionCreated, ApiError> {
     match &created {
         Ok(created) => audit_create(state, viewer, Ok(&created.session_id)),
-        Err(refused) => audit_create(state, viewer, Err(&refused.to_string())),
+        Err(refused) => {
+            if matches!(refused, AdmissionError::QuotaExceeded(_)) {
+                state.registry.metrics().access_refused("quota_exceeded");
+            }
+            audit_create(state, viewer, Err(&refused.to_string()))
+        }
     }
     Ok(created?)
 }

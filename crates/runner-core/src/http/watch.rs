@@ -204,6 +204,9 @@ pub async fn resume(
         .filter(|_| state.access.tenancy.has_tiers())
         .map(|principal| state.access.tenancy.limits_of(principal).1);
     let resumed = state.registry.resume_for(&id, limits.as_ref()).await;
+    if matches!(resumed, Err(crate::registry::ResumeError::QuotaExceeded(_))) {
+        state.registry.metrics().access_refused("quota_exceeded");
+    }
     super::audit_session(
         &state,
         AuditAction::SessionResume,
