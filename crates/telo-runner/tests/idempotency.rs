@@ -169,3 +169,29 @@ async fn a_retried_app_session_gets_its_session() {
     assert_eq!(session_count(&runner).await, 1);
     runner.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_retries_of_one_key_make_one_session() {
+    let runner = Runner::start_with(&[]).await;
+    let body = start_body(json!({"stdout": ["once"], "echo": true}));
+    let tries = (0..20).map(|_| post(&runner, "/v1/sessions", "burst-1", None, &body));
+    let answers = futures_util::future::join_all(tries).await;
+    let mut created = std::collections::HashSet::new();
+    for (status, _, answer) in &answers {
+        match *status {
+            StatusCode::CREATED => {
+                created.insert(answer["sessionId"].as_str().unwrap().to_owned());
+            }
+            StatusCode::CONFLICT => assert_eq!(answer["error"], "idempotency_key_in_flight"),
+            other => panic!("{other}: {answer}"),
+        }
+    }
+    assert_eq!(created.len(), 1, "{answers:?}");
+    // A retry after the burst gets that same session.
+    let (status, replayed, again) = post(&runner, "/v1/sessions", "burst-1", None, &body).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(replayed.as_deref(), Some("true"));
+    assert!(created.contains(again["sessionId"].as_str().unwrap()));
+    assert_eq!(session_count(&runner).await, 1);
+    runner.stop().await;
+}

@@ -59,6 +59,10 @@ enum Scenario {
     /// under `ulimit -n 1024`, from one address then 64: `/livez`,
     /// `/v1/health` and an authorised POST timed before, during and after.
     ConnectionPressure,
+    /// What authentication, ownership, quota and rate checks add to a
+    /// request (N requests, default 5,000, side by side with an open
+    /// runner), and the memory of 10,000 rate-limited principals.
+    Access,
     /// Every scenario in turn.
     All,
 }
@@ -79,6 +83,7 @@ impl Scenario {
             Scenario::WarmPool => "warm-pool",
             Scenario::WatchPool => "watch-pool",
             Scenario::ConnectionPressure => "connection-pressure",
+            Scenario::Access => "access",
             Scenario::All => "all",
         }
     }
@@ -301,6 +306,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::WarmPool => scenarios::warm_pool::run(&ctx).await?,
             Scenario::WatchPool => scenarios::watch_pool::run(&ctx).await?,
             Scenario::ConnectionPressure => scenarios::conn_pressure::run(&ctx).await?,
+            Scenario::Access => scenarios::access::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

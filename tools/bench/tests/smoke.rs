@@ -69,6 +69,7 @@ fn bin_dir() -> PathBuf {
 #[case::watch_reload_kubernetes(&["watch-reload", "--sessions", "3"])]
 #[case::watch_suspend_local(&["watch-suspend", "--sessions", "2", "--backend", "local"])]
 #[case::warm_pool(&["warm-pool", "--sessions", "2", "--pool-sizes", "0,1"])]
+#[case::access_local(&["access", "--sessions", "20", "--backend", "local"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
     scenario_prints_its_figures(args);
 }

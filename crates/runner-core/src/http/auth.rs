@@ -233,25 +233,34 @@ async fn identify(
     let Some(presented) = presented else {
         return Err("no bearer token was presented".into());
     };
+    let mut jwt_refusal = None;
     if let Some(jwt) = &state.access.jwt
         && jwt.recognizes(&presented)
     {
-        let verified = jwt.verify(&presented).await?;
-        let admin = tenancy.is_admin_group(&verified.groups);
-        return Ok(Principal {
-            subject: format!("oidc:{}", verified.subject),
-            tenant: verified.tenant,
-            groups: verified.groups,
-            admin,
-            source: PrincipalSource::Oidc,
-        });
+        match jwt.verify(&presented).await {
+            Ok(verified) => {
+                let admin = tenancy.is_admin_group(&verified.groups);
+                return Ok(Principal {
+                    subject: format!("oidc:{}", verified.subject),
+                    tenant: verified.tenant,
+                    groups: verified.groups,
+                    admin,
+                    source: PrincipalSource::Oidc,
+                });
+            }
+            // A static token may have a JWT's shape: the file decides.
+            Err(reason) => jwt_refusal = Some(reason),
+        }
     }
     let identity = state
         .options
         .auth_tokens
         .as_ref()
         .and_then(|tokens| tokens.identify(&presented))
-        .ok_or_else(|| "the bearer token is not one this runner accepts".to_owned())?;
+        .ok_or_else(|| {
+            jwt_refusal
+                .unwrap_or_else(|| "the bearer token is not one this runner accepts".to_owned())
+        })?;
     Ok(Principal {
         subject: format!("token:{}", identity.name),
         tenant: identity.tenant.clone(),

@@ -238,7 +238,14 @@ struct Refetch {
     answered_at: u64,
 }
 
+/// Tokens whose signature is remembered as checked, at most; past it the
+/// memory starts over.
+const CHECKED_TOKENS: usize = 10_000;
+
 struct Inner {
+    /// SHA-256 of tokens whose signature verified, with the key set it
+    /// verified against.
+    checked: Mutex<std::collections::HashMap<[u8; 32], std::sync::Weak<KeySet>>>,
     config: OidcConfig,
     keys: watch::Receiver<Snapshot>,
     wanted: Arc<Notify>,
@@ -297,6 +304,7 @@ impl OidcVerifier {
         ));
         Ok(Self {
             inner: Arc::new(Inner {
+                checked: Mutex::new(std::collections::HashMap::new()),
                 config,
                 keys,
                 wanted,
@@ -325,12 +333,51 @@ impl OidcVerifier {
         {
             keys = self.refetch_for(kid).await?;
         }
-        token::check_signature(&parsed, &keys)?;
+        self.check_signature_once(token, &parsed, &keys)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64();
         token::check_claims(&parsed, &self.inner.config, now)
+    }
+
+    /// Checks `parsed`'s signature against `keys`, unless this very token
+    /// was already checked against this very key set: an editor sends the
+    /// same token with every request, and the signature is the costly part
+    /// of a verification. The claims (expiry above all) are checked every
+    /// time; a new key set (every refresh) checks every token again.
+    fn check_signature_once(
+        &self,
+        token: &str,
+        parsed: &token::Parsed<'_>,
+        keys: &Arc<KeySet>,
+    ) -> Result<(), TokenRefused> {
+        use sha2::Digest as _;
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let mut checked = self
+            .inner
+            .checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if checked
+            .get(&digest)
+            .and_then(std::sync::Weak::upgrade)
+            .is_some_and(|against| Arc::ptr_eq(&against, keys))
+        {
+            return Ok(());
+        }
+        drop(checked);
+        token::check_signature(parsed, keys)?;
+        checked = self
+            .inner
+            .checked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if checked.len() >= CHECKED_TOKENS {
+            checked.clear();
+        }
+        checked.insert(digest, Arc::downgrade(keys));
+        Ok(())
     }
 
     /// Reads the key set again now, outside the refetch limit, and returns

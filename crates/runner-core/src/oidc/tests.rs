@@ -922,3 +922,28 @@ mod hostile {
         }
     }
 }
+
+#[tokio::test]
+async fn a_token_checked_once_is_checked_again_only_against_a_new_key_set() {
+    let signer = Signer::ed25519("k1");
+    let provider = Provider::start(jwks(&[&signer])).await;
+    let verifier = OidcVerifier::start(config(JwksSource::Url(provider.url())))
+        .await
+        .expect("start");
+    let token = signer.sign(&claims(json!({})));
+    verifier.verify(&token).await.expect("first check");
+    verifier.verify(&token).await.expect("remembered");
+    // The issuer drops the key: once the new set is read, the remembered
+    // signature counts for nothing.
+    provider.serve(StatusCode::OK, jwks(&[&Signer::ed25519("k2")]));
+    verifier.refresh().await;
+    assert!(verifier.verify(&token).await.is_err());
+    // Claims are checked every time, remembered signature or not.
+    let provider_keys = jwks(&[&signer]);
+    provider.serve(StatusCode::OK, provider_keys);
+    verifier.refresh().await;
+    let expired = signer.sign(&claims(json!({"exp": now() - 3600})));
+    assert!(verifier.verify(&expired).await.is_err());
+    verifier.shutdown().await;
+    provider.stop().await;
+}

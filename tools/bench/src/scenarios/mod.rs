@@ -1,5 +1,6 @@
 //! One module per scenario; each returns a [`Report`].
 
+pub mod access;
 pub mod apiserver_load;
 pub mod big_bundles;
 pub mod conn_pressure;
