@@ -244,8 +244,11 @@ async fn another_principals_session_is_an_unknown_id_on_every_route(#[case] back
     runner.stop().await;
 }
 
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tenants_session_quota_holds_under_a_concurrent_burst() {
+async fn a_tenants_session_quota_holds_under_a_concurrent_burst(#[case] backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = token_file(dir.path());
     let tiers = dir.path().join("tiers.yaml");
@@ -254,10 +257,13 @@ async fn a_tenants_session_quota_holds_under_a_concurrent_burst() {
         "tiers:\n  default: { sessions: 3 }\n  small: { sessions: 1 }\ntenants:\n  globex: small\n",
     )
     .unwrap();
-    let runner = Runner::start_with(&[
-        ("RUNNER_AUTH_TOKENS_FILE", tokens.as_str()),
-        ("RUNNER_TIERS_FILE", tiers.to_str().unwrap()),
-    ])
+    let runner = Runner::start_on(
+        backend,
+        &[
+            ("RUNNER_AUTH_TOKENS_FILE", tokens.as_str()),
+            ("RUNNER_TIERS_FILE", tiers.to_str().unwrap()),
+        ],
+    )
     .await;
     let body = start_body(json!({"stdout": ["up"], "echo": true}));
     let burst: Vec<_> = (0..10).map(|_| create(&runner, ALICE, &body)).collect();
