@@ -471,6 +471,7 @@ async fn streams_a_large_upload_and_download() {
         )
         .await;
         let mut clients = Clients::default();
+        let expected = expected_hash(BIG_CHUNKS);
         let frames =
             stream::iter((0..BIG_CHUNKS).map(|i| Ok::<_, io::Error>(Frame::data(chunk(i)))));
         let request = Request::post("/upload")
@@ -481,7 +482,7 @@ async fn streams_a_large_upload_and_download() {
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(
             text(response).await,
-            format!("{} {}", BIG_CHUNKS * CHUNK, expected_hash(BIG_CHUNKS))
+            format!("{} {expected}", BIG_CHUNKS * CHUNK)
         );
 
         let response = clients
@@ -502,7 +503,7 @@ async fn streams_a_large_upload_and_download() {
             }
         }
         assert_eq!(total, BIG_CHUNKS * CHUNK);
-        assert_eq!(hex::encode(hash.finalize()), expected_hash(BIG_CHUNKS));
+        assert_eq!(hex::encode(hash.finalize()), expected);
         server.edge.until_idle(ID).await;
     })
     .await;
@@ -593,6 +594,7 @@ async fn forwarded_headers_are_added_and_hop_by_hop_ones_dropped() {
             .header("keep-alive", "timeout=5")
             .header("proxy-connection", "keep-alive")
             .header(header::TE, "trailers")
+            .header(header::UPGRADE, "websocket")
             .header(header::PROXY_AUTHORIZATION, "Basic eDp5")
             .header(header::AUTHORIZATION, "Bearer kept")
             .header("x-forwarded-for", "10.0.0.1")
@@ -607,6 +609,7 @@ async fn forwarded_headers_are_added_and_hop_by_hop_ones_dropped() {
         let seen = &seen["headers"];
         for gone in [
             "x-secret",
+            "upgrade",
             "keep-alive",
             "proxy-connection",
             "te",
@@ -678,6 +681,51 @@ async fn a_silent_app_times_out_with_504() {
         let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
         assert_eq!(body["error"], "upstream_timeout");
         server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connection_that_is_never_accepted_times_out_with_504() {
+    within(async {
+        // A listener with a backlog of one that never accepts: once its
+        // queue is full, further handshakes go unanswered.
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(0).unwrap();
+        let address = socket.local_addr().unwrap().as_socket().unwrap();
+        let mut queued = Vec::new();
+        loop {
+            match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)) {
+                Ok(stream) => queued.push(stream),
+                Err(err) if err.kind() == io::ErrorKind::TimedOut => break,
+                Err(err) => panic!("{err}"),
+            }
+            assert!(queued.len() < 64, "the backlog never filled");
+        }
+        let config = EdgeConfig {
+            connect_timeout: Duration::from_millis(300),
+            response_header_timeout: Duration::from_secs(60),
+            ..quick()
+        };
+        let server = EdgeServer::start([(host(8845, ID), Ok(address))], config).await;
+        let mut clients = Clients::default();
+        let started = Instant::now();
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "upstream_timeout");
+        drop((queued, socket));
     })
     .await;
 }

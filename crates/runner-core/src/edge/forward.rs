@@ -33,6 +33,8 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 /// What the edge adds to `Via`.
 const VIA: &str = "1.1 telo-runner";
+/// Idle keep-alive connections kept to one app address.
+const MAX_IDLE_PER_APP: usize = 32;
 /// How long [`Edge::shutdown`] waits for spliced connections to close.
 const SPLICE_CLOSE: Duration = Duration::from_secs(5);
 
@@ -103,6 +105,7 @@ impl Edge {
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.idle_timeout)
+            .pool_max_idle_per_host(MAX_IDLE_PER_APP)
             .build(connector);
         Self {
             inner: Arc::new(Inner {
@@ -152,6 +155,10 @@ impl Edge {
     /// Forwards `request` (already known to be for `host`) from the client
     /// at `client` (`tls`: whether its connection is TLS) and returns the
     /// app's response, streamed; or the page of an [`EdgeRefusal`].
+    ///
+    /// `client` is the connection's peer: its address is appended to the
+    /// request's `X-Forwarded-For`. The connection must be served with
+    /// upgrades on (`with_upgrades`) for WebSockets to pass.
     pub async fn forward(
         &self,
         host: SessionHost,
@@ -202,6 +209,8 @@ impl Edge {
         let (mut parts, body) = request.into_parts();
         parts.uri = uri;
         parts.version = Version::HTTP_11;
+        // The client connection's own (its address, its upgrade) stay here.
+        parts.extensions = http::Extensions::new();
         let headers = &mut parts.headers;
         let prior_forwarded_for = joined(headers, &X_FORWARDED_FOR);
         let prior_via = joined(headers, &header::VIA);
@@ -246,6 +255,7 @@ impl Edge {
             };
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             let (mut parts, _) = response.into_parts();
+            parts.extensions = http::Extensions::new();
             let protocol = parts.headers.get(header::UPGRADE).cloned();
             strip_hop_by_hop(&mut parts.headers);
             parts
@@ -272,6 +282,7 @@ impl Edge {
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.version = Version::HTTP_11;
+        parts.extensions = http::Extensions::new();
         let body = Guarded {
             inner: body,
             _guard: guard,
