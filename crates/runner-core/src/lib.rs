@@ -15,6 +15,7 @@ pub mod capabilities;
 pub mod client_addr;
 pub mod config;
 pub mod debug_relay;
+pub mod edge;
 pub mod env;
 pub mod errors;
 pub mod http;

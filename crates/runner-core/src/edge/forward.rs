@@ -1,0 +1,513 @@
+//! The forwarder: one pooled HTTP/1.1 client to the sessions' apps, bodies
+//! streamed both ways, upgrades spliced, and a bound on what one session
+//! may hold open.
+
+use std::collections::HashMap;
+use std::error::Error as _;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::{Notify, oneshot};
+use tracing::debug;
+
+use super::headers::{check_framing, request_host, strip_hop_by_hop, upgrade_protocol};
+use super::refusal::{prefers_html, refusal_response};
+use super::{EdgeRefusal, PreviewBase, SessionHost};
+use crate::tasks::OwnedTasks;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// What the edge adds to `Via`.
+const VIA: &str = "1.1 telo-runner";
+/// Idle keep-alive connections kept to one app address.
+const MAX_IDLE_PER_APP: usize = 32;
+/// How long [`Edge::shutdown`] waits for spliced connections to close.
+const SPLICE_CLOSE: Duration = Duration::from_secs(5);
+
+/// Where the edge may send a session's traffic: only the session's own
+/// address and a port it published.
+#[async_trait::async_trait]
+pub trait EdgeResolver: Send + Sync + 'static {
+    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal>;
+}
+
+/// The edge's timeouts and bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeConfig {
+    /// How long a connection to a session's app may take (then 504, or 502
+    /// at once when it is refused).
+    pub connect_timeout: Duration,
+    /// How long the app may take to answer once the request is sent (then
+    /// 504).
+    pub response_header_timeout: Duration,
+    /// How long an idle keep-alive connection to an app is kept.
+    pub idle_timeout: Duration,
+    /// Requests in flight plus upgraded connections one session may hold
+    /// (past it 503).
+    pub max_connections_per_session: usize,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            response_header_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(90),
+            max_connections_per_session: 256,
+        }
+    }
+}
+
+/// The session edge: forwards requests for session hosts to the address the
+/// resolver gives. Cheap to clone; clones share the client pool, the
+/// per-session counts and the spliced connections.
+#[derive(Clone)]
+pub struct Edge {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    base: PreviewBase,
+    resolver: Arc<dyn EdgeResolver>,
+    config: EdgeConfig,
+    client: Client<HttpConnector, RequestBody>,
+    slots: Arc<Slots>,
+    /// The spliced upgraded connections.
+    tasks: OwnedTasks,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.tasks.stop();
+    }
+}
+
+impl Edge {
+    pub fn new(base: PreviewBase, resolver: Arc<dyn EdgeResolver>, config: EdgeConfig) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(config.idle_timeout)
+            .pool_max_idle_per_host(MAX_IDLE_PER_APP)
+            .build(connector);
+        Self {
+            inner: Arc::new(Inner {
+                base,
+                resolver,
+                config,
+                client,
+                slots: Arc::new(Slots::default()),
+                tasks: OwnedTasks::new(),
+            }),
+        }
+    }
+
+    pub fn base(&self) -> &PreviewBase {
+        &self.inner.base
+    }
+
+    pub fn config(&self) -> &EdgeConfig {
+        &self.inner.config
+    }
+
+    /// Requests in flight plus upgraded connections of `session_id`.
+    pub fn connections(&self, session_id: &str) -> usize {
+        self.inner.slots.count(session_id)
+    }
+
+    /// Returns once `session_id` holds no request or connection through the
+    /// edge.
+    pub async fn until_idle(&self, session_id: &str) {
+        loop {
+            let released = self.inner.slots.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if self.inner.slots.count(session_id) == 0 {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    /// Closes every spliced connection and waits for them (at most a few
+    /// seconds). Requests in flight end with their client connections.
+    pub async fn shutdown(&self) {
+        self.inner.tasks.shutdown(SPLICE_CLOSE).await;
+    }
+
+    /// Forwards `request` (already known to be for `host`) from the client
+    /// at `client` (`tls`: whether its connection is TLS) and returns the
+    /// app's response, streamed; or the page of an [`EdgeRefusal`].
+    ///
+    /// `client` is the connection's peer: its address is appended to the
+    /// request's `X-Forwarded-For`. The connection must be served with
+    /// upgrades on (`with_upgrades`) for WebSockets to pass.
+    pub async fn forward(
+        &self,
+        host: SessionHost,
+        request: Request<Incoming>,
+        client: SocketAddr,
+        tls: bool,
+    ) -> Response<Body> {
+        let wants_html = prefers_html(request.headers());
+        match self.try_forward(&host, request, client, tls).await {
+            Ok(response) => response,
+            Err(refusal) => {
+                debug!(session = %host.session_id, port = host.port, ?refusal, "edge refused a request");
+                refusal_response(&refusal, wants_html, Some(&host))
+            }
+        }
+    }
+
+    async fn try_forward(
+        &self,
+        host: &SessionHost,
+        mut request: Request<Incoming>,
+        client: SocketAddr,
+        tls: bool,
+    ) -> Result<Response<Body>, EdgeRefusal> {
+        check_framing(request.headers_mut())?;
+        if request.method() == Method::CONNECT {
+            return Err(EdgeRefusal::BadRequest("CONNECT is not forwarded"));
+        }
+        let target = match request.uri().path_and_query() {
+            Some(target) if target.as_str().starts_with('/') => target.as_str().to_owned(),
+            Some(_) => return Err(EdgeRefusal::BadRequest("a target of * is not forwarded")),
+            None => "/".to_owned(),
+        };
+        let guard = Slots::acquire(
+            &self.inner.slots,
+            &host.session_id,
+            self.inner.config.max_connections_per_session,
+        )
+        .ok_or(EdgeRefusal::TooManyConnections)?;
+        let address = self.inner.resolver.resolve(host).await?;
+        let uri: Uri = format!("http://{address}{target}")
+            .parse()
+            .map_err(|_| EdgeRefusal::BadRequest("the request target is not a valid path"))?;
+        let original_host = request_host(&request);
+        let upgrade = upgrade_protocol(request.headers());
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
+
+        let (mut parts, body) = request.into_parts();
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+        // The client connection's own (its address, its upgrade) stay here.
+        parts.extensions = http::Extensions::new();
+        let headers = &mut parts.headers;
+        let prior_forwarded_for = joined(headers, &X_FORWARDED_FOR);
+        let prior_via = joined(headers, &header::VIA);
+        strip_hop_by_hop(headers);
+        if let Some(protocol) = &upgrade {
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            headers.insert(header::UPGRADE, protocol.clone());
+        }
+        if let Some(original) = original_host.and_then(|h| HeaderValue::from_str(&h).ok()) {
+            headers.insert(header::HOST, original.clone());
+            headers.insert(X_FORWARDED_HOST, original);
+        }
+        let client_ip = client.ip().to_canonical().to_string();
+        let forwarded_for = match prior_forwarded_for {
+            Some(prior) => format!("{prior}, {client_ip}"),
+            None => client_ip,
+        };
+        if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+            headers.insert(X_FORWARDED_FOR, value);
+        }
+        headers.insert(
+            X_FORWARDED_PROTO,
+            HeaderValue::from_static(if tls { "https" } else { "http" }),
+        );
+        let via = match prior_via {
+            Some(prior) => format!("{prior}, {VIA}"),
+            None => VIA.to_owned(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&via) {
+            headers.insert(header::VIA, value);
+        }
+
+        let (sent_tx, sent_rx) = oneshot::channel();
+        let body = RequestBody::new(body, sent_tx);
+        let sending = self.inner.client.request(Request::from_parts(parts, body));
+        let mut response =
+            await_response(sending, sent_rx, self.inner.config.response_header_timeout).await?;
+
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let Some(client_upgrade) = client_upgrade else {
+                return Err(EdgeRefusal::UpstreamFailed);
+            };
+            let upstream_upgrade = hyper::upgrade::on(&mut response);
+            let (mut parts, _) = response.into_parts();
+            parts.extensions = http::Extensions::new();
+            let protocol = parts.headers.get(header::UPGRADE).cloned();
+            strip_hop_by_hop(&mut parts.headers);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            if let Some(protocol) = protocol.or(upgrade) {
+                parts.headers.insert(header::UPGRADE, protocol);
+            }
+            parts.version = Version::HTTP_11;
+            self.inner.tasks.spawn(async move {
+                let _guard = guard;
+                match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                    Ok((client, upstream)) => {
+                        splice(TokioIo::new(client), TokioIo::new(upstream)).await
+                    }
+                    Err(err) => {
+                        debug!(error = %err, "an upgrade through the edge did not complete")
+                    }
+                }
+            });
+            return Ok(Response::from_parts(parts, Body::empty()));
+        }
+
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.version = Version::HTTP_11;
+        parts.extensions = http::Extensions::new();
+        let body = Guarded {
+            inner: body,
+            _guard: guard,
+        };
+        Ok(Response::from_parts(parts, Body::new(body)))
+    }
+}
+
+/// Every value of `name`, joined with `, `, or `None` when there is none.
+fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// Waits for the app's response header: without a limit while the request
+/// body is still being sent (an upload takes as long as it takes), then at
+/// most `timeout`.
+async fn await_response(
+    sending: impl Future<Output = Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+    sent: oneshot::Receiver<()>,
+    timeout: Duration,
+) -> Result<Response<Incoming>, EdgeRefusal> {
+    tokio::pin!(sending);
+    tokio::select! {
+        result = &mut sending => return result.map_err(classify),
+        _ = sent => {}
+    }
+    match tokio::time::timeout(timeout, sending).await {
+        Ok(result) => result.map_err(classify),
+        Err(_) => Err(EdgeRefusal::Timeout),
+    }
+}
+
+/// What a failed exchange with an app means to its client.
+fn classify(err: hyper_util::client::legacy::Error) -> EdgeRefusal {
+    if !err.is_connect() {
+        debug!(error = ?err, "the exchange with a session's app failed");
+        return EdgeRefusal::UpstreamFailed;
+    }
+    let mut source = err.source();
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::TimedOut
+        {
+            return EdgeRefusal::Timeout;
+        }
+        source = cause.source();
+    }
+    EdgeRefusal::NotListening
+}
+
+/// Copies both ways until either side ends, then closes both.
+async fn splice<A, B>(client: A, upstream: B)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send,
+{
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream);
+    let up = async {
+        let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
+        let _ = upstream_write.shutdown().await;
+    };
+    let down = async {
+        let _ = tokio::io::copy(&mut upstream_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
+}
+
+/// The count of each session's requests in flight and upgraded connections.
+#[derive(Default)]
+struct Slots {
+    counts: Mutex<HashMap<String, usize>>,
+    /// Fires whenever a slot is given back.
+    released: Notify,
+}
+
+impl Slots {
+    fn acquire(slots: &Arc<Slots>, session_id: &str, max: usize) -> Option<SlotGuard> {
+        let mut counts = slots.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(session_id.to_owned()).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(SlotGuard {
+            slots: slots.clone(),
+            session_id: session_id.to_owned(),
+        })
+    }
+
+    fn count(&self, session_id: &str) -> usize {
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        counts.get(session_id).copied().unwrap_or(0)
+    }
+}
+
+/// One slot of a session, given back when dropped (the response body or
+/// the spliced connection has ended).
+struct SlotGuard {
+    slots: Arc<Slots>,
+    session_id: String,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut counts = self
+            .slots
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.session_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.session_id);
+            }
+        }
+        drop(counts);
+        self.slots.released.notify_waiters();
+    }
+}
+
+/// The client's request body on its way to the app; says when it has been
+/// sent (or dropped), which starts the response-header timeout.
+struct RequestBody {
+    inner: Incoming,
+    sent: Option<oneshot::Sender<()>>,
+}
+
+impl RequestBody {
+    fn new(inner: Incoming, sent: oneshot::Sender<()>) -> Self {
+        let mut body = Self {
+            inner,
+            sent: Some(sent),
+        };
+        if body.inner.is_end_stream() {
+            body.done();
+        }
+        body
+    }
+
+    fn done(&mut self) {
+        if let Some(sent) = self.sent.take() {
+            let _ = sent.send(());
+        }
+    }
+}
+
+impl HttpBody for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.done();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The app's response body, holding the session's slot until it ends.
+struct Guarded {
+    inner: Incoming,
+    _guard: SlotGuard,
+}
+
+impl HttpBody for Guarded {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_bound_each_session_and_come_back() {
+        let slots = Arc::new(Slots::default());
+        let first = Slots::acquire(&slots, "a", 2).expect("first");
+        let second = Slots::acquire(&slots, "a", 2).expect("second");
+        assert!(Slots::acquire(&slots, "a", 2).is_none());
+        let other = Slots::acquire(&slots, "b", 2).expect("another session");
+        assert_eq!(slots.count("a"), 2);
+        drop(first);
+        assert_eq!(slots.count("a"), 1);
+        assert!(Slots::acquire(&slots, "a", 2).is_some());
+        drop((second, other));
+        assert_eq!(slots.count("a"), 0);
+        assert!(slots.counts.lock().expect("counts").is_empty());
+    }
+}

@@ -1,0 +1,942 @@
+//! The session edge end to end: a test server routes by `Host` with
+//! `PreviewBase::route` and forwards with `Edge::forward` to small upstream
+//! apps on loopback, which count what reaches them.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State, WebSocketUpgrade, ws::Message as AxumMessage};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures_util::{SinkExt as _, StreamExt as _, stream};
+use http::{HeaderMap, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Empty, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use runner_core::edge::{
+    Edge, EdgeConfig, EdgeRefusal, EdgeResolver, PreviewBase, SessionHost, prefers_html,
+    refusal_response,
+};
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tower::ServiceExt as _;
+
+const ID: &str = "abcdefgh2345";
+const OTHER_ID: &str = "zzzzzzzz7777";
+const BASE: &str = "http://run.test:8061";
+/// The longest any one test may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+const CHUNK: usize = 64 * 1024;
+const BIG_CHUNKS: usize = 1024; // 64 MiB
+
+fn session_host_header(port: u16, id: &str) -> String {
+    format!("{port}-{id}.run.test:8061")
+}
+
+// ---------------------------------------------------------------------------
+// Upstream apps
+
+/// An app on loopback that counts its connections and requests.
+struct Upstream {
+    address: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
+    events: Arc<Mutex<Option<mpsc::Receiver<Bytes>>>>,
+    _tasks: JoinSet<()>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    events: Arc<Mutex<Option<mpsc::Receiver<Bytes>>>>,
+}
+
+fn chunk(index: usize) -> Bytes {
+    Bytes::from(vec![(index % 251) as u8; CHUNK])
+}
+
+fn expected_hash(chunks: usize) -> String {
+    let mut hash = Sha256::new();
+    for index in 0..chunks {
+        hash.update(chunk(index));
+    }
+    hex::encode(hash.finalize())
+}
+
+fn app(events: Arc<Mutex<Option<mpsc::Receiver<Bytes>>>>) -> Router {
+    Router::new()
+        .route("/hello", get(|| async { "hello from upstream" }))
+        .route("/headers", get(echo_headers))
+        .route("/upload", post(upload))
+        .route("/download/{chunks}", get(download))
+        .route("/events", get(events_stream))
+        .route("/ws", get(websocket))
+        .with_state(AppState { events })
+}
+
+async fn echo_headers(request: Request<Body>) -> Response<Body> {
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for (name, value) in request.headers() {
+        seen.entry(name.as_str().to_owned())
+            .or_default()
+            .push(value.to_str().unwrap_or("<bytes>").to_owned());
+    }
+    let body = serde_json::json!({"uri": request.uri().to_string(), "headers": seen});
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONNECTION, "x-hop")
+        .header("x-hop", "1")
+        .header("keep-alive", "timeout=5")
+        .header(header::PROXY_AUTHENTICATE, "Basic")
+        .header("x-kept", "1")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn upload(body: Body) -> String {
+    let mut stream = body.into_data_stream();
+    let mut hash = Sha256::new();
+    let mut total = 0usize;
+    while let Some(data) = stream.next().await {
+        let data = data.unwrap();
+        total += data.len();
+        hash.update(&data);
+    }
+    format!("{total} {}", hex::encode(hash.finalize()))
+}
+
+async fn download(Path(chunks): Path<usize>) -> Body {
+    Body::from_stream(stream::iter(
+        (0..chunks).map(|i| Ok::<_, Infallible>(chunk(i))),
+    ))
+}
+
+async fn events_stream(State(state): State<AppState>) -> Response<Body> {
+    let receiver = state
+        .events
+        .lock()
+        .unwrap()
+        .take()
+        .expect("one event stream");
+    let events = stream::unfold(receiver, |mut receiver| async move {
+        receiver
+            .recv()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), receiver))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(events))
+        .unwrap()
+}
+
+async fn websocket(upgrade: WebSocketUpgrade) -> Response<Body> {
+    upgrade.on_upgrade(|mut socket| async move {
+        while let Some(Ok(message)) = socket.recv().await {
+            let echo = matches!(message, AxumMessage::Text(_) | AxumMessage::Binary(_));
+            if matches!(message, AxumMessage::Close(_))
+                || (echo && socket.send(message).await.is_err())
+            {
+                break;
+            }
+        }
+    })
+}
+
+impl Upstream {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let events = Arc::new(Mutex::new(None));
+        let router = app(events.clone());
+        let mut tasks = JoinSet::new();
+        let (count_connections, count_requests) = (connections.clone(), requests.clone());
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                count_connections.fetch_add(1, Ordering::SeqCst);
+                let router = router.clone();
+                let requests = count_requests.clone();
+                let service = TowerToHyperService::new(tower::service_fn(
+                    move |request: Request<Incoming>| {
+                        requests.fetch_add(1, Ordering::SeqCst);
+                        router.clone().oneshot(request.map(Body::new))
+                    },
+                ));
+                connections.spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), service)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        Self {
+            address,
+            connections,
+            requests,
+            events,
+            _tasks: tasks,
+        }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The edge under test
+
+/// Maps session hosts to answers and counts its calls.
+#[derive(Default)]
+struct FakeResolver {
+    routes: HashMap<SessionHost, Result<SocketAddr, EdgeRefusal>>,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl EdgeResolver for FakeResolver {
+    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.routes
+            .get(host)
+            .cloned()
+            .unwrap_or(Err(EdgeRefusal::UnknownSession))
+    }
+}
+
+fn host(port: u16, id: &str) -> SessionHost {
+    SessionHost {
+        port,
+        session_id: id.to_owned(),
+    }
+}
+
+struct EdgeServer {
+    address: SocketAddr,
+    edge: Edge,
+    resolver: Arc<FakeResolver>,
+    _tasks: JoinSet<()>,
+}
+
+impl EdgeServer {
+    async fn start(
+        routes: impl IntoIterator<Item = (SessionHost, Result<SocketAddr, EdgeRefusal>)>,
+        config: EdgeConfig,
+    ) -> Self {
+        let resolver = Arc::new(FakeResolver {
+            routes: routes.into_iter().collect(),
+            calls: AtomicUsize::new(0),
+        });
+        let base = PreviewBase::parse(BASE).unwrap();
+        let edge = Edge::new(base, resolver.clone(), config);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut tasks = JoinSet::new();
+        let serving = edge.clone();
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((tcp, peer)) = listener.accept().await else {
+                    continue;
+                };
+                let edge = serving.clone();
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let edge = edge.clone();
+                    async move {
+                        let response = match edge.base().route(&request) {
+                            Ok(Some(host)) => edge.forward(host, request, peer, false).await,
+                            Ok(None) => Response::new(Body::from("the api")),
+                            Err(refusal) => {
+                                refusal_response(&refusal, prefers_html(request.headers()), None)
+                            }
+                        };
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                connections.spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            address,
+            edge,
+            resolver,
+            _tasks: tasks,
+        }
+    }
+
+    fn resolves(&self) -> usize {
+        self.resolver.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn quick() -> EdgeConfig {
+    EdgeConfig {
+        connect_timeout: Duration::from_secs(2),
+        response_header_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_secs(30),
+        max_connections_per_session: 8,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Clients
+
+/// Clients' connections to the edge, closed when dropped.
+#[derive(Default)]
+struct Clients {
+    tasks: JoinSet<()>,
+}
+
+impl Clients {
+    async fn send<B>(&mut self, edge: SocketAddr, request: Request<B>) -> Response<Incoming>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let tcp = TcpStream::connect(edge).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        self.tasks.spawn(async move {
+            let _ = connection.await;
+        });
+        sender.send_request(request).await.unwrap()
+    }
+
+    async fn get(&mut self, edge: SocketAddr, host: &str, path: &str) -> Response<Incoming> {
+        let request = Request::get(path)
+            .header(header::HOST, host)
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        self.send(edge, request).await
+    }
+}
+
+async fn text(response: Response<Incoming>) -> String {
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// Writes `request` as is and reads the answer until the edge closes.
+async fn raw(edge: SocketAddr, request: &[u8]) -> String {
+    let mut tcp = TcpStream::connect(edge).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tcp.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn status_of(answer: &str) -> u16 {
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+async fn within<T>(work: impl Future<Output = T>) -> T {
+    tokio::time::timeout(DEADLINE, work)
+        .await
+        .expect("the test finished within its deadline")
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[tokio::test]
+async fn hostile_hosts_never_reach_an_upstream() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start(
+            [
+                (host(8845, ID), Ok(upstream.address)),
+                (host(8080, ID), Ok(upstream.address)),
+                (host(3000, ID), Ok(upstream.address)),
+            ],
+            quick(),
+        )
+        .await;
+        let long = "a".repeat(70);
+        let hostile: Vec<Vec<u8>> = [
+            format!("8845-{ID}.evil.example"),
+            format!("8845-{ID}.run.test.evil.example:8061"),
+            "127.0.0.1:8061".into(),
+            "[::1]:8061".into(),
+            "localhost:6443".into(),
+            "run.test:8061".into(),
+            format!("08080-{ID}.run.test:8061"),
+            format!("0-{ID}.run.test:8061"),
+            format!("99999-{ID}.run.test:8061"),
+            format!("8845-{ID}.run.test:8062"),
+            format!("8845-{ID}.run.test"),
+            format!("8845-{ID}.run.test:08061"),
+            format!("8845-{long}.run.test:8061"),
+            format!("x.8845-{ID}.run.test:8061"),
+            format!("{}.run.test:8061", "a.".repeat(150)),
+            format!("8845-{}.run.test:8061", "abcdefgh234é"),
+        ]
+        .into_iter()
+        .map(String::into_bytes)
+        .collect();
+        for host in hostile {
+            let mut request = b"GET /hello HTTP/1.1\r\nHost: ".to_vec();
+            request.extend_from_slice(&host);
+            request.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+            let answer = raw(server.address, &request).await;
+            let shown = String::from_utf8_lossy(&host);
+            match status_of(&answer) {
+                200 => assert!(answer.ends_with("the api"), "{shown}: {answer}"),
+                421 => assert!(answer.contains("misdirected_host"), "{shown}: {answer}"),
+                400 => {} // refused by the HTTP parser itself
+                other => panic!("{shown}: {other} {answer}"),
+            }
+        }
+        // An absolute-form target names the host, whatever Host says.
+        let answer = raw(
+            server.address,
+            format!(
+                "GET http://evil.example/hello HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                session_host_header(8845, ID)
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert_eq!(status_of(&answer), 200);
+        assert!(answer.ends_with("the api"), "{answer}");
+        assert_eq!(upstream.requests(), 0);
+        assert_eq!(server.resolves(), 0);
+
+        // Mixed case, a trailing dot and an absolute-form target do reach it,
+        // re-targeted to the resolved address.
+        for host in [
+            format!("8845-{}.RUN.Test:8061", ID.to_uppercase()),
+            format!("8845-{ID}.run.test.:8061"),
+        ] {
+            let answer = raw(
+                server.address,
+                format!("GET /hello HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await;
+            assert!(answer.ends_with("hello from upstream"), "{host}: {answer}");
+        }
+        let authority = session_host_header(3000, ID);
+        let answer = raw(
+            server.address,
+            format!(
+                "GET http://{authority}/headers?x=1 HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let body: serde_json::Value =
+            serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["uri"], "/headers?x=1");
+        assert_eq!(body["headers"]["host"][0], authority);
+        assert_eq!(upstream.requests(), 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn streams_a_large_upload_and_download() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start(
+            [(host(8845, ID), Ok(upstream.address))],
+            EdgeConfig::default(),
+        )
+        .await;
+        let mut clients = Clients::default();
+        let expected = expected_hash(BIG_CHUNKS);
+        let frames =
+            stream::iter((0..BIG_CHUNKS).map(|i| Ok::<_, io::Error>(Frame::data(chunk(i)))));
+        let request = Request::post("/upload")
+            .header(header::HOST, session_host_header(8845, ID))
+            .body(StreamBody::new(frames))
+            .unwrap();
+        let response = clients.send(server.address, request).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            text(response).await,
+            format!("{} {expected}", BIG_CHUNKS * CHUNK)
+        );
+
+        let response = clients
+            .get(
+                server.address,
+                &session_host_header(8845, ID),
+                &format!("/download/{BIG_CHUNKS}"),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body();
+        let mut hash = Sha256::new();
+        let mut total = 0;
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.unwrap().into_data() {
+                total += data.len();
+                hash.update(&data);
+            }
+        }
+        assert_eq!(total, BIG_CHUNKS * CHUNK);
+        assert_eq!(hex::encode(hash.finalize()), expected);
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn event_stream_lines_arrive_one_by_one() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let (events, receiver) = mpsc::channel(1);
+        *upstream.events.lock().unwrap() = Some(receiver);
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let mut clients = Clients::default();
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/events")
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/event-stream"
+        );
+        let mut body = response.into_body();
+        for n in 0..3 {
+            let event = format!("data: {n}\n\n");
+            events.send(Bytes::from(event.clone())).await.unwrap();
+            let mut got = Vec::new();
+            while got.len() < event.len() {
+                let frame = body.frame().await.expect("the stream is open").unwrap();
+                got.extend_from_slice(&frame.into_data().unwrap());
+            }
+            assert_eq!(String::from_utf8(got).unwrap(), event);
+        }
+        // The response-header timeout is behind it: the stream outlived it.
+        drop(events);
+        assert!(body.frame().await.is_none());
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn websockets_are_spliced_through() {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let tcp = TcpStream::connect(server.address).await.unwrap();
+        let request = format!("ws://{}/ws", session_host_header(8845, ID))
+            .into_client_request()
+            .unwrap();
+        let (mut socket, response) = tokio_tungstenite::client_async(request, tcp).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(server.edge.connections(ID), 1);
+        for text in ["one", "two", "three"] {
+            socket.send(Message::text(text)).await.unwrap();
+            let echoed = socket.next().await.unwrap().unwrap();
+            assert_eq!(echoed, Message::text(text));
+        }
+        socket
+            .send(Message::binary(vec![0u8, 1, 2, 255]))
+            .await
+            .unwrap();
+        assert_eq!(
+            socket.next().await.unwrap().unwrap(),
+            Message::binary(vec![0u8, 1, 2, 255])
+        );
+        socket.close(None).await.unwrap();
+        while let Some(Ok(_)) = socket.next().await {}
+        // The spliced connection gave its slot back once it closed.
+        server.edge.until_idle(ID).await;
+        server.edge.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn forwarded_headers_are_added_and_hop_by_hop_ones_dropped() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let mut clients = Clients::default();
+        let original = session_host_header(8845, ID);
+        let request = Request::get("/headers")
+            .header(header::HOST, &original)
+            .header(header::CONNECTION, "keep-alive, X-Secret")
+            .header("x-secret", "1")
+            .header("keep-alive", "timeout=5")
+            .header("proxy-connection", "keep-alive")
+            .header(header::TE, "trailers")
+            .header(header::UPGRADE, "websocket")
+            .header(header::PROXY_AUTHORIZATION, "Basic eDp5")
+            .header(header::AUTHORIZATION, "Bearer kept")
+            .header("x-forwarded-for", "10.0.0.1")
+            .header("x-forwarded-host", "spoofed.example")
+            .header("x-forwarded-proto", "https")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = clients.send(server.address, request).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let headers = response.headers().clone();
+        let seen: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let seen = &seen["headers"];
+        for gone in [
+            "x-secret",
+            "upgrade",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "proxy-authorization",
+        ] {
+            assert!(seen.get(gone).is_none(), "{gone} reached the app: {seen}");
+        }
+        assert_eq!(seen["host"], serde_json::json!([original]));
+        assert_eq!(seen["authorization"], serde_json::json!(["Bearer kept"]));
+        assert_eq!(
+            seen["x-forwarded-for"],
+            serde_json::json!(["10.0.0.1, 127.0.0.1"])
+        );
+        assert_eq!(seen["x-forwarded-host"], serde_json::json!([original]));
+        assert_eq!(seen["x-forwarded-proto"], serde_json::json!(["http"]));
+        assert_eq!(seen["via"], serde_json::json!(["1.1 telo-runner"]));
+        // And the app's hop-by-hop headers do not reach the client.
+        for gone in ["x-hop", "keep-alive", "proxy-authenticate"] {
+            assert!(
+                !headers.contains_key(gone),
+                "{gone} reached the client: {headers:?}"
+            );
+        }
+        assert_eq!(headers["x-kept"], "1");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn connections_to_an_app_are_kept_alive() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let mut clients = Clients::default();
+        for _ in 0..5 {
+            let response = clients
+                .get(server.address, &session_host_header(8845, ID), "/hello")
+                .await;
+            assert_eq!(text(response).await, "hello from upstream");
+        }
+        assert_eq!(upstream.requests(), 5);
+        let connections = upstream.connections.load(Ordering::SeqCst);
+        assert!(connections < 5, "{connections} connections for 5 requests");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_silent_app_times_out_with_504() {
+    within(async {
+        // Accepts connections and never answers.
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = silent.local_addr().unwrap();
+        let mut held = JoinSet::new();
+        held.spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((tcp, _)) = silent.accept().await {
+                open.push(tcp);
+            }
+        });
+        let server = EdgeServer::start([(host(8845, ID), Ok(address))], quick()).await;
+        let mut clients = Clients::default();
+        let started = Instant::now();
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "upstream_timeout");
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_connection_that_is_never_accepted_times_out_with_504() {
+    within(async {
+        // A listener with a backlog of one that never accepts: once its
+        // queue is full, further handshakes go unanswered.
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )
+        .unwrap();
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        socket.listen(0).unwrap();
+        let address = socket.local_addr().unwrap().as_socket().unwrap();
+        let mut queued = Vec::new();
+        loop {
+            match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)) {
+                Ok(stream) => queued.push(stream),
+                Err(err) if err.kind() == io::ErrorKind::TimedOut => break,
+                Err(err) => panic!("{err}"),
+            }
+            assert!(queued.len() < 64, "the backlog never filled");
+        }
+        let config = EdgeConfig {
+            connect_timeout: Duration::from_millis(300),
+            response_header_timeout: Duration::from_secs(60),
+            ..quick()
+        };
+        let server = EdgeServer::start([(host(8845, ID), Ok(address))], config).await;
+        let mut clients = Clients::default();
+        let started = Instant::now();
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "upstream_timeout");
+        drop((queued, socket));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn nothing_listening_is_502_with_retry_after() {
+    within(async {
+        let closed = {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            listener.local_addr().unwrap()
+        };
+        let server = EdgeServer::start([(host(8845, ID), Ok(closed))], quick()).await;
+        let mut clients = Clients::default();
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "port_not_listening");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn each_session_is_bounded_in_what_it_holds_open() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let (events, receiver) = mpsc::channel(1);
+        *upstream.events.lock().unwrap() = Some(receiver);
+        let config = EdgeConfig {
+            max_connections_per_session: 1,
+            ..quick()
+        };
+        let server = EdgeServer::start(
+            [
+                (host(8845, ID), Ok(upstream.address)),
+                (host(8845, OTHER_ID), Ok(upstream.address)),
+            ],
+            config,
+        )
+        .await;
+        let mut clients = Clients::default();
+        let held = clients
+            .get(server.address, &session_host_header(8845, ID), "/events")
+            .await;
+        assert_eq!(held.status(), StatusCode::OK);
+        let refused = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        let body: serde_json::Value = serde_json::from_str(&text(refused).await).unwrap();
+        assert_eq!(body["error"], "too_many_connections");
+        // Another session is not held back.
+        let other = clients
+            .get(
+                server.address,
+                &session_host_header(8845, OTHER_ID),
+                "/hello",
+            )
+            .await;
+        assert_eq!(text(other).await, "hello from upstream");
+        // The slot comes back when the held response ends.
+        drop(events);
+        assert_eq!(text(held).await, "");
+        server.edge.until_idle(ID).await;
+        let again = clients
+            .get(server.address, &session_host_header(8845, ID), "/hello")
+            .await;
+        assert_eq!(text(again).await, "hello from upstream");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ambiguous_framing_is_refused_or_never_smuggled() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let host = session_host_header(8845, ID);
+        // Differing lengths and a final encoding other than chunked: 400
+        // from the HTTP parser, never forwarded.
+        for framing in [
+            "Content-Length: 5\r\nContent-Length: 6\r\n",
+            "Content-Length: 5, 6\r\n",
+            "Content-Length: +5\r\n",
+            "Transfer-Encoding: gzip\r\n",
+            "Transfer-Encoding: chunked, gzip\r\n",
+        ] {
+            let answer = raw(
+                server.address,
+                format!(
+                    "POST /upload HTTP/1.1\r\nHost: {host}\r\n{framing}Connection: close\r\n\r\nhello"
+                )
+                .as_bytes(),
+            )
+            .await;
+            assert_eq!(status_of(&answer), 400, "{framing:?}: {answer}");
+        }
+        assert_eq!(upstream.requests(), 0);
+        // Content-Length beside Transfer-Encoding: the HTTP parser drops the
+        // length before the edge sees the request (RFC 9112 §6.1), reads the
+        // chunked body and closes the connection after answering, so what
+        // follows the body never becomes a request of its own.
+        let empty = hex::encode(Sha256::digest(b""));
+        for (n, framing) in [
+            "Content-Length: 40\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 40\r\n",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let answer = raw(
+                server.address,
+                format!(
+                    "POST /upload HTTP/1.1\r\nHost: {host}\r\n{framing}\r\n0\r\n\r\n\
+                     GET /hello HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await;
+            assert_eq!(status_of(&answer), 200, "{framing:?}: {answer}");
+            assert!(answer.ends_with(&format!("0 {empty}")), "{framing:?}: {answer}");
+            assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+            assert!(!answer.contains("hello from upstream"), "{answer}");
+            assert_eq!(upstream.requests(), n + 1);
+        }
+        // Identical repeats are one length.
+        let answer = raw(
+            server.address,
+            format!(
+                "POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert_eq!(status_of(&answer), 200, "{answer}");
+        assert!(answer.ends_with(&format!("5 {}", hex::encode(Sha256::digest(b"hello")))));
+        assert_eq!(upstream.requests(), 3);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn refusals_are_html_for_browsers_and_json_otherwise() {
+    within(async {
+        let server = EdgeServer::start(
+            [
+                (host(8845, ID), Err(EdgeRefusal::Ended)),
+                (host(3000, ID), Err(EdgeRefusal::Starting)),
+                (host(4000, ID), Err(EdgeRefusal::PortNotPublished)),
+            ],
+            quick(),
+        )
+        .await;
+        let mut clients = Clients::default();
+        let browser = Request::get("/")
+            .header(header::HOST, session_host_header(8845, ID))
+            .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = clients.send(server.address, browser).await;
+        assert_eq!(response.status(), StatusCode::GONE);
+        assert!(content_type(response.headers()).starts_with("text/html"));
+        let page = text(response).await;
+        assert!(page.contains("this session has ended"), "{page}");
+
+        let response = clients
+            .get(server.address, &session_host_header(8845, ID), "/")
+            .await;
+        assert_eq!(response.status(), StatusCode::GONE);
+        assert_eq!(content_type(response.headers()), "application/json");
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "session_ended");
+
+        let response = clients
+            .get(server.address, &session_host_header(3000, ID), "/")
+            .await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+
+        let response = clients
+            .get(server.address, &session_host_header(4000, ID), "/")
+            .await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(
+            body["message"],
+            format!("session {ID} does not publish port 4000")
+        );
+
+        let response = clients
+            .get(server.address, &session_host_header(5000, OTHER_ID), "/")
+            .await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "unknown_session");
+
+        let misdirected = Request::get("/")
+            .header(header::HOST, format!("08845-{ID}.run.test:8061"))
+            .header(header::ACCEPT, "text/html")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = clients.send(server.address, misdirected).await;
+        assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST);
+        assert!(content_type(response.headers()).starts_with("text/html"));
+    })
+    .await;
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers[header::CONTENT_TYPE].to_str().unwrap()
+}
