@@ -184,6 +184,20 @@ pub async fn serve(
     counters: ConnectionCounters,
     stop: CancellationToken,
 ) -> io::Result<()> {
+    serve_with_edge(listener, router, None, limits, name, counters, stop).await
+}
+
+/// [`serve`], with a request for a session host (`<port>-<id>.<base host>`)
+/// forwarded by `edge` to that session's port instead of routed to the API.
+pub async fn serve_with_edge(
+    listener: TcpListener,
+    router: Router,
+    edge: Option<crate::edge::Edge>,
+    limits: ConnectionLimits,
+    name: ServiceName,
+    counters: ConnectionCounters,
+    stop: CancellationToken,
+) -> io::Result<()> {
     let max_connections = effective_max_connections(limits.max_connections, raise_fd_limit());
     if max_connections < limits.max_connections {
         warn!(
@@ -287,7 +301,7 @@ pub async fn serve(
                         },
                         probes: probes.clone(),
                         http: http.clone(),
-                        service: per_connection(router.clone(), peer, None),
+                        service: per_connection(router.clone(), peer, None, None),
                     };
                     tasks.spawn(async move {
                         past.answer(tcp).await;
@@ -301,6 +315,7 @@ pub async fn serve(
         let service = per_connection(
             router.clone(),
             peer,
+            edge.clone(),
             proxied.then(|| Proxied {
                 ticket: ticket.clone(),
                 proxies: limits.trusted_proxies.clone(),
@@ -366,6 +381,7 @@ struct Proxied {
 fn per_connection(
     router: Router,
     peer: SocketAddr,
+    edge: Option<crate::edge::Edge>,
     proxied: Option<Proxied>,
 ) -> TowerToHyperService<
     impl tower::Service<
@@ -393,10 +409,23 @@ fn per_connection(
             }
         }
         request.extensions_mut().insert(ConnectInfo(client));
+        // A session host goes to the edge; a malformed one under the base
+        // is refused there and never reaches the API either.
+        let routed = edge
+            .as_ref()
+            .map(|edge| (edge.clone(), edge.base().route(&request)));
         async move {
-            match refused {
-                Some(response) => Ok(response),
-                None => router.oneshot(request).await,
+            if let Some(response) = refused {
+                return Ok(response);
+            }
+            match routed {
+                Some((edge, Ok(Some(host)))) => Ok(edge.forward(host, request, peer, false).await),
+                Some((_, Err(refusal))) => Ok(crate::edge::refusal_response(
+                    &refusal,
+                    crate::edge::prefers_html(request.headers()),
+                    None,
+                )),
+                _ => router.oneshot(request).await,
             }
         }
     }))

@@ -22,6 +22,7 @@ use crate::identity::Owner;
 use crate::tenancy::{Ask, QuotaExceeded, SessionResources, TierLimits, Usage};
 use crate::watch::WatchConfig;
 
+mod edge;
 mod watch_sessions;
 mod watch_supervisor;
 
@@ -118,6 +119,8 @@ struct RegistryInner {
     departed_seconds: Mutex<HashMap<String, (i64, u64)>>,
     /// Where sessions announce their lifecycle (set once by the server).
     webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
+    /// The session edge's base, when the runner serves session traffic.
+    preview: std::sync::OnceLock<crate::edge::PreviewBase>,
 }
 
 impl SessionRegistry {
@@ -146,6 +149,7 @@ impl SessionRegistry {
                 checkpoint_slots: Arc::new(tokio::sync::Semaphore::new(CHECKPOINTS_AT_ONCE)),
                 departed_seconds: Mutex::new(HashMap::new()),
                 webhooks: std::sync::OnceLock::new(),
+                preview: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -291,10 +295,20 @@ impl SessionRegistry {
         let _ = self.inner.webhooks.set(webhooks);
     }
 
-    /// Ties a session entering the registry to the webhooks, if any.
+    /// Give every session's tcp endpoints their URL on the session edge at
+    /// `base` from now on.
+    pub fn set_preview_base(&self, base: crate::edge::PreviewBase) {
+        let _ = self.inner.preview.set(base);
+    }
+
+    /// Ties a session entering the registry to the webhooks and the edge,
+    /// if any.
     pub(crate) fn attach_webhooks(&self, session: &Session) {
         if let Some(webhooks) = self.inner.webhooks.get() {
             let _ = session.webhooks.set(webhooks.clone());
+        }
+        if let Some(base) = self.inner.preview.get() {
+            let _ = session.preview.set(base.clone());
         }
     }
 

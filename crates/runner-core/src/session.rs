@@ -124,6 +124,12 @@ pub struct Session {
     pub(crate) tenancy: tenancy::SessionTenancy,
     /// Where its lifecycle steps are announced (`RUNNER_WEBHOOK_URL`).
     pub(crate) webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
+    /// The session edge's base (`RUNNER_PREVIEW_BASE_URL`): its tcp
+    /// endpoints then carry their edge `url`.
+    pub(crate) preview: std::sync::OnceLock<crate::edge::PreviewBase>,
+    /// The tcp ports it publishes now (its endpoints), the only ones the
+    /// edge forwards to.
+    published: Mutex<std::collections::BTreeSet<u16>>,
 }
 
 /// What an edge in front of a session's published ports is told about a
@@ -244,7 +250,46 @@ impl Session {
             edge_digests: Mutex::new(Vec::new()),
             tenancy: tenancy::SessionTenancy::default(),
             webhooks: std::sync::OnceLock::new(),
+            preview: std::sync::OnceLock::new(),
+            published: Mutex::new(std::collections::BTreeSet::new()),
         }
+    }
+
+    /// Whether the session publishes tcp `port` now.
+    pub fn publishes_tcp(&self, port: u16) -> bool {
+        lock(&self.published).contains(&port)
+    }
+
+    /// Keeps the published ports, and gives each tcp endpoint its edge URL
+    /// when the edge is on.
+    fn with_edge_urls(&self, mut event: RunEvent) -> RunEvent {
+        let (added, removed) = match &mut event {
+            RunEvent::Status {
+                status: RunStatus::Running { endpoints, .. },
+            } => {
+                lock(&self.published).clear();
+                (endpoints.as_mut(), None)
+            }
+            RunEvent::Endpoints { added, removed, .. } => (added.as_mut(), removed.as_ref()),
+            _ => return event,
+        };
+        let mut published = lock(&self.published);
+        for endpoint in removed.into_iter().flatten() {
+            if endpoint.protocol == runner_api::types::PortProtocol::Tcp {
+                published.remove(&endpoint.port);
+            }
+        }
+        for endpoint in added.into_iter().flatten() {
+            if endpoint.protocol != runner_api::types::PortProtocol::Tcp {
+                continue;
+            }
+            published.insert(endpoint.port);
+            if let Some(base) = self.preview.get() {
+                endpoint.url = Some(base.session_url(&self.id, endpoint.port));
+            }
+        }
+        drop(published);
+        event
     }
 
     /// Announces a lifecycle step to the operator's webhook, if any.
@@ -627,7 +672,7 @@ impl Session {
     }
 
     pub(crate) fn emit(&self, event: RunEvent) -> Option<u64> {
-        let event = self.with_tokens(event);
+        let event = self.with_tokens(self.with_edge_urls(event));
         let terminal = matches!(&event, RunEvent::Status { status } if status.is_terminal());
         let data = match serde_json::to_vec(&event) {
             // Exactly sized: the serializer's doubling growth would otherwise

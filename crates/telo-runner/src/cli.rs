@@ -214,10 +214,11 @@ pub const BINARY_SETTINGS: &[Setting] = &[RUNNER_BACKEND];
 
 /// Every documented environment variable, grouped as `--help` and the README
 /// show them. The one source both are generated from.
-pub fn env_groups() -> [(&'static str, &'static [Setting]); 5] {
+pub fn env_groups() -> [(&'static str, &'static [Setting]); 6] {
     [
         ("Service", BINARY_SETTINGS),
         ("Core", CORE_SETTINGS),
+        ("Session edge", runner_core::edge::EDGE_SETTINGS),
         ("Local backend", LOCAL_SETTINGS),
         ("Kubernetes backend", K8S_SETTINGS),
         (

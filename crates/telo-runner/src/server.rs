@@ -61,6 +61,8 @@ pub struct Service {
     oidc: Option<runner_core::oidc::OidcVerifier>,
     /// Lifecycle deliveries, given a moment to finish at shutdown.
     webhooks: Option<runner_core::webhooks::Webhooks>,
+    /// The session edge (`RUNNER_PREVIEW_BASE_URL`).
+    edge: Option<runner_core::edge::Edge>,
 }
 
 impl Service {
@@ -80,7 +82,28 @@ impl Service {
                     (core, Arc::new(local), axum::Router::new())
                 }
                 BackendKind::Kubernetes => {
-                    let config = load_k8s_config(env)?;
+                    let mut config = load_k8s_config(env)?;
+                    if runner_core::edge::RUNNER_PREVIEW_BASE_URL
+                        .string(env)
+                        .is_some()
+                    {
+                        // The edge serves session ports itself: nothing is
+                        // published per session.
+                        use runner_k8s::config::RoutingMode;
+                        if matches!(
+                            config.routing.mode,
+                            RoutingMode::Ingress | RoutingMode::Gateway
+                        ) {
+                            return Err(ConfigError::Conflict {
+                                var: runner_core::edge::RUNNER_PREVIEW_BASE_URL.name.to_owned(),
+                                reason: format!(
+                                    "so is SESSION_ROUTING_MODE={}: the session edge serves every session port itself; unset SESSION_ROUTING_MODE (or set it to auto or none), or unset RUNNER_PREVIEW_BASE_URL.",
+                                    config.routing.mode.as_str()
+                                ),
+                            });
+                        }
+                        config.routing.mode = RoutingMode::None;
+                    }
                     let core = config.core.clone();
                     let setup = runner_k8s::setup::build(config, env, metrics.clone()).await?;
                     (core, setup.backend, setup.routes)
@@ -105,6 +128,11 @@ impl Service {
             metrics,
         );
         registry.set_agent_catalog(core.apps.clone());
+        let edge = runner_core::edge::load_edge(env)?.map(|(base, config)| {
+            registry.set_preview_base(base.clone());
+            info!(base = %base, "serving session ports at <port>-<session id> under the preview base");
+            runner_core::edge::Edge::new(base, Arc::new(registry.clone()), config)
+        });
         let options = ServerOptions {
             version: VERSION.to_owned(),
             cors: core.cors_origins.clone(),
@@ -168,6 +196,7 @@ impl Service {
             tenancy,
             oidc,
             webhooks,
+            edge,
         })
     }
 
@@ -202,6 +231,7 @@ impl Service {
         let tenancy = self.tenancy.clone();
         let oidc = self.oidc.clone();
         let webhooks = self.webhooks.clone();
+        let edge = self.edge.clone();
         let stop_sessions = {
             let drained = drained.clone();
             async move {
@@ -219,6 +249,9 @@ impl Service {
                     tracing::warn!("terminal sockets still open after shutdown; closing them");
                 }
                 tenancy.shutdown().await;
+                if let Some(edge) = &edge {
+                    edge.shutdown().await;
+                }
                 if let Some(oidc) = &oidc {
                     oidc.shutdown().await;
                 }
@@ -230,9 +263,10 @@ impl Service {
                 drained.cancel();
             }
         };
-        let server = runner_core::accept::serve(
+        let server = runner_core::accept::serve_with_edge(
             listener,
             self.router,
+            self.edge.clone(),
             self.core.connections,
             RUNNER_SERVICE,
             self.connection_counters,

@@ -266,6 +266,12 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
+    /// Local sessions share the runner's network namespace: their ports
+    /// listen on loopback.
+    fn edge_address(&self, _session_id: &str, port: u16) -> Option<std::net::SocketAddr> {
+        Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
     fn session_resources(&self, _kind: runner_core::backend::SessionKind) -> SessionResources {
         let limits = &self.config.limits;
         SessionResources {
