@@ -288,6 +288,14 @@ pub fn runner_env(
     // dev listens itself (`--port 0` included); the runner is told where.
     set("PORT", bound.port().to_string());
     set("RUNNER_CORS_ORIGINS", origins.env_value());
+    // Session ports at `http://<port>-<id>.localhost:<port>/`: browsers and
+    // curl resolve every `*.localhost` name to loopback. A base the user set
+    // stays.
+    env.entry(runner_core::edge::RUNNER_PREVIEW_BASE_URL.name.to_owned())
+        .or_insert_with(|| format!("http://localhost:{}", bound.port()));
+    let mut set = |key: &str, value: String| {
+        env.insert(key.to_owned(), value);
+    };
     match cluster {
         None => {
             set("RUNNER_BACKEND", "local".to_owned());
