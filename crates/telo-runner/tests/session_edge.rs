@@ -110,6 +110,7 @@ async fn the_preview_base_beside_a_routing_mode_that_publishes_is_refused() {
         .env_clear()
         .env("RUNNER_BACKEND", "kubernetes")
         .env("KUBECONFIG", &kubeconfig)
+        .env("RUNNER_SELF_URL", "http://127.0.0.1:1")
         .env("RUNNER_PREVIEW_BASE_URL", BASE)
         .env("SESSION_ROUTING_MODE", "ingress")
         .env("SESSION_ROUTING_BASE_DOMAIN", "apps.example.com")
