@@ -15,12 +15,12 @@ pub use crate::backend_session::{
     BackendSession, StartError, StartStage, StopError, WatchWorkload, WorkspaceCause,
     WorkspaceFailure,
 };
+pub use crate::launch::SessionKind;
 pub use crate::launch::{
     AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, BackendFeatures, HeldSessions,
     InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession,
     TeloUnavailable, WatchSpec, WatchStart,
 };
-pub use crate::registry::SessionKind;
 use crate::session::SessionSink;
 pub use crate::tenancy::SessionResources;
 

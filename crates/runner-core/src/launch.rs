@@ -258,3 +258,13 @@ impl Readiness {
         self.waiting.is_empty()
     }
 }
+
+/// Which ceilings a session runs under (`Backend::session_resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// A bundle run session.
+    Run,
+    /// A catalog app session.
+    App,
+    Watch,
+}

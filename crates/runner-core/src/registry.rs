@@ -76,15 +76,7 @@ impl Claimant {
     }
 }
 
-/// Which ceilings a session runs under (`Backend::session_resources`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionKind {
-    /// A bundle run session.
-    Run,
-    /// A catalog app session.
-    App,
-    Watch,
-}
+pub use crate::launch::SessionKind;
 
 #[derive(Clone)]
 pub struct SessionRegistry {
@@ -121,6 +113,8 @@ struct RegistryInner {
     webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
     /// The session edge's base, when the runner serves session traffic.
     preview: std::sync::OnceLock<crate::edge::PreviewBase>,
+    /// How long the edge holds a request for a session coming up.
+    wake_timeout: std::sync::OnceLock<Duration>,
 }
 
 impl SessionRegistry {
@@ -150,6 +144,7 @@ impl SessionRegistry {
                 departed_seconds: Mutex::new(HashMap::new()),
                 webhooks: std::sync::OnceLock::new(),
                 preview: std::sync::OnceLock::new(),
+                wake_timeout: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -297,8 +292,9 @@ impl SessionRegistry {
 
     /// Give every session's tcp endpoints their URL on the session edge at
     /// `base` from now on.
-    pub fn set_preview_base(&self, base: crate::edge::PreviewBase) {
+    pub fn set_preview_base(&self, base: crate::edge::PreviewBase, wake_timeout: Duration) {
         let _ = self.inner.preview.set(base);
+        let _ = self.inner.wake_timeout.set(wake_timeout);
     }
 
     /// Ties a session entering the registry to the webhooks and the edge,

@@ -255,20 +255,34 @@ impl Session {
         }
     }
 
-    /// Whether the session publishes tcp `port` now.
+    /// Traffic reached the session another way than its subscribers (the
+    /// session edge): it is not idle now.
+    pub fn note_activity(&self) {
+        *lock(&self.idle_since) = tokio::time::Instant::now();
+    }
+
+    /// Whether the session publishes tcp `port` now: an endpoint it
+    /// reported, or a port one of its apps declares or its kernel resolved.
     pub fn publishes_tcp(&self, port: u16) -> bool {
-        lock(&self.published).contains(&port)
+        lock(&self.published).contains(&port) || self.publishes_tcp_port(port)
     }
 
     /// Keeps the published ports, and gives each tcp endpoint its edge URL
     /// when the edge is on.
     fn with_edge_urls(&self, mut event: RunEvent) -> RunEvent {
         let (added, removed) = match &mut event {
+            // A `running` that lists endpoints says what is published now;
+            // one without (a watch session's) leaves the ports its
+            // `endpoints` events announced.
             RunEvent::Status {
-                status: RunStatus::Running { endpoints, .. },
+                status:
+                    RunStatus::Running {
+                        endpoints: Some(endpoints),
+                        ..
+                    },
             } => {
                 lock(&self.published).clear();
-                (endpoints.as_mut(), None)
+                (Some(endpoints), None)
             }
             RunEvent::Endpoints { added, removed, .. } => (added.as_mut(), removed.as_ref()),
             _ => return event,

@@ -298,6 +298,7 @@ fn quick() -> EdgeConfig {
         response_header_timeout: Duration::from_millis(500),
         idle_timeout: Duration::from_secs(30),
         max_connections_per_session: 8,
+        wake_timeout: Duration::from_secs(30),
     }
 }
 
@@ -828,7 +829,7 @@ async fn ambiguous_framing_is_refused_or_never_smuggled() {
         }
         assert_eq!(upstream.requests(), 0);
         // Content-Length beside Transfer-Encoding: the HTTP parser drops the
-        // length before the edge sees the request (RFC 9112 §6.1), reads the
+        // length before the edge sees the request (RFC 9112 section 6.1), reads the
         // chunked body and closes the connection after answering, so what
         // follows the body never becomes a request of its own.
         let empty = hex::encode(Sha256::digest(b""));

@@ -129,7 +129,7 @@ impl Service {
         );
         registry.set_agent_catalog(core.apps.clone());
         let edge = runner_core::edge::load_edge(env)?.map(|(base, config)| {
-            registry.set_preview_base(base.clone());
+            registry.set_preview_base(base.clone(), config.wake_timeout);
             info!(base = %base, "serving session ports at <port>-<session id> under the preview base");
             runner_core::edge::Edge::new(base, Arc::new(registry.clone()), config)
         });

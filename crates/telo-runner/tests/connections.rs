@@ -713,7 +713,8 @@ async fn a_session_past_its_subscriber_cap_refuses_the_next_stream_and_socket() 
 async fn a_client_past_its_subscriber_cap_is_refused_on_every_session_and_others_are_not() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "greedy-token\nother-token\n").unwrap();
+    // The other token is an admin, so it sees the greedy token's sessions.
+    std::fs::write(&tokens, "greedy-token\nother-token admin\n").unwrap();
     let runner = Runner::start_with(&[
         ("RUNNER_MAX_SUBSCRIBERS_PER_CLIENT", "2"),
         ("RUNNER_AUTH_TOKENS_FILE", tokens.to_str().unwrap()),

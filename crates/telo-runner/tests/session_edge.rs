@@ -124,3 +124,41 @@ async fn the_preview_base_beside_a_routing_mode_that_publishes_is_refused() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_suspended_sessions_port_wakes_it() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_PREVIEW_BASE_URL", BASE),
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+    ])
+    .await;
+    let port = test_support::free_port();
+    let id = runner
+        .create_body(common::watch::watch_body(
+            json!({"listen": [port], "stdout": ["up"]}),
+        ))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.event.as_deref() == Some("endpoints"))
+        .await;
+    assert_eq!(
+        frames.last().unwrap().json()["added"][0]["url"],
+        format!("http://{port}-{id}.preview.test")
+    );
+    drop(events);
+    common::watch::until_status(&runner, &id, "suspended").await;
+
+    // A plain request, no resume call: held while the session comes back,
+    // then answered by its app.
+    let host = format!("{port}-{id}.preview.test");
+    let (status, body) = via_host(&runner, &host).await;
+    assert_eq!((status, body), (StatusCode::OK, format!("ok {port}")));
+    // It ran again: a second generation of its app (it may be suspended
+    // again by now, one idle second later).
+    let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(snapshot["apps"][0]["generation"], 2, "{snapshot}");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}

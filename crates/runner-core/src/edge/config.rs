@@ -37,9 +37,16 @@ pub const RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION: Setting = Setting {
     description: "Forwarded requests in flight plus upgraded connections (WebSockets) one session may hold; past it the edge answers 503.",
 };
 
+pub const RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS: Setting = Setting {
+    name: "RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS",
+    default: "30",
+    description: "Seconds a request to a suspended (or still starting) session is held while the session resumes and its port starts answering; past it 503 with Retry-After.",
+};
+
 /// The edge's settings, for `--help` and the README.
 pub const EDGE_SETTINGS: &[Setting] = &[
     RUNNER_PREVIEW_BASE_URL,
+    RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS,
     RUNNER_EDGE_CONNECT_TIMEOUT_SECONDS,
     RUNNER_EDGE_RESPONSE_TIMEOUT_SECONDS,
     RUNNER_EDGE_IDLE_TIMEOUT_SECONDS,
@@ -59,6 +66,7 @@ pub fn load_edge(env: &Env) -> Result<Option<(PreviewBase, EdgeConfig)>, ConfigE
         ),
         idle_timeout: Duration::from_secs(RUNNER_EDGE_IDLE_TIMEOUT_SECONDS.positive_int(env)?),
         max_connections_per_session: RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION.positive_usize(env)?,
+        wake_timeout: Duration::from_secs(RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS.positive_int(env)?),
     };
     let Some(raw) = RUNNER_PREVIEW_BASE_URL.string(env) else {
         return Ok(None);

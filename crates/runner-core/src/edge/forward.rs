@@ -59,6 +59,9 @@ pub struct EdgeConfig {
     /// Requests in flight plus upgraded connections one session may hold
     /// (past it 503).
     pub max_connections_per_session: usize,
+    /// How long a request to a suspended or starting session is held while
+    /// it comes up and its port answers (then 503).
+    pub wake_timeout: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -68,6 +71,7 @@ impl Default for EdgeConfig {
             response_header_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(90),
             max_connections_per_session: 256,
+            wake_timeout: Duration::from_secs(30),
         }
     }
 }

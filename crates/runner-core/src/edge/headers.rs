@@ -6,7 +6,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use super::EdgeRefusal;
 
-/// Headers that describe one connection, never passed on (RFC 9110 §7.6.1,
+/// Headers that describe one connection, never passed on (RFC 9110 section 7.6.1,
 /// and the non-standard `Keep-Alive` and `Proxy-Connection`).
 const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
@@ -93,7 +93,7 @@ fn bad_length() -> EdgeRefusal {
 }
 
 /// The host a request names: the authority of an absolute-form target
-/// (which a server must prefer, RFC 9112 §3.2.2), else its `Host` header.
+/// (which a server must prefer, RFC 9112 section 3.2.2), else its `Host` header.
 pub fn request_host<B>(request: &Request<B>) -> Option<String> {
     if let Some(authority) = request.uri().authority() {
         return Some(match authority.port() {

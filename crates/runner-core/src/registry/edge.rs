@@ -1,13 +1,27 @@
 //! The registry as the session edge's resolver: a request for
 //! `<port>-<id>` goes to the session's own workload, and only to a port the
-//! session published while it runs.
+//! session publishes while it runs.
+//!
+//! A request to a suspended watch session wakes it: the session resumes
+//! (as `POST /resume` does; concurrent requests share the one resume) and
+//! the request is held until the session runs, publishes the port and the
+//! port accepts a connection, at most the wake timeout. A request to a
+//! session still starting is held the same way.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use runner_api::types::RunStatus;
+use tokio::time::Instant;
+use tracing::info;
 
 use super::SessionRegistry;
 use crate::edge::{EdgeRefusal, EdgeResolver, SessionHost};
+use crate::session::Session;
+
+/// How often a woken session's port is tried until it accepts.
+const PORT_RETRY: Duration = Duration::from_millis(25);
 
 #[async_trait::async_trait]
 impl EdgeResolver for SessionRegistry {
@@ -15,19 +29,89 @@ impl EdgeResolver for SessionRegistry {
         let session = self
             .get(&host.session_id)
             .ok_or(EdgeRefusal::UnknownSession)?;
-        match session.status() {
-            RunStatus::Starting | RunStatus::Suspended => Err(EdgeRefusal::Starting),
-            RunStatus::Exited { .. } | RunStatus::Failed { .. } | RunStatus::Stopped => {
-                Err(EdgeRefusal::Ended)
-            }
-            RunStatus::Running { .. } => {
-                if !session.publishes_tcp(host.port) {
-                    return Err(EdgeRefusal::PortNotPublished);
+        session.note_activity();
+        if matches!(session.status(), RunStatus::Running { .. }) {
+            return self.address_of(&session, host);
+        }
+        let timeout = self
+            .inner
+            .wake_timeout
+            .get()
+            .copied()
+            .unwrap_or(Duration::from_secs(30));
+        let deadline = Instant::now() + timeout;
+        self.until_published(&session, host, deadline).await?;
+        let address = self.address_of(&session, host)?;
+        until_accepting(address, deadline).await?;
+        // The wait is activity too: a session woken for this request is
+        // not suspended again before it is answered.
+        session.note_activity();
+        Ok(address)
+    }
+}
+
+impl SessionRegistry {
+    fn address_of(&self, session: &Session, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
+        if !session.publishes_tcp(host.port) {
+            return Err(EdgeRefusal::PortNotPublished);
+        }
+        self.backend()
+            .edge_address(&host.session_id, host.port)
+            .ok_or(EdgeRefusal::NotListening)
+    }
+
+    /// Waits until `session` runs and publishes `host.port`, resuming it if
+    /// it is suspended; `Starting` past `deadline`.
+    async fn until_published(
+        &self,
+        session: &Arc<Session>,
+        host: &SessionHost,
+        deadline: Instant,
+    ) -> Result<(), EdgeRefusal> {
+        let mut changes = session.watch_events();
+        let mut woken = false;
+        loop {
+            match session.status() {
+                RunStatus::Exited { .. } | RunStatus::Failed { .. } | RunStatus::Stopped => {
+                    return Err(EdgeRefusal::Ended);
                 }
-                self.backend()
-                    .edge_address(&host.session_id, host.port)
-                    .ok_or(EdgeRefusal::NotListening)
+                RunStatus::Running { .. } if session.publishes_tcp(host.port) => return Ok(()),
+                RunStatus::Suspended if !woken => {
+                    woken = true;
+                    info!(session_id = %session.id(), "a request to a suspended session's port wakes it");
+                    let registry = self.clone();
+                    let id = session.id().to_owned();
+                    // Owned by the registry's tasks: a client that gives up
+                    // does not cut a resume in half.
+                    self.inner.tasks.spawn(async move {
+                        // Another request's resume may be under way: either
+                        // way the session comes up.
+                        let _ = registry.resume(&id).await;
+                    });
+                }
+                _ => {}
             }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return Err(EdgeRefusal::Starting);
+            }
+        }
+    }
+}
+
+/// Waits until `address` accepts a connection (the app listens), at most
+/// until `deadline`.
+async fn until_accepting(address: SocketAddr, deadline: Instant) -> Result<(), EdgeRefusal> {
+    loop {
+        let attempt = tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(address));
+        match attempt.await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(_)) if Instant::now() + PORT_RETRY < deadline => {
+                tokio::time::sleep(PORT_RETRY).await;
+            }
+            _ => return Err(EdgeRefusal::NotListening),
         }
     }
 }
