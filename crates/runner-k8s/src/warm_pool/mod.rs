@@ -389,6 +389,13 @@ impl WarmPools {
             .iter()
             .find(|pod| pod.metadata.name.as_deref() == Some(name))
             .ok_or("gone from the watch")?;
+        // The precondition below is the version this runner saw: when its
+        // informer already shows another runner's claim (the pool's list
+        // had not caught up), that version would let it claim the pod a
+        // second time.
+        if !crate::pod::labels::is_idle(cached) {
+            return Err("already claimed".into());
+        }
         let version = cached
             .metadata
             .resource_version
