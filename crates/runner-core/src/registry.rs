@@ -211,16 +211,21 @@ impl SessionRegistry {
         build_spec: impl FnOnce(&str, &str) -> StartSpec,
     ) -> Result<SessionCreated, AdmissionError> {
         let session = self.admit_as(None, None, Some((claimant, kind)), |id, created_at| {
-            Session::new(
-                id,
-                created_at,
-                self.inner.limits.replay_buffer_bytes,
-                0,
-                Some(tokio::time::Instant::now()),
-                self.inner.metrics.clone(),
-            )
+            self.new_run_session(id, created_at)
         })?;
         Ok(self.launch_run(session, build_spec))
+    }
+
+    /// A run session of one default app, admitted now.
+    fn new_run_session(&self, id: String, created_at: String) -> Session {
+        Session::new(
+            id,
+            created_at,
+            self.inner.limits.replay_buffer_bytes,
+            0,
+            Some(tokio::time::Instant::now()),
+            self.inner.metrics.clone(),
+        )
     }
 
     fn launch_run(
@@ -434,14 +439,7 @@ impl SessionRegistry {
 
     fn admit(&self, recovered: Option<&RecoveredSession>) -> Result<Arc<Session>, AdmissionError> {
         self.admit_as(recovered, None, None, |id, created_at| {
-            Session::new(
-                id,
-                created_at,
-                self.inner.limits.replay_buffer_bytes,
-                0,
-                Some(tokio::time::Instant::now()),
-                self.inner.metrics.clone(),
-            )
+            self.new_run_session(id, created_at)
         })
     }
 

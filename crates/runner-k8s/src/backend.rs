@@ -520,13 +520,12 @@ impl Backend for KubeBackend {
     /// The session pod's IP, from the shared pod informer (no Service, no
     /// route per session).
     fn edge_address(&self, session_id: &str, port: u16) -> Option<std::net::SocketAddr> {
-        let pod = self.pod_informer().pods().into_iter().find(|pod| {
-            pod.metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(crate::pod::labels::SESSION_ID_LABEL))
-                .is_some_and(|id| id == session_id)
-        })?;
+        // The pod informer keys pods by their session id label.
+        let pod = self
+            .pod_informer()
+            .objects_of(session_id)
+            .into_iter()
+            .next()?;
         let ip: std::net::IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
         Some(std::net::SocketAddr::new(ip, port))
     }

@@ -61,12 +61,16 @@ impl<S: Send + Sync> FromRequestParts<S> for Viewer {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Principal>()
-            .cloned()
-            .map_or(Viewer::Everyone, Viewer::Principal))
+        Ok(viewer_of(&parts.extensions))
     }
+}
+
+/// The viewer the gate recorded in a request's extensions.
+pub(crate) fn viewer_of(extensions: &axum::http::Extensions) -> Viewer {
+    extensions
+        .get::<Principal>()
+        .cloned()
+        .map_or(Viewer::Everyone, Viewer::Principal)
 }
 
 /// The client address the server recorded for a request (the peer, or the

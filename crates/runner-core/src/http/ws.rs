@@ -57,14 +57,7 @@ pub async fn io(
     // any unknown id, after the handshake, instead of a plain-text 400.
     let id = id.map(|Path(id)| id).unwrap_or_default();
     let (mut parts, _body) = request.into_parts();
-    let viewer = parts
-        .extensions
-        .get::<crate::identity::Principal>()
-        .cloned()
-        .map_or(
-            crate::identity::Viewer::Everyone,
-            crate::identity::Viewer::Principal,
-        );
+    let viewer = super::auth::viewer_of(&parts.extensions);
     // Another principal's session is an unknown id here too (4404).
     let visible = {
         let state = state.clone();

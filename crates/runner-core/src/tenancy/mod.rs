@@ -11,7 +11,6 @@ pub mod quota;
 pub mod rate;
 pub mod tiers;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -71,9 +70,6 @@ struct Inner {
     /// The text the current tiers came from, to skip re-parsing.
     source: Mutex<Option<String>>,
     rates: RateLimits,
-    /// Seconds of sessions that left the registry, by tenant, for the UTC
-    /// day they were counted on.
-    credited: Mutex<HashMap<String, (i64, u64)>>,
     tasks: OwnedTasks,
 }
 
@@ -103,7 +99,6 @@ impl Tenancy {
                 tiers: RwLock::new(Arc::new(tiers)),
                 source: Mutex::new(source),
                 rates: RateLimits::default(),
-                credited: Mutex::new(HashMap::new()),
                 tasks: OwnedTasks::new(),
             }),
         })
@@ -226,31 +221,7 @@ impl Tenancy {
         self.inner.rates.keys()
     }
 
-    /// Counts `seconds` a session of `tenant` was live on UTC day `day`,
-    /// once it leaves the registry.
-    pub fn credit_seconds(&self, tenant: &str, day: i64, seconds: u64) {
-        if seconds == 0 {
-            return;
-        }
-        let mut credited = lock(&self.inner.credited);
-        let entry = credited.entry(tenant.to_owned()).or_insert((day, 0));
-        if entry.0 != day {
-            *entry = (day, 0);
-        }
-        entry.1 += seconds;
-        // Other tenants' older days are of no use any more.
-        credited.retain(|_, (kept, _)| *kept >= day);
-    }
-
-    /// Seconds credited to `tenant` on `day`.
-    pub fn credited_seconds(&self, tenant: &str, day: i64) -> u64 {
-        lock(&self.inner.credited)
-            .get(tenant)
-            .filter(|(kept, _)| *kept == day)
-            .map_or(0, |(_, seconds)| *seconds)
-    }
-
-    /// Whether `principal` belongs to the admin group.
+    /// Whether `groups` holds the admin group.
     pub fn is_admin_group(&self, groups: &[String]) -> bool {
         groups
             .iter()
@@ -375,17 +346,5 @@ mod tests {
         assert_eq!(tenancy.take_start(&other), Ok(()));
         assert_eq!(tenancy.take_start(&principal("acme")), Ok(()));
         assert_eq!(tenancy.take_start(&principal("acme")), Ok(()));
-    }
-
-    #[test]
-    fn credited_seconds_belong_to_their_day() {
-        let tenancy = Tenancy::unlimited();
-        tenancy.credit_seconds("acme", 100, 30);
-        tenancy.credit_seconds("acme", 100, 12);
-        assert_eq!(tenancy.credited_seconds("acme", 100), 42);
-        tenancy.credit_seconds("acme", 101, 5);
-        assert_eq!(tenancy.credited_seconds("acme", 100), 0);
-        assert_eq!(tenancy.credited_seconds("acme", 101), 5);
-        assert_eq!(tenancy.credited_seconds("globex", 101), 0);
     }
 }

@@ -337,6 +337,16 @@ where
         lock(&self.inner).subscribers.remove(key);
     }
 
+    /// The objects of one key now (a session's pod), without copying the
+    /// rest.
+    pub fn objects_of(&self, key: &str) -> Vec<Arc<K>> {
+        lock(&self.inner)
+            .by_key
+            .get(key)
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Every object that has a key (adoption at boot).
     pub fn objects(&self) -> Vec<Arc<K>> {
         lock(&self.inner)
