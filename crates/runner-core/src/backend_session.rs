@@ -205,3 +205,41 @@ pub trait WatchWorkload: BackendSession {
     /// session is not over: nothing terminal is reported.
     async fn suspend(&self) -> Result<(), StopError>;
 }
+
+/// Input a backend dropped because the workload does not read its stdin
+/// (its queue is full). A client can send chunks far faster than a log can
+/// take a line each, so this says it twice per episode: once when dropping
+/// begins, and once, with the bytes lost, when input flows again.
+#[derive(Debug, Default)]
+pub struct InputDrops {
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl InputDrops {
+    /// `bytes` of input for `whose` were dropped.
+    pub fn dropped(&self, whose: &str, bytes: usize) {
+        use std::sync::atomic::Ordering;
+        if self.bytes.fetch_add(bytes as u64, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                session = whose,
+                "stdin queue full: the workload is not reading its input, which is dropped until it does"
+            );
+        }
+    }
+
+    /// Input for `whose` was queued again.
+    pub fn delivered(&self, whose: &str) {
+        use std::sync::atomic::Ordering;
+        if self.bytes.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let lost = self.bytes.swap(0, Ordering::Relaxed);
+        if lost > 0 {
+            tracing::warn!(
+                session = whose,
+                bytes = lost,
+                "stdin flows again; input dropped while the queue was full"
+            );
+        }
+    }
+}

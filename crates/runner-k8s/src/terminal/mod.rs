@@ -39,6 +39,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{LogParams, TerminalSize};
 use runner_core::SessionSink;
+use runner_core::backend_session::InputDrops;
 use runner_core::watch_types::{IoMode, StreamTag};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -155,6 +156,9 @@ impl Output {
 /// The live half of a session's terminal.
 pub struct Terminal {
     stdin: mpsc::Sender<Bytes>,
+    /// The pod, as logs name it.
+    pod: String,
+    input_drops: InputDrops,
     /// Whether the first attach opened (else only the log is read).
     attached: bool,
     /// A container without a TTY has no size to set.
@@ -180,8 +184,12 @@ impl Terminal {
     }
 
     pub fn write_stdin(&self, bytes: Bytes) {
-        if let Err(mpsc::error::TrySendError::Full(dropped)) = self.stdin.try_send(bytes) {
-            warn!(bytes = dropped.len(), "stdin queue full, input dropped");
+        match self.stdin.try_send(bytes) {
+            Ok(()) => self.input_drops.delivered(&self.pod),
+            Err(mpsc::error::TrySendError::Full(dropped)) => {
+                self.input_drops.dropped(&self.pod, dropped.len());
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
 
@@ -261,6 +269,8 @@ pub async fn attach_output(pods: &Api<Pod>, pod_name: &str, output: Output) -> T
     ));
     Terminal {
         stdin: stdin_tx,
+        pod: pod_name.to_owned(),
+        input_drops: InputDrops::default(),
         attached,
         tty: output.tty(),
         resize,
@@ -401,43 +411,51 @@ async fn relay_one_attach(
             let _ = tx.try_send(TerminalSize { width, height });
         }
     }
-    // One task moves the stream: output out, stdin and resizes in. It tells
-    // whether the container ended (its final status arrived) or the stream
-    // dropped under it.
+    // Output and input move in tasks of their own: a workload that does not
+    // read its stdin holds back the input side only, never the output (a
+    // single loop would stop reading output while a stdin frame waits, and
+    // a stream the workload echoes into would stall both ways). The output
+    // task tells whether the container ended (its final status arrived) or
+    // the stream dropped under it.
     let stdin = stdin.clone();
-    let (ended_tx, ended_rx) = oneshot::channel();
     tasks.0.push(tokio::spawn(async move {
         let mut stdin = stdin.lock().await;
         let mut stdin_open = true;
         let mut resize_open = true;
-        let ended = loop {
-            tokio::select! {
-                message = rx.next() => match attach::incoming(message) {
-                    Incoming::Output(stream, bytes) => {
-                        if live_tx.send((stream, bytes)).await.is_err() {
-                            break false;
-                        }
-                    }
-                    Incoming::Ended => break true,
-                    Incoming::Other => {}
-                    Incoming::Closed => break false,
-                },
+        while stdin_open || resize_open {
+            let frame = tokio::select! {
                 bytes = stdin.recv(), if stdin_open => match bytes {
-                    Some(bytes) => {
-                        if tx.send(attach::stdin_frame(&bytes)).await.is_err() {
-                            break false;
-                        }
+                    Some(bytes) => attach::stdin_frame(&bytes),
+                    None => {
+                        stdin_open = false;
+                        continue;
                     }
-                    None => stdin_open = false,
                 },
                 size = resize_rx.next(), if resize_open => match size {
-                    Some(size) => {
-                        if tx.send(attach::resize_frame(size.width, size.height)).await.is_err() {
-                            break false;
-                        }
+                    Some(size) => attach::resize_frame(size.width, size.height),
+                    None => {
+                        resize_open = false;
+                        continue;
                     }
-                    None => resize_open = false,
                 },
+            };
+            if tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+    }));
+    let (ended_tx, ended_rx) = oneshot::channel();
+    tasks.0.push(tokio::spawn(async move {
+        let ended = loop {
+            match attach::incoming(rx.next().await) {
+                Incoming::Output(stream, bytes) => {
+                    if live_tx.send((stream, bytes)).await.is_err() {
+                        break false;
+                    }
+                }
+                Incoming::Ended => break true,
+                Incoming::Other => {}
+                Incoming::Closed => break false,
             }
         };
         debug!(ended, "attach stream ended");

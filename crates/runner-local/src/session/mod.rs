@@ -16,7 +16,7 @@ use bytes::Bytes;
 use portable_pty::{MasterPty, PtySize};
 use runner_core::{BackendSession, StopError};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::process::args_file::ArgsFile;
 use crate::process::group::ProcessGroup;
@@ -38,6 +38,7 @@ pub struct LocalSession {
     /// Present while the process runs; dropped when it ends, which closes the
     /// stdin queue (ending the input thread) and the terminal.
     terminal: Mutex<Option<Terminal>>,
+    input_drops: runner_core::backend_session::InputDrops,
 }
 
 struct Terminal {
@@ -75,6 +76,7 @@ impl LocalSession {
                 input,
                 _args_file: args_file,
             })),
+            input_drops: Default::default(),
         }
     }
 
@@ -91,12 +93,11 @@ impl BackendSession for LocalSession {
             return;
         };
         match terminal.input.try_send(bytes) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Ok(()) => self.input_drops.delivered(&self.id),
+            Err(TrySendError::Disconnected(_)) => {}
             // A workload that never reads its stdin must not stall the
             // runner's WebSocket handler: input beyond the queue is dropped.
-            Err(TrySendError::Full(dropped)) => {
-                warn!(session_id = %self.id, bytes = dropped.len(), "stdin queue full, input dropped");
-            }
+            Err(TrySendError::Full(dropped)) => self.input_drops.dropped(&self.id, dropped.len()),
         }
     }
 

@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
+use tokio::sync::oneshot;
 
 use super::ApiContext;
 use super::logs::pick_container;
@@ -171,6 +172,15 @@ fn normal_close() -> Message {
     }))
 }
 
+/// Aborts the task when the attach session is over.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn frame(channel: u8, data: &[u8]) -> Message {
     let mut v = Vec::with_capacity(data.len() + 1);
     v.push(channel);
@@ -228,6 +238,43 @@ async fn session(
         StreamKind::Stdout => opts.stdout.then_some(STDOUT),
         StreamKind::Stderr => opts.stderr.then_some(STDERR),
     };
+    // The client's frames are read by a task of their own, as the
+    // apiserver's stream copies run side by side: a client that is not
+    // reading its output (its own input blocked behind ours) still has its
+    // stdin taken, and output waiting on a slow client does not stop input.
+    let (gone_tx, mut client_gone) = oneshot::channel::<()>();
+    let input = {
+        let streams = streams.clone();
+        tokio::spawn(async move {
+            let _gone = gone_tx;
+            while let Some(msg) = rx.next().await {
+                match msg {
+                    Ok(Message::Binary(b)) if !b.is_empty() => match b[0] {
+                        STDIN if opts.stdin => {
+                            streams.write_stdin(StdinMsg::Data(b.slice(1..))).await
+                        }
+                        RESIZE => {
+                            if let Ok(size) = serde_json::from_slice::<serde_json::Value>(&b[1..]) {
+                                let w = size.get("Width").and_then(|v| v.as_u64()).unwrap_or(80);
+                                let h = size.get("Height").and_then(|v| v.as_u64()).unwrap_or(24);
+                                streams.resize(
+                                    w.min(u16::MAX as u64) as u16,
+                                    h.min(u16::MAX as u64) as u16,
+                                );
+                            }
+                        }
+                        CLOSE if v5 && b.get(1) == Some(&STDIN) => {
+                            streams.write_stdin(StdinMsg::Close).await
+                        }
+                        _ => {}
+                    },
+                    Ok(Message::Close(_)) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+    };
+    let _input = AbortOnDrop(input);
     loop {
         tokio::select! {
             changed = log_seq.changed() => {
@@ -245,22 +292,7 @@ async fn session(
                     break;
                 }
             }
-            msg = rx.next() => match msg {
-                Some(Ok(Message::Binary(b))) if !b.is_empty() => match b[0] {
-                    STDIN if opts.stdin => streams.write_stdin(StdinMsg::Data(b.slice(1..))),
-                    RESIZE => {
-                        if let Ok(size) = serde_json::from_slice::<serde_json::Value>(&b[1..]) {
-                            let w = size.get("Width").and_then(|v| v.as_u64()).unwrap_or(80);
-                            let h = size.get("Height").and_then(|v| v.as_u64()).unwrap_or(24);
-                            streams.resize(w.min(u16::MAX as u64) as u16, h.min(u16::MAX as u64) as u16);
-                        }
-                    }
-                    CLOSE if v5 && b.get(1) == Some(&STDIN) => streams.write_stdin(StdinMsg::Close),
-                    _ => {}
-                },
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => {}
-            },
+            _ = &mut client_gone => return,
             _ = stream_epoch.changed() => {
                 let _ = tx.send(normal_close()).await;
                 return;

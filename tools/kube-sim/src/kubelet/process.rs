@@ -153,7 +153,7 @@ fn spawn_piped(
         }
     }
     if let Some(mut stdin) = child.stdin.take() {
-        let (tx, mut rx) = mpsc::unbounded_channel::<StdinMsg>();
+        let (tx, mut rx) = mpsc::channel::<StdinMsg>(STDIN_QUEUE);
         streams.set_stdin(tx);
         let stdin_once = spec.stdin_once;
         tokio::spawn(async move {
@@ -185,6 +185,9 @@ fn spawn_piped(
         exit: exit_rx,
     })
 }
+
+/// Input frames queued for a container before its writer is held back.
+const STDIN_QUEUE: usize = 8;
 
 fn signal_number(name: &str) -> i32 {
     match name {
@@ -251,7 +254,7 @@ fn spawn_pty(
         });
     }
     if spec.stdin {
-        let (tx, mut rx) = mpsc::unbounded_channel::<StdinMsg>();
+        let (tx, mut rx) = mpsc::channel::<StdinMsg>(STDIN_QUEUE);
         streams.set_stdin(tx);
         let stdin_once = spec.stdin_once;
         std::thread::spawn(move || {

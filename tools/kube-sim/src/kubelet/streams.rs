@@ -51,7 +51,7 @@ pub struct ContainerStreams {
     log: Mutex<LogBuf>,
     log_seq: watch::Sender<u64>,
     output: broadcast::Sender<(StreamKind, Bytes)>,
-    stdin: Mutex<Option<mpsc::UnboundedSender<StdinMsg>>>,
+    stdin: Mutex<Option<mpsc::Sender<StdinMsg>>>,
     resize: Mutex<Option<mpsc::UnboundedSender<(u16, u16)>>>,
 }
 
@@ -141,7 +141,7 @@ impl ContainerStreams {
         self.output.subscribe()
     }
 
-    pub fn set_stdin(&self, tx: mpsc::UnboundedSender<StdinMsg>) {
+    pub fn set_stdin(&self, tx: mpsc::Sender<StdinMsg>) {
         *self.stdin.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
@@ -154,14 +154,17 @@ impl ContainerStreams {
         self.resize.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
-    pub fn write_stdin(&self, msg: StdinMsg) {
-        if let Some(tx) = self
+    /// Queues input for the container, waiting while its queue is full: a
+    /// container that does not read its stdin holds the writer back, as a
+    /// runtime's pipe does, instead of the input piling up here.
+    pub async fn write_stdin(&self, msg: StdinMsg) {
+        let tx = self
             .stdin
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = tx.send(msg);
+            .clone();
+        if let Some(tx) = tx {
+            let _ = tx.send(msg).await;
         }
     }
 
