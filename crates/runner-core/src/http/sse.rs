@@ -51,7 +51,13 @@ pub async fn events(
     let mut cursor = session.subscribe_events(last_event_id);
     let first = cursor.try_next();
     let mut initial = BytesMut::new();
-    let ended = write_batch(&mut initial, &first) || session.is_terminal();
+    let mut ended = write_batch(&mut initial, &first);
+    if !ended && session.is_terminal() {
+        // It ended after that read: its status and the events recorded
+        // with it are there now, and go out before the stream ends.
+        write_batch(&mut initial, &cursor.try_next());
+        ended = true;
+    }
 
     let stream = EventStream {
         cursor,
