@@ -194,6 +194,13 @@ class Cluster:
             )
         )
 
+    def upgrade(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        return asyncio.run(
+            helm_sdkpy.Upgrade(self.config(RELEASE_NAMESPACE)).run(
+                RELEASE, str(CHART), values=values or {}, wait=False, timeout=60,
+            )
+        )
+
     def install_error(self, values: dict[str, Any]) -> str:
         with pytest.raises(helm_sdkpy.HelmError) as raised:
             self.install(values)
@@ -1047,6 +1054,89 @@ def test_old_session_ingress_values_are_refused_with_the_way_forward(cluster):
 def test_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
     assert fragment in cluster.install_error(values)
     assert cluster.get(f"/apis/apps/v1/namespaces/{RUNNER_NS}/deployments/{NAME}") is None
+
+
+PREVIEW = {"baseUrl": "https://run.example.com",
+           "ingress": {"enabled": True, "className": "nginx",
+                       "tlsSecretName": "wildcard-tls",
+                       "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "3600"}}}
+PREVIEW_KEY_PATH = f"/api/v1/namespaces/{RUNNER_NS}/secrets/{NAME}-preview-key"
+
+
+def test_the_session_edge_reaches_the_runner_with_a_key_kept_across_upgrades(cluster):
+    cluster.install({"preview": PREVIEW})
+    env = env_values(cluster)
+    for name, value in {
+        "RUNNER_PREVIEW_BASE_URL": "https://run.example.com",
+        "RUNNER_PREVIEW_ACCESS": "private",
+        "RUNNER_PREVIEW_SIGNING_KEY_FILE": "/etc/telo/preview/signing-key",
+        "RUNNER_PREVIEW_GRANT_TTL_SECONDS": "43200",
+        "RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS": "30",
+        "SESSION_ROUTING_MODE": "auto",
+    }.items():
+        assert env[name] == value, name
+    key = secret_data(cluster.must_get(PREVIEW_KEY_PATH))["signing-key"]
+    assert len(key) >= 32
+    volumes = {v["name"]: v for v in deployment(cluster)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["preview-key"]["secret"] == {
+        "secretName": f"{NAME}-preview-key",
+        "items": [{"key": "signing-key", "path": "signing-key"}]}
+    mounts = {m["name"]: m for m in runner_container(cluster)["volumeMounts"]}
+    assert mounts["preview-key"] == {
+        "name": "preview-key", "mountPath": "/etc/telo/preview", "readOnly": True}
+    ingress = cluster.must_get(
+        f"/apis/networking.k8s.io/v1/namespaces/{RUNNER_NS}/ingresses/{NAME}-preview")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["*.run.example.com"],
+                                       "secretName": "wildcard-tls"}]
+    rule = ingress["spec"]["rules"][0]
+    assert rule["host"] == "*.run.example.com"
+    assert rule["http"]["paths"][0]["backend"] == {
+        "service": {"name": NAME, "port": {"name": "http"}}}
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "3600"
+    # An upgrade keeps the key: grants and links made before it still open.
+    cluster.upgrade({"preview": {**PREVIEW, "access": "public"}})
+    assert env_values(cluster)["RUNNER_PREVIEW_ACCESS"] == "public"
+    assert secret_data(cluster.must_get(PREVIEW_KEY_PATH))["signing-key"] == key
+
+
+def test_an_operators_key_secret_is_only_named(cluster):
+    cluster.install({"preview": {"baseUrl": "http://run.example.com:8080",
+                                 "signingKeySecret": "edge-key", "signingKeySecretKey": "key"}})
+    assert cluster.get(PREVIEW_KEY_PATH) is None
+    volumes = {v["name"]: v for v in deployment(cluster)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["preview-key"]["secret"] == {
+        "secretName": "edge-key", "items": [{"key": "key", "path": "signing-key"}]}
+    assert cluster.get(
+        f"/apis/networking.k8s.io/v1/namespaces/{RUNNER_NS}/ingresses/{NAME}-preview") is None
+
+
+def test_without_a_preview_base_the_edge_is_off(cluster):
+    cluster.install({})
+    assert not [k for k in env_values(cluster) if k.startswith("RUNNER_PREVIEW_")]
+    assert cluster.get(PREVIEW_KEY_PATH) is None
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"preview": {"access": "open"}},
+         "preview.access must be public or private (got 'open')."),
+        ({"preview": {"baseUrl": "run.example.com"}},
+         "preview.baseUrl must be an absolute http:// or https:// URL"),
+        ({"preview": {"baseUrl": "https://run.example.com/x"}},
+         "preview.baseUrl must be an absolute http:// or https:// URL"),
+        ({"preview": {"baseUrl": "https://run.example.com"},
+          "sessionRouting": {"mode": "ingress", "baseDomain": "apps.example.com"}},
+         "preview.baseUrl is set but so is sessionRouting.mode=ingress"),
+        ({"preview": {"ingress": {"enabled": True}}},
+         "preview.ingress.enabled needs preview.baseUrl"),
+    ],
+    ids=["access-typo", "no-scheme", "a-path", "beside-ingress-routing", "ingress-without-base"],
+)
+def test_preview_values_the_runner_would_refuse_are_refused_at_install(cluster, values, fragment):
+    assert fragment in cluster.install_error(values)
 
 
 def test_service_monitor_is_rendered_when_enabled(cluster):

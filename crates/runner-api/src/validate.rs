@@ -24,8 +24,9 @@ use crate::app_env::refused_client_variable;
 use crate::js::js_own_key_order;
 use crate::types::{PortMapping, PullPolicy, RequestedConfig, RunBundle};
 use crate::watch::{AppSpec, SessionMode, WorkspaceChangeSet};
+pub use schema::MAX_LINK_TTL_SECONDS;
 pub use schema::request_schemas;
-use schema::{APP_SESSION, CHANGE_SET, PROBE, SET_APPS, START_SESSION};
+use schema::{APP_SESSION, CHANGE_SET, NEW_LINK, PROBE, SET_APPS, START_SESSION};
 use walk::{ROOT, check, child_path, fail};
 
 /// A rejected body; `message` is the complete Fastify-style text.
@@ -134,6 +135,31 @@ pub fn validate_set_apps(body: Option<Value>) -> Result<Vec<AppSpec>, Validation
     check(&SET_APPS, &mut body, ROOT)?;
     let mut fields = into_object(body)?;
     app_list(fields.remove("apps").unwrap_or(Value::Null))
+}
+
+/// `POST /v1/sessions/:id/links`: the port and lifetime of a share link
+/// (`ttlSeconds` defaults to [`DEFAULT_LINK_TTL_SECONDS`]).
+pub fn validate_new_link(body: Option<Value>) -> Result<NewLink, ValidationError> {
+    let mut body = body.unwrap_or(Value::Null);
+    check(&NEW_LINK, &mut body, ROOT)?;
+    let fields = into_object(body)?;
+    let int = |name: &str| fields.get(name).and_then(Value::as_u64);
+    Ok(NewLink {
+        port: int("port")
+            .and_then(|port| u16::try_from(port).ok())
+            .unwrap_or(0),
+        ttl_seconds: int("ttlSeconds").unwrap_or(DEFAULT_LINK_TTL_SECONDS),
+    })
+}
+
+/// How long a share link lives when its request does not say: an hour.
+pub const DEFAULT_LINK_TTL_SECONDS: u64 = 3600;
+
+/// A validated share-link request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewLink {
+    pub port: u16,
+    pub ttl_seconds: u64,
 }
 
 /// `POST /v1/sessions/:id/workspace`: a change set, paths not yet checked.

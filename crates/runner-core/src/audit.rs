@@ -33,6 +33,10 @@ pub enum AuditAction {
     SessionResume,
     #[serde(rename = "session.apps")]
     SessionApps,
+    #[serde(rename = "link.create")]
+    LinkCreate,
+    #[serde(rename = "link.revoke")]
+    LinkRevoke,
     #[serde(rename = "auth.refused")]
     AuthRefused,
     #[serde(rename = "request.rate_limited")]

@@ -25,6 +25,15 @@ pub fn new_workload_token() -> String {
         .collect()
 }
 
+/// A share link's id: 16 characters of the same alphabet (80 random bits).
+pub fn new_link_id() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes
+        .iter()
+        .map(|b| ALPHABET[(*b % 32) as usize] as char)
+        .collect()
+}
+
 /// Whether `id` has the shape of an id this runner generates.
 pub fn is_session_id(id: &str) -> bool {
     id.len() == SESSION_ID_LEN && id.bytes().all(|b| ALPHABET.contains(&b))

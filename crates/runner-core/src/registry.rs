@@ -112,7 +112,7 @@ struct RegistryInner {
     /// Where sessions announce their lifecycle (set once by the server).
     webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
     /// The session edge's base, when the runner serves session traffic.
-    preview: std::sync::OnceLock<crate::edge::PreviewBase>,
+    preview: std::sync::OnceLock<crate::edge::Preview>,
     /// How long the edge holds a request for a session coming up.
     wake_timeout: std::sync::OnceLock<Duration>,
 }
@@ -295,11 +295,16 @@ impl SessionRegistry {
         let _ = self.inner.webhooks.set(webhooks);
     }
 
-    /// Give every session's tcp endpoints their URL on the session edge at
-    /// `base` from now on.
-    pub fn set_preview_base(&self, base: crate::edge::PreviewBase, wake_timeout: Duration) {
-        let _ = self.inner.preview.set(base);
+    /// Give every session's tcp endpoints their URL on the session edge
+    /// `preview` from now on.
+    pub fn set_preview(&self, preview: crate::edge::Preview, wake_timeout: Duration) {
+        let _ = self.inner.preview.set(preview);
         let _ = self.inner.wake_timeout.set(wake_timeout);
+    }
+
+    /// The session edge, when it is on.
+    pub fn preview(&self) -> Option<&crate::edge::Preview> {
+        self.inner.preview.get()
     }
 
     /// Ties a session entering the registry to the webhooks and the edge,
@@ -308,8 +313,8 @@ impl SessionRegistry {
         if let Some(webhooks) = self.inner.webhooks.get() {
             let _ = session.webhooks.set(webhooks.clone());
         }
-        if let Some(base) = self.inner.preview.get() {
-            let _ = session.preview.set(base.clone());
+        if let Some(preview) = self.inner.preview.get() {
+            let _ = session.preview.set(preview.clone());
         }
     }
 

@@ -37,6 +37,7 @@ use crate::time::iso_now;
 mod channel;
 #[cfg(test)]
 mod edge_tests;
+pub mod links;
 #[cfg(test)]
 mod retention_tests;
 mod sink;
@@ -126,7 +127,9 @@ pub struct Session {
     pub(crate) webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
     /// The session edge's base (`RUNNER_PREVIEW_BASE_URL`): its tcp
     /// endpoints then carry their edge `url`.
-    pub(crate) preview: std::sync::OnceLock<crate::edge::PreviewBase>,
+    pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
+    /// Its share links (`/v1/sessions/{id}/links`).
+    pub links: links::ShareLinks,
     /// The tcp ports it publishes now (its endpoints), the only ones the
     /// edge forwards to.
     published: Mutex<std::collections::BTreeSet<u16>>,
@@ -251,6 +254,7 @@ impl Session {
             tenancy: tenancy::SessionTenancy::default(),
             webhooks: std::sync::OnceLock::new(),
             preview: std::sync::OnceLock::new(),
+            links: links::ShareLinks::default(),
             published: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
@@ -298,8 +302,9 @@ impl Session {
                 continue;
             }
             published.insert(endpoint.port);
-            if let Some(base) = self.preview.get() {
-                endpoint.url = Some(base.session_url(&self.id, endpoint.port));
+            if let Some(preview) = self.preview.get() {
+                let guarded = self.edge_access(None, Some(endpoint.port)) != EdgeAccess::Open;
+                endpoint.url = Some(preview.reported_url(&self.id, endpoint.port, guarded));
             }
         }
         drop(published);

@@ -18,14 +18,14 @@ use axum::extract::{Path, State, WebSocketUpgrade, ws::Message as AxumMessage};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use futures_util::{SinkExt as _, StreamExt as _, stream};
-use http::{HeaderMap, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt as _, Empty, StreamBody};
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt as _, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use runner_core::edge::{
-    Edge, EdgeConfig, EdgeRefusal, EdgeResolver, PreviewBase, SessionHost, prefers_html,
-    refusal_response,
+    AccessPolicy, Edge, EdgeConfig, EdgeRefusal, EdgeResolver, Pass, PassKind, PreviewAccess,
+    PreviewBase, SessionHost, Signer, prefers_html, refusal_response, unix_now,
 };
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -205,11 +205,14 @@ impl Upstream {
 // ---------------------------------------------------------------------------
 // The edge under test
 
-/// Maps session hosts to answers and counts its calls.
+/// Maps session hosts to answers and counts its calls; `token`, when set,
+/// guards every port, and `links` are the live share links.
 #[derive(Default)]
 struct FakeResolver {
     routes: HashMap<SessionHost, Result<SocketAddr, EdgeRefusal>>,
     calls: AtomicUsize,
+    token: Option<String>,
+    links: Mutex<Vec<String>>,
 }
 
 #[async_trait]
@@ -220,6 +223,18 @@ impl EdgeResolver for FakeResolver {
             .get(host)
             .cloned()
             .unwrap_or(Err(EdgeRefusal::UnknownSession))
+    }
+
+    fn token_guarded(&self, _host: &SessionHost) -> Result<bool, EdgeRefusal> {
+        Ok(self.token.is_some())
+    }
+
+    fn token_admits(&self, _host: &SessionHost, token: &str) -> bool {
+        self.token.as_deref() == Some(token)
+    }
+
+    fn link_live(&self, _host: &SessionHost, link_id: &str) -> bool {
+        self.links.lock().unwrap().iter().any(|id| id == link_id)
     }
 }
 
@@ -242,12 +257,22 @@ impl EdgeServer {
         routes: impl IntoIterator<Item = (SessionHost, Result<SocketAddr, EdgeRefusal>)>,
         config: EdgeConfig,
     ) -> Self {
+        Self::start_with(routes, config, AccessPolicy::public(), None).await
+    }
+
+    async fn start_with(
+        routes: impl IntoIterator<Item = (SessionHost, Result<SocketAddr, EdgeRefusal>)>,
+        config: EdgeConfig,
+        policy: AccessPolicy,
+        token: Option<&str>,
+    ) -> Self {
         let resolver = Arc::new(FakeResolver {
             routes: routes.into_iter().collect(),
-            calls: AtomicUsize::new(0),
+            token: token.map(str::to_owned),
+            ..FakeResolver::default()
         });
         let base = PreviewBase::parse(BASE).unwrap();
-        let edge = Edge::new(base, resolver.clone(), config);
+        let edge = Edge::new(base, resolver.clone(), config, policy);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let mut tasks = JoinSet::new();
@@ -940,4 +965,336 @@ async fn refusals_are_html_for_browsers_and_json_otherwise() {
 
 fn content_type(headers: &HeaderMap) -> &str {
     headers[header::CONTENT_TYPE].to_str().unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Private ports
+
+fn private_policy() -> AccessPolicy {
+    AccessPolicy {
+        access: PreviewAccess::Private,
+        signer: Signer::new(vec![1; 32]),
+        generated_key: false,
+        grant_ttl: Duration::from_secs(600),
+    }
+}
+
+fn pass(kind: PassKind, port: u16, id: &str, expires_in: i64) -> String {
+    let expires_at = (unix_now() as i64 + expires_in).max(0) as u64;
+    private_policy().signer.sign(&Pass {
+        kind,
+        session_id: id.to_owned(),
+        port,
+        expires_at,
+    })
+}
+
+fn with_cookie(host: &str, path: &str, cookie: &str) -> Request<Empty<Bytes>> {
+    Request::get(path)
+        .header(header::HOST, host)
+        .header(header::COOKIE, cookie)
+        .body(Empty::<Bytes>::new())
+        .unwrap()
+}
+
+/// The `telo_access=<value>` of a `Set-Cookie`, and its attributes.
+fn cookie_of(response: &Response<Incoming>) -> (String, String) {
+    let set = response.headers()[header::SET_COOKIE].to_str().unwrap();
+    let (pair, attributes) = set.split_once(';').unwrap();
+    (pair.trim().to_owned(), attributes.to_owned())
+}
+
+#[tokio::test]
+async fn a_private_port_opens_only_with_a_grant_cookie_or_token() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start_with(
+            [
+                (host(8845, ID), Ok(upstream.address)),
+                (host(8846, ID), Ok(upstream.address)),
+                (host(8845, OTHER_ID), Ok(upstream.address)),
+            ],
+            quick(),
+            private_policy(),
+            Some("workload-token"),
+        )
+        .await;
+        let mut clients = Clients::default();
+        let session = session_host_header(8845, ID);
+
+        // Nothing presented: 401 for every method, and the session is not
+        // even looked up (a request without access wakes nothing).
+        for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::POST] {
+            let request = Request::builder()
+                .method(method.clone())
+                .uri("/headers")
+                .header(header::HOST, &session)
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let response = clients.send(server.address, request).await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method}");
+        }
+        let response = clients.get(server.address, &session, "/headers").await;
+        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(body["error"], "unauthorized");
+        assert_eq!(server.resolves(), 0);
+        assert_eq!(upstream.requests(), 0);
+
+        // A grant is traded for a host-only cookie, and the browser sent
+        // back to the same target without it.
+        let grant = pass(PassKind::Grant, 8845, ID, 60);
+        let response = clients
+            .get(
+                server.address,
+                &session,
+                &format!("/headers?a=1&telo_access={grant}&b=2"),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()[header::LOCATION], "/headers?a=1&b=2");
+        let (cookie, attributes) = cookie_of(&response);
+        for attribute in ["Path=/", "HttpOnly", "SameSite=Lax", "Max-Age=43200"] {
+            assert!(attributes.contains(attribute), "{attributes}");
+        }
+        assert!(!attributes.contains("Domain"), "{attributes}");
+        assert!(!attributes.contains("Secure"), "http base: {attributes}");
+        assert_eq!(upstream.requests(), 0);
+
+        // The cookie opens the port; the app sees neither it nor the grant.
+        let response = clients
+            .send(
+                server.address,
+                with_cookie(&session, "/headers", &format!("theme=dark; {cookie}")),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let seen: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        assert_eq!(seen["headers"]["cookie"], serde_json::json!(["theme=dark"]));
+        assert_eq!(seen["uri"], "/headers");
+        // A grant on a request that is no navigation passes it on at once,
+        // without the parameter.
+        let before = upstream.requests();
+        let post = Request::post(format!("/upload?telo_access={grant}"))
+            .header(header::HOST, &session)
+            .body(Full::new(Bytes::from_static(b"abc")))
+            .unwrap();
+        let response = clients.send(server.address, post).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(upstream.requests(), before + 1);
+
+        // It opens no other port or session, and a grant that expired, was
+        // signed with another key, or is a cookie in disguise opens nothing.
+        for other in [
+            session_host_header(8846, ID),
+            session_host_header(8845, OTHER_ID),
+        ] {
+            let response = clients
+                .send(server.address, with_cookie(&other, "/headers", &cookie))
+                .await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{other}");
+            let response = clients
+                .get(server.address, &other, &format!("/?telo_access={grant}"))
+                .await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{other}");
+        }
+        let foreign = Signer::new(vec![2; 32]).sign(&Pass {
+            kind: PassKind::Grant,
+            session_id: ID.into(),
+            port: 8845,
+            expires_at: unix_now() + 60,
+        });
+        for refused in [
+            pass(PassKind::Grant, 8845, ID, -1),
+            foreign,
+            pass(PassKind::Cookie { link: None }, 8845, ID, 60),
+        ] {
+            let response = clients
+                .get(
+                    server.address,
+                    &session,
+                    &format!("/?telo_access={refused}"),
+                )
+                .await;
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        }
+        let expired_cookie = pass(PassKind::Cookie { link: None }, 8845, ID, -1);
+        let response = clients
+            .send(
+                server.address,
+                with_cookie(&session, "/", &format!("telo_access={expired_cookie}")),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+        // The session's workload token opens it too; another token does not.
+        for (token, status) in [
+            ("workload-token", StatusCode::OK),
+            ("other", StatusCode::UNAUTHORIZED),
+        ] {
+            let request = Request::get("/headers")
+                .header(header::HOST, &session)
+                .header(header::AUTHORIZATION, format!("Bearer {token}"))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let response = clients.send(server.address, request).await;
+            assert_eq!(response.status(), status, "{token}");
+        }
+
+        // Each request of a pipelined connection is checked on its own, and
+        // an HTTP/1.0 request is no way around it.
+        let answer = raw(
+            server.address,
+            format!(
+                "GET /headers HTTP/1.1\r\nHost: {session}\r\nCookie: {cookie}\r\n\r\n\
+                 GET /headers HTTP/1.1\r\nHost: {session}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let statuses: Vec<&str> = answer
+            .split("HTTP/1.1 ")
+            .skip(1)
+            .map(|part| &part[..3])
+            .collect();
+        assert_eq!(statuses, ["200", "401"], "{answer}");
+        let answer = raw(
+            server.address,
+            format!("GET /headers HTTP/1.0\r\nHost: {session}\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert_eq!(status_of(&answer), 401, "{answer}");
+        server.edge.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_share_link_opens_its_port_until_it_is_revoked() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start_with(
+            [(host(8845, ID), Ok(upstream.address))],
+            quick(),
+            private_policy(),
+            None,
+        )
+        .await;
+        server.resolver.links.lock().unwrap().push("link1".into());
+        let mut clients = Clients::default();
+        let session = session_host_header(8845, ID);
+        let link = pass(PassKind::Link { id: "link1".into() }, 8845, ID, 120);
+        let response = clients
+            .get(server.address, &session, &format!("/?telo_access={link}"))
+            .await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        let (cookie, attributes) = cookie_of(&response);
+        // The cookie ends with the link.
+        let max_age: u64 = attributes
+            .split(';')
+            .find_map(|a| a.trim().strip_prefix("Max-Age="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((118..=120).contains(&max_age), "{attributes}");
+        let response = clients
+            .send(server.address, with_cookie(&session, "/headers", &cookie))
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+
+        // Revoked: neither the link nor its cookie opens anything.
+        server.resolver.links.lock().unwrap().clear();
+        let response = clients
+            .get(server.address, &session, &format!("/?telo_access={link}"))
+            .await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let response = clients
+            .send(server.address, with_cookie(&session, "/headers", &cookie))
+            .await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_websocket_to_a_private_port_needs_access_like_any_request() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start_with(
+            [(host(8845, ID), Ok(upstream.address))],
+            quick(),
+            private_policy(),
+            None,
+        )
+        .await;
+        let session = session_host_header(8845, ID);
+        let connect = |path: String, cookie: Option<String>| {
+            let address = server.address;
+            async move {
+                let tcp = TcpStream::connect(address).await.unwrap();
+                let mut request = format!("ws://{path}").into_client_request().unwrap();
+                if let Some(cookie) = cookie {
+                    request
+                        .headers_mut()
+                        .insert(header::COOKIE, cookie.parse().unwrap());
+                }
+                tokio_tungstenite::client_async(request, tcp).await
+            }
+        };
+        match connect(format!("{session}/ws"), None).await {
+            Err(WsError::Http(response)) => {
+                assert_eq!(response.status(), StatusCode::UNAUTHORIZED)
+            }
+            other => panic!("a socket without access: {:?}", other.map(|(_, r)| r)),
+        }
+        let grant = pass(PassKind::Grant, 8845, ID, 60);
+        let cookie = format!(
+            "telo_access={}",
+            pass(PassKind::Cookie { link: None }, 8845, ID, 60)
+        );
+        for (path, cookie) in [
+            (format!("{session}/ws?telo_access={grant}"), None),
+            (format!("{session}/ws"), Some(cookie)),
+        ] {
+            let (mut socket, response) = connect(path, cookie).await.unwrap();
+            assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+            socket.send(Message::text("hi")).await.unwrap();
+            assert_eq!(socket.next().await.unwrap().unwrap(), Message::text("hi"));
+            socket.close(None).await.unwrap();
+        }
+        server.edge.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_public_edge_still_asks_a_guarded_ports_token() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let guarded = EdgeServer::start_with(
+            [(host(8845, ID), Ok(upstream.address))],
+            quick(),
+            AccessPolicy::public(),
+            Some("workload-token"),
+        )
+        .await;
+        let open = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let mut clients = Clients::default();
+        let session = session_host_header(8845, ID);
+        let response = clients.get(guarded.address, &session, "/headers").await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let request = Request::get("/headers")
+            .header(header::HOST, &session)
+            .header(header::AUTHORIZATION, "Bearer workload-token")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        assert_eq!(
+            clients.send(guarded.address, request).await.status(),
+            StatusCode::OK
+        );
+        let response = clients.get(open.address, &session, "/headers").await;
+        assert_eq!(response.status(), StatusCode::OK);
+    })
+    .await;
 }

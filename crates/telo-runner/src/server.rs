@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Default port of the local backend (the Kubernetes backend uses 8062).
 pub const LOCAL_DEFAULT_PORT: u16 = 8061;
@@ -128,10 +128,27 @@ impl Service {
             metrics,
         );
         registry.set_agent_catalog(core.apps.clone());
-        let edge = runner_core::edge::load_edge(env)?.map(|(base, config)| {
-            registry.set_preview_base(base.clone(), config.wake_timeout);
-            info!(base = %base, "serving session ports at <port>-<session id> under the preview base");
-            runner_core::edge::Edge::new(base, Arc::new(registry.clone()), config)
+        let edge = runner_core::edge::load_edge(env)?.map(|settings| {
+            let runner_core::edge::EdgeSettings {
+                base,
+                config,
+                policy,
+            } = settings;
+            registry.set_preview(
+                runner_core::edge::Preview {
+                    base: base.clone(),
+                    policy: policy.clone(),
+                },
+                config.wake_timeout,
+            );
+            info!(base = %base, access = policy.access.as_str(), "serving session ports at <port>-<session id> under the preview base");
+            if policy.generated_key {
+                warn!(
+                    "{} is unset: preview grants, share links and their cookies are signed with a key generated for this process; they stop working when it restarts, and no other runner accepts them",
+                    runner_core::edge::RUNNER_PREVIEW_SIGNING_KEY_FILE.name
+                );
+            }
+            runner_core::edge::Edge::new(base, Arc::new(registry.clone()), config, policy)
         });
         let options = ServerOptions {
             version: VERSION.to_owned(),

@@ -162,3 +162,269 @@ async fn a_request_to_a_suspended_sessions_port_wakes_it() {
     runner.delete(&format!("/v1/sessions/{id}")).await;
     runner.stop().await;
 }
+
+/// A client that shows redirects instead of following them, as the tests
+/// need to see what the edge answers.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A request for `target` on session host `host`, with `cookie` if any.
+async fn edge_get(
+    runner_base: &str,
+    host: &str,
+    target: &str,
+    cookie: Option<&str>,
+) -> reqwest::Response {
+    let mut request = no_redirects()
+        .get(format!("{runner_base}{target}"))
+        .header("host", host)
+        .header("accept", "application/json");
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    request.send().await.unwrap()
+}
+
+/// The path and query of an edge URL (`http://<host>/?telo_access=...`).
+fn target_of(url: &str) -> String {
+    let after_scheme = url.split_once("://").unwrap().1;
+    after_scheme[after_scheme.find('/').unwrap()..].to_owned()
+}
+
+/// Trades the pass in `url` for the edge's cookie (`telo_access=...`).
+async fn cookie_from(runner_base: &str, host: &str, url: &str) -> String {
+    let response = edge_get(runner_base, host, &target_of(url), None).await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER, "{url}");
+    assert_eq!(response.headers()["location"], "/");
+    let set = response.headers()["set-cookie"].to_str().unwrap();
+    assert!(set.contains("HttpOnly") && !set.contains("Domain"), "{set}");
+    set.split(';').next().unwrap().to_owned()
+}
+
+/// The answer of the app behind a cookie, once it listens.
+async fn app_answer(runner_base: &str, host: &str, cookie: &str) -> (StatusCode, String) {
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    loop {
+        let response = edge_get(runner_base, host, "/", Some(cookie)).await;
+        let status = response.status();
+        if status != StatusCode::BAD_GATEWAY {
+            return (status, response.text().await.unwrap());
+        }
+        assert!(std::time::Instant::now() < deadline, "never listened");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_port_opens_from_its_reported_url_and_from_share_links(#[case] backend: Backend) {
+    let runner = Runner::start_on(
+        backend,
+        &[
+            ("RUNNER_PREVIEW_BASE_URL", BASE),
+            ("RUNNER_PREVIEW_ACCESS", "private"),
+        ],
+    )
+    .await;
+    let port = test_support::free_port();
+    let mut body = test_support::bundle::start_body(json!({"listen": [port], "echo": true}));
+    body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let url = frames.last().unwrap().json()["status"]["endpoints"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = format!("{port}-{id}.preview.test");
+    assert!(
+        url.starts_with(&format!("http://{host}/?telo_access=")),
+        "{url}"
+    );
+
+    // Nothing presented: refused, in JSON for a client and a page for a
+    // browser.
+    let response = edge_get(&runner.base, &host, "/", None).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(error_of(&response.text().await.unwrap()), "unauthorized");
+    let page = no_redirects()
+        .get(runner.url("/"))
+        .header("host", &host)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::UNAUTHORIZED);
+    assert!(page.text().await.unwrap().contains("is private"));
+
+    // The reported URL opens it, as the editor's link does.
+    let cookie = cookie_from(&runner.base, &host, &url).await;
+    assert_eq!(
+        app_answer(&runner.base, &host, &cookie).await,
+        (StatusCode::OK, format!("ok {port}"))
+    );
+
+    // A share link: made, listed, used, revoked.
+    let (status, link) = runner
+        .post(
+            &format!("/v1/sessions/{id}/links"),
+            &json!({"port": port, "ttlSeconds": 600}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{link}");
+    let link_id = link["linkId"].as_str().unwrap().to_owned();
+    let link_url = link["url"].as_str().unwrap().to_owned();
+    assert!(link_url.starts_with(&format!("http://{host}/?telo_access=")));
+    assert!(link["expiresAt"].as_str().unwrap().ends_with('Z'));
+    let (status, listed) = runner.get(&format!("/v1/sessions/{id}/links")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listed["links"][0]["linkId"], link_id.as_str());
+    assert_eq!(listed["links"][0]["port"], port);
+    let shared = cookie_from(&runner.base, &host, &link_url).await;
+    assert_eq!(
+        app_answer(&runner.base, &host, &shared).await.0,
+        StatusCode::OK
+    );
+    let (status, _) = runner
+        .delete(&format!("/v1/sessions/{id}/links/{link_id}"))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // Revoked: the link and the cookie it was traded for open nothing;
+    // the owner's own cookie still does.
+    let response = edge_get(&runner.base, &host, &target_of(&link_url), None).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let response = edge_get(&runner.base, &host, "/", Some(&shared)).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app_answer(&runner.base, &host, &cookie).await.0,
+        StatusCode::OK
+    );
+    let (_, listed) = runner.get(&format!("/v1/sessions/{id}/links")).await;
+    assert_eq!(listed["links"], json!([]));
+    let (status, body) = runner
+        .delete(&format!("/v1/sessions/{id}/links/{link_id}"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&body), "link_not_found");
+
+    // Bad requests are named.
+    let other = if port == 65535 { port - 1 } else { port + 1 };
+    for (request, code) in [
+        (json!({"port": other}), "port_not_published"),
+        (json!({"port": port, "ttlSeconds": 0}), "invalid_request"),
+        (json!({"port": "eighty"}), "invalid_request"),
+        (json!({}), "invalid_request"),
+    ] {
+        let (status, body) = runner
+            .post(&format!("/v1/sessions/{id}/links"), &request)
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{request}: {body}");
+        assert_eq!(body["error"], code, "{request}: {body}");
+    }
+    let (status, body) = runner
+        .post("/v1/sessions/zzzzzzzzzzzz/links", &json!({"port": port}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    events.events_until_end().await;
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_links_need_the_edge() {
+    let runner = Runner::start().await;
+    let id = runner
+        .create(json!({"stdout": ["up"], "exitAfterMs": 60_000}))
+        .await;
+    let (status, body) = runner
+        .post(&format!("/v1/sessions/{id}/links"), &json!({"port": 8080}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "edge_disabled");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_links_and_cookies_never_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runner.log");
+    let runner = common::RunnerProcess::spawn_logging_to(
+        Backend::Local,
+        dir.path(),
+        None,
+        &[
+            ("RUNNER_PREVIEW_BASE_URL", BASE),
+            ("RUNNER_PREVIEW_ACCESS", "private"),
+            ("LOG_LEVEL", "trace"),
+        ],
+        &log,
+    )
+    .await;
+    let client = runner_core::http_client::client();
+    let port = test_support::free_port();
+    let mut body = test_support::bundle::start_body(json!({"listen": [port]}));
+    body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+    let created: Value = client
+        .post(format!("{}/v1/sessions", runner.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events = test_support::sse::SseStream::connect(
+        &format!("{}/v1/sessions/{id}/events", runner.base),
+        &[],
+    )
+    .await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let url = frames.last().unwrap().json()["status"]["endpoints"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let host = format!("{port}-{id}.preview.test");
+    let link: Value = client
+        .post(format!("{}/v1/sessions/{id}/links", runner.base))
+        .json(&json!({"port": port}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let link_url = link["url"].as_str().unwrap().to_owned();
+    let cookie = cookie_from(&runner.base, &host, &url).await;
+    let shared = cookie_from(&runner.base, &host, &link_url).await;
+    assert_eq!(
+        app_answer(&runner.base, &host, &cookie).await.0,
+        StatusCode::OK
+    );
+    // Refused ones too.
+    edge_get(&runner.base, &host, &format!("{}x", target_of(&url)), None).await;
+    client
+        .delete(format!("{}/v1/sessions/{id}", runner.base))
+        .send()
+        .await
+        .unwrap();
+    events.events_until_end().await;
+    drop(runner);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains(&id), "the log is the runner's: {logged}");
+    for secret in [&url, &link_url, &cookie, &shared] {
+        let token = secret.rsplit(['=']).next().unwrap();
+        assert!(!logged.contains(token), "{secret} is in the log");
+    }
+}

@@ -251,6 +251,31 @@ pub(super) static SET_APPS: Schema = Schema::Named(
         additional: Additional::Keep,
     },
 );
+/// The longest a share link may live: 30 days.
+pub const MAX_LINK_TTL_SECONDS: i64 = 30 * 24 * 3600;
+pub(super) static NEW_LINK: Schema = Schema::Named(
+    "CreateLinkRequest",
+    &Schema::Object {
+        required: &["port"],
+        properties: &[
+            (
+                "port",
+                &Schema::Integer {
+                    minimum: 1,
+                    maximum: 65535,
+                },
+            ),
+            (
+                "ttlSeconds",
+                &Schema::Integer {
+                    minimum: 1,
+                    maximum: MAX_LINK_TTL_SECONDS,
+                },
+            ),
+        ],
+        additional: Additional::Keep,
+    },
+);
 static WORKSPACE_WRITE: Schema = Schema::Named(
     "WorkspaceWrite",
     &Schema::Object {
@@ -327,7 +352,14 @@ pub(super) static PROBE: Schema = Schema::Named(
 /// accepts a little more than these schemas admit, never less.
 pub fn request_schemas() -> Map<String, Value> {
     let mut components = Map::new();
-    for root in [&START_SESSION, &APP_SESSION, &PROBE, &SET_APPS, &CHANGE_SET] {
+    for root in [
+        &START_SESSION,
+        &APP_SESSION,
+        &PROBE,
+        &SET_APPS,
+        &CHANGE_SET,
+        &NEW_LINK,
+    ] {
         let _ = to_json(root, &mut components);
     }
     components

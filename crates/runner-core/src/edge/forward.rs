@@ -23,8 +23,11 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Notify, oneshot};
 use tracing::debug;
 
+use super::access::AccessPolicy;
+use super::admit::{Admission, admit};
 use super::headers::{check_framing, request_host, strip_hop_by_hop, upgrade_protocol};
 use super::refusal::{prefers_html, refusal_response};
+use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, PreviewBase, SessionHost};
 use crate::tasks::OwnedTasks;
 
@@ -37,13 +40,6 @@ const VIA: &str = "1.1 telo-runner";
 const MAX_IDLE_PER_APP: usize = 32;
 /// How long [`Edge::shutdown`] waits for spliced connections to close.
 const SPLICE_CLOSE: Duration = Duration::from_secs(5);
-
-/// Where the edge may send a session's traffic: only the session's own
-/// address and a port it published.
-#[async_trait::async_trait]
-pub trait EdgeResolver: Send + Sync + 'static {
-    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal>;
-}
 
 /// The edge's timeouts and bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +84,7 @@ struct Inner {
     base: PreviewBase,
     resolver: Arc<dyn EdgeResolver>,
     config: EdgeConfig,
+    policy: AccessPolicy,
     client: Client<HttpConnector, RequestBody>,
     slots: Arc<Slots>,
     /// The spliced upgraded connections.
@@ -101,7 +98,12 @@ impl Drop for Inner {
 }
 
 impl Edge {
-    pub fn new(base: PreviewBase, resolver: Arc<dyn EdgeResolver>, config: EdgeConfig) -> Self {
+    pub fn new(
+        base: PreviewBase,
+        resolver: Arc<dyn EdgeResolver>,
+        config: EdgeConfig,
+        policy: AccessPolicy,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
@@ -116,6 +118,7 @@ impl Edge {
                 base,
                 resolver,
                 config,
+                policy,
                 client,
                 slots: Arc::new(Slots::default()),
                 tasks: OwnedTasks::new(),
@@ -190,6 +193,20 @@ impl Edge {
         check_framing(request.headers_mut())?;
         if request.method() == Method::CONNECT {
             return Err(EdgeRefusal::BadRequest("CONNECT is not forwarded"));
+        }
+        // Asked before anything else of the session: a request without
+        // access wakes nothing and holds no slot.
+        let upgrading = upgrade_protocol(request.headers()).is_some();
+        match admit(
+            &self.inner.policy,
+            &*self.inner.resolver,
+            host,
+            self.inner.base.scheme(),
+            &mut request,
+            upgrading,
+        )? {
+            Admission::Answer(response) => return Ok(response),
+            Admission::Forward => {}
         }
         let target = match request.uri().path_and_query() {
             Some(target) if target.as_str().starts_with('/') => target.as_str().to_owned(),

@@ -11,21 +11,30 @@
 //! an [`EdgeResolver`] gives for the session and port, whatever the
 //! request's target says.
 
+mod access;
+mod admit;
 mod config;
 mod forward;
 mod headers;
 mod host;
 mod refusal;
+mod resolver;
 
-pub use config::{
-    EDGE_SETTINGS, RUNNER_EDGE_CONNECT_TIMEOUT_SECONDS, RUNNER_EDGE_IDLE_TIMEOUT_SECONDS,
-    RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION, RUNNER_EDGE_RESPONSE_TIMEOUT_SECONDS,
-    RUNNER_PREVIEW_BASE_URL, RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS, load_edge,
+pub use access::{
+    ACCESS_PARAM, AccessPolicy, COOKIE_TTL, Pass, PassKind, PreviewAccess, Signer, unix_now,
 };
-pub use forward::{Edge, EdgeConfig, EdgeResolver};
+pub use config::{
+    EDGE_SETTINGS, EdgeSettings, RUNNER_EDGE_CONNECT_TIMEOUT_SECONDS,
+    RUNNER_EDGE_IDLE_TIMEOUT_SECONDS, RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION,
+    RUNNER_EDGE_RESPONSE_TIMEOUT_SECONDS, RUNNER_PREVIEW_ACCESS, RUNNER_PREVIEW_BASE_URL,
+    RUNNER_PREVIEW_GRANT_TTL_SECONDS, RUNNER_PREVIEW_SIGNING_KEY_FILE,
+    RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS, load_edge,
+};
+pub use forward::{Edge, EdgeConfig};
 pub use headers::request_host;
 pub use host::{PreviewBase, Scheme, SessionHost};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
+pub use resolver::EdgeResolver;
 
 impl PreviewBase {
     /// Which session host `request` is for: [`Self::session_host`] of its
@@ -35,5 +44,42 @@ impl PreviewBase {
             Some(host) => self.session_host(&host),
             None => Ok(None),
         }
+    }
+}
+
+/// What a session needs of the edge to report its URLs: where session
+/// hosts live and who may pass.
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub base: PreviewBase,
+    pub policy: AccessPolicy,
+}
+
+impl Preview {
+    /// The URL of `session_id`'s `port` as reported to those who may see
+    /// the session: with a grant when the port asks for access (`guarded`:
+    /// a workload token guards it).
+    pub fn reported_url(&self, session_id: &str, port: u16, guarded: bool) -> String {
+        let url = self.base.session_url(session_id, port);
+        if self.policy.access == PreviewAccess::Public && !guarded {
+            return url;
+        }
+        let grant = self.policy.grant(session_id, port, unix_now());
+        access::with_access(&url, &grant)
+    }
+
+    /// A share link's URL: `id`, for `session_id`'s `port`, until
+    /// `expires_at` (unix seconds).
+    pub fn link_url(&self, id: &str, session_id: &str, port: u16, expires_at: u64) -> String {
+        let pass = Pass {
+            kind: PassKind::Link { id: id.to_owned() },
+            session_id: session_id.to_owned(),
+            port,
+            expires_at,
+        };
+        access::with_access(
+            &self.base.session_url(session_id, port),
+            &self.policy.signer.sign(&pass),
+        )
     }
 }

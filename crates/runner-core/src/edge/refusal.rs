@@ -34,6 +34,8 @@ pub enum EdgeRefusal {
     /// The session's app broke off the exchange or answered with something
     /// that is not HTTP (502).
     UpstreamFailed,
+    /// The port asks for access the request does not show (401).
+    Unauthorized,
 }
 
 impl EdgeRefusal {
@@ -49,6 +51,7 @@ impl EdgeRefusal {
             EdgeRefusal::NotListening | EdgeRefusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
             EdgeRefusal::Timeout => StatusCode::GATEWAY_TIMEOUT,
             EdgeRefusal::BadRequest(_) => StatusCode::BAD_REQUEST,
+            EdgeRefusal::Unauthorized => StatusCode::UNAUTHORIZED,
         }
     }
 
@@ -65,6 +68,7 @@ impl EdgeRefusal {
             EdgeRefusal::TooManyConnections => "too_many_connections",
             EdgeRefusal::BadRequest(_) => "bad_request",
             EdgeRefusal::UpstreamFailed => "upstream_failed",
+            EdgeRefusal::Unauthorized => "unauthorized",
         }
     }
 
@@ -122,6 +126,13 @@ impl EdgeRefusal {
                     host.session_id, host.port
                 ),
                 None => "the app broke off the exchange".into(),
+            },
+            EdgeRefusal::Unauthorized => match host {
+                Some(host) => format!(
+                    "port {} of session {} is private: open it from the link its session reports, a share link, or with the session's workload token",
+                    host.port, host.session_id
+                ),
+                None => "this port is private".into(),
             },
         }
     }

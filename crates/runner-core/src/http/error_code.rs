@@ -41,6 +41,14 @@ macro_rules! error_codes {
 error_codes! {
     /// No session of that id.
     NotFound = "not_found" => NOT_FOUND,
+    /// No share link of that id on the session.
+    LinkNotFound = "link_not_found" => NOT_FOUND,
+    /// Share links need the session edge (`RUNNER_PREVIEW_BASE_URL`).
+    EdgeDisabled = "edge_disabled" => CONFLICT,
+    /// A share link for a port the session does not publish.
+    PortNotPublished = "port_not_published" => BAD_REQUEST,
+    /// The session holds as many share links as it may.
+    TooManyLinks = "too_many_links" => CONFLICT,
     /// The body or query broke a request rule.
     InvalidRequest = "invalid_request" => BAD_REQUEST,
     InvalidJson = "invalid_json" => BAD_REQUEST,
@@ -114,6 +122,10 @@ mod tests {
     /// renamed variant must not change what goes on the wire.
     const WIRE: &[(&str, u16)] = &[
         ("not_found", 404),
+        ("link_not_found", 404),
+        ("edge_disabled", 409),
+        ("port_not_published", 400),
+        ("too_many_links", 409),
         ("invalid_request", 400),
         ("invalid_json", 400),
         ("empty_json_body", 400),

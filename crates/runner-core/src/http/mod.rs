@@ -6,6 +6,7 @@ mod cors;
 mod error;
 mod error_code;
 pub mod idempotency;
+mod links;
 pub mod openapi;
 mod routes;
 mod sse;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
-use axum::routing::{MethodRouter, get, post, put};
+use axum::routing::{MethodRouter, delete, get, post, put};
 
 pub use cors::{allow_origin, stream_allows_origin};
 pub use error::{ApiError, ErrorCode};
@@ -179,6 +180,16 @@ pub static ROUTES: &[ApiRoute] = &[
         path: "/v1/sessions/{id}/resume",
         methods: &["POST"],
         handler: || post(watch::resume),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/links",
+        methods: &["POST", "GET"],
+        handler: || post(links::create).get(links::list),
+    },
+    ApiRoute {
+        path: "/v1/sessions/{id}/links/{link_id}",
+        methods: &["DELETE"],
+        handler: || delete(links::revoke),
     },
 ];
 

@@ -315,6 +315,39 @@ fn operation(path: &str, method: &str) -> Value {
                 "409": error("Suspended before its workspace was checkpointed (`no_checkpoint`).")
             }
         }),
+        ("/v1/sessions/{id}/links", "post") => {
+            let mut op = json!({
+                "summary": "Make a share link: a URL that opens one published tcp port of the session through the session edge to whoever holds it, until `expiresAt` or until it is revoked.",
+                "parameters": [id_parameter()],
+                "requestBody": json_body("CreateLinkRequest"),
+                "responses": {
+                    "201": response("The link.", schema_ref("ShareLink")),
+                    "404": error("Unknown session (`not_found`)."),
+                    "409": error("The session edge is off (`edge_disabled`), the session has ended (`not_running`), or it holds 64 links already (`too_many_links`).")
+                }
+            });
+            body_errors(&mut op["responses"]);
+            op["responses"]["400"] = error(
+                "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`), or the session does not publish that tcp port (`port_not_published`).",
+            );
+            op
+        }
+        ("/v1/sessions/{id}/links", "get") => json!({
+            "summary": "The session's unexpired share links.",
+            "parameters": [id_parameter()],
+            "responses": {
+                "200": response("The links.", json!({"type": "object", "required": ["links"], "properties": {"links": {"type": "array", "items": schema_ref("ShareLink")}}})),
+                "404": error("Unknown session (`not_found`).")
+            }
+        }),
+        ("/v1/sessions/{id}/links/{link_id}", "delete") => json!({
+            "summary": "Revoke a share link: within a second, its URL and the cookies it was traded for open nothing.",
+            "parameters": [id_parameter(), {"name": "link_id", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "responses": {
+                "204": {"description": "Revoked."},
+                "404": error("Unknown session (`not_found`) or link (`link_not_found`).")
+            }
+        }),
         _ => json!({ "responses": {} }),
     };
     if requires_token(path) {
@@ -433,6 +466,16 @@ fn schemas() -> Value {
         "RunnerAppDescriptor": {
             "type": "object", "required": ["name"],
             "properties": {"name": {"type": "string"}, "title": {"type": "string"}, "description": {"type": "string"}}
+        },
+        "ShareLink": {
+            "type": "object", "required": ["linkId", "port", "url", "expiresAt", "createdAt"],
+            "properties": {
+                "linkId": {"type": "string"},
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "url": {"type": "string", "description": "The port's URL on the session edge, carrying the signed link in `telo_access`."},
+                "expiresAt": {"type": "string", "format": "date-time"},
+                "createdAt": {"type": "string", "format": "date-time"}
+            }
         },
         "SessionCreated": {
             "type": "object", "required": ["sessionId", "streamUrl", "createdAt"],

@@ -18,7 +18,7 @@ use tracing::info;
 
 use super::SessionRegistry;
 use crate::edge::{EdgeRefusal, EdgeResolver, SessionHost};
-use crate::session::Session;
+use crate::session::{EdgeAccess, Session};
 
 /// How often a woken session's port is tried until it accepts.
 const PORT_RETRY: Duration = Duration::from_millis(25);
@@ -47,6 +47,27 @@ impl EdgeResolver for SessionRegistry {
         // not suspended again before it is answered.
         session.note_activity();
         Ok(address)
+    }
+
+    fn token_guarded(&self, host: &SessionHost) -> Result<bool, EdgeRefusal> {
+        let session = self
+            .get(&host.session_id)
+            .ok_or(EdgeRefusal::UnknownSession)?;
+        if session.is_terminal() {
+            return Err(EdgeRefusal::Ended);
+        }
+        Ok(session.edge_access(None, Some(host.port)) != EdgeAccess::Open)
+    }
+
+    fn token_admits(&self, host: &SessionHost, token: &str) -> bool {
+        self.get(&host.session_id).is_some_and(|session| {
+            session.edge_access(Some(token), Some(host.port)) == EdgeAccess::Granted
+        })
+    }
+
+    fn link_live(&self, host: &SessionHost, link_id: &str) -> bool {
+        self.get(&host.session_id)
+            .is_some_and(|session| session.links.is_live(link_id, crate::edge::unix_now()))
     }
 }
 

@@ -158,11 +158,7 @@ impl ContainerStreams {
     /// container that does not read its stdin holds the writer back, as a
     /// runtime's pipe does, instead of the input piling up here.
     pub async fn write_stdin(&self, msg: StdinMsg) {
-        let tx = self
-            .stdin
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let tx = self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(tx) = tx {
             let _ = tx.send(msg).await;
         }

@@ -1,0 +1,31 @@
+//! What the edge asks of the sessions: where one may be reached, and what
+//! guards its ports.
+
+use std::net::SocketAddr;
+
+use super::{EdgeRefusal, SessionHost};
+
+/// Where the edge may send a session's traffic: only the session's own
+/// address and a port it published.
+#[async_trait::async_trait]
+pub trait EdgeResolver: Send + Sync + 'static {
+    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal>;
+
+    /// Whether a workload token of the session guards `host.port` (then
+    /// the port asks for access even on a public edge); `UnknownSession`
+    /// or `Ended` for a session that is not there to guard anything.
+    fn token_guarded(&self, _host: &SessionHost) -> Result<bool, EdgeRefusal> {
+        Ok(false)
+    }
+
+    /// Whether `token` is a workload token that opens `host.port`.
+    fn token_admits(&self, _host: &SessionHost, _token: &str) -> bool {
+        false
+    }
+
+    /// Whether the session still lists share link `link_id` (a revoked
+    /// link's passes and cookies open nothing).
+    fn link_live(&self, _host: &SessionHost, _link_id: &str) -> bool {
+        false
+    }
+}
