@@ -263,7 +263,9 @@ impl ApiError {
         if !group.is_empty() {
             d.insert("group".into(), json!(group));
         }
-        d.insert("kind".into(), json!(kind));
+        if !kind.is_empty() {
+            d.insert("kind".into(), json!(kind));
+        }
         d.insert("causes".into(), Value::Array(causes));
         Self::new(422, "Invalid", message, Some(Value::Object(d)))
     }

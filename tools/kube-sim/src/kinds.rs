@@ -169,6 +169,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     resource!("rbac.authorization.k8s.io", &["v1"], "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", namespaced: false,
         short: &[], subresources: &[], generation: false,
         names: NameRule::PathSegment, fields: FieldSet::Meta, gateway: false, categories: NONE),
+    resource!("coordination.k8s.io", &["v1"], "Lease", "leases", "lease", namespaced: true,
+        short: &[], subresources: &[], generation: false,
+        names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: NONE),
     resource!("gateway.networking.k8s.io", &["v1", "v1beta1"], "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false,
         short: &["gc"], subresources: &["status"], generation: true,
         names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: true, categories: &["gateway-api"]),
@@ -217,6 +220,7 @@ pub fn id(plural: &str) -> ResourceId {
             "rbac.authorization.k8s.io"
         }
         "gateways" | "httproutes" | "gatewayclasses" => "gateway.networking.k8s.io",
+        "leases" => "coordination.k8s.io",
         _ => "",
     };
     find(group, plural).unwrap_or(ResourceId(usize::MAX))

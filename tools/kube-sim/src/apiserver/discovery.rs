@@ -187,6 +187,30 @@ mod tests {
     }
 
     #[test]
+    fn leases_are_served_in_coordination_v1() {
+        let groups = group_list(false);
+        assert!(
+            groups["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|g| g["name"] == "coordination.k8s.io"
+                    && g["preferredVersion"]["groupVersion"] == "coordination.k8s.io/v1")
+        );
+        assert_eq!(
+            group("coordination.k8s.io", false).expect("group")["kind"],
+            "APIGroup"
+        );
+        let list = resource_list("coordination.k8s.io", "v1", false).expect("served");
+        assert_eq!(list["groupVersion"], "coordination.k8s.io/v1");
+        assert_eq!(
+            list["resources"],
+            json!([{"name": "leases", "singularName": "lease", "namespaced": true, "kind": "Lease",
+                    "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]}])
+        );
+    }
+
+    #[test]
     fn core_v1_lists_pod_subresources() {
         let list = resource_list("", "v1", false).expect("core");
         let names: Vec<&str> = list["resources"]

@@ -497,16 +497,15 @@ fn update(
         target_part(target)?
     };
     let value = parse_body(target.res.info(), headers, body)?;
-    let updated =
+    let (updated, created) =
         ctx.registry
             .update(target.res, target.ns(), name, value, part, query.dry_run()?)?;
-    Ok(object_response(
-        StatusCode::OK,
-        target,
-        headers,
-        query,
-        &updated,
-    ))
+    let code = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(object_response(code, target, headers, query, &updated))
 }
 
 fn patch(

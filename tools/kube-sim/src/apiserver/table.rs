@@ -107,6 +107,11 @@ fn columns(info: &ResourceInfo) -> Vec<Value> {
             column("Data", "integer", "", 0),
             column("Age", "string", "", 0),
         ],
+        "Lease" => vec![
+            column("Name", "string", "name", 0),
+            column("Holder", "string", "", 0),
+            column("Age", "string", "", 0),
+        ],
         "Event" => vec![
             column("Last Seen", "string", "", 0),
             column("Type", "string", "", 0),
@@ -275,6 +280,11 @@ fn cells(info: &ResourceInfo, obj: &Value) -> Vec<Value> {
                         .map(|d| d.len())
                         .unwrap_or(0)
             ),
+            json!(created),
+        ],
+        "Lease" => vec![
+            json!(name),
+            json!(meta::path_str(obj, "spec.holderIdentity").unwrap_or("")),
             json!(created),
         ],
         "Event" => vec![

@@ -4,6 +4,7 @@
 //! layer (`apiserver`), the controllers and the kubelet all use it; it uses
 //! none of them.
 
+pub mod decode;
 pub mod defaults;
 pub mod patch;
 pub mod quantity;

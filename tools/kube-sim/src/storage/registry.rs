@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
+use super::decode;
 use super::defaults;
 use super::patch::{self, PatchKind};
 use super::store::{ObjRef, Store, Txn};
@@ -87,49 +88,67 @@ impl Registry {
     ) -> Result<ObjRef, ApiError> {
         let info = res.info();
         let mut obj = normalize_body(info, body)?;
+        decode::decode(info, &mut obj).map_err(|e| decode_error(info, &e))?;
         check_body_namespace(info, &mut obj, path_ns)?;
         if meta::meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
             return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
-        let mut next_ip = || self.next_cluster_ip();
-        self.store.write(|txn| {
-            admit_namespace_lifecycle(txn, info, &obj)?;
-            admit_service_account(txn, info, &obj)?;
-            if meta::name(&obj).is_empty()
-                && let Some(prefix) = meta::meta_str(&obj, "generateName").map(str::to_string)
-            {
-                let generated = meta::generate_name(&prefix);
-                meta::metadata_mut(&mut obj).insert("name".into(), json!(generated));
-            }
-            stamp_new_metadata(info, &mut obj);
-            defaults::apply_on_create(info.kind, info.has_status(), &mut obj, &mut next_ip);
-            validate(info, &obj)?;
-            if info.kind == "Pod" {
-                quota::admit_pod(txn, &obj)?;
-            } else {
-                quota::admit_object_count(txn, info, &obj)?;
-            }
-            let name = meta::name(&obj).to_string();
-            let ns = meta::namespace(&obj).to_string();
-            if txn.get(res, &ns, &name).is_some() {
-                return Err(ApiError::already_exists(info.group_resource(), &name));
-            }
-            if dry_run {
-                return Ok(std::sync::Arc::new(super::store::Obj {
-                    json: bytes::Bytes::from(serde_json::to_vec(&obj).unwrap_or_default()),
-                    value: obj,
-                    rv: 0,
-                }));
-            }
-            let created = txn.insert(res, obj);
-            after_write(txn, res, &created);
-            Ok(created)
-        })
+        self.store
+            .write(|txn| self.create_in_txn(txn, res, obj, dry_run))
     }
 
-    /// PUT: replace an object (or its status).
+    /// The part of a create that runs inside the store transaction: the
+    /// body is already decoded and in its namespace.
+    fn create_in_txn(
+        &self,
+        txn: &mut Txn<'_>,
+        res: ResourceId,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<ObjRef, ApiError> {
+        let info = res.info();
+        let mut next_ip = || self.next_cluster_ip();
+        admit_namespace_lifecycle(txn, info, &obj)?;
+        admit_service_account(txn, info, &obj)?;
+        if meta::name(&obj).is_empty()
+            && let Some(prefix) = meta::meta_str(&obj, "generateName").map(str::to_string)
+        {
+            let generated = meta::generate_name(&prefix);
+            meta::metadata_mut(&mut obj).insert("name".into(), json!(generated));
+        }
+        stamp_new_metadata(info, &mut obj);
+        defaults::apply_on_create(info.kind, info.has_status(), &mut obj, &mut next_ip);
+        if info.kind == "Lease" {
+            drop_disabled_lease_fields(None, &mut obj);
+        }
+        validate(info, &obj)?;
+        if info.kind == "Pod" {
+            quota::admit_pod(txn, &obj)?;
+        } else {
+            quota::admit_object_count(txn, info, &obj)?;
+        }
+        let name = meta::name(&obj).to_string();
+        let ns = meta::namespace(&obj).to_string();
+        if txn.get(res, &ns, &name).is_some() {
+            return Err(ApiError::already_exists(info.group_resource(), &name));
+        }
+        if dry_run {
+            return Ok(std::sync::Arc::new(super::store::Obj {
+                json: bytes::Bytes::from(serde_json::to_vec(&obj).unwrap_or_default()),
+                value: obj,
+                rv: 0,
+            }));
+        }
+        let created = txn.insert(res, obj);
+        after_write(txn, res, &created);
+        Ok(created)
+    }
+
+    /// PUT: replace an object (or its status). For kinds whose strategy
+    /// allows create on update, a PUT of a missing object creates it; the
+    /// flag says whether it did (the answer is then `201`).
     pub fn update(
         &self,
         res: ResourceId,
@@ -138,9 +157,10 @@ impl Registry {
         body: Value,
         target: Target,
         dry_run: bool,
-    ) -> Result<ObjRef, ApiError> {
+    ) -> Result<(ObjRef, bool), ApiError> {
         let info = res.info();
         let mut new = normalize_body(info, body)?;
+        decode::decode(info, &mut new).map_err(|e| decode_error(info, &e))?;
         check_body_namespace(info, &mut new, ns)?;
         let body_name = meta::name(&new).to_string();
         if body_name != name {
@@ -149,9 +169,17 @@ impl Registry {
             )));
         }
         self.store.write(|txn| {
-            let old = txn
-                .get(res, ns, name)
-                .ok_or_else(|| ApiError::not_found(info.group_resource(), name))?;
+            let Some(old) = txn.get(res, ns, name) else {
+                if target == Target::Main && creates_on_update(info) {
+                    // The stored object's version is what a precondition
+                    // compares with; there is none, so the body's is moot.
+                    meta::metadata_mut(&mut new).remove("resourceVersion");
+                    return self
+                        .create_in_txn(txn, res, new, dry_run)
+                        .map(|o| (o, true));
+                }
+                return Err(ApiError::not_found(info.group_resource(), name));
+            };
             let body_rv = meta::meta_str(&new, "resourceVersion")
                 .unwrap_or("")
                 .to_string();
@@ -177,6 +205,7 @@ impl Registry {
                 ));
             }
             self.update_in_txn(txn, res, &old, new, target, dry_run)
+                .map(|o| (o, false))
         })
     }
 
@@ -213,7 +242,8 @@ impl Registry {
             let old = txn
                 .get(res, ns, name)
                 .ok_or_else(|| ApiError::not_found(info.group_resource(), name))?;
-            let patched = patch::apply(kind, &old.value, &patch_value)?;
+            let mut patched = patch::apply(kind, &old.value, &patch_value)?;
+            decode::decode(info, &mut patched).map_err(|e| patch_decode_error(&patched, &e))?;
             let patched_rv = meta::meta_str(&patched, "resourceVersion").unwrap_or("");
             if !patched_rv.is_empty() && patched_rv != old.rv.to_string() {
                 return Err(ApiError::conflict(
@@ -275,6 +305,7 @@ impl Registry {
             }
             "Service" => errs.extend(carry_cluster_ip(&old.value, &mut new)),
             "Secret" => defaults::fold_secret_string_data(&mut new),
+            "Lease" => drop_disabled_lease_fields(Some(&old.value), &mut new),
             "Namespace" => {
                 if let (Some(o), Some(spec)) = (new.as_object_mut(), old.value.get("spec")) {
                     o.insert("spec".into(), spec.clone());
@@ -804,6 +835,52 @@ fn admit_service_account(txn: &Txn<'_>, info: &ResourceInfo, obj: &Value) -> Res
         ));
     }
     Ok(())
+}
+
+/// The create handler's answer to a body the typed decoder refuses.
+fn decode_error(info: &ResourceInfo, why: &str) -> ApiError {
+    let version = info.storage_version();
+    ApiError::bad_request(format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: {why}",
+        kind = info.kind
+    ))
+}
+
+/// The patch handler's answer when the patched object does not decode: a
+/// `422` on the field `patch`, showing the patched document.
+fn patch_decode_error(patched: &Value, why: &str) -> ApiError {
+    ApiError::invalid(
+        "",
+        "",
+        "",
+        &[FieldError::invalid(
+            "patch",
+            json!(patched.to_string()),
+            why,
+        )],
+    )
+}
+
+/// `AllowCreateOnUpdate`: kinds a PUT may create.
+pub fn creates_on_update(info: &ResourceInfo) -> bool {
+    info.kind == "Lease"
+}
+
+/// The lease strategy without the `CoordinatedLeaderElection` gate (off by
+/// default in v1.33): `strategy` and `preferredHolder` are dropped unless
+/// the stored object already has them.
+fn drop_disabled_lease_fields(old: Option<&Value>, new: &mut Value) {
+    let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["strategy", "preferredHolder"] {
+        if old
+            .and_then(|o| o.pointer(&format!("/spec/{field}")))
+            .is_none()
+        {
+            spec.remove(field);
+        }
+    }
 }
 
 /// Whether a DELETE answers with the deleted object (`ReturnDeletedObject`)

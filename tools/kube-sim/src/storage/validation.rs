@@ -310,6 +310,7 @@ pub fn validate_spec(info: &ResourceInfo, obj: &Value) -> Vec<FieldError> {
         "Secret" => validate_secret(obj),
         "Ingress" => validate_ingress(obj),
         "HTTPRoute" => validate_httproute(obj),
+        "Lease" => validate_lease(obj),
         _ => Vec::new(),
     }
 }
@@ -676,6 +677,31 @@ fn validate_ingress(ing: &Value) -> Vec<FieldError> {
                 ));
             }
         }
+    }
+    errs
+}
+
+/// `ValidateLeaseSpec`. `strategy` and `preferredHolder` are not checked:
+/// without the `CoordinatedLeaderElection` gate they never get this far.
+fn validate_lease(lease: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Some(v) = meta::path(lease, "spec.leaseDurationSeconds")
+        && v.as_i64().is_some_and(|n| n <= 0)
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseDurationSeconds",
+            v.clone(),
+            "must be greater than 0",
+        ));
+    }
+    if let Some(v) = meta::path(lease, "spec.leaseTransitions")
+        && v.as_i64().is_some_and(|n| n < 0)
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseTransitions",
+            v.clone(),
+            "must be greater than or equal to 0",
+        ));
     }
     errs
 }
