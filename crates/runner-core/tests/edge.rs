@@ -213,12 +213,20 @@ struct FakeResolver {
     calls: AtomicUsize,
     token: Option<String>,
     links: Mutex<Vec<String>>,
+    /// Every resolve waits until this is true (a session waking).
+    awake: Option<tokio::sync::watch::Receiver<bool>>,
+    /// What the edge holds while a request or connection is open.
+    in_use: Arc<()>,
 }
 
 #[async_trait]
 impl EdgeResolver for FakeResolver {
     async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(awake) = &self.awake {
+            let mut awake = awake.clone();
+            let _ = awake.wait_for(|awake| *awake).await;
+        }
         self.routes
             .get(host)
             .cloned()
@@ -227,6 +235,10 @@ impl EdgeResolver for FakeResolver {
 
     fn token_guarded(&self, _host: &SessionHost) -> Result<bool, EdgeRefusal> {
         Ok(self.token.is_some())
+    }
+
+    fn hold(&self, _host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        Some(Box::new(self.in_use.clone()))
     }
 
     fn token_admits(&self, _host: &SessionHost, token: &str) -> bool {
@@ -273,6 +285,10 @@ impl EdgeServer {
         });
         let base = PreviewBase::parse(BASE).unwrap();
         let edge = Edge::new(base, resolver.clone(), config, policy);
+        Self::serve(edge, resolver).await
+    }
+
+    async fn serve(edge: Edge, resolver: Arc<FakeResolver>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let mut tasks = JoinSet::new();
@@ -324,6 +340,7 @@ fn quick() -> EdgeConfig {
         idle_timeout: Duration::from_secs(30),
         max_connections_per_session: 8,
         wake_timeout: Duration::from_secs(30),
+        waking_page_after: Duration::from_millis(200),
     }
 }
 
@@ -1295,6 +1312,89 @@ async fn a_public_edge_still_asks_a_guarded_ports_token() {
         );
         let response = clients.get(open.address, &session, "/headers").await;
         assert_eq!(response.status(), StatusCode::OK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_browser_waiting_on_a_waking_session_gets_a_page_that_reloads() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let (wake, awake) = tokio::sync::watch::channel(false);
+        let resolver = Arc::new(FakeResolver {
+            routes: [(host(8845, ID), Ok(upstream.address))]
+                .into_iter()
+                .collect(),
+            awake: Some(awake),
+            ..FakeResolver::default()
+        });
+        let edge = Edge::new(
+            PreviewBase::parse(BASE).unwrap(),
+            resolver.clone(),
+            quick(),
+            AccessPolicy::public(),
+        );
+        let session = session_host_header(8845, ID);
+        let request = move |accept: &str| {
+            Request::get("/headers")
+                .header(header::HOST, session.as_str())
+                .header(header::ACCEPT, accept)
+                .body(Empty::<Bytes>::new())
+                .unwrap()
+        };
+        let server = EdgeServer::serve(edge.clone(), resolver.clone()).await;
+        let mut clients = Clients::default();
+        // A browser is told the session is waking, by a page that reloads.
+        let response = clients
+            .send(server.address, request("text/html,*/*;q=0.8"))
+            .await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        let page = text(response).await;
+        assert!(
+            page.contains("<meta http-equiv=\"refresh\" content=\"2\">"),
+            "{page}"
+        );
+        assert!(page.contains("is waking up"), "{page}");
+        // A client that is no browser is held until the session answers.
+        let mut api = Clients::default();
+        let address = server.address;
+        let held = tokio::spawn(async move {
+            api.send(address, request("application/json"))
+                .await
+                .status()
+        });
+        while resolver.calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!held.is_finished());
+        wake.send(true).unwrap();
+        assert_eq!(held.await.unwrap(), StatusCode::OK);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_open_connection_through_the_edge_keeps_its_session_in_use() {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let in_use = || Arc::strong_count(&server.resolver.in_use) - 1;
+        let tcp = TcpStream::connect(server.address).await.unwrap();
+        let request = format!("ws://{}/ws", session_host_header(8845, ID))
+            .into_client_request()
+            .unwrap();
+        let (mut socket, _) = tokio_tungstenite::client_async(request, tcp).await.unwrap();
+        socket.send(Message::text("hi")).await.unwrap();
+        socket.next().await.unwrap().unwrap();
+        assert_eq!(in_use(), 1, "held while the socket is open");
+        socket.close(None).await.unwrap();
+        while let Some(Ok(_)) = socket.next().await {}
+        server.edge.until_idle(ID).await;
+        assert_eq!(in_use(), 0, "let go with the socket");
+        server.edge.shutdown().await;
     })
     .await;
 }

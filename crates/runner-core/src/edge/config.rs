@@ -98,6 +98,7 @@ pub fn load_edge(env: &Env) -> Result<Option<EdgeSettings>, ConfigError> {
         idle_timeout: Duration::from_secs(RUNNER_EDGE_IDLE_TIMEOUT_SECONDS.positive_int(env)?),
         max_connections_per_session: RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION.positive_usize(env)?,
         wake_timeout: Duration::from_secs(RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS.positive_int(env)?),
+        waking_page_after: EdgeConfig::default().waking_page_after,
     };
     let policy = load_policy(env)?;
     let Some(raw) = RUNNER_PREVIEW_BASE_URL.string(env) else {

@@ -58,6 +58,9 @@ pub struct EdgeConfig {
     /// How long a request to a suspended or starting session is held while
     /// it comes up and its port answers (then 503).
     pub wake_timeout: Duration,
+    /// How long a browser's navigation waits for a waking session before it
+    /// is answered a page that reloads itself.
+    pub waking_page_after: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -68,6 +71,7 @@ impl Default for EdgeConfig {
             idle_timeout: Duration::from_secs(90),
             max_connections_per_session: 256,
             wake_timeout: Duration::from_secs(30),
+            waking_page_after: Duration::from_secs(2),
         }
     }
 }
@@ -219,7 +223,19 @@ impl Edge {
             self.inner.config.max_connections_per_session,
         )
         .ok_or(EdgeRefusal::TooManyConnections)?;
-        let address = self.inner.resolver.resolve(host).await?;
+        let navigation =
+            request.method() == Method::GET && !upgrading && prefers_html(request.headers());
+        let resolving = self.inner.resolver.resolve(host);
+        let address = if navigation {
+            // The wake goes on without this request; the page's reload
+            // waits on it again.
+            tokio::time::timeout(self.inner.config.waking_page_after, resolving)
+                .await
+                .map_err(|_| EdgeRefusal::Waking)??
+        } else {
+            resolving.await?
+        };
+        let hold = self.inner.resolver.hold(host);
         let uri: Uri = format!("http://{address}{target}")
             .parse()
             .map_err(|_| EdgeRefusal::BadRequest("the request target is not a valid path"))?;
@@ -288,6 +304,7 @@ impl Edge {
             parts.version = Version::HTTP_11;
             self.inner.tasks.spawn(async move {
                 let _guard = guard;
+                let _hold = hold;
                 match tokio::try_join!(client_upgrade, upstream_upgrade) {
                     Ok((client, upstream)) => {
                         splice(TokioIo::new(client), TokioIo::new(upstream)).await
@@ -306,6 +323,7 @@ impl Edge {
         parts.extensions = http::Extensions::new();
         let body = Guarded {
             inner: body,
+            _hold: hold,
             _guard: guard,
         };
         Ok(Response::from_parts(parts, Body::new(body)))
@@ -486,9 +504,13 @@ impl HttpBody for RequestBody {
     }
 }
 
-/// The app's response body, holding the session's slot until it ends.
+/// The app's response body, holding the session's slot (and whatever keeps
+/// it in use) until it ends.
 struct Guarded {
     inner: Incoming,
+    // Dropped before the slot: once a session's slots are all back, nothing
+    // of the edge keeps it in use.
+    _hold: Option<Box<dyn std::any::Any + Send + Sync>>,
     _guard: SlotGuard,
 }
 

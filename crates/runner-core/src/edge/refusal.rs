@@ -36,6 +36,10 @@ pub enum EdgeRefusal {
     UpstreamFailed,
     /// The port asks for access the request does not show (401).
     Unauthorized,
+    /// A browser's navigation to a session still waking (or starting)
+    /// after a moment: a page that says so and reloads itself (503,
+    /// `Retry-After: 2`).
+    Waking,
 }
 
 impl EdgeRefusal {
@@ -45,7 +49,7 @@ impl EdgeRefusal {
             EdgeRefusal::MisdirectedHost => StatusCode::MISDIRECTED_REQUEST,
             EdgeRefusal::UnknownSession | EdgeRefusal::PortNotPublished => StatusCode::NOT_FOUND,
             EdgeRefusal::Ended => StatusCode::GONE,
-            EdgeRefusal::Starting | EdgeRefusal::TooManyConnections => {
+            EdgeRefusal::Starting | EdgeRefusal::TooManyConnections | EdgeRefusal::Waking => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             EdgeRefusal::NotListening | EdgeRefusal::UpstreamFailed => StatusCode::BAD_GATEWAY,
@@ -69,13 +73,14 @@ impl EdgeRefusal {
             EdgeRefusal::BadRequest(_) => "bad_request",
             EdgeRefusal::UpstreamFailed => "upstream_failed",
             EdgeRefusal::Unauthorized => "unauthorized",
+            EdgeRefusal::Waking => "session_waking",
         }
     }
 
     /// Seconds a client should wait before trying again, where it may.
     pub fn retry_after(&self) -> Option<u32> {
         match self {
-            EdgeRefusal::Starting => Some(2),
+            EdgeRefusal::Starting | EdgeRefusal::Waking => Some(2),
             EdgeRefusal::NotListening | EdgeRefusal::TooManyConnections => Some(1),
             _ => None,
         }
@@ -134,6 +139,9 @@ impl EdgeRefusal {
                 ),
                 None => "this port is private".into(),
             },
+            EdgeRefusal::Waking => {
+                session("is waking up; this page reloads itself until it answers")
+            }
         }
     }
 }
@@ -150,9 +158,15 @@ pub fn refusal_response(
     let message = refusal.message(host);
     let (content_type, body) = if wants_html {
         let title = status.canonical_reason().unwrap_or("Error");
+        // The waking page comes back by itself: the browser asks again,
+        // which waits on the same resume, until the app answers.
+        let reload = match refusal {
+            EdgeRefusal::Waking => "<meta http-equiv=\"refresh\" content=\"2\">",
+            _ => "",
+        };
         let page = format!(
             "<!doctype html>\n<html lang=\"en\">\n<head><meta charset=\"utf-8\">\
-             <meta name=\"viewport\" content=\"width=device-width\">\
+             <meta name=\"viewport\" content=\"width=device-width\">{reload}\
              <title>{code} {title}</title></head>\n<body>\n<h1>{code} {title}</h1>\n\
              <p>{message}</p>\n</body>\n</html>\n",
             code = status.as_u16(),

@@ -11,6 +11,13 @@ use super::{EdgeRefusal, SessionHost};
 pub trait EdgeResolver: Send + Sync + 'static {
     async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal>;
 
+    /// Something to keep while a request or upgraded connection to the
+    /// session is open through the edge: the session counts as in use (not
+    /// idle) for as long as it is held.
+    fn hold(&self, _host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        None
+    }
+
     /// Whether a workload token of the session guards `host.port` (then
     /// the port asks for access even on a public edge); `UnknownSession`
     /// or `Ended` for a session that is not there to guard anything.

@@ -49,6 +49,13 @@ impl EdgeResolver for SessionRegistry {
         Ok(address)
     }
 
+    fn hold(&self, host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        // Held like a subscriber: a watch session is not idle while a
+        // request or a proxied WebSocket to it is open.
+        let session = self.get(&host.session_id)?;
+        Some(Box::new(session.subscriber()))
+    }
+
     fn token_guarded(&self, host: &SessionHost) -> Result<bool, EdgeRefusal> {
         let session = self
             .get(&host.session_id)
