@@ -119,6 +119,20 @@ pub trait BackendSession: Send + Sync + 'static {
     fn detach(&self) {}
 }
 
+/// Where a backend publishes a session's ports (a Service and an Ingress or
+/// HTTPRoute per session): told when an app's kernel resolved other ports
+/// while it runs, so they are published live, as the reference does.
+pub trait PortRouter: Send + Sync + 'static {
+    /// Publish `all` (every port the session's apps declare now) in the
+    /// background, and say how clients reach `added`. Must not block: it is
+    /// called from the session's event path.
+    fn ports_changed(
+        &self,
+        added: &[runner_api::types::PortMapping],
+        all: &[runner_api::types::PortMapping],
+    ) -> Vec<runner_api::types::RunnerEndpoint>;
+}
+
 /// Why a workspace operation failed. Only the HTTP layer turns a cause into
 /// a status and an error code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

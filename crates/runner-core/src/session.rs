@@ -130,6 +130,9 @@ pub struct Session {
     pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
     /// Its share links (`/v1/sessions/{id}/links`).
     pub links: links::ShareLinks,
+    /// Where ports its apps' kernels resolve are published, when the
+    /// backend publishes ports per session.
+    port_router: Mutex<Option<Arc<dyn crate::backend_session::PortRouter>>>,
     /// The tcp ports it publishes now (its endpoints), the only ones the
     /// edge forwards to.
     published: Mutex<std::collections::BTreeSet<u16>>,
@@ -255,6 +258,7 @@ impl Session {
             webhooks: std::sync::OnceLock::new(),
             preview: std::sync::OnceLock::new(),
             links: links::ShareLinks::default(),
+            port_router: Mutex::new(None),
             published: Mutex::new(std::collections::BTreeSet::new()),
         }
     }

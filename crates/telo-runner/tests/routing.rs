@@ -977,3 +977,100 @@ async fn routes_whose_status_cannot_be_read_say_so_instead_of_blaming_the_contro
     .await;
     runner.stop().await;
 }
+
+/// The ports of the rules of `ingress`.
+fn rule_ports(ingress: &Value) -> Vec<u64> {
+    ingress["spec"]["rules"]
+        .as_array()
+        .map(|rules| {
+            rules
+                .iter()
+                .filter_map(|rule| {
+                    rule["http"]["paths"][0]["backend"]["service"]["port"]["number"].as_u64()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_a_watch_apps_kernel_resolves_is_routed_live() {
+    let mut env = INGRESS_ENV.to_vec();
+    env.push(("RUNNER_WATCH_SESSIONS", "true"));
+    let runner = Runner::start_kube(common::cluster().ingress_class("nginx", false), &env).await;
+    let sim = runner.sim.as_ref().unwrap();
+    let first = test_support::free_port();
+    let second = if first == 65535 { first - 1 } else { first + 1 };
+    // No port is declared: the kernel resolves the one its app listens on.
+    let id = runner
+        .create_body(common::watch::watch_body(
+            json!({"listen": [first], "stdout": ["up"]}),
+        ))
+        .await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.event.as_deref() == Some("endpoints"))
+        .await;
+    let added = &frames.last().unwrap().json()["added"][0];
+    assert_eq!(added["port"], first);
+    assert_eq!(added["url"], format!("https://{}", host(first, &id)));
+    let name = format!("telo-run-{id}");
+    let ingress = sim
+        .wait_for_value(
+            "ingresses",
+            NS,
+            &name,
+            |i| rule_ports(i) == [u64::from(first)],
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ingress["spec"]["rules"][0]["host"], host(first, &id));
+    sim.wait_for_value(
+        "services",
+        NS,
+        &name,
+        |s| s["spec"]["ports"][0]["port"] == first,
+        WAIT,
+    )
+    .await
+    .unwrap();
+
+    // The app moves to another port: the routes follow, the pod stays.
+    let owner = |ingress: &Value| ingress["metadata"]["ownerReferences"][0]["uid"].clone();
+    let pod_before = owner(&ingress);
+    assert!(pod_before.is_string(), "{ingress}");
+    let (status, body) = common::watch::request(
+        &runner,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "telo.yaml", "content": common::watch::manifest(json!({"listen": [second], "stdout": ["moved"]}))}]})),
+    )
+    .await;
+    assert!(status.is_success(), "{body}");
+    let frames = events
+        .events_until(|f| {
+            f.event.as_deref() == Some("endpoints") && f.json()["added"][0]["port"] == second
+        })
+        .await;
+    let moved = frames.last().unwrap().json();
+    assert_eq!(
+        moved["added"][0]["url"],
+        format!("https://{}", host(second, &id))
+    );
+    assert_eq!(moved["removed"][0]["port"], first);
+    let ingress = sim
+        .wait_for_value(
+            "ingresses",
+            NS,
+            &name,
+            |i| rule_ports(i) == [u64::from(second)],
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(owner(&ingress), pod_before, "no pod was recreated");
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    events.events_until_end().await;
+    runner.stop().await;
+}

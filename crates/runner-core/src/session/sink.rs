@@ -234,13 +234,21 @@ impl SessionSink {
             .filter(|p| p.protocol == runner_api::types::PortProtocol::Tcp)
             .map(|p| p.port)
             .collect();
-        self.endpoints(
-            app,
-            accepted
+        let router = lock(&self.session.port_router).clone();
+        let added = match router {
+            Some(router) => {
+                let all = self.session.ports_after(app, &accepted, &removed);
+                router.ports_changed(&accepted, &all)
+            }
+            None => accepted
                 .iter()
                 .copied()
                 .map(RunnerEndpoint::unrouted)
                 .collect(),
+        };
+        self.endpoints(
+            app,
+            added,
             removed
                 .iter()
                 .copied()
@@ -249,6 +257,12 @@ impl SessionSink {
             rejected,
         );
         Some(tcp)
+    }
+
+    /// From now on, ports an app's kernel resolves are published by
+    /// `router` (replacing any router before it: a new pod has its own).
+    pub fn route_ports(&self, router: Arc<dyn crate::backend_session::PortRouter>) {
+        *lock(&self.session.port_router) = Some(router);
     }
 
     /// An app's routable ports changed.

@@ -200,6 +200,32 @@ impl Session {
         (accepted, removed, rejected)
     }
 
+    /// Every port the session's apps declare once `app` gains `accepted`
+    /// and loses `removed`.
+    pub(super) fn ports_after(
+        &self,
+        app: &str,
+        accepted: &[PortMapping],
+        removed: &[PortMapping],
+    ) -> Vec<PortMapping> {
+        let state = lock(&self.state);
+        let mut all: Vec<PortMapping> = Vec::new();
+        for channel in &state.channels {
+            for port in &channel.ports {
+                let gone = channel.name == app && removed.contains(port);
+                if !gone && !all.contains(port) {
+                    all.push(*port);
+                }
+            }
+        }
+        for port in accepted {
+            if !all.contains(port) {
+                all.push(*port);
+            }
+        }
+        all
+    }
+
     /// Applies an `endpoints` delta to the app's declared ports.
     pub(super) fn apply_endpoints(
         &self,

@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod health;
 pub mod informer;
 pub mod ingress;
+pub mod live;
 pub mod meta;
 pub mod mode;
 pub mod service;

@@ -501,9 +501,6 @@ impl KubeWatch {
                 terminal::attach_output(&ctx.pods, name, output).await,
             ));
         }
-        for (index, app) in apps.iter().enumerate() {
-            self.relay_app(ctx, ip, index, app, &teardown);
-        }
         let ports: Vec<PortMapping> = apps.iter().flat_map(|a| a.ports.iter().copied()).collect();
         // The agent's port joins the session's routes (the manifest won
         // any clash before the session existed).
@@ -515,6 +512,22 @@ impl KubeWatch {
                 port: agent.port,
                 protocol: runner_core::types::PortProtocol::Tcp,
             });
+        // Ports the kernels resolve from now on are published live; set
+        // before the relays start, which carry the kernels' news.
+        if let Some(router) = &ctx.router {
+            sink.route_ports(Arc::new(crate::routing::live::LivePorts::new(
+                router.clone(),
+                &self.id,
+                name,
+                pod.metadata.uid.as_deref().unwrap_or_default(),
+                agent_port.into_iter().collect(),
+                ctx.tasks.clone(),
+                teardown.clone(),
+            )));
+        }
+        for (index, app) in apps.iter().enumerate() {
+            self.relay_app(ctx, ip, index, app, &teardown);
+        }
         let published: Vec<PortMapping> = ports.iter().copied().chain(agent_port).collect();
         let routes = match &ctx.router {
             Some(router) if !published.is_empty() => {
