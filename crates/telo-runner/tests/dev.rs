@@ -32,7 +32,11 @@ impl Dev {
         for companion in ["fake-telo", "kube-sim"] {
             test_support::fake_telo::workspace_binary(companion);
         }
-        let mut child = dev_command(args).stdout(Stdio::piped()).spawn().unwrap();
+        Self::start_command(dev_command(args))
+    }
+
+    fn start_command(mut command: Command) -> Dev {
+        let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
         let (lines, seen) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -261,4 +265,103 @@ fn dev_refuses_origins_it_cannot_honour_with_exit_2() {
         assert_eq!(output.status.code(), Some(2));
         assert_eq!(String::from_utf8_lossy(&output.stderr), message);
     }
+}
+
+/// The page headless Chromium shows for `url` (its DOM), as a browser
+/// opens a preview link: `*.localhost` resolved to loopback by the browser
+/// itself, redirects followed, cookies kept.
+fn chromium_page(url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--dump-dom", url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium runs (.ci/run installs Debian's chromium)");
+    let stdout = child.stdout.take().unwrap();
+    let (done, page) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
+        let _ = done.send(text);
+    });
+    let text = page.recv_timeout(START_BOUND);
+    let _ = child.kill();
+    let _ = child.wait();
+    text.expect("chromium printed the page in time")
+}
+
+#[rstest::rstest]
+#[case::local(&[], "public")]
+#[case::kubernetes_private(&["--kubernetes"], "private")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_link_from_dev_opens_in_a_real_browser(
+    #[case] args: &[&str],
+    #[case] access: &str,
+) {
+    for companion in ["fake-telo", "kube-sim"] {
+        test_support::fake_telo::workspace_binary(companion);
+    }
+    let mut command = dev_command(args);
+    command.env("RUNNER_PREVIEW_ACCESS", access);
+    let dev = Dev::start_command(command);
+    let client = runner_core::http_client::client();
+    let port = test_support::free_port();
+    let mut body = start_body(json!({"listen": [port], "stdout": ["up"]}));
+    body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+    let created: Value = client
+        .post(dev.url("/v1/sessions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events =
+        test_support::sse::SseStream::connect(&dev.url(&format!("/v1/sessions/{id}/events")), &[])
+            .await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let url = frames.last().unwrap().json()["status"]["endpoints"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dev_port = dev.base.rsplit(':').next().unwrap().to_owned();
+    let origin = format!("http://{port}-{id}.localhost:{dev_port}");
+    assert!(url.starts_with(&origin), "{url}");
+    assert_eq!(url.contains("telo_access="), access == "private", "{url}");
+    // The app may take a moment to listen after `running`: a browser's
+    // reload, bounded.
+    let deadline = std::time::Instant::now() + START_BOUND;
+    let page = loop {
+        let url = url.clone();
+        let page = tokio::task::spawn_blocking(move || chromium_page(&url))
+            .await
+            .unwrap();
+        if page.contains(&format!("ok {port}")) {
+            break page;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(page.contains(&format!("ok {port}")), "{page}");
+    client
+        .delete(dev.url(&format!("/v1/sessions/{id}")))
+        .send()
+        .await
+        .unwrap();
+    events.events_until_end().await;
+    dev.stop();
 }
