@@ -365,3 +365,45 @@ async fn a_preview_link_from_dev_opens_in_a_real_browser(
     events.events_until_end().await;
     dev.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_client_prints_the_preview_link_dev_serves() {
+    let dev = Dev::start(&[]);
+    let app = tempfile::tempdir().unwrap();
+    std::fs::write(
+        app.path().join("telo.yaml"),
+        "kind: Telo.Application\nmetadata: { name: test }\nfakeTelo: {\"stdout\": [\"up\"], \"exitCode\": 0}\n",
+    )
+    .unwrap();
+    let port = test_support::free_port();
+    let output = Command::new(BIN)
+        .args([
+            "run",
+            app.path().to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--runner",
+            &dev.base,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dev_port = dev.base.rsplit(':').next().unwrap();
+    let line = said
+        .lines()
+        .find(|line| line.starts_with("telo-runner: endpoint "))
+        .unwrap_or_else(|| panic!("no endpoint line in {said}"));
+    let link = line.trim_start_matches("telo-runner: endpoint ");
+    assert!(
+        link.starts_with(&format!("http://{port}-"))
+            && link.ends_with(&format!(".localhost:{dev_port}/")),
+        "{link}"
+    );
+    dev.stop();
+}

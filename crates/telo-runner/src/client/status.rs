@@ -17,7 +17,14 @@ pub fn exit_code_of(status: &RunStatus) -> u8 {
 /// host (`""`) filled from the runner's (docs/contract.md §3.2).
 pub fn endpoint_text(endpoint: &RunnerEndpoint, runner_host: &str) -> String {
     if let Some(url) = &endpoint.url {
-        return url.clone();
+        // An address without a path reads as a link to its root page, the
+        // way a browser shows it (`http://8845-<id>.localhost:8061/`).
+        let after_scheme = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        return if after_scheme.contains('/') {
+            url.clone()
+        } else {
+            format!("{url}/")
+        };
     }
     let host = if endpoint.host.is_empty() {
         runner_host
@@ -155,7 +162,15 @@ mod tests {
                 json!({"host": "", "port": 8080, "protocol": "tcp", "url": "https://a.example"}),
                 "r"
             ),
-            "https://a.example"
+            "https://a.example/"
+        );
+        assert_eq!(
+            endpoint_text(
+                json!({"host": "", "port": 8845, "protocol": "tcp",
+                       "url": "http://8845-abc.localhost:8061/?telo_access=g"}),
+                "r"
+            ),
+            "http://8845-abc.localhost:8061/?telo_access=g"
         );
         assert_eq!(
             endpoint_text(
