@@ -36,6 +36,7 @@ impl Observer<'_> {
             );
         }
         if let Some(inspect) = inspect {
+            self.sink.inspect_at(inspect);
             let frames = self.sink.clone();
             self.tasks.spawn(
                 relay_debug_stream(

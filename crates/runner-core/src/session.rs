@@ -130,6 +130,10 @@ pub struct Session {
     pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
     /// Its share links (`/v1/sessions/{id}/links`).
     pub links: links::ShareLinks,
+    /// It runs with `inspect` (its kernel's inspection port may be served
+    /// through the edge), and where that port is once the backend says.
+    inspect_requested: AtomicBool,
+    inspect_address: std::sync::OnceLock<std::net::SocketAddr>,
     /// Where ports its apps' kernels resolve are published, when the
     /// backend publishes ports per session.
     port_router: Mutex<Option<Arc<dyn crate::backend_session::PortRouter>>>,
@@ -259,6 +263,8 @@ impl Session {
             preview: std::sync::OnceLock::new(),
             links: links::ShareLinks::default(),
             port_router: Mutex::new(None),
+            inspect_requested: AtomicBool::new(false),
+            inspect_address: std::sync::OnceLock::new(),
             published: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
@@ -275,9 +281,38 @@ impl Session {
         lock(&self.published).contains(&port) || self.publishes_tcp_port(port)
     }
 
+    /// Where its kernel's inspection port is, once the backend said.
+    pub fn inspect_address(&self) -> Option<std::net::SocketAddr> {
+        self.inspect_address.get().copied()
+    }
+
+    pub(crate) fn record_inspect_address(&self, address: std::net::SocketAddr) {
+        let _ = self.inspect_address.set(address);
+    }
+
+    /// Whether the edge serves `port` of this session: a tcp port it
+    /// publishes, or its kernel's inspection port (when no app took it).
+    pub fn serves_on_edge(&self, port: u16) -> bool {
+        self.publishes_tcp(port)
+            || (port == crate::edge::INSPECT_PORT && self.inspect_address().is_some())
+    }
+
     /// Keeps the published ports, and gives each tcp endpoint its edge URL
-    /// when the edge is on.
+    /// when the edge is on (and a session run with `inspect` its
+    /// `inspectUrl`).
     fn with_edge_urls(&self, mut event: RunEvent) -> RunEvent {
+        if let (
+            Some(preview),
+            RunEvent::Status {
+                status: RunStatus::Running { inspect_url, .. },
+            },
+        ) = (self.preview.get(), &mut event)
+            && self.inspect_requested.load(Ordering::SeqCst)
+        {
+            let port = crate::edge::INSPECT_PORT;
+            let guarded = self.edge_access(None, Some(port)) != EdgeAccess::Open;
+            *inspect_url = Some(preview.reported_url(&self.id, port, guarded));
+        }
         let (added, removed) = match &mut event {
             // A `running` that lists endpoints says what is published now;
             // one without (a watch session's) leaves the ports its
@@ -511,6 +546,7 @@ impl Session {
     }
 
     pub(crate) fn close_gate(&self, inspect: bool) {
+        self.inspect_requested.store(inspect, Ordering::SeqCst);
         *lock(&self.gate) = Some(StartGate::new(inspect));
         self.gated.store(true, Ordering::SeqCst);
     }

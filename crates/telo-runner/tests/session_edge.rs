@@ -155,10 +155,11 @@ async fn a_request_to_a_suspended_sessions_port_wakes_it() {
     let host = format!("{port}-{id}.preview.test");
     let (status, body) = via_host(&runner, &host).await;
     assert_eq!((status, body), (StatusCode::OK, format!("ok {port}")));
-    // It ran again: a second generation of its app (it may be suspended
-    // again by now, one idle second later).
-    let (_, snapshot) = runner.get(&format!("/v1/sessions/{id}")).await;
-    assert_eq!(snapshot["apps"][0]["generation"], 2, "{snapshot}");
+    // It ran again: a second generation of its app, attributed to the
+    // resume (its `run` event may follow the port's first answer).
+    let mut events = runner.events(&id, &[]).await;
+    let started = common::watch::run_event(&mut events, "app", "started", 2).await;
+    assert_eq!(started["trigger"], "resume", "{started}");
     runner.delete(&format!("/v1/sessions/{id}")).await;
     runner.stop().await;
 }
@@ -427,4 +428,71 @@ async fn grants_links_and_cookies_never_reach_the_log() {
         let token = secret.rsplit(['=']).next().unwrap();
         assert!(!logged.contains(token), "{secret} is in the log");
     }
+}
+
+#[rstest]
+#[case::local(Backend::Local)]
+#[case::kubernetes(Backend::Kubernetes)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspected_sessions_kernel_is_served_at_its_inspect_url(#[case] backend: Backend) {
+    let runner = Runner::start_on(backend, &[("RUNNER_PREVIEW_BASE_URL", BASE)]).await;
+    let mut body =
+        test_support::bundle::start_body(json!({"stdout": ["up"], "exitAfterMs": 60_000}));
+    body["inspect"] = json!(true);
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    let frames = events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let running = frames.last().unwrap().json();
+    assert_eq!(
+        running["status"]["inspectUrl"],
+        format!("http://9230-{id}.preview.test"),
+        "{running}"
+    );
+    // The kernel's debug stream, through the edge.
+    let host = format!("9230-{id}.preview.test");
+    let deadline = std::time::Instant::now() + test_support::WAIT;
+    let mut response = loop {
+        let response = runner
+            .client
+            .get(runner.url("/events"))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        if response.status() != StatusCode::BAD_GATEWAY {
+            break response;
+        }
+        assert!(std::time::Instant::now() < deadline, "never served");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(response.status(), StatusCode::OK);
+    let first = tokio::time::timeout(test_support::WAIT, response.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!first.is_empty());
+    drop(response);
+    // A session without inspect has no such port.
+    let plain = runner
+        .create(json!({"stdout": ["up"], "exitAfterMs": 60_000}))
+        .await;
+    let mut plain_events = runner.events(&plain, &[]).await;
+    let frames = plain_events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    assert!(
+        frames.last().unwrap().json()["status"]
+            .get("inspectUrl")
+            .is_none()
+    );
+    let (status, body) = via_host(&runner, &format!("9230-{plain}.preview.test")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    for session in [&id, &plain] {
+        runner.delete(&format!("/v1/sessions/{session}")).await;
+    }
+    events.events_until_end().await;
+    runner.stop().await;
 }

@@ -47,6 +47,11 @@ impl PreviewBase {
     }
 }
 
+/// The port label of a session's kernel inspection (`9230-<id>.<host>`),
+/// as the reference runner names it: served through the edge when the
+/// session runs with `inspect` and no app of it publishes that port.
+pub const INSPECT_PORT: u16 = 9230;
+
 /// What a session needs of the edge to report its URLs: where session
 /// hosts live and who may pass.
 #[derive(Debug, Clone)]

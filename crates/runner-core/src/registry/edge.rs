@@ -80,12 +80,18 @@ impl EdgeResolver for SessionRegistry {
 
 impl SessionRegistry {
     fn address_of(&self, session: &Session, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
-        if !session.publishes_tcp(host.port) {
-            return Err(EdgeRefusal::PortNotPublished);
+        if session.publishes_tcp(host.port) {
+            return self
+                .backend()
+                .edge_address(&host.session_id, host.port)
+                .ok_or(EdgeRefusal::NotListening);
         }
-        self.backend()
-            .edge_address(&host.session_id, host.port)
-            .ok_or(EdgeRefusal::NotListening)
+        if host.port == crate::edge::INSPECT_PORT
+            && let Some(address) = session.inspect_address()
+        {
+            return Ok(address);
+        }
+        Err(EdgeRefusal::PortNotPublished)
     }
 
     /// Waits until `session` runs and publishes `host.port`, resuming it if
@@ -103,7 +109,7 @@ impl SessionRegistry {
                 RunStatus::Exited { .. } | RunStatus::Failed { .. } | RunStatus::Stopped => {
                     return Err(EdgeRefusal::Ended);
                 }
-                RunStatus::Running { .. } if session.publishes_tcp(host.port) => return Ok(()),
+                RunStatus::Running { .. } if session.serves_on_edge(host.port) => return Ok(()),
                 RunStatus::Suspended if !woken => {
                     woken = true;
                     info!(session_id = %session.id(), "a request to a suspended session's port wakes it");

@@ -259,6 +259,11 @@ impl SessionSink {
         Some(tcp)
     }
 
+    /// The session's kernel serves its inspection at `address`.
+    pub fn inspect_at(&self, address: std::net::SocketAddr) {
+        self.session.record_inspect_address(address);
+    }
+
     /// From now on, ports an app's kernel resolves are published by
     /// `router` (replacing any router before it: a new pod has its own).
     pub fn route_ports(&self, router: Arc<dyn crate::backend_session::PortRouter>) {
