@@ -63,6 +63,12 @@ enum Scenario {
     /// request (N requests, default 5,000, side by side with an open
     /// runner), and the memory of 10,000 rate-limited principals.
     Access,
+    /// The session edge as a reverse proxy beside direct and nginx: small
+    /// requests at 1/50/500 clients (`--requests` per level, default
+    /// 20,000), 1 GiB streamed each way (`--bytes`), 10,000 idle proxied
+    /// WebSockets (`--websockets`), 20 wakes of a suspended session by a
+    /// request (`--wakes`); local backend.
+    Edge,
     /// Every scenario in turn.
     All,
 }
@@ -84,6 +90,7 @@ impl Scenario {
             Scenario::WatchPool => "watch-pool",
             Scenario::ConnectionPressure => "connection-pressure",
             Scenario::Access => "access",
+            Scenario::Edge => "edge",
             Scenario::All => "all",
         }
     }
@@ -101,9 +108,20 @@ struct Args {
     /// Sessions started at once (default 50; start-output 5).
     #[arg(long)]
     concurrency: Option<usize>,
-    /// relay-throughput: bytes the workload writes (default 512 MiB).
+    /// relay-throughput: bytes the workload writes (default 512 MiB); edge:
+    /// bytes downloaded and uploaded through each proxy (default 1 GiB).
     #[arg(long)]
     bytes: Option<u64>,
+    /// edge: `GET /small` requests per proxy at each client count, shared
+    /// evenly among the clients (default 20,000).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// edge: idle WebSockets held through each proxy (default 10,000).
+    #[arg(long)]
+    websockets: Option<usize>,
+    /// edge: wakes of a suspended session by a request (default 20).
+    #[arg(long)]
+    wakes: Option<usize>,
     /// fanout: lines each session prints (default 100, one per 100 ms).
     #[arg(long)]
     lines: Option<u64>,
@@ -187,6 +205,9 @@ fn command_line(args: &Args, scenario: Scenario) -> String {
         ("--sessions", args.sessions.map(|v| v.to_string())),
         ("--concurrency", args.concurrency.map(|v| v.to_string())),
         ("--bytes", args.bytes.map(|v| v.to_string())),
+        ("--requests", args.requests.map(|v| v.to_string())),
+        ("--websockets", args.websockets.map(|v| v.to_string())),
+        ("--wakes", args.wakes.map(|v| v.to_string())),
         ("--lines", args.lines.map(|v| v.to_string())),
         ("--files", args.files.map(|v| v.to_string())),
         ("--cold", args.cold.map(|v| v.to_string())),
@@ -276,6 +297,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             sessions: args.sessions,
             concurrency: args.concurrency,
             bytes: args.bytes,
+            requests: args.requests,
+            websockets: args.websockets,
+            wakes: args.wakes,
             lines: args.lines,
             files: args.files,
             workloads: args.workloads,
@@ -307,6 +331,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::WatchPool => scenarios::watch_pool::run(&ctx).await?,
             Scenario::ConnectionPressure => scenarios::conn_pressure::run(&ctx).await?,
             Scenario::Access => scenarios::access::run(&ctx).await?,
+            Scenario::Edge => scenarios::edge::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

@@ -70,6 +70,7 @@ fn bin_dir() -> PathBuf {
 #[case::watch_suspend_local(&["watch-suspend", "--sessions", "2", "--backend", "local"])]
 #[case::warm_pool(&["warm-pool", "--sessions", "2", "--pool-sizes", "0,1"])]
 #[case::access_local(&["access", "--sessions", "20", "--backend", "local"])]
+#[case::edge_local(&["edge", "--requests", "50", "--bytes", "1048576", "--websockets", "20", "--wakes", "2", "--backend", "local"])]
 fn the_scenario_runs_and_prints_its_figures(#[case] args: &[&str]) {
     scenario_prints_its_figures(args);
 }

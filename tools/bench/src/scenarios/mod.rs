@@ -4,6 +4,7 @@ pub mod access;
 pub mod apiserver_load;
 pub mod big_bundles;
 pub mod conn_pressure;
+pub mod edge;
 pub mod fanout;
 pub mod footprint;
 pub mod real_kernel;
@@ -29,6 +30,12 @@ pub struct Ctx {
     pub sessions: Option<usize>,
     pub concurrency: Option<usize>,
     pub bytes: Option<u64>,
+    /// edge: `GET /small` requests per proxy and client count.
+    pub requests: Option<usize>,
+    /// edge: idle WebSockets held through each proxy.
+    pub websockets: Option<usize>,
+    /// edge: wakes of a suspended session by a request.
+    pub wakes: Option<usize>,
     pub lines: Option<u64>,
     /// big-bundles: files in each bundle.
     pub files: Option<usize>,
