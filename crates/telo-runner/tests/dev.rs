@@ -92,11 +92,23 @@ impl Dev {
 }
 
 impl Drop for Dev {
+    /// A test that failed before `stop`: SIGTERM first, so dev stops what
+    /// it started (a SIGKILL would leave its kube-sim running), then a kill
+    /// if it does not exit in time.
     fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + STOP_BOUND;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
