@@ -25,6 +25,9 @@ struct Dev {
     child: Option<Child>,
     said: Vec<String>,
     base: String,
+    /// Its own sessions' directory: two local runners may not share one,
+    /// and tests run side by side.
+    _work: tempfile::TempDir,
 }
 
 impl Dev {
@@ -36,7 +39,12 @@ impl Dev {
     }
 
     fn start_command(mut command: Command) -> Dev {
-        let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let mut child = command
+            .env("RUNNER_LOCAL_WORK_DIR", work.path().join("sessions"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let (lines, seen) = mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -67,6 +75,7 @@ impl Dev {
             child: Some(child),
             said,
             base,
+            _work: work,
         }
     }
 
