@@ -99,14 +99,6 @@ pub trait Backend: Send + Sync + 'static {
         SessionResources::default()
     }
 
-    /// Where the session edge dials session `session_id`'s `port`: the
-    /// workload's own address (a pod's IP; loopback for a local process).
-    /// `None` when the backend cannot say (the edge answers that nothing
-    /// listens). Only ports the session published are ever asked for.
-    fn edge_address(&self, _session_id: &str, _port: u16) -> Option<std::net::SocketAddr> {
-        None
-    }
-
     /// The telo releases a request may name (`features.teloVersions`);
     /// `None` when sessions run the kernel the backend provides.
     fn telo_versions(&self) -> Option<&dyn TeloVersions> {

@@ -27,6 +27,7 @@ pub mod launch;
 pub mod metrics;
 pub mod observe;
 pub mod oidc;
+pub mod reach;
 pub mod reachability;
 pub mod registry;
 pub mod replay;

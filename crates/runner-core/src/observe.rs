@@ -1,9 +1,8 @@
 //! Observing a workload from the outside while it runs: its tcp ports
 //! probed (`reachability` events) and its kernel's debug stream relayed.
 //! Both backends do this the same way once they know where the workload
-//! listens; only the address differs (loopback, a pod IP).
-
-use std::net::{IpAddr, SocketAddr};
+//! listens; only where they dial differs (a pod IP, a session's own network
+//! namespace, loopback).
 
 use runner_api::ports::tcp_ports;
 use runner_api::watch::AppSpec;
@@ -11,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::debug_relay::relay_debug_stream;
+use crate::reach::Reach;
 use crate::reachability::{probe_app_reachability, probe_reachability};
 use crate::session::SessionSink;
 use crate::tasks::OwnedTasks;
@@ -18,21 +18,27 @@ use crate::tasks::OwnedTasks;
 /// Where a workload can be observed from and what stops the observing.
 pub struct Observer<'a> {
     pub tasks: &'a OwnedTasks,
-    pub http: &'a reqwest::Client,
     pub sink: &'a SessionSink,
     /// Where the workload's ports are dialed.
-    pub host: IpAddr,
+    pub reach: Reach,
     pub stop: &'a CancellationToken,
 }
 
 impl Observer<'_> {
-    /// A run session: `tcp_ports` probed, and the kernel's debug stream at
-    /// `inspect` relayed as the session's `debug` events.
-    pub fn run_session(&self, tcp_ports: Vec<u16>, inspect: Option<SocketAddr>) {
+    /// A run session: `tcp_ports` probed, and the kernel's debug stream on
+    /// its `inspect` port relayed as the session's `debug` events. The edge
+    /// dials the session where the observer does.
+    pub fn run_session(&self, tcp_ports: Vec<u16>, inspect: Option<u16>) {
+        self.sink.reach_at(self.reach.clone());
         if !tcp_ports.is_empty() {
             self.tasks.spawn(
-                probe_reachability(self.host, tcp_ports, self.sink.clone(), self.stop.clone())
-                    .instrument(Span::current()),
+                probe_reachability(
+                    self.reach.clone(),
+                    tcp_ports,
+                    self.sink.clone(),
+                    self.stop.clone(),
+                )
+                .instrument(Span::current()),
             );
         }
         if let Some(inspect) = inspect {
@@ -40,8 +46,8 @@ impl Observer<'_> {
             let frames = self.sink.clone();
             self.tasks.spawn(
                 relay_debug_stream(
-                    self.http.clone(),
-                    events_url(inspect),
+                    self.reach.clone(),
+                    inspect,
                     move |frame| frames.debug(frame),
                     self.stop.clone(),
                 )
@@ -53,24 +59,26 @@ impl Observer<'_> {
     /// One app of a watch session: its kernel's debug stream relayed as
     /// the app's (the ports the kernel resolves announced, and new tcp ones
     /// probed: the kernel's own account of its ports wins over the
-    /// request's), and the tcp ports it declares probed.
-    pub fn observe_app(&self, app: &AppSpec, inspect: SocketAddr) {
+    /// request's), and the tcp ports it declares probed. Its kernel's
+    /// debug port is `inspect`.
+    pub fn observe_app(&self, app: &AppSpec, inspect: u16) {
+        self.sink.reach_at(self.reach.clone());
         let sink = self.sink.clone();
         let name = app.name.clone();
         let probes = self.tasks.clone();
         let probe_stop = self.stop.clone();
-        let host = self.host;
+        let reach = self.reach.clone();
         self.tasks.spawn(
             relay_debug_stream(
-                self.http.clone(),
-                events_url(inspect),
+                self.reach.clone(),
+                inspect,
                 move |frame| {
                     if let Some(tcp) = sink.ports_resolved(&name, &frame)
                         && !tcp.is_empty()
                     {
                         probes.spawn(
                             probe_app_reachability(
-                                host,
+                                reach.clone(),
                                 name.clone(),
                                 tcp,
                                 sink.clone(),
@@ -89,7 +97,7 @@ impl Observer<'_> {
         if !tcp.is_empty() {
             self.tasks.spawn(
                 probe_app_reachability(
-                    self.host,
+                    self.reach.clone(),
                     app.name.clone(),
                     tcp,
                     self.sink.clone(),
@@ -99,9 +107,4 @@ impl Observer<'_> {
             );
         }
     }
-}
-
-/// The kernel debug stream's address on its `--inspect` listener.
-fn events_url(inspect: SocketAddr) -> String {
-    format!("http://{inspect}/events")
 }

@@ -2,14 +2,13 @@
 //! signal (`checking` → `reachable`, or `unreachable` after a while and maybe
 //! `reachable` later), not continuous monitoring.
 
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use runner_api::types::ReachabilityState;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
+use crate::reach::Reach;
 use crate::session::SessionSink;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(1_000);
@@ -25,13 +24,13 @@ pub const RETRY_INTERVAL_AFTER_UNREACHABLE: Duration = Duration::from_millis(5_0
 
 /// Watch every port concurrently until each is reachable or `stop` fires.
 pub async fn probe_reachability(
-    host: IpAddr,
+    reach: Reach,
     ports: Vec<u16>,
     sink: SessionSink,
     stop: CancellationToken,
 ) {
     probe_app_reachability(
-        host,
+        reach,
         runner_api::watch::DEFAULT_APP_NAME.to_owned(),
         ports,
         sink,
@@ -42,7 +41,7 @@ pub async fn probe_reachability(
 
 /// [`probe_reachability`] for one app of a multi-app session.
 pub async fn probe_app_reachability(
-    host: IpAddr,
+    reach: Reach,
     app: String,
     ports: Vec<u16>,
     sink: SessionSink,
@@ -52,9 +51,10 @@ pub async fn probe_app_reachability(
         let sink = sink.clone();
         let stop = stop.clone();
         let app = app.clone();
+        let reach = reach.clone();
         async move {
             tokio::select! {
-                () = probe_port(SocketAddr::new(host, port), |state| sink.app_reachability(&app, port, state)) => {}
+                () = probe_port(&reach, port, |state| sink.app_reachability(&app, port, state)) => {}
                 () = stop.cancelled() => {}
             }
         }
@@ -64,13 +64,13 @@ pub async fn probe_app_reachability(
 
 /// One port's sequence of states, reported through `report`; returns once the
 /// port answered.
-pub async fn probe_port(addr: SocketAddr, mut report: impl FnMut(ReachabilityState)) {
+pub async fn probe_port(reach: &Reach, port: u16, mut report: impl FnMut(ReachabilityState)) {
     report(ReachabilityState::Checking);
     let started = Instant::now();
     let mut reported_unreachable = false;
     let mut backoff = FIRST_RETRY;
     loop {
-        if let Ok(Ok(_)) = timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        if let Ok(Ok(_)) = timeout(CONNECT_TIMEOUT, reach.connect(port)).await {
             report(ReachabilityState::Reachable);
             return;
         }
@@ -99,7 +99,10 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let states = Arc::new(Mutex::new(Vec::new()));
         let seen = states.clone();
-        probe_port(addr, move |s| seen.lock().unwrap().push(s)).await;
+        probe_port(&Reach::LOOPBACK, addr.port(), move |s| {
+            seen.lock().unwrap().push(s)
+        })
+        .await;
         assert_eq!(
             *states.lock().unwrap(),
             vec![ReachabilityState::Checking, ReachabilityState::Reachable]
@@ -114,9 +117,12 @@ mod tests {
             listener.local_addr().unwrap()
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let probe = tokio::spawn(probe_port(addr, move |s| {
-            let _ = tx.send(s);
-        }));
+        let probe = tokio::spawn(async move {
+            probe_port(&Reach::LOOPBACK, addr.port(), move |s| {
+                let _ = tx.send(s);
+            })
+            .await
+        });
         assert_eq!(rx.recv().await, Some(ReachabilityState::Checking));
         assert_eq!(rx.recv().await, Some(ReachabilityState::Unreachable));
         let _listener = tokio::net::TcpListener::bind(addr).await.unwrap();

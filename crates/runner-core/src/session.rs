@@ -131,9 +131,11 @@ pub struct Session {
     /// Its share links (`/v1/sessions/{id}/links`).
     pub links: links::ShareLinks,
     /// It runs with `inspect` (its kernel's inspection port may be served
-    /// through the edge), and where that port is once the backend says.
+    /// through the edge), and that port once the backend says.
     inspect_requested: AtomicBool,
-    inspect_address: std::sync::OnceLock<std::net::SocketAddr>,
+    inspect_port: std::sync::OnceLock<u16>,
+    /// Where its current workload's ports are dialed, once it runs.
+    reach: Mutex<Option<crate::reach::Reach>>,
     /// Where ports its apps' kernels resolve are published, when the
     /// backend publishes ports per session.
     port_router: Mutex<Option<Arc<dyn crate::backend_session::PortRouter>>>,
@@ -264,7 +266,8 @@ impl Session {
             links: links::ShareLinks::default(),
             port_router: Mutex::new(None),
             inspect_requested: AtomicBool::new(false),
-            inspect_address: std::sync::OnceLock::new(),
+            inspect_port: std::sync::OnceLock::new(),
+            reach: Mutex::new(None),
             published: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
@@ -281,20 +284,29 @@ impl Session {
         lock(&self.published).contains(&port) || self.publishes_tcp_port(port)
     }
 
-    /// Where its kernel's inspection port is, once the backend said.
-    pub fn inspect_address(&self) -> Option<std::net::SocketAddr> {
-        self.inspect_address.get().copied()
+    /// Its kernel's inspection port, once the backend said.
+    pub fn inspect_port(&self) -> Option<u16> {
+        self.inspect_port.get().copied()
     }
 
-    pub(crate) fn record_inspect_address(&self, address: std::net::SocketAddr) {
-        let _ = self.inspect_address.set(address);
+    pub(crate) fn record_inspect_port(&self, port: u16) {
+        let _ = self.inspect_port.set(port);
+    }
+
+    /// Where its current workload's ports are dialed.
+    pub fn reach(&self) -> Option<crate::reach::Reach> {
+        lock(&self.reach).clone()
+    }
+
+    pub(crate) fn record_reach(&self, reach: crate::reach::Reach) {
+        *lock(&self.reach) = Some(reach);
     }
 
     /// Whether the edge serves `port` of this session: a tcp port it
     /// publishes, or its kernel's inspection port (when no app took it).
     pub fn serves_on_edge(&self, port: u16) -> bool {
         self.publishes_tcp(port)
-            || (port == crate::edge::INSPECT_PORT && self.inspect_address().is_some())
+            || (port == crate::edge::INSPECT_PORT && self.inspect_port().is_some())
     }
 
     /// Keeps the published ports, and gives each tcp endpoint its edge URL
@@ -399,6 +411,11 @@ impl Session {
 
     pub fn is_terminal(&self) -> bool {
         lock(&self.state).status.is_terminal()
+    }
+
+    /// Whether it runs now (without copying its status).
+    pub fn is_running(&self) -> bool {
+        matches!(lock(&self.state).status, RunStatus::Running { .. })
     }
 
     pub fn is_user_stopped(&self) -> bool {

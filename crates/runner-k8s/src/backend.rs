@@ -517,19 +517,6 @@ impl Drop for KubeBackend {
 
 #[async_trait]
 impl Backend for KubeBackend {
-    /// The session pod's IP, from the shared pod informer (no Service, no
-    /// route per session).
-    fn edge_address(&self, session_id: &str, port: u16) -> Option<std::net::SocketAddr> {
-        // The pod informer keys pods by their session id label.
-        let pod = self
-            .pod_informer()
-            .objects_of(session_id)
-            .into_iter()
-            .next()?;
-        let ip: std::net::IpAddr = pod.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
-        Some(std::net::SocketAddr::new(ip, port))
-    }
-
     /// A pod's ceilings: run sessions' `RUNNER_MAX_*`, app and watch
     /// sessions' `RUNNER_APP_MAX_*`.
     fn session_resources(&self, kind: runner_core::backend::SessionKind) -> SessionResources {

@@ -35,6 +35,8 @@ pub struct LocalConfig {
     /// SIGKILL (`RUNNER_STOP_GRACE_SECONDS`, read with the core settings).
     pub stop_grace: Duration,
     pub sandbox: SandboxConfig,
+    /// `RUNNER_LOCAL_NETWORK`.
+    pub network: crate::network::NetworkConfig,
     /// What one watch session's workspace may hold.
     pub workspace: runner_workspace::WorkspaceLimits,
     /// What one session may use (memory, processes, CPU, disk).
@@ -108,6 +110,7 @@ pub const LOCAL_SETTINGS: &[Setting] = &[
     RUNNER_MAX_TTL_SECONDS,
     RUNNER_LOCAL_SANDBOX,
     RUNNER_LOCAL_SANDBOX_READ_ONLY,
+    crate::network::RUNNER_LOCAL_NETWORK,
     crate::sandbox::limits::RUNNER_LOCAL_MAX_MEMORY,
     crate::sandbox::limits::RUNNER_LOCAL_MAX_PROCESSES,
     crate::sandbox::limits::RUNNER_LOCAL_MAX_CPU,
@@ -202,6 +205,10 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
             ));
         }
     };
+    let network = crate::network::load_network_config(
+        env,
+        &env_string(env, "PATH").unwrap_or_else(|| FALLBACK_PATH.to_owned()),
+    )?;
     let workspace = runner_workspace_service::workspace_limits_from_env(env)?;
     let limits = crate::sandbox::limits::load_session_limits(env)?;
     let kernel_cache = load_kernel_cache_config(env)?;
@@ -213,6 +220,7 @@ pub fn load_local_config(env: &Env) -> Result<LocalConfig, ConfigError> {
         path,
         stop_grace: DEFAULT_STOP_GRACE,
         sandbox,
+        network,
         workspace,
         limits,
         kernel_cache,
@@ -278,6 +286,9 @@ mod tests {
                     hidden: Vec::new(),
                     read_only: Vec::new(),
                 }),
+                network: crate::network::NetworkConfig::Isolated {
+                    search_path: FALLBACK_PATH.into(),
+                },
                 workspace: runner_workspace::WorkspaceLimits::default(),
                 limits: crate::sandbox::limits::SessionLimits::default(),
                 kernel_cache: crate::kernel_cache::KernelCacheConfig::default(),

@@ -43,6 +43,7 @@ pub mod disk_bound;
 pub mod kernel;
 pub(crate) mod kernel_cache;
 pub(crate) mod launch;
+pub mod network;
 pub mod process;
 pub mod sandbox;
 pub(crate) mod session;

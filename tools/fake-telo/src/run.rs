@@ -161,6 +161,26 @@ pub(crate) fn print_start_lines(script: &Script) {
     for name in &script.print_env {
         output::stdout_line(&env_line(name, env::var_os(name).as_deref()));
     }
+    for address in &script.dial {
+        output::stdout_line(&dial_line(address));
+    }
+}
+
+/// How long one `dial` attempt may take.
+const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tries `address` once: `dial <address>: open`, or why not.
+fn dial_line(address: &str) -> String {
+    use std::net::ToSocketAddrs as _;
+    let outcome = match address.to_socket_addrs().map(|mut all| all.next()) {
+        Ok(Some(resolved)) => match std::net::TcpStream::connect_timeout(&resolved, DIAL_TIMEOUT) {
+            Ok(_) => "open".to_owned(),
+            Err(err) => format!("closed ({:?})", err.kind()),
+        },
+        Ok(None) => "closed (no address)".to_owned(),
+        Err(err) => format!("closed ({:?})", err.kind()),
+    };
+    format!("dial {address}: {outcome}")
 }
 
 /// The start output, in the order the README documents.

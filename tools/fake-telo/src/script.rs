@@ -23,6 +23,11 @@ pub struct Script {
     pub stderr: Vec<String>,
     #[serde(default)]
     pub print_env: Vec<String>,
+    /// `host:port` addresses the workload tries to connect to at start,
+    /// printing `dial <address>: open` or `dial <address>: closed (<why>)`
+    /// for each: what a workload can reach from where it runs.
+    #[serde(default)]
+    pub dial: Vec<String>,
     #[serde(default)]
     pub listen: Vec<u16>,
     #[serde(default)]
@@ -223,6 +228,7 @@ fakeTelo:
   stdoutHex: ["ff 00"]
   stderr: ["oops"]
   printEnv: ["FOO"]
+  dial: ["127.0.0.1:1"]
   listen: [8080, 0]
   echo: true
   echoStderr: true
@@ -245,6 +251,7 @@ fakeTelo:
             stdout_hex: vec!["ff 00".to_owned()],
             stderr: vec!["oops".to_owned()],
             print_env: vec!["FOO".to_owned()],
+            dial: vec!["127.0.0.1:1".to_owned()],
             listen: vec![8080, 0],
             echo: true,
             echo_stderr: true,

@@ -17,7 +17,6 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Notify, oneshot};
@@ -25,6 +24,7 @@ use tracing::debug;
 
 use super::access::AccessPolicy;
 use super::admit::{Admission, admit};
+use super::connector::Connector;
 use super::headers::{check_framing, request_host, strip_hop_by_hop, upgrade_protocol};
 use super::refusal::{prefers_html, refusal_response};
 use super::resolver::EdgeResolver;
@@ -89,7 +89,8 @@ struct Inner {
     resolver: Arc<dyn EdgeResolver>,
     config: EdgeConfig,
     policy: AccessPolicy,
-    client: Client<HttpConnector, RequestBody>,
+    client: Client<Connector, RequestBody>,
+    connector: Connector,
     slots: Arc<Slots>,
     /// The spliced upgraded connections.
     tasks: OwnedTasks,
@@ -108,15 +109,13 @@ impl Edge {
         config: EdgeConfig,
         policy: AccessPolicy,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
+        let connector = Connector::new(config.connect_timeout);
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(config.idle_timeout)
             .pool_max_idle_per_host(MAX_IDLE_PER_APP)
-            .build(connector);
+            .build(connector.clone());
         Self {
             inner: Arc::new(Inner {
                 base,
@@ -124,6 +123,7 @@ impl Edge {
                 config,
                 policy,
                 client,
+                connector,
                 slots: Arc::new(Slots::default()),
                 tasks: OwnedTasks::new(),
             }),
@@ -226,7 +226,7 @@ impl Edge {
         let navigation =
             request.method() == Method::GET && !upgrading && prefers_html(request.headers());
         let resolving = self.inner.resolver.resolve(host);
-        let address = if navigation {
+        let upstream = if navigation {
             // The wake goes on without this request; the page's reload
             // waits on it again.
             tokio::time::timeout(self.inner.config.waking_page_after, resolving)
@@ -236,7 +236,11 @@ impl Edge {
             resolving.await?
         };
         let hold = self.inner.resolver.hold(host);
-        let uri: Uri = format!("http://{address}{target}")
+        let authority = self
+            .inner
+            .connector
+            .authority(&upstream.reach, upstream.port);
+        let uri: Uri = format!("http://{authority}{target}")
             .parse()
             .map_err(|_| EdgeRefusal::BadRequest("the request target is not a valid path"))?;
         let original_host = request_host(&request);

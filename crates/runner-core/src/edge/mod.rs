@@ -14,6 +14,7 @@
 mod access;
 mod admit;
 mod config;
+mod connector;
 mod forward;
 mod headers;
 mod host;
@@ -34,7 +35,7 @@ pub use forward::{Edge, EdgeConfig};
 pub use headers::request_host;
 pub use host::{PreviewBase, Scheme, SessionHost};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
-pub use resolver::EdgeResolver;
+pub use resolver::{EdgeResolver, Upstream};
 
 impl PreviewBase {
     /// Which session host `request` is for: [`Self::session_host`] of its

@@ -1,15 +1,22 @@
 //! What the edge asks of the sessions: where one may be reached, and what
 //! guards its ports.
 
-use std::net::SocketAddr;
-
 use super::{EdgeRefusal, SessionHost};
+use crate::reach::Reach;
+
+/// Where a request for a session host goes: `port` of the session's own
+/// workload, dialed at `reach`.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub reach: Reach,
+    pub port: u16,
+}
 
 /// Where the edge may send a session's traffic: only the session's own
-/// address and a port it published.
+/// workload and a port it published.
 #[async_trait::async_trait]
 pub trait EdgeResolver: Send + Sync + 'static {
-    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal>;
+    async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal>;
 
     /// Something to keep while a request or upgraded connection to the
     /// session is open through the edge: the session counts as in use (not

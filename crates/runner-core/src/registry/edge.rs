@@ -8,7 +8,6 @@
 //! port accepts a connection, at most the wake timeout. A request to a
 //! session still starting is held the same way.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::SessionRegistry;
-use crate::edge::{EdgeRefusal, EdgeResolver, SessionHost};
+use crate::edge::{EdgeRefusal, EdgeResolver, SessionHost, Upstream};
 use crate::session::{EdgeAccess, Session};
 
 /// How often a woken session's port is tried until it accepts.
@@ -25,13 +24,13 @@ const PORT_RETRY: Duration = Duration::from_millis(25);
 
 #[async_trait::async_trait]
 impl EdgeResolver for SessionRegistry {
-    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
+    async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
         let session = self
             .get(&host.session_id)
             .ok_or(EdgeRefusal::UnknownSession)?;
         session.note_activity();
-        if matches!(session.status(), RunStatus::Running { .. }) {
-            return self.address_of(&session, host);
+        if session.is_running() {
+            return upstream_of(&session, host);
         }
         let timeout = self
             .inner
@@ -41,12 +40,12 @@ impl EdgeResolver for SessionRegistry {
             .unwrap_or(Duration::from_secs(30));
         let deadline = Instant::now() + timeout;
         self.until_published(&session, host, deadline).await?;
-        let address = self.address_of(&session, host)?;
-        until_accepting(address, deadline).await?;
+        let upstream = upstream_of(&session, host)?;
+        until_accepting(&upstream, deadline).await?;
         // The wait is activity too: a session woken for this request is
         // not suspended again before it is answered.
         session.note_activity();
-        Ok(address)
+        Ok(upstream)
     }
 
     fn hold(&self, host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
@@ -78,22 +77,23 @@ impl EdgeResolver for SessionRegistry {
     }
 }
 
-impl SessionRegistry {
-    fn address_of(&self, session: &Session, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
-        if session.publishes_tcp(host.port) {
-            return self
-                .backend()
-                .edge_address(&host.session_id, host.port)
-                .ok_or(EdgeRefusal::NotListening);
-        }
-        if host.port == crate::edge::INSPECT_PORT
-            && let Some(address) = session.inspect_address()
-        {
-            return Ok(address);
-        }
-        Err(EdgeRefusal::PortNotPublished)
-    }
+/// `host.port` of `session`'s workload: a tcp port it publishes, or its
+/// kernel's inspection port.
+fn upstream_of(session: &Session, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
+    let port = if session.publishes_tcp(host.port) {
+        host.port
+    } else if host.port == crate::edge::INSPECT_PORT
+        && let Some(port) = session.inspect_port()
+    {
+        port
+    } else {
+        return Err(EdgeRefusal::PortNotPublished);
+    };
+    let reach = session.reach().ok_or(EdgeRefusal::NotListening)?;
+    Ok(Upstream { reach, port })
+}
 
+impl SessionRegistry {
     /// Waits until `session` runs and publishes `host.port`, resuming it if
     /// it is suspended; `Starting` past `deadline`.
     async fn until_published(
@@ -135,11 +135,11 @@ impl SessionRegistry {
     }
 }
 
-/// Waits until `address` accepts a connection (the app listens), at most
+/// Waits until `upstream` accepts a connection (the app listens), at most
 /// until `deadline`.
-async fn until_accepting(address: SocketAddr, deadline: Instant) -> Result<(), EdgeRefusal> {
+async fn until_accepting(upstream: &Upstream, deadline: Instant) -> Result<(), EdgeRefusal> {
     loop {
-        let attempt = tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(address));
+        let attempt = tokio::time::timeout_at(deadline, upstream.reach.connect(upstream.port));
         match attempt.await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(_)) if Instant::now() + PORT_RETRY < deadline => {

@@ -259,9 +259,14 @@ impl SessionSink {
         Some(tcp)
     }
 
-    /// The session's kernel serves its inspection at `address`.
-    pub fn inspect_at(&self, address: std::net::SocketAddr) {
-        self.session.record_inspect_address(address);
+    /// The session's kernel serves its inspection on `port`.
+    pub fn inspect_at(&self, port: u16) {
+        self.session.record_inspect_port(port);
+    }
+
+    /// The session's current workload is dialed at `reach`.
+    pub fn reach_at(&self, reach: crate::reach::Reach) {
+        self.session.record_reach(reach);
     }
 
     /// From now on, ports an app's kernel resolves are published by

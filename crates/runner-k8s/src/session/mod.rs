@@ -15,6 +15,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 use runner_api::ports::tcp_ports;
 use runner_core::observe::Observer;
+use runner_core::reach::Reach;
 use runner_core::tasks::OwnedTasks;
 use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::{BackendSession, SessionSink, StartError, StartStage, StopError};
@@ -353,17 +354,11 @@ fn start_observers(
     match pod_ip {
         Some(ip) => Observer {
             tasks: &ctx.tasks,
-            http: &ctx.http,
             sink,
-            host: ip,
+            reach: Reach::Address(ip),
             stop: &ended,
         }
-        .run_session(
-            tcp_ports,
-            shape
-                .inspect
-                .then(|| std::net::SocketAddr::new(ip, INSPECT_PORT)),
-        ),
+        .run_session(tcp_ports, shape.inspect.then_some(INSPECT_PORT)),
         None => {
             for port in tcp_ports {
                 sink.reachability(port, runner_core::types::ReachabilityState::Unreachable);

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 use runner_core::observe::Observer;
+use runner_core::reach::Reach;
 use runner_core::sync::lock;
 use runner_core::types::{PortMapping, RunPhase, RunStatus};
 use runner_core::watch_types::{
@@ -582,12 +583,11 @@ impl KubeWatch {
     ) {
         Observer {
             tasks: &ctx.tasks,
-            http: &ctx.http,
             sink: &self.sink,
-            host: ip,
+            reach: Reach::Address(ip),
             stop: teardown,
         }
-        .observe_app(app, SocketAddr::new(ip, inspect_port_for(index)));
+        .observe_app(app, inspect_port_for(index));
     }
 
     /// Takes over the pod a previous runner left running, if it still runs

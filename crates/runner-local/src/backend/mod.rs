@@ -46,17 +46,18 @@ const WORK_DIR_REMEDIATION: &str =
 
 #[derive(Debug, thiserror::Error)]
 pub enum LocalBackendError {
-    #[error("could not create the HTTP client for debug streams")]
-    HttpClient(#[source] reqwest::Error),
     #[error(transparent)]
     WorkRoot(#[from] WorkRootLockError),
+    #[error(transparent)]
+    Network(#[from] crate::network::NetworkError),
 }
 
 pub struct LocalBackend {
     config: LocalConfig,
-    http: reqwest::Client,
     kernel: Arc<KernelMonitor>,
     sandbox: Arc<SandboxMonitor>,
+    /// Each session's network.
+    networks: Arc<crate::network::Networks>,
     /// The warmed caches sessions' kernels start from.
     kernel_cache: KernelCacheWarmer,
     /// Every session's end task, reachability probe and debug relay.
@@ -66,13 +67,8 @@ pub struct LocalBackend {
 
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> Result<Self, LocalBackendError> {
-        let http = runner_core::http_client::client_builder()
-            // The debug stream is on loopback; a proxy from the runner's
-            // environment must not be asked for it.
-            .no_proxy()
-            .build()
-            .map_err(LocalBackendError::HttpClient)?;
         let work_root = WorkRootLock::acquire(&config.work_root)?;
+        let networks = Arc::new(crate::network::Networks::new(&config.network)?);
         if config.sandbox == SandboxConfig::None {
             error!(
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
@@ -146,9 +142,9 @@ impl LocalBackend {
         Ok(Self {
             kernel_cache,
             config,
-            http,
             kernel,
             sandbox,
+            networks,
             tasks,
             _work_root: work_root,
         })
@@ -266,12 +262,6 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
-    /// Local sessions share the runner's network namespace: their ports
-    /// listen on loopback.
-    fn edge_address(&self, _session_id: &str, port: u16) -> Option<std::net::SocketAddr> {
-        Some(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
-    }
-
     fn session_resources(&self, _kind: runner_core::backend::SessionKind) -> SessionResources {
         let limits = &self.config.limits;
         SessionResources {
@@ -434,7 +424,7 @@ impl WatchSessions for LocalBackend {
             kernel_cache: self.cache_source(None).await,
             sandbox,
             stop_grace: self.config.stop_grace,
-            http: self.http.clone(),
+            networks: self.networks.clone(),
             tasks: self.tasks.clone(),
             limits: self.config.workspace,
             disk_bytes: self.config.limits.disk_bytes,

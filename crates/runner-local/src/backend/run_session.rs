@@ -2,7 +2,6 @@
 //! and that kernel's cache, the command line, the sandbox it runs in
 //! (`spawn_plan`), the process, and the task that follows it to its end.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +24,7 @@ use crate::process::pty::spawn_in_pty;
 use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::check::SandboxHealth;
 use crate::session::stop::{RunEnd, follow_run_to_end};
-use crate::session::wiring::{free_loopback_port, wire_process};
+use crate::session::wiring::wire_process;
 use crate::work_root::session_dir::{WorkDir, with_bulk_file_work};
 
 use super::{LocalBackend, SMALL_BUNDLE_FILES};
@@ -168,9 +167,16 @@ impl LocalBackend {
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
             .map_err(|err| StartError::new(StartStage::Start, err.to_string()))?;
+        let network = match self.networks.for_session(&spec.session_id).await {
+            Ok(network) => network,
+            Err(err) => {
+                work.discard();
+                return Err(err);
+            }
+        };
         // An app runs its own command; only the Telo CLI gets `--inspect`.
         let inspect_port = if spec.inspect && !spec.self_contained() {
-            Some(free_loopback_port().map_err(|err| {
+            Some(network.free_loopback_port().await.map_err(|err| {
                 StartError::new(
                     StartStage::Start,
                     format!("could not reserve a port for --inspect: {err}"),
@@ -271,6 +277,7 @@ impl LocalBackend {
                 return Err(err);
             }
         };
+        let spawn = network.enter(spawn);
         let members = spawn.members;
         let launched = on_spawner_thread(move || spawn_in_pty(spawn).map(Started::from))
             .await
@@ -317,25 +324,24 @@ impl LocalBackend {
         // lives in the registry's memory, and a finished session's files
         // kept for the exit TTL were disk a tenant could fill and leave.
         let finished = work.clone();
+        let reach = network.reach();
         self.tasks.spawn(
             async move {
                 follow_run_to_end(run_end).await;
                 finished.discard();
+                // Its namespace goes with its processes.
+                drop(network);
             }
             .instrument(Span::current()),
         );
 
         Observer {
             tasks: &self.tasks,
-            http: &self.http,
             sink: &sink,
-            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            reach,
             stop: &sink.ended(),
         }
-        .run_session(
-            spec.tcp_ports(),
-            inspect_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port))),
-        );
+        .run_session(spec.tcp_ports(), inspect_port);
         Ok(session)
     }
 }

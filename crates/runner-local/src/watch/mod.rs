@@ -11,7 +11,6 @@
 mod app_end;
 pub(crate) mod record;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,13 +39,14 @@ use self::app_end::{AppEnd, follow_app_to_end};
 use self::record::{Record, read_record, record_path, write_record};
 use crate::disk_bound::DiskBound;
 use crate::launch::{LaunchPlan, without_forced_colour, workload_env};
+use crate::network::SessionNetwork;
 use crate::process::pipes::{Started, spawn_with_pipes};
 use crate::process::plan::SpawnPlan;
 use crate::process::pty::spawn_in_pty;
 use crate::process::spawner::on_spawner_thread;
 use crate::sandbox::bubblewrap::{Sandbox, WorkloadSession};
 use crate::session::LocalSession;
-use crate::session::wiring::{WiredProcess, free_loopback_port, wire_process};
+use crate::session::wiring::{WiredProcess, wire_process};
 use crate::work_root::session_dir::WorkDir;
 
 /// The name the agent's process goes by among the apps: reserved, so no
@@ -69,7 +69,7 @@ pub(crate) struct Launcher {
     /// What the session's own kernel cache is filled from.
     pub kernel_cache: crate::kernel::cache_warm_up::CacheSource,
     pub stop_grace: Duration,
-    pub http: reqwest::Client,
+    pub networks: Arc<crate::network::Networks>,
     pub tasks: OwnedTasks,
     pub limits: WorkspaceLimits,
     /// `RUNNER_LOCAL_MAX_DISK`: what the session's directory may hold.
@@ -105,6 +105,8 @@ pub(crate) struct LocalWatch {
     agent: Mutex<Option<AgentLaunch>>,
     /// A client stopped it: the end is `stopped`.
     stopping: AtomicBool,
+    /// The network its apps and agent share; let go once they are gone.
+    network: Mutex<Option<SessionNetwork>>,
 }
 
 struct RunningApp {
@@ -170,6 +172,15 @@ pub(crate) async fn start(
             return Err(err);
         }
     };
+    let network = match launcher.networks.for_session(&spec.session_id).await {
+        Ok(network) => network,
+        Err(err) => {
+            if seeding {
+                work.discard();
+            }
+            return Err(err);
+        }
+    };
     let watch = Arc::new(LocalWatch {
         id: spec.session_id.clone(),
         work,
@@ -181,6 +192,7 @@ pub(crate) async fn start(
         apps: Mutex::new(Vec::new()),
         agent: Mutex::new(None),
         stopping: AtomicBool::new(false),
+        network: Mutex::new(Some(network)),
     });
     let launched = match watch.launch_apps(&spec.apps).await {
         Ok(()) => watch.launch_agent(spec.agent_launch.as_ref()).await,
@@ -300,8 +312,16 @@ impl LocalWatch {
         Ok(())
     }
 
+    /// The network its workloads run in (while they may run).
+    fn network(&self) -> Result<SessionNetwork, StartError> {
+        lock(&self.network)
+            .clone()
+            .ok_or_else(|| StartError::new(StartStage::Start, "the session has stopped".to_owned()))
+    }
+
     async fn launch_app(&self, index: usize, app: &AppSpec) -> Result<RunningApp, StartError> {
-        let inspect_port = free_loopback_port().map_err(|err| {
+        let network = self.network()?;
+        let inspect_port = network.free_loopback_port().await.map_err(|err| {
             StartError::new(
                 StartStage::Start,
                 format!(
@@ -373,6 +393,7 @@ impl LocalWatch {
                     })?
             }
         };
+        let spawn = network.enter(spawn);
         let members = spawn.members;
         let process = start_process(spawn, terminal, &format!("app '{}'", app.name)).await?;
         let sink = self.sink.clone();
@@ -410,12 +431,11 @@ impl LocalWatch {
         );
         Observer {
             tasks: &launcher.tasks,
-            http: &launcher.http,
             sink: &self.sink,
-            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            reach: network.reach(),
             stop: &teardown,
         }
-        .observe_app(app, SocketAddr::from((Ipv4Addr::LOCALHOST, inspect_port)));
+        .observe_app(app, inspect_port);
         debug!(session_id = %self.id, app = %app.name, "watch app started");
         Ok(RunningApp {
             spec: app.clone(),
@@ -510,6 +530,7 @@ impl LocalWatch {
                     })?
             }
         };
+        let spawn = self.network()?.enter(spawn);
         let members = spawn.members;
         let process = start_process(spawn, false, &format!("agent '{}'", agent.name)).await?;
         let session_id = self.id.clone();
@@ -670,8 +691,10 @@ impl BackendSession for LocalWatch {
         let apps: Vec<RunningApp> = std::mem::take(&mut *lock(&self.apps));
         let sink = self.sink.clone();
         let id = self.id.clone();
+        let network = lock(&self.network).take();
         self.launcher.tasks.spawn(async move {
             end_apps(&id, apps).await;
+            drop(network);
             sink.status(RunStatus::Stopped);
         });
         Ok(())

@@ -35,6 +35,9 @@ pub fn config(work_root: &TempDir) -> LocalConfig {
         path: "/usr/local/bin:/usr/bin:/bin".to_owned(),
         stop_grace: runner_local::config::DEFAULT_STOP_GRACE,
         sandbox: bubblewrap(),
+        network: runner_local::network::NetworkConfig::Isolated {
+            search_path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        },
         workspace: Default::default(),
         limits: Default::default(),
         kernel_cache: Default::default(),

@@ -1,0 +1,251 @@
+//! Where a local session's processes meet the network.
+//!
+//! `isolated` (the default): every session gets a network namespace of its
+//! own (`namespace`). Its processes see only their own loopback and an
+//! outbound route that `pasta` translates to the host's sockets; they
+//! cannot reach the runner's or the host's loopback services, another
+//! session, or collide with another session's ports. The runner reaches
+//! their ports from inside the namespace (`sockets`). It needs root (to
+//! make and enter namespaces), `ip`, `nsenter`, `setpriv` and `pasta` on
+//! the runner's `PATH`; without them the runner refuses to start.
+//!
+//! `host`: the operator asked by name for sessions to share the runner's
+//! network namespace, as they did before isolation existed.
+
+mod namespace;
+mod sockets;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use runner_core::config::{ConfigError, Env, Setting};
+use runner_core::reach::Reach;
+use runner_core::{StartError, StartStage};
+use tracing::{info, warn};
+
+use crate::process::executable::resolve_executable;
+use crate::process::plan::SpawnPlan;
+pub use namespace::NamespaceError;
+use namespace::{Namespace, Tools};
+use sockets::NamespaceSockets;
+
+pub const RUNNER_LOCAL_NETWORK: Setting = Setting {
+    name: "RUNNER_LOCAL_NETWORK",
+    default: "isolated",
+    description: "`isolated`: each session in a network namespace of its own, with outbound connectivity through `pasta` and no way to the runner's or the host's loopback services or to another session; its ports are reached through the session edge. Needs root and `ip`, `nsenter`, `setpriv` and `pasta` (Debian's `passt`) on the runner's PATH, else the runner refuses to start. `host`: sessions share the runner's network namespace (their ports listen on the host's loopback, and collide).",
+};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkConfig {
+    /// The tools are looked up on `search_path` (the runner's own `PATH`).
+    Isolated {
+        search_path: String,
+    },
+    Host,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error(
+        "RUNNER_LOCAL_NETWORK=isolated needs `{0}` on the runner's PATH or in /usr/sbin; install it (Debian: {1}), or set RUNNER_LOCAL_NETWORK=host to run sessions in the runner's own network namespace"
+    )]
+    Missing(&'static str, &'static str),
+    #[error(
+        "RUNNER_LOCAL_NETWORK=isolated could not give a session a network namespace here: {0}. It needs root; or set RUNNER_LOCAL_NETWORK=host to run sessions in the runner's own network namespace"
+    )]
+    Unusable(NamespaceError),
+}
+
+/// Makes each session's network.
+pub struct Networks {
+    isolation: Option<Isolation>,
+}
+
+struct Isolation {
+    tools: Tools,
+    /// Starts the name of every namespace this runner makes: its pid's, so
+    /// a runner sweeps what dead runners left and never a live one's.
+    prefix: String,
+    made: AtomicU64,
+}
+
+impl Networks {
+    /// Checks that sessions can be isolated here (by making one namespace)
+    /// and removes namespaces that runners no longer alive left.
+    pub fn new(config: &NetworkConfig) -> Result<Self, NetworkError> {
+        let NetworkConfig::Isolated { search_path } = config else {
+            warn!(
+                "RUNNER_LOCAL_NETWORK=host: sessions share the runner's network namespace; a workload can reach the runner's and the host's loopback services and every other session's ports"
+            );
+            return Ok(Self { isolation: None });
+        };
+        // `ip` is an administrator's tool: it lives in an sbin directory a
+        // service's PATH often lacks.
+        let search_path = format!("{search_path}:/usr/local/sbin:/usr/sbin:/sbin");
+        let find = |name: &'static str, package: &'static str| {
+            resolve_executable(name, &search_path).ok_or(NetworkError::Missing(name, package))
+        };
+        let tools = Tools {
+            ip: find("ip", "iproute2")?,
+            nsenter: find("nsenter", "util-linux")?,
+            setpriv: find("setpriv", "util-linux")?,
+            pasta: find("pasta", "passt")?,
+        };
+        sweep_dead_runners();
+        let prefix = format!("{NAME_START}{}-", std::process::id());
+        Namespace::create_blocking(&tools, format!("{prefix}check"))
+            .map_err(NetworkError::Unusable)?;
+        info!("sessions get a network namespace each (pasta for outbound traffic)");
+        Ok(Self {
+            isolation: Some(Isolation {
+                tools,
+                prefix,
+                made: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// A network for one workload of session `session_id`.
+    pub(crate) async fn for_session(&self, session_id: &str) -> Result<SessionNetwork, StartError> {
+        let Some(isolation) = &self.isolation else {
+            return Ok(SessionNetwork::Host);
+        };
+        let n = isolation.made.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}{session_id}-{n}", isolation.prefix);
+        let namespace = Namespace::create(&isolation.tools, name)
+            .await
+            .map_err(|err| {
+                StartError::new(
+                    StartStage::Start,
+                    format!("could not give the session a network: {err}"),
+                )
+                .with_source(err)
+            })?;
+        Ok(SessionNetwork::Isolated {
+            namespace: Arc::new(namespace),
+            nsenter: isolation.tools.nsenter.clone(),
+        })
+    }
+}
+
+/// One workload's network; an isolated one is removed when the last clone
+/// is dropped.
+#[derive(Clone)]
+pub(crate) enum SessionNetwork {
+    Host,
+    Isolated {
+        namespace: Arc<Namespace>,
+        nsenter: PathBuf,
+    },
+}
+
+impl SessionNetwork {
+    /// Where the runner dials the workload's ports.
+    pub(crate) fn reach(&self) -> Reach {
+        match self {
+            Self::Host => Reach::LOOPBACK,
+            Self::Isolated { namespace, .. } => {
+                let sockets: Arc<NamespaceSockets> = namespace.sockets().clone();
+                Reach::Namespace(sockets)
+            }
+        }
+    }
+
+    /// `spawn`, run inside the network.
+    pub(crate) fn enter(&self, mut spawn: SpawnPlan) -> SpawnPlan {
+        if let Self::Isolated { namespace, nsenter } = self {
+            let mut argv = namespace.enter_argv(nsenter);
+            argv.append(&mut spawn.argv);
+            spawn.argv = argv;
+        }
+        spawn
+    }
+
+    /// A loopback port of the network that was free a moment ago (for a
+    /// kernel's `--inspect`).
+    pub(crate) async fn free_loopback_port(&self) -> std::io::Result<u16> {
+        match self {
+            Self::Host => crate::session::wiring::free_loopback_port(),
+            Self::Isolated { namespace, .. } => namespace.sockets().free_loopback_port().await,
+        }
+    }
+}
+
+/// How the names of the runner's namespaces start: `telo-<pid>-`.
+const NAME_START: &str = "telo-";
+
+/// The pid of the runner that made namespace `name`.
+fn maker_of(name: &str) -> Option<i32> {
+    let (pid, _) = name.strip_prefix(NAME_START)?.split_once('-')?;
+    pid.parse().ok()
+}
+
+/// Removes every namespace a runner made that is no longer alive (killed
+/// before it could remove them).
+fn sweep_dead_runners() {
+    let Ok(entries) = std::fs::read_dir(namespace::NETNS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = maker_of(&name) else {
+            continue;
+        };
+        let alive = !matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if !alive {
+            namespace::remove(&name);
+        }
+    }
+}
+
+/// Reads `RUNNER_LOCAL_NETWORK`.
+/// `search_path`: the runner's own `PATH`.
+pub fn load_network_config(env: &Env, search_path: &str) -> Result<NetworkConfig, ConfigError> {
+    match RUNNER_LOCAL_NETWORK.string_or_default(env).as_str() {
+        "isolated" => Ok(NetworkConfig::Isolated {
+            search_path: search_path.to_owned(),
+        }),
+        "host" => Ok(NetworkConfig::Host),
+        other => Err(ConfigError::not_one_of(
+            RUNNER_LOCAL_NETWORK.name,
+            &["isolated", "host"],
+            other,
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_names_the_runner_that_made_it() {
+        assert_eq!(maker_of("telo-4242-abcdefgh2345-0"), Some(4242));
+        assert_eq!(maker_of("telo-check"), None);
+        assert_eq!(maker_of("cni-1234-5678"), None);
+        assert_eq!(maker_of("telo-x-1"), None);
+    }
+
+    #[test]
+    fn the_mode_is_isolated_unless_host_is_named() {
+        let env = runner_core::env::env_from_pairs(&[]);
+        assert_eq!(
+            load_network_config(&env, "/bin").unwrap(),
+            NetworkConfig::Isolated {
+                search_path: "/bin".to_owned()
+            }
+        );
+        let env = runner_core::env::env_from_pairs(&[("RUNNER_LOCAL_NETWORK", "host")]);
+        assert_eq!(
+            load_network_config(&env, "/bin").unwrap(),
+            NetworkConfig::Host
+        );
+        let env = runner_core::env::env_from_pairs(&[("RUNNER_LOCAL_NETWORK", "shared")]);
+        let err = load_network_config(&env, "/bin").unwrap_err().to_string();
+        assert!(err.contains("RUNNER_LOCAL_NETWORK"), "{err}");
+    }
+}
