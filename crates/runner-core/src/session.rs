@@ -325,6 +325,23 @@ impl Session {
             let guarded = self.edge_access(None, Some(port)) != EdgeAccess::Open;
             *inspect_url = Some(preview.reported_url(&self.id, port, guarded));
         }
+        // The co-resident agent's port is published like an app's, under
+        // its own token.
+        let mut agent_port = None;
+        if let RunEvent::Status {
+            status: RunStatus::Running {
+                agent: Some(agent), ..
+            },
+        } = &mut event
+            && agent.protocol == runner_api::types::PortProtocol::Tcp
+        {
+            agent_port = Some(agent.port);
+            lock(&self.published).insert(agent.port);
+            if let Some(preview) = self.preview.get() {
+                let guarded = self.edge_access(None, Some(agent.port)) != EdgeAccess::Open;
+                agent.url = Some(preview.reported_url(&self.id, agent.port, guarded));
+            }
+        }
         let (added, removed) = match &mut event {
             // A `running` that lists endpoints says what is published now;
             // one without (a watch session's) leaves the ports its
@@ -336,7 +353,10 @@ impl Session {
                         ..
                     },
             } => {
-                lock(&self.published).clear();
+                let mut published = lock(&self.published);
+                published.clear();
+                published.extend(agent_port);
+                drop(published);
                 (Some(endpoints), None)
             }
             RunEvent::Endpoints { added, removed, .. } => (added.as_mut(), removed.as_ref()),

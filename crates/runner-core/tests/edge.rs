@@ -27,6 +27,7 @@ use runner_core::edge::{
     AccessPolicy, Edge, EdgeConfig, EdgeRefusal, EdgeResolver, Pass, PassKind, PreviewAccess,
     PreviewBase, SessionHost, Signer, prefers_html, refusal_response, unix_now,
 };
+use runner_core::reach::Reach;
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
@@ -221,7 +222,10 @@ struct FakeResolver {
 
 #[async_trait]
 impl EdgeResolver for FakeResolver {
-    async fn resolve(&self, host: &SessionHost) -> Result<SocketAddr, EdgeRefusal> {
+    async fn resolve(
+        &self,
+        host: &SessionHost,
+    ) -> Result<runner_core::edge::Upstream, EdgeRefusal> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if let Some(awake) = &self.awake {
             let mut awake = awake.clone();
@@ -231,6 +235,10 @@ impl EdgeResolver for FakeResolver {
             .get(host)
             .cloned()
             .unwrap_or(Err(EdgeRefusal::UnknownSession))
+            .map(|address: SocketAddr| runner_core::edge::Upstream {
+                reach: Reach::Address(address.ip()),
+                port: address.port(),
+            })
     }
 
     fn token_guarded(&self, _host: &SessionHost) -> Result<bool, EdgeRefusal> {

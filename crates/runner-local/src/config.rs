@@ -491,6 +491,7 @@ mod tests {
                 "RUNNER_MAX_TTL_SECONDS",
                 "RUNNER_LOCAL_SANDBOX",
                 "RUNNER_LOCAL_SANDBOX_READ_ONLY",
+                "RUNNER_LOCAL_NETWORK",
                 "RUNNER_LOCAL_MAX_MEMORY",
                 "RUNNER_LOCAL_MAX_PROCESSES",
                 "RUNNER_LOCAL_MAX_CPU",

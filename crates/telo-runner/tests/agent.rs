@@ -69,7 +69,11 @@ async fn runner(backend: Backend, catalog: &str, idle: bool) -> Runner {
         vars.push(("RUNNER_WATCH_IDLE_SECONDS", "1"));
     }
     match backend {
-        Backend::Local => Runner::start_on(Backend::Local, &vars).await,
+        Backend::Local => {
+            // Its workloads' ports are reached through the edge.
+            vars.push(("RUNNER_PREVIEW_BASE_URL", "http://preview.test"));
+            Runner::start_on(Backend::Local, &vars).await
+        }
         Backend::Kubernetes => {
             let sim = common::cluster().image("acme/agent:*", kube_sim::ImageBehaviour::Host);
             Runner::start_kube(sim, &vars).await
@@ -77,18 +81,15 @@ async fn runner(backend: Backend, catalog: &str, idle: bool) -> Runner {
     }
 }
 
-/// Where the agent of session `id` listens: loopback locally, the pod's
-/// IP on Kubernetes.
+/// Where the agent of session `id` listens on Kubernetes: the pod's IP.
 fn agent_address(runner: &Runner, id: &str, port: u16) -> std::net::SocketAddr {
-    let ip = match &runner.sim {
-        None => std::net::IpAddr::from([127, 0, 0, 1]),
-        Some(sim) => {
-            let pod = sim
-                .get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
-                .expect("the watch pod");
-            pod["status"]["podIP"].as_str().unwrap().parse().unwrap()
-        }
-    };
+    let pod = runner
+        .sim
+        .as_ref()
+        .expect("a kube-sim")
+        .get_value("pods", "telo-sessions", &format!("telo-watch-{id}"))
+        .expect("the watch pod");
+    let ip: std::net::IpAddr = pod["status"]["podIP"].as_str().unwrap().parse().unwrap();
     std::net::SocketAddr::new(ip, port)
 }
 
@@ -131,15 +132,57 @@ async fn an_agent_runs_beside_the_apps_with_only_the_operators_env_and_its_token
     };
     let fields: Vec<&str> = written.split('|').collect();
     assert_eq!(fields[..3], ["operator-secret", token.as_str(), "unset"]);
-    // And it listens where `running.agent` says.
-    let addr = agent_address(&runner, &id, port);
+    // And it listens where `running.agent` says: on Kubernetes at the
+    // pod's IP; locally in the session's own network, through the edge,
+    // which asks for the agent's token.
     let deadline = std::time::Instant::now() + test_support::WAIT;
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the agent never listened on {addr}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    match backend {
+        Backend::Kubernetes => {
+            let addr = agent_address(&runner, &id, port);
+            while tokio::net::TcpStream::connect(addr).await.is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the agent never listened on {addr}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+        Backend::Local => {
+            // Guarded by its token, the reported URL carries a grant.
+            let url = agent["url"].as_str().unwrap();
+            assert!(
+                url.starts_with(&format!("http://{port}-{id}.preview.test/?telo_access=")),
+                "{url}"
+            );
+            let through_edge = |bearer: Option<&str>| {
+                let mut request = runner
+                    .client
+                    .get(runner.url("/"))
+                    .header("host", format!("{port}-{id}.preview.test"))
+                    .header("accept", "application/json");
+                if let Some(bearer) = bearer {
+                    request = request.bearer_auth(bearer);
+                }
+                request.send()
+            };
+            assert_eq!(
+                through_edge(None).await.unwrap().status(),
+                StatusCode::UNAUTHORIZED
+            );
+            loop {
+                let answer = through_edge(Some(&token)).await.unwrap();
+                if answer.status() == StatusCode::OK {
+                    assert_eq!(answer.text().await.unwrap(), format!("ok {port}"));
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the agent never answered: {}",
+                    answer.status()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
     }
     // The apps got the session's env and nothing of the agent's.
     let mut socket = runner.io(&id, "?app=app").await;

@@ -216,8 +216,20 @@ async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
     let id = created["sessionId"].as_str().unwrap().to_owned();
     let pid = killed.child.id();
     let deadline = Instant::now() + test_support::WAIT;
-    while !namespaces_of(pid).iter().any(|name| name.contains(&id)) {
-        assert!(Instant::now() < deadline, "no namespace for {id}");
+    let status = format!("{}/v1/sessions/{id}", killed.base);
+    loop {
+        let session: Value = client
+            .get(&status)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if session["status"]["kind"] == "running" && !namespaces_of(pid).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{session}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     killed.child.kill().unwrap();

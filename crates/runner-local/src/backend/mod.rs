@@ -68,7 +68,6 @@ pub struct LocalBackend {
 impl LocalBackend {
     pub fn new(config: LocalConfig) -> Result<Self, LocalBackendError> {
         let work_root = WorkRootLock::acquire(&config.work_root)?;
-        let networks = Arc::new(crate::network::Networks::new(&config.network)?);
         if config.sandbox == SandboxConfig::None {
             error!(
                 "RUNNER_LOCAL_SANDBOX=none: sessions run WITHOUT a sandbox, as plain processes of the runner's user; every workload can read the runner's environment (its secrets included), its files and other sessions' directories, and signal the runner. Use it only where every session is trusted."
@@ -125,6 +124,10 @@ impl LocalBackend {
             &config.path,
         );
         let tasks = OwnedTasks::new();
+        let networks = Arc::new(crate::network::Networks::new(
+            &config.network,
+            tasks.clone(),
+        )?);
         if tokio::runtime::Handle::try_current().is_ok() {
             let kernel = kernel.clone();
             let warmer = kernel_cache.clone();

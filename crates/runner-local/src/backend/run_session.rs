@@ -167,7 +167,7 @@ impl LocalBackend {
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let work = WorkDir::for_session(&self.config.work_root, &spec.session_id)
             .map_err(|err| StartError::new(StartStage::Start, err.to_string()))?;
-        let network = match self.networks.for_session(&spec.session_id).await {
+        let network = match self.networks.for_session().await {
             Ok(network) => network,
             Err(err) => {
                 work.discard();

@@ -16,11 +16,13 @@ mod namespace;
 mod sockets;
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use runner_core::config::{ConfigError, Env, Setting};
 use runner_core::reach::Reach;
+use runner_core::sync::lock;
+use runner_core::tasks::OwnedTasks;
 use runner_core::{StartError, StartStage};
 use tracing::{info, warn};
 
@@ -57,9 +59,15 @@ pub enum NetworkError {
     Unusable(NamespaceError),
 }
 
+/// How many namespaces are kept made and connected, so that a session's
+/// start takes one instead of waiting for `ip` and `pasta` (~45 ms).
+const READY: usize = 2;
+
 /// Makes each session's network.
 pub struct Networks {
-    isolation: Option<Isolation>,
+    isolation: Option<Arc<Isolation>>,
+    /// Refills the ready namespaces.
+    tasks: OwnedTasks,
 }
 
 struct Isolation {
@@ -67,18 +75,32 @@ struct Isolation {
     /// Starts the name of every namespace this runner makes: its pid's, so
     /// a runner sweeps what dead runners left and never a live one's.
     prefix: String,
-    made: AtomicU64,
+    ready: Mutex<Vec<Namespace>>,
+    refilling: AtomicBool,
+}
+
+impl Isolation {
+    async fn create(&self) -> Result<Namespace, NamespaceError> {
+        // Counted per process, not per backend: two backends of one
+        // process (a restart in place) never take the same name.
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        let n = MADE.fetch_add(1, Ordering::Relaxed);
+        Namespace::create(&self.tools, format!("{}{n}", self.prefix)).await
+    }
 }
 
 impl Networks {
     /// Checks that sessions can be isolated here (by making one namespace)
     /// and removes namespaces that runners no longer alive left.
-    pub fn new(config: &NetworkConfig) -> Result<Self, NetworkError> {
+    pub fn new(config: &NetworkConfig, tasks: OwnedTasks) -> Result<Self, NetworkError> {
         let NetworkConfig::Isolated { search_path } = config else {
             warn!(
                 "RUNNER_LOCAL_NETWORK=host: sessions share the runner's network namespace; a workload can reach the runner's and the host's loopback services and every other session's ports"
             );
-            return Ok(Self { isolation: None });
+            return Ok(Self {
+                isolation: None,
+                tasks,
+            });
         };
         // `ip` is an administrator's tool: it lives in an sbin directory a
         // service's PATH often lacks.
@@ -94,38 +116,69 @@ impl Networks {
         };
         sweep_dead_runners();
         let prefix = format!("{NAME_START}{}-", std::process::id());
-        Namespace::create_blocking(&tools, format!("{prefix}check"))
+        Namespace::create_blocking(&tools, format!("{prefix}check-{}", check_number()))
             .map_err(NetworkError::Unusable)?;
         info!("sessions get a network namespace each (pasta for outbound traffic)");
-        Ok(Self {
-            isolation: Some(Isolation {
+        let networks = Self {
+            isolation: Some(Arc::new(Isolation {
                 tools,
                 prefix,
-                made: AtomicU64::new(0),
-            }),
-        })
+                ready: Mutex::new(Vec::new()),
+                refilling: AtomicBool::new(false),
+            })),
+            tasks,
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            networks.refill();
+        }
+        Ok(networks)
     }
 
-    /// A network for one workload of session `session_id`.
-    pub(crate) async fn for_session(&self, session_id: &str) -> Result<SessionNetwork, StartError> {
+    /// A network for one workload: a ready namespace when there is one.
+    pub(crate) async fn for_session(&self) -> Result<SessionNetwork, StartError> {
         let Some(isolation) = &self.isolation else {
             return Ok(SessionNetwork::Host);
         };
-        let n = isolation.made.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{}{session_id}-{n}", isolation.prefix);
-        let namespace = Namespace::create(&isolation.tools, name)
-            .await
-            .map_err(|err| {
+        let ready = lock(&isolation.ready).pop();
+        self.refill();
+        let namespace = match ready {
+            Some(namespace) => namespace,
+            None => isolation.create().await.map_err(|err| {
                 StartError::new(
                     StartStage::Start,
                     format!("could not give the session a network: {err}"),
                 )
                 .with_source(err)
-            })?;
+            })?,
+        };
         Ok(SessionNetwork::Isolated {
             namespace: Arc::new(namespace),
             nsenter: isolation.tools.nsenter.clone(),
         })
+    }
+
+    /// Makes namespaces until [`READY`] are ready, unless that is under way.
+    fn refill(&self) {
+        let Some(isolation) = &self.isolation else {
+            return;
+        };
+        if isolation.refilling.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let isolation = isolation.clone();
+        self.tasks.spawn(async move {
+            while lock(&isolation.ready).len() < READY {
+                match isolation.create().await {
+                    Ok(namespace) => lock(&isolation.ready).push(namespace),
+                    Err(err) => {
+                        // A start makes its own, and says why if it cannot.
+                        warn!(error = %err, "could not make a ready session network");
+                        break;
+                    }
+                }
+            }
+            isolation.refilling.store(false, Ordering::SeqCst);
+        });
     }
 }
 
@@ -170,6 +223,12 @@ impl SessionNetwork {
             Self::Isolated { namespace, .. } => namespace.sockets().free_loopback_port().await,
         }
     }
+}
+
+/// Tells apart the boot checks of backends of one process.
+fn check_number() -> u64 {
+    static CHECKS: AtomicU64 = AtomicU64::new(0);
+    CHECKS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// How the names of the runner's namespaces start: `telo-<pid>-`.

@@ -172,7 +172,7 @@ pub(crate) async fn start(
             return Err(err);
         }
     };
-    let network = match launcher.networks.for_session(&spec.session_id).await {
+    let network = match launcher.networks.for_session().await {
         Ok(network) => network,
         Err(err) => {
             if seeding {

@@ -12,8 +12,10 @@
 //!   session `<id>` is an ordinary one started through the API: its
 //!   fake-telo listens on nothing (it prints a line and waits an hour), but
 //!   its body declares `"ports": [{"port": P, "protocol": "tcp"}]`, so the
-//!   edge forwards that host to 127.0.0.1:P, which is this upstream. The
-//!   figures are taken once the session's `running` event arrived;
+//!   edge forwards that host to 127.0.0.1:P, which is this upstream (that
+//!   runner shares the host's network, `RUNNER_LOCAL_NETWORK=host`, so the
+//!   three paths reach one upstream). The figures are taken once the
+//!   session's `running` event arrived;
 //! - **nginx**: through Debian's nginx (`nginx-light`), started here with a
 //!   generated configuration doing what the edge does: HTTP/1.1 keep-alive
 //!   to the upstream (`keepalive 64`), no buffering either way,
@@ -778,6 +780,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         &[
             ("RUNNER_PREVIEW_BASE_URL", BASE_URL.to_owned()),
             ("RUNNER_PREVIEW_ACCESS", "public".to_owned()),
+            ("RUNNER_LOCAL_NETWORK", "host".to_owned()),
             ("RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION", many.clone()),
             ("RUNNER_MAX_CONNECTIONS", many.clone()),
             ("RUNNER_MAX_CONNECTIONS_PER_CLIENT", many),
