@@ -40,8 +40,9 @@ const NETNS_DIR: &str = "/run/netns";
 const BRIDGE_PREFIX: &str = "ksb";
 const VETH_PREFIX: &str = "ksv";
 const NETNS_PREFIX: &str = "kube-sim-";
-/// The pods' subnet: a /22 of 10.0.0.0/8 (1021 pods at once).
-const PREFIX_LEN: u8 = 22;
+/// The pods' subnet: a /18 of 10.0.0.0/8 (16381 pods at once, more than
+/// the node's capacity of 5000).
+const PREFIX_LEN: u8 = 18;
 
 /// Which network a simulator's pods get.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -306,11 +307,12 @@ fn used_nets(listing: &str) -> Vec<Net> {
         .collect()
 }
 
-/// A random /22 of 10.0.0.0/8 that overlaps none of `used`.
+/// A random [`PREFIX_LEN`] subnet of 10.0.0.0/8 that overlaps none of
+/// `used`.
 fn pick_subnet(used: &[Net]) -> Option<Net> {
     for _ in 0..256 {
         let base =
-            u32::from(Ipv4Addr::new(10, 0, 0, 0)) | (rand::random_range(0..(1u32 << 14)) << 10);
+            u32::from(Ipv4Addr::new(10, 0, 0, 0)) | (rand::random_range(0..(1u32 << (PREFIX_LEN - 8))) << (32 - PREFIX_LEN));
         let net = Net {
             base,
             len: PREFIX_LEN,
@@ -421,7 +423,7 @@ impl Bridge {
         Ipv4Addr::from(self.subnet.base + 1)
     }
 
-    /// The pods' subnet (`10.a.b.0/22`).
+    /// The pods' subnet (`10.a.b.0/18`).
     pub fn subnet(&self) -> String {
         format!("{}/{}", Ipv4Addr::from(self.subnet.base), self.subnet.len)
     }
@@ -458,7 +460,8 @@ impl Bridge {
             .allocate()
             .ok_or_else(|| format!("no free pod IP in {}", self.subnet()))?;
         let ip = Ipv4Addr::from(self.subnet.base + n);
-        let k = PODS.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+        // At most 15 characters: a pid of up to 6 hex digits, 5 for the pod.
+        let k = PODS.fetch_add(1, Ordering::Relaxed) & 0xf_ffff;
         let pod = PodNet {
             ip,
             netns: format!("{}{k}", self.netns_prefix),
