@@ -311,8 +311,8 @@ fn used_nets(listing: &str) -> Vec<Net> {
 /// `used`.
 fn pick_subnet(used: &[Net]) -> Option<Net> {
     for _ in 0..256 {
-        let base =
-            u32::from(Ipv4Addr::new(10, 0, 0, 0)) | (rand::random_range(0..(1u32 << (PREFIX_LEN - 8))) << (32 - PREFIX_LEN));
+        let base = u32::from(Ipv4Addr::new(10, 0, 0, 0))
+            | (rand::random_range(0..(1u32 << (PREFIX_LEN - 8))) << (32 - PREFIX_LEN));
         let net = Net {
             base,
             len: PREFIX_LEN,
@@ -379,28 +379,42 @@ impl Bridge {
                 run_blocking(&tools.ip, args).map_err(|e| setup("list the host's routes", e))?;
             used.extend(used_nets(&out));
         }
-        let subnet = pick_subnet(&used)
-            .ok_or_else(|| setup("find a free subnet", "10.0.0.0/8 is taken".into()))?;
-        let gateway = Ipv4Addr::from(subnet.base + 1);
-        let _ = run_blocking(&tools.ip, &["link", "del", &name]);
-        let made = run_blocking(&tools.ip, &["link", "add", &name, "type", "bridge"])
-            .and_then(|_| {
-                run_blocking(
-                    &tools.ip,
-                    &[
-                        "addr",
-                        "add",
-                        &format!("{gateway}/{PREFIX_LEN}"),
-                        "dev",
-                        &name,
-                    ],
-                )
-            })
-            .and_then(|_| run_blocking(&tools.ip, &["link", "set", &name, "up"]));
-        if let Err(e) = made {
+        // Another process may choose the same subnet at the same moment:
+        // whoever finds a second device on it gives it up and chooses again.
+        let mut attempt = 0;
+        let subnet = loop {
+            let subnet = pick_subnet(&used)
+                .ok_or_else(|| setup("find a free subnet", "10.0.0.0/8 is taken".into()))?;
+            let gateway = Ipv4Addr::from(subnet.base + 1);
+            let cidr = format!("{}/{PREFIX_LEN}", Ipv4Addr::from(subnet.base));
             let _ = run_blocking(&tools.ip, &["link", "del", &name]);
-            return Err(setup(&format!("create the pod bridge {name}"), e));
-        }
+            let made = run_blocking(&tools.ip, &["link", "add", &name, "type", "bridge"])
+                .and_then(|_| {
+                    let address = format!("{gateway}/{PREFIX_LEN}");
+                    run_blocking(&tools.ip, &["addr", "add", &address, "dev", &name])
+                })
+                .and_then(|_| run_blocking(&tools.ip, &["link", "set", &name, "up"]))
+                .and_then(|_| run_blocking(&tools.ip, &["-4", "-o", "addr", "show", "to", &cidr]));
+            match made {
+                Ok(holders) if link_names(&holders).iter().all(|n| *n == name) => break subnet,
+                Ok(_) if attempt < 8 => {
+                    attempt += 1;
+                    used.push(subnet);
+                    let _ = run_blocking(&tools.ip, &["link", "del", &name]);
+                }
+                Ok(_) => {
+                    let _ = run_blocking(&tools.ip, &["link", "del", &name]);
+                    return Err(setup(
+                        "find a free subnet",
+                        "other devices took every subnet tried".into(),
+                    ));
+                }
+                Err(e) => {
+                    let _ = run_blocking(&tools.ip, &["link", "del", &name]);
+                    return Err(setup(&format!("create the pod bridge {name}"), e));
+                }
+            }
+        };
         let bridge = Bridge {
             netns_prefix: format!("{NETNS_PREFIX}{pid}-{instance}-"),
             guardian: Mutex::new(None),
