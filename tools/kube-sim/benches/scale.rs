@@ -48,9 +48,11 @@ async fn main() {
     let network: kube_sim::PodNetwork = std::env::var("POD_NETWORK")
         .map_or(Ok(kube_sim::PodNetwork::Auto), |v| v.parse())
         .expect("POD_NETWORK is isolated, host or auto");
+    // A fresh simulator has a new cluster's namespaces only.
     let mut builder = KubeSim::builder()
         .pull_delay(Duration::ZERO)
-        .pod_network(network);
+        .pod_network(network)
+        .namespace("telo-sessions");
     if !processes {
         builder = builder.image("bench/idle:*", ImageBehaviour::Virtual);
     } else if let Some(ft) = kube_sim::find_fake_telo() {
