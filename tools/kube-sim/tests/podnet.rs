@@ -48,9 +48,11 @@ while True:
     c.close()
 "#;
 
-/// Tries each `<host>:<port>` argument and prints `<arg> open|closed`.
+/// Prints the downward API's node and pod IPs, then tries each
+/// `<host>:<port>` argument and prints `<arg> open|closed`.
 const PROBE: &str = r#"
-import socket, sys
+import os, socket, sys
+print("env", os.environ["NODE_IP"], os.environ["POD_IP"], flush=True)
 for a in sys.argv[1:]:
     h, p = a.rsplit(":", 1)
     try:
@@ -175,8 +177,12 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
         format!("{node}:{node_port}"),
         format!("{server}:{node_port}"),
     ];
-    sim.seed_value(python_pod("probe", PROBE, &targets))
-        .unwrap();
+    let mut probe = python_pod("probe", PROBE, &targets);
+    probe["spec"]["containers"][0]["env"] = json!([
+        {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]);
+    sim.seed_value(probe).unwrap();
     let done = sim
         .wait_for::<Pod>("default", "probe", |p| phase(p) == "Succeeded", WAIT)
         .await
@@ -191,6 +197,7 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
     assert_eq!(
         logs.lines().collect::<Vec<_>>(),
         vec![
+            format!("env {node} {probe_ip}"),
             format!("{} closed", targets[0]),
             format!("{} open", targets[1]),
             format!("{} open", targets[2]),
@@ -423,4 +430,26 @@ async fn the_host_network_keeps_loopback_pod_ips() {
     a_running_pod(&sim, "plain").await;
     let ip = pod_ip(&sim, "plain").await;
     assert!(ip.starts_with("127."), "{ip}");
+}
+
+#[tokio::test]
+async fn two_kernels_bind_one_loopback_debug_port() {
+    let Some(sim) = isolated().await else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let inspect = format!("127.0.0.1:{port}");
+    for name in ["first", "second"] {
+        sim.seed_value(app_configmap(name, "  listen: [0]\n"))
+            .unwrap();
+        let mut pod = pod_with_app(name, name, false);
+        pod["spec"]["containers"][0]["command"] =
+            json!(["telo", "run", "--inspect", inspect, "/app/telo.yaml"]);
+        sim.seed_value(pod).unwrap();
+    }
+    for name in ["first", "second"] {
+        until_logged(&sim, name, &format!("inspect listening on {inspect}")).await;
+    }
 }
