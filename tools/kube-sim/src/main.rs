@@ -171,10 +171,15 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {}", sim.url())?;
-        // Where pods reach this machine: a service they must reach (the
-        // runner) listens there.
-        writeln!(out, "node address {}", sim.node_ip())?;
+        // Then where pods reach this machine: a service they must reach
+        // (the runner) listens there. One write, so a reader that stops
+        // after the first line does not make the second fail.
+        let lines = format!(
+            "listening on {}\nnode address {}\n",
+            sim.url(),
+            sim.node_ip()
+        );
+        out.write_all(lines.as_bytes())?;
         out.flush()?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
