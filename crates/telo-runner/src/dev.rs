@@ -189,19 +189,51 @@ pub fn companion(name: &str, exe: Option<&Path>, search_path: &str) -> Option<Pa
         .or_else(|| runner_local::process::executable::resolve_executable(name, search_path))
 }
 
-/// kube-sim, started for the runner: its URL and kubeconfig, and the process,
-/// stopped with [`Cluster::stop`] (or killed when dropped).
+/// kube-sim, started for the runner: its URL and kubeconfig, where its pods
+/// reach the runner, and the process, stopped with [`Cluster::stop`] (or
+/// killed when dropped).
 pub struct Cluster {
     child: Child,
     pub url: String,
     pub kubeconfig: PathBuf,
+    /// The runner as session pods reach it (`RUNNER_SELF_URL`): the runner's
+    /// own address when pods share this host's network; with kube-sim's
+    /// isolated pod network, a relay on the node address (the pods'
+    /// gateway) to the runner, which itself stays on loopback.
+    pub runner_for_pods: std::net::SocketAddr,
+    relay: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(relay) = &self.relay {
+            relay.abort();
+        }
+    }
+}
+
+/// Relays every connection to `listener` to `runner`.
+async fn relay(listener: tokio::net::TcpListener, runner: std::net::SocketAddr) {
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(runner).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
 }
 
 impl Cluster {
     /// Starts `kube_sim` with the session namespace and `kernel` as what the
-    /// session image runs, and waits until it says where it listens.
-    pub async fn start(kube_sim: &Path, kernel: &Path) -> Result<Self, DevError> {
+    /// session image runs, and waits until it says where it listens and
+    /// where its pods reach this machine; pods are given a way to `runner`
+    /// from there.
+    pub async fn start(
+        kube_sim: &Path,
+        kernel: &Path,
+        runner: std::net::SocketAddr,
+    ) -> Result<Self, DevError> {
         let dir = tempfile::Builder::new()
             .prefix("telo-runner-dev-")
             .tempdir()
@@ -222,10 +254,8 @@ impl Cluster {
                 source,
             })?;
         let stdout = child.stdout.take().expect("stdout is piped");
-        let first = tokio::time::timeout(CLUSTER_START_BOUND, async {
-            BufReader::new(stdout).lines().next_line().await
-        })
-        .await;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(CLUSTER_START_BOUND, lines.next_line()).await;
         let url = match first {
             Ok(Ok(Some(line))) => match line.strip_prefix("listening on ") {
                 Some(url) => url.trim().to_owned(),
@@ -246,10 +276,36 @@ impl Cluster {
                 )));
             }
         };
+        // `node address <ip>` follows (a kube-sim without it runs pods on
+        // this host's network).
+        let node = match tokio::time::timeout(CLUSTER_START_BOUND, lines.next_line()).await {
+            Ok(Ok(Some(line))) => line
+                .strip_prefix("node address ")
+                .and_then(|ip| ip.trim().parse::<std::net::IpAddr>().ok()),
+            _ => None,
+        };
+        let (runner_for_pods, relay) = match node {
+            Some(node) if !node.is_loopback() => {
+                let listener = tokio::net::TcpListener::bind((node, 0))
+                    .await
+                    .map_err(|err| {
+                        DevError::KubeSimStart(format!(
+                            "could not listen on its node address {node}: {err}"
+                        ))
+                    })?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|err| DevError::KubeSimStart(err.to_string()))?;
+                (addr, Some(tokio::spawn(relay(listener, runner))))
+            }
+            _ => (runner, None),
+        };
         Ok(Self {
             child,
             url,
             kubeconfig,
+            runner_for_pods,
+            relay,
             _dir: dir,
         })
     }
@@ -284,7 +340,6 @@ pub fn runner_env(
     let mut set = |key: &str, value: String| {
         env.insert(key.to_owned(), value);
     };
-    let self_url = format!("http://{bound}");
     // dev listens itself (`--port 0` included); the runner is told where.
     set("PORT", bound.port().to_string());
     set("RUNNER_CORS_ORIGINS", origins.env_value());
@@ -305,7 +360,10 @@ pub fn runner_env(
             set("RUNNER_BACKEND", "kubernetes".to_owned());
             set("KUBECONFIG", cluster.kubeconfig.display().to_string());
             // Session pods fetch their bundle from the runner.
-            set("RUNNER_SELF_URL", self_url);
+            set(
+                "RUNNER_SELF_URL",
+                format!("http://{}", cluster.runner_for_pods),
+            );
             // kube-sim has no registry to list base images from.
             set("RUNNER_BASE_IMAGE_CATALOG_ENABLED", "false".to_owned());
         }

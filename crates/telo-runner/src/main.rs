@@ -303,7 +303,7 @@ fn dev(
             let runner_url = format!("http://{bound}");
             let cluster = match &kube_sim {
                 None => None,
-                Some(path) => match Cluster::start(path, kernel.path()).await {
+                Some(path) => match Cluster::start(path, kernel.path(), bound).await {
                     Ok(cluster) => Some(cluster),
                     Err(err) => {
                         eprintln!("telo-runner dev: {err}");

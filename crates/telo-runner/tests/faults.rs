@@ -529,7 +529,10 @@ async fn a_runner_killed_while_a_session_starts_is_replaced_and_the_session_runs
         "killed while starting"
     );
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // Pods reach the runner at the node's address.
+    let listener = tokio::net::TcpListener::bind((sim.node_ip(), 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let env: HashMap<String, String> = [

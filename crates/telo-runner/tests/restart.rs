@@ -12,11 +12,21 @@ use kube_sim::KubeSim;
 use serde_json::json;
 use telo_runner::server::RunningService;
 use test_support::fake_telo::fake_telo_path;
-use test_support::free_port;
 use test_support::sse::SseStream;
 use test_support::ws::{self, IoFrame};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_telo-runner");
+
+/// A port free on `host` now.
+fn free_port_on(host: std::net::IpAddr) -> u16 {
+    std::net::TcpListener::bind((host, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 struct ChildGuard(Child);
 
@@ -32,11 +42,13 @@ async fn spawn_runner(
     kubeconfig: &std::path::Path,
     extra: &[(&str, &str)],
 ) -> (ChildGuard, String) {
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
+    // Pods reach the runner at the node's address.
+    let host = common::node_address(kubeconfig).await;
+    let port = free_port_on(host);
+    let base = format!("http://{host}:{port}");
     let mut command = Command::new(BIN);
     command
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--listen", &format!("{host}:{port}")])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUNNER_BACKEND", "kubernetes")
@@ -86,7 +98,8 @@ async fn wait_ready(base: &str) {
 }
 
 async fn in_process_runner(kubeconfig: &std::path::Path, extra: &[(&str, &str)]) -> RunningService {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = common::node_address(kubeconfig).await;
+    let listener = tokio::net::TcpListener::bind((host, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut env: HashMap<String, String> = HashMap::new();
     env.insert("RUNNER_BACKEND".into(), "kubernetes".into());

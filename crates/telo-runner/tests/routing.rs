@@ -819,14 +819,16 @@ impl Drop for RunnerProcess {
 }
 
 async fn spawn_runner(kubeconfig: &std::path::Path, env: &[(&str, &str)]) -> RunnerProcess {
+    // Pods reach the runner at the node's address.
+    let host = common::node_address(kubeconfig).await;
     let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = std::net::TcpListener::bind((host, 0)).unwrap();
         listener.local_addr().unwrap().port()
     };
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{host}:{port}");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_telo-runner"));
     command
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--listen", &format!("{host}:{port}")])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUNNER_BACKEND", "kubernetes")

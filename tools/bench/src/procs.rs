@@ -333,6 +333,7 @@ impl Stack {
     ) -> anyhow::Result<Stack> {
         let dir = tempfile::tempdir()?;
         let mut env: HashMap<String, String> = HashMap::new();
+        let mut runner_host = std::net::IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
         let (sim, sim_api) = match backend {
             BackendKind::Kubernetes => {
                 let kubeconfig = dir.path().join("kubeconfig");
@@ -362,6 +363,8 @@ impl Stack {
                 cmd.args(sim_args);
                 let (sim, url) = Proc::spawn("kube-sim", cmd).await?;
                 let http = sim_http_client(&kubeconfig)?;
+                // Pods reach the runner at the node's address.
+                runner_host = node_address(&url, &http).await?;
                 env.insert("RUNNER_BACKEND".into(), "kubernetes".into());
                 env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
                 env.insert("RUNNER_IMAGE".into(), "telorun/node:0-slim".into());
@@ -385,8 +388,11 @@ impl Stack {
                 (None, None)
             }
         };
-        let port = free_port()?;
-        env.insert("RUNNER_SELF_URL".into(), format!("http://127.0.0.1:{port}"));
+        let port = TcpListener::bind((runner_host, 0))?.local_addr()?.port();
+        env.insert(
+            "RUNNER_SELF_URL".into(),
+            format!("http://{runner_host}:{port}"),
+        );
         env.insert("LOG_LEVEL".into(), "warn".into());
         env.insert("RUNNER_MAX_SESSIONS".into(), "100000".into());
         // The bench is one client holding every session's streams.
@@ -407,7 +413,7 @@ impl Stack {
                 cmd
             }
         };
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        cmd.args(["serve", "--listen", &format!("{runner_host}:{port}")])
             .env_clear()
             .envs(&env)
             .env("PATH", std::env::var("PATH").unwrap_or_default());
@@ -508,6 +514,27 @@ impl Stack {
 /// Where kube-sim listens, and a client that trusts its CA and sends its
 /// token (both from the kubeconfig it wrote, before it said where it
 /// listens).
+/// The node's `InternalIP` of the kube-sim at `url`: where its pods reach
+/// this machine (the pods' gateway with an isolated pod network, else
+/// 127.0.0.1).
+async fn node_address(url: &str, http: &reqwest::Client) -> anyhow::Result<std::net::IpAddr> {
+    let nodes: serde_json::Value = http
+        .get(format!("{url}/api/v1/nodes"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|n| n["status"]["addresses"].as_array().into_iter().flatten())
+        .find(|a| a["type"] == "InternalIP")
+        .and_then(|a| a["address"].as_str()?.parse().ok())
+        .context("kube-sim's node has no InternalIP")
+}
+
 pub struct SimApi {
     pub url: String,
     pub http: reqwest::Client,

@@ -1,7 +1,9 @@
 //! Which address fake-telo binds. kube-sim runs every pod as a local process
-//! and gives each its own loopback pod IP in `HOST`; binding anything wider
-//! would let two pods' `listen: [8080]` collide and make pod-IP reachability
-//! checks pass for the wrong pod.
+//! and gives each its pod IP in `HOST`: an address of its own network
+//! namespace with kube-sim's isolated pod network, a loopback address of the
+//! shared one with its host network. On the host network binding anything
+//! wider would let two pods' `listen: [8080]` collide and make pod-IP
+//! reachability checks pass for the wrong pod.
 
 use std::io;
 use std::net::{IpAddr, TcpListener};

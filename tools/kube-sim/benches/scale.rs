@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p kube-sim --bench scale` (env: `PODS`, default 2000;
 //! `PROCESSES=1` runs each pod as a real fake-telo process instead of a
-//! virtual container).
+//! virtual container; `POD_NETWORK=isolated|host|auto`, default auto).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
@@ -45,7 +45,14 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
     let processes = std::env::var("PROCESSES").is_ok_and(|v| v == "1");
-    let mut builder = KubeSim::builder().pull_delay(Duration::ZERO);
+    let network: kube_sim::PodNetwork = std::env::var("POD_NETWORK")
+        .map_or(Ok(kube_sim::PodNetwork::Auto), |v| v.parse())
+        .expect("POD_NETWORK is isolated, host or auto");
+    // A fresh simulator has a new cluster's namespaces only.
+    let mut builder = KubeSim::builder()
+        .pull_delay(Duration::ZERO)
+        .pod_network(network)
+        .namespace("telo-sessions");
     if !processes {
         builder = builder.image("bench/idle:*", ImageBehaviour::Virtual);
     } else if let Some(ft) = kube_sim::find_fake_telo() {

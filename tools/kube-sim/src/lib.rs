@@ -26,6 +26,7 @@ pub use faults::{FaultCommand, Faults};
 pub use kubelet::Latency;
 pub use kubelet::engine::Runtime;
 pub use kubelet::images::{ImageBehaviour, ImageTable};
+pub use kubelet::podnet::PodNetwork;
 pub use sim::{KubeSim, KubeSimBuilder, SeedError, StartError, WaitError, find_fake_telo};
 pub use stats::Stats;
 pub use timeline::PodTimeline;

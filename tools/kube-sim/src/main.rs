@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use kube_sim::{ImageBehaviour, KubeSim, Runtime};
+use kube_sim::{ImageBehaviour, KubeSim, PodNetwork, Runtime};
 
 /// A simulated Kubernetes apiserver + kubelet running pods as local processes
 /// (or as real containers of a docker engine, `--runtime docker`).
@@ -85,9 +85,20 @@ struct Args {
     /// PATH).
     #[arg(long, value_name = "PATH")]
     container_engine: Option<PathBuf>,
+    /// The pods' network: `isolated` (each pod its own network namespace
+    /// and address on a bridge kube-sim makes; needs root and iproute2),
+    /// `host` (pods share the host's network, each with an address of
+    /// 127.0.0.0/8), or `auto` (isolated where the machine allows it, else
+    /// host, saying why). The docker runtime's pods use the host network.
+    #[arg(long, value_name = "isolated|host|auto", default_value = "auto", value_parser = parse_pod_network)]
+    pod_network: PodNetwork,
 }
 
 fn parse_runtime(s: &str) -> Result<Runtime, String> {
+    s.parse()
+}
+
+fn parse_pod_network(s: &str) -> Result<PodNetwork, String> {
     s.parse()
 }
 
@@ -151,7 +162,7 @@ async fn main() -> anyhow::Result<()> {
     for name in &args.namespaces {
         builder = builder.namespace(name);
     }
-    builder = builder.runtime(args.runtime);
+    builder = builder.runtime(args.runtime).pod_network(args.pod_network);
     if let Some(client) = args.container_engine {
         builder = builder.container_engine(client);
     }
@@ -160,7 +171,15 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", args.kubeconfig.display()))?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "listening on {}", sim.url())?;
+        // Then where pods reach this machine: a service they must reach
+        // (the runner) listens there. One write, so a reader that stops
+        // after the first line does not make the second fail.
+        let lines = format!(
+            "listening on {}\nnode address {}\n",
+            sim.url(),
+            sim.node_ip()
+        );
+        out.write_all(lines.as_bytes())?;
         out.flush()?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

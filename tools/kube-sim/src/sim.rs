@@ -25,6 +25,7 @@ use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
 use crate::kubelet::engine::{Engine, Runtime};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
+use crate::kubelet::podnet::{self, Bridge, Decision, NetworkError, PodNetwork};
 use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig, Latency};
 use crate::stats::{Stats, StatsCollector};
 use crate::storage::registry::{self, Registry};
@@ -50,6 +51,8 @@ pub enum StartError {
     Image(String),
     #[error("the docker runtime needs a container engine: {0}")]
     Engine(String),
+    #[error(transparent)]
+    Network(#[from] crate::kubelet::podnet::NetworkError),
     #[error(transparent)]
     Tls(#[from] crate::apiserver::tls::TlsError),
 }
@@ -89,6 +92,7 @@ pub struct KubeSimBuilder {
     ingress_classes: Vec<(String, bool)>,
     runtime: Runtime,
     container_engine: Option<PathBuf>,
+    pod_network: PodNetwork,
 }
 
 impl Default for KubeSimBuilder {
@@ -110,6 +114,7 @@ impl Default for KubeSimBuilder {
             ingress_classes: Vec::new(),
             runtime: Runtime::Process,
             container_engine: None,
+            pod_network: PodNetwork::Auto,
         }
     }
 }
@@ -216,6 +221,15 @@ impl KubeSimBuilder {
         self
     }
 
+    /// Which network pods get (process runtime): their own namespace and
+    /// address on a bridge of this simulator ([`PodNetwork::Isolated`]),
+    /// the host's ([`PodNetwork::Host`]), or isolated where the machine
+    /// allows it ([`PodNetwork::Auto`], the default).
+    pub fn pod_network(mut self, network: PodNetwork) -> Self {
+        self.pod_network = network;
+        self
+    }
+
     /// Creates an IngressClass handled by the simulated controller.
     pub fn ingress_class(mut self, name: &str, default: bool) -> Self {
         self.ingress_classes.push((name.to_string(), default));
@@ -277,6 +291,33 @@ impl KubeSimBuilder {
                 },
             );
         }
+        let network = match self.runtime {
+            Runtime::Process => start_network(self.pod_network)?,
+            Runtime::Docker if self.pod_network == PodNetwork::Isolated => {
+                return Err(StartError::Network(NetworkError::Unavailable(
+                    "the docker runtime runs pods on the host network".into(),
+                )));
+            }
+            Runtime::Docker => None,
+        };
+        if let Some(bridge) = &network {
+            // The node's address is where its pods reach it.
+            let ip = bridge.gateway().to_string();
+            registry.mutate(
+                kinds::id("nodes"),
+                "",
+                crate::storage::defaults::NODE_NAME,
+                |n| {
+                    *crate::meta::path_mut(n, "status.addresses") = json!([
+                        {"type": "InternalIP", "address": ip},
+                        {"type": "Hostname", "address": crate::storage::defaults::NODE_NAME},
+                    ]);
+                    *crate::meta::path_mut(n, "spec.podCIDR") = json!(bridge.subnet());
+                    *crate::meta::path_mut(n, "spec.podCIDRs") = json!([bridge.subnet()]);
+                    true
+                },
+            );
+        }
         let fake_telo = self.fake_telo.or_else(find_fake_telo);
         let kubelet = Kubelet::new(
             registry.clone(),
@@ -288,6 +329,7 @@ impl KubeSimBuilder {
                 pull_delay: self.pull_delay,
                 latency: self.latency,
                 engine,
+                network,
             },
             shutdown.clone(),
         )
@@ -352,6 +394,31 @@ impl KubeSimBuilder {
     }
 }
 
+/// The process runtime's pod network as `requested` and the machine allow:
+/// the bridge, or `None` for the host network (saying why when isolated
+/// pods were possible to ask for but are not).
+fn start_network(requested: PodNetwork) -> Result<Option<Arc<Bridge>>, StartError> {
+    let probed = match requested {
+        PodNetwork::Host => Err(String::new()),
+        _ => podnet::probe(),
+    };
+    let (tools, available) = match probed {
+        Ok(tools) => (Some(tools), Ok(())),
+        Err(why) => (None, Err(why)),
+    };
+    match (podnet::decide(requested, available)?, tools) {
+        (Decision::Isolated, Some(tools)) => Ok(Some(Arc::new(Bridge::create(tools)?))),
+        (Decision::Fallback(why), _) => {
+            tracing::warn!(
+                "pods run on the host network (127.0.0.0/8 addresses, shared ports): {why}; \
+                 --pod-network host says so explicitly"
+            );
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// `fake-telo` next to the running executable (or its parent directory, for
 /// test binaries in `target/<profile>/deps`), else on `PATH`.
 pub fn find_fake_telo() -> Option<PathBuf> {
@@ -394,6 +461,18 @@ impl KubeSim {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The node's address as its pods reach it: the pods' gateway with an
+    /// isolated pod network, else `127.0.0.1`. A service pods must reach
+    /// (the runner, for its bundles) listens there.
+    pub fn node_ip(&self) -> std::net::Ipv4Addr {
+        self.kubelet.node_ip()
+    }
+
+    /// The bridge of an isolated pod network (its name, subnet, gateway).
+    pub fn pod_bridge(&self) -> Option<&Arc<Bridge>> {
+        self.kubelet.network()
     }
 
     /// `https://127.0.0.1:<port>`.
@@ -679,6 +758,7 @@ impl KubeSim {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         self.kubelet.close_engine().await;
+        self.kubelet.close_network();
     }
 }
 
@@ -692,5 +772,8 @@ impl Drop for KubeSim {
         // Containers are removed in the background (already done after
         // `shutdown`).
         self.kubelet.close_engine_now();
+        // The network's guardian removes the bridge and the pods' veths
+        // and namespaces (already done after `shutdown`).
+        self.kubelet.close_network_now();
     }
 }

@@ -62,6 +62,33 @@ pub fn env_secrets_of(pod: &Value) -> Vec<String> {
     names
 }
 
+/// The node's address of the cluster `kubeconfig` names, read from its
+/// Node's `InternalIP`: where session pods reach this machine, so a runner
+/// they must reach (for their bundles, the watch agent) listens there.
+/// kube-sim's is the pods' gateway with an isolated pod network, else
+/// `127.0.0.1`.
+pub async fn node_address(kubeconfig: &std::path::Path) -> std::net::IpAddr {
+    use k8s_openapi::api::core::v1::Node;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).expect("a kubeconfig"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("a kube config");
+    let client = kube::Client::try_from(config).expect("a kube client");
+    let nodes = kube::Api::<Node>::all(client)
+        .list(&Default::default())
+        .await
+        .expect("the nodes");
+    nodes
+        .items
+        .iter()
+        .flat_map(|n| n.status.iter().flat_map(|s| s.addresses.iter().flatten()))
+        .find(|a| a.type_ == "InternalIP")
+        .and_then(|a| a.address.parse().ok())
+        .expect("a node with an InternalIP")
+}
+
 /// Where the runner binary under test is: the runner image's executables
 /// (a watch pod's workspace container runs `telo-runner workspace`).
 pub fn runner_binaries() -> std::path::PathBuf {
@@ -107,7 +134,8 @@ impl Runner {
             .expect("kube-sim starts");
         let kubeconfig = work_dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        // Pods reach the runner at the node's address.
+        let listener = tokio::net::TcpListener::bind((sim.node_ip(), 0))
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -347,11 +375,16 @@ impl RunnerProcess {
     ) -> RunnerProcess {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
+        // Pods reach a Kubernetes runner at the node's address.
+        let host: std::net::IpAddr = match (backend, sim) {
+            (Backend::Kubernetes, Some(sim)) => sim.node_ip().into(),
+            _ => std::net::Ipv4Addr::LOCALHOST.into(),
+        };
         let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let listener = std::net::TcpListener::bind((host, 0)).expect("bind");
             listener.local_addr().expect("addr").port()
         };
-        let base = format!("http://127.0.0.1:{port}");
+        let base = format!("http://{host}:{port}");
         let runner = env!("CARGO_BIN_EXE_telo-runner");
         let mut command = match soft_limit {
             None => Command::new(runner),
@@ -366,7 +399,7 @@ impl RunnerProcess {
             }
         };
         command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["serve", "--listen", &format!("{host}:{port}")])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("RUNNER_SELF_URL", &base)

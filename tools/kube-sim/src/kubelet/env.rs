@@ -174,7 +174,12 @@ impl Kubelet {
             return Ok(None);
         };
         if let Some(fr) = &from.field_ref {
-            return Ok(Some(field_ref(&ctx.pod, &fr.field_path, ctx.ip)));
+            return Ok(Some(field_ref(
+                &ctx.pod,
+                &fr.field_path,
+                ctx.ip,
+                self.node_ip,
+            )));
         }
         let refs = [
             from.config_map_key_ref
@@ -252,11 +257,11 @@ pub(super) fn expand_refs(value: &str, env: &[(String, String)]) -> String {
 
 /// A `fieldRef`'s value. The node-level fields come from this kubelet;
 /// the pod's own from the spec it was picked up with.
-pub(super) fn field_ref(pod: &PodView, path: &str, ip: Ipv4Addr) -> String {
+pub(super) fn field_ref(pod: &PodView, path: &str, ip: Ipv4Addr, node_ip: Ipv4Addr) -> String {
     let text = |v: Option<&String>| v.cloned().unwrap_or_default();
     match path {
         "status.podIP" | "status.podIPs" => ip.to_string(),
-        "status.hostIP" | "status.hostIPs" => "127.0.0.1".into(),
+        "status.hostIP" | "status.hostIPs" => node_ip.to_string(),
         "spec.nodeName" => NODE_NAME.into(),
         "metadata.name" => text(pod.metadata.name.as_ref()),
         "metadata.namespace" => text(pod.metadata.namespace.as_ref()),

@@ -1,5 +1,7 @@
-//! Pod IPs from the loopback range 127.0.x.y: every address of 127/8 is
-//! local on Linux, so two pods can both listen on the same port.
+//! Pod IPs of the host pod network, from the loopback range 127.0.x.y:
+//! every address of 127/8 is local on Linux, so two pods can both listen on
+//! the same port of their own IP. (The isolated pod network takes its
+//! addresses from its bridge's subnet: `podnet`.)
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;

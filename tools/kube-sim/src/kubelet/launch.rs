@@ -42,7 +42,28 @@ impl Kubelet {
         let tty = c.tty.unwrap_or(false);
         let stdin = c.stdin.unwrap_or(false);
         let stdin_once = c.stdin_once.unwrap_or(false);
+        // With an isolated pod network the process runs in the pod's
+        // network namespace: `nsenter` enters it and executes the program.
+        let netns = ctx
+            .netns
+            .as_ref()
+            .zip(self.network.as_ref())
+            .map(|(path, bridge)| (path.clone(), bridge.nsenter().to_path_buf()));
         let spawn = |program: PathBuf, args: Vec<String>| {
+            let (program, args) = match &netns {
+                // A program that cannot be found is left to fail to start
+                // as it would outside a namespace.
+                Some((path, nsenter)) if resolvable(&program, &cwd, &env) => {
+                    let mut wrapped = vec![
+                        format!("--net={}", path.display()),
+                        "--".to_owned(),
+                        program.to_string_lossy().into_owned(),
+                    ];
+                    wrapped.extend(args);
+                    (nsenter.clone(), wrapped)
+                }
+                _ => (program, args),
+            };
             Launch::Process(SpawnSpec {
                 program,
                 args,
@@ -111,6 +132,21 @@ impl Kubelet {
             _ => generic(&argv),
         })
     }
+}
+
+/// Whether `program` names an executable file, itself (from `cwd`) or on
+/// the `PATH` of `env`, as the spawn would look it up.
+fn resolvable(program: &Path, cwd: &Path, env: &[(String, String)]) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.components().count() > 1 {
+        return executable(&cwd.join(program));
+    }
+    env.iter()
+        .find(|(k, _)| k == "PATH")
+        .is_some_and(|(_, path)| std::env::split_paths(path).any(|d| executable(&d.join(program))))
 }
 
 /// Where a kernel image keeps its standard modules, in its environment

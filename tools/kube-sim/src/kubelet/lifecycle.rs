@@ -18,18 +18,38 @@ impl Kubelet {
     /// Runs a picked-up pod from its sandbox to its end, then frees its IP
     /// and sandbox.
     pub(super) async fn run_pod(self: Arc<Self>, w: Arc<PodWorker>, pod: PodView) {
-        let Some(ip) = ips::allocate() else {
-            self.event(
-                &w,
-                None,
-                EventType::Warning,
-                "FailedCreatePodSandBox",
-                "no free pod IP in 127.0.0.0/8",
-            );
-            return;
+        let net = match &self.network {
+            Some(bridge) => match bridge.attach().await {
+                Ok(net) => Some(net),
+                Err(msg) => {
+                    self.event(&w, None, EventType::Warning, "FailedCreatePodSandBox", &msg);
+                    return;
+                }
+            },
+            None => None,
+        };
+        let ip = match &net {
+            Some(net) => net.ip,
+            None => match ips::allocate() {
+                Some(ip) => ip,
+                None => {
+                    self.event(
+                        &w,
+                        None,
+                        EventType::Warning,
+                        "FailedCreatePodSandBox",
+                        "no free pod IP in 127.0.0.0/8",
+                    );
+                    return;
+                }
+            },
         };
         let sandbox = self.root.join("pods").join(&w.uid);
-        let outcome = self.clone().pod_lifecycle(&w, &pod, ip, &sandbox).await;
+        let netns = net.as_ref().map(podnet::PodNet::netns_path);
+        let outcome = self
+            .clone()
+            .pod_lifecycle(&w, &pod, ip, netns, &sandbox)
+            .await;
         match outcome {
             Ended::Killed | Ended::Shutdown => {
                 self.stop_containers(&w, Duration::ZERO).await;
@@ -93,7 +113,10 @@ impl Kubelet {
         if let Some(engine) = &self.engine {
             engine.remove_pod(&w.uid).await;
         }
-        ips::release(ip);
+        match (net, &self.network) {
+            (Some(net), Some(bridge)) => bridge.detach(net).await,
+            _ => ips::release(ip),
+        }
         let _ = tokio::fs::remove_dir_all(&sandbox).await;
     }
 
@@ -179,9 +202,11 @@ impl Kubelet {
         w: &Arc<PodWorker>,
         pod: &PodView,
         ip: Ipv4Addr,
+        netns: Option<PathBuf>,
         sandbox: &Path,
     ) -> Ended {
-        *w.model.lock().unwrap_or_else(|p| p.into_inner()) = Some(initial_model(pod, ip));
+        *w.model.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(initial_model(pod, ip, self.node_ip));
         self.publish(w);
         let started = Instant::now();
         let mut deadline = w.deadline.subscribe();
@@ -208,6 +233,7 @@ impl Kubelet {
         let ctx = PodCtx {
             pod: pod.clone(),
             ip,
+            netns,
             sandbox: sandbox.to_path_buf(),
             restart_policy: pod.restart_policy().to_string(),
         };
@@ -357,7 +383,7 @@ impl Kubelet {
 
 /// The pod's status before any of its containers ran: every container
 /// waiting for its turn.
-fn initial_model(pod: &PodView, ip: Ipv4Addr) -> PodModel {
+fn initial_model(pod: &PodView, ip: Ipv4Addr, node_ip: Ipv4Addr) -> PodModel {
     let main_wait = if pod.init_containers().is_empty() {
         "ContainerCreating"
     } else {
@@ -371,7 +397,7 @@ fn initial_model(pod: &PodView, ip: Ipv4Addr) -> PodModel {
         reason: None,
         message: None,
         pod_ip: ip.to_string(),
-        host_ip: "127.0.0.1".into(),
+        host_ip: node_ip.to_string(),
         start_time: meta::now_timestamp(),
         sandbox_ready: true,
         init: pod

@@ -16,6 +16,7 @@ pub mod ips;
 mod launch;
 mod lifecycle;
 pub mod paths;
+pub mod podnet;
 pub mod process;
 mod pull;
 mod spec;
@@ -94,6 +95,8 @@ pub struct KubeletConfig {
     pub latency: Latency,
     /// The docker runtime's engine; `None` runs containers as processes.
     pub engine: Option<Arc<Engine>>,
+    /// The pods' bridge (isolated pod network); `None`: the host network.
+    pub network: Option<Arc<podnet::Bridge>>,
 }
 
 /// One container's streams: the current instance and the previous one
@@ -202,6 +205,10 @@ pub struct Kubelet {
     /// Pods whose delayed binding is under way (with a schedule latency).
     scheduling: Mutex<HashSet<String>>,
     engine: Option<Arc<Engine>>,
+    /// The pods' bridge (isolated pod network); `None`: the host network.
+    network: Option<Arc<podnet::Bridge>>,
+    /// The node's address as its pods reach it (`status.hostIP`).
+    node_ip: Ipv4Addr,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
     /// Every pod's task, so that stopping the kubelet waits for each pod to
@@ -241,6 +248,11 @@ impl Kubelet {
             latency: config.latency,
             scheduling: Mutex::new(HashSet::new()),
             engine: config.engine,
+            node_ip: config
+                .network
+                .as_ref()
+                .map_or(Ipv4Addr::LOCALHOST, |b| b.gateway()),
+            network: config.network,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
             pods: Mutex::new(JoinSet::new()),
@@ -287,6 +299,33 @@ impl Kubelet {
     /// The docker runtime's engine, if containers run in one.
     pub fn engine(&self) -> Option<&Arc<Engine>> {
         self.engine.as_ref()
+    }
+
+    /// The node's address as its pods reach it: the bridge's gateway with
+    /// an isolated pod network, else `127.0.0.1`.
+    pub fn node_ip(&self) -> Ipv4Addr {
+        self.node_ip
+    }
+
+    /// The pods' bridge, with an isolated pod network.
+    pub fn network(&self) -> Option<&Arc<podnet::Bridge>> {
+        self.network.as_ref()
+    }
+
+    /// Removes the pods' bridge and whatever is left on it (shutdown,
+    /// after the pods have stopped).
+    pub fn close_network(&self) {
+        if let Some(n) = &self.network {
+            n.close();
+        }
+    }
+
+    /// [`Kubelet::close_network`] for `Drop`: the removal happens in the
+    /// background (by the network's guardian).
+    pub fn close_network_now(&self) {
+        if let Some(n) = &self.network {
+            n.release_guardian();
+        }
     }
 
     /// Removes every container the engine still holds for this simulator
@@ -653,6 +692,9 @@ fn field_path(init: bool, name: &str) -> String {
 struct PodCtx {
     pod: PodView,
     ip: Ipv4Addr,
+    /// The pod's network namespace (isolated pod network): its processes
+    /// run inside it.
+    netns: Option<PathBuf>,
     sandbox: PathBuf,
     restart_policy: String,
 }

@@ -78,3 +78,21 @@ pub fn pod_with_app(name: &str, configmap: &str, tty: bool) -> Value {
         }
     })
 }
+
+/// Whether `ip` is a pod IP of `sim`: on its pods' subnet with an isolated
+/// pod network, else of 127.0.0.0/8.
+pub fn is_pod_ip(sim: &KubeSim, ip: &str) -> bool {
+    let Ok(ip) = ip.parse::<std::net::Ipv4Addr>() else {
+        return false;
+    };
+    match sim.pod_bridge() {
+        Some(bridge) => {
+            let subnet = bridge.subnet();
+            let (base, len) = subnet.split_once('/').expect("a CIDR");
+            let base: std::net::Ipv4Addr = base.parse().expect("an address");
+            let mask = u32::MAX << (32 - len.parse::<u32>().expect("a length"));
+            u32::from(ip) & mask == u32::from(base) && ip != sim.node_ip()
+        }
+        None => ip.is_loopback(),
+    }
+}
