@@ -72,8 +72,19 @@ fn hardened_runner(client: &str, port: u16, extra: &[&str]) -> Container {
 async fn the_runner_image_serves_as_uid_1000_on_a_read_only_root() {
     let client = engine(&[Image::Runner]);
     let port = test_support::free_port();
-    // The local backend, so nothing but the image itself is needed.
-    let runner = hardened_runner(&client, port, &["-e", "RUNNER_BACKEND=local"]);
+    // The local backend, so nothing but the image itself is needed; on the
+    // runner's own network, since a process without capabilities cannot
+    // make a namespace per session (the image is the Kubernetes runner's).
+    let runner = hardened_runner(
+        &client,
+        port,
+        &[
+            "-e",
+            "RUNNER_BACKEND=local",
+            "-e",
+            "RUNNER_LOCAL_NETWORK=host",
+        ],
+    );
     let health = until_ok(&format!("http://127.0.0.1:{port}/v1/health"), &runner).await;
     assert_eq!(health["ok"], true, "{health}");
     let top = test_support::containers::run(&client, &["top", &runner.id, "-o", "uid,args"]);

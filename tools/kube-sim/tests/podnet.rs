@@ -453,3 +453,48 @@ async fn two_kernels_bind_one_loopback_debug_port() {
         until_logged(&sim, name, &format!("inspect listening on {inspect}")).await;
     }
 }
+
+fn bridge_mac_and_ports(bridge: &str) -> (String, usize) {
+    let run = |args: &[&str]| {
+        String::from_utf8(Command::new("ip").args(args).output().unwrap().stdout).unwrap()
+    };
+    let shown = run(&["-o", "link", "show", "dev", bridge]);
+    let mac = shown
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let ports = run(&["-o", "link", "show", "master", bridge])
+        .lines()
+        .count();
+    (mac, ports)
+}
+
+/// Pods that learnt the gateway's MAC keep reaching it as other pods come
+/// and go: the bridge's MAC is its own, not its lowest port's.
+#[tokio::test]
+async fn the_gateway_mac_stays_as_pods_come_and_go() {
+    let Some(sim) = isolated().await else { return };
+    let bridge = sim.pod_bridge().unwrap().name().to_owned();
+    let (before, _) = bridge_mac_and_ports(&bridge);
+    for name in ["first", "second", "third"] {
+        a_running_pod(&sim, name).await;
+    }
+    assert_eq!(bridge_mac_and_ports(&bridge), (before.clone(), 3));
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    for name in ["first", "second"] {
+        pods.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    while bridge_mac_and_ports(&bridge).1 > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the deleted pods' veths stay"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(bridge_mac_and_ports(&bridge), (before, 1));
+}

@@ -357,6 +357,17 @@ impl PodNet {
     }
 }
 
+/// A random locally administered unicast MAC for a bridge.
+fn bridge_mac() -> String {
+    let mut bytes: [u8; 6] = rand::random();
+    bytes[0] = (bytes[0] & 0xfc) | 0x02;
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 impl Bridge {
     /// Makes this simulator's bridge on a free subnet (after removing what
     /// dead simulators left), and its guardian.
@@ -388,13 +399,22 @@ impl Bridge {
             let gateway = Ipv4Addr::from(subnet.base + 1);
             let cidr = format!("{}/{PREFIX_LEN}", Ipv4Addr::from(subnet.base));
             let _ = run_blocking(&tools.ip, &["link", "del", &name]);
-            let made = run_blocking(&tools.ip, &["link", "add", &name, "type", "bridge"])
-                .and_then(|_| {
-                    let address = format!("{gateway}/{PREFIX_LEN}");
-                    run_blocking(&tools.ip, &["addr", "add", &address, "dev", &name])
-                })
-                .and_then(|_| run_blocking(&tools.ip, &["link", "set", &name, "up"]))
-                .and_then(|_| run_blocking(&tools.ip, &["-4", "-o", "addr", "show", "to", &cidr]));
+            // A bridge left to choose its own MAC takes the lowest of its
+            // ports' and changes it as pods come and go, and pods that
+            // learnt the gateway's old MAC lose their replies until their
+            // ARP entry expires (seconds): a fixed one, as a CNI's bridge
+            // has, never changes.
+            let mac = bridge_mac();
+            let made = run_blocking(
+                &tools.ip,
+                &["link", "add", &name, "address", &mac, "type", "bridge"],
+            )
+            .and_then(|_| {
+                let address = format!("{gateway}/{PREFIX_LEN}");
+                run_blocking(&tools.ip, &["addr", "add", &address, "dev", &name])
+            })
+            .and_then(|_| run_blocking(&tools.ip, &["link", "set", &name, "up"]))
+            .and_then(|_| run_blocking(&tools.ip, &["-4", "-o", "addr", "show", "to", &cidr]));
             match made {
                 Ok(holders) if link_names(&holders).iter().all(|n| *n == name) => break subnet,
                 Ok(_) if attempt < 8 => {
