@@ -138,14 +138,18 @@ async fn get_on(
     path: &Route,
     target: &str,
 ) -> anyhow::Result<(Duration, Bytes)> {
-    sender.ready().await?;
+    sender
+        .ready()
+        .await
+        .with_context(|| format!("GET {target} via {}: the connection closed", path.name))?;
     let request = Request::get(target)
         .header(HOST, &path.host)
         .body(Empty::new())?;
     let began = Instant::now();
     let response = tokio::time::timeout(STEP, sender.send_request(request))
         .await
-        .map_err(|_| anyhow!("GET {target} via {} timed out", path.name))??;
+        .map_err(|_| anyhow!("GET {target} via {} timed out", path.name))?
+        .with_context(|| format!("GET {target} via {}", path.name))?;
     let status = response.status();
     let body = response.into_body().collect().await?.to_bytes();
     let elapsed = began.elapsed();
@@ -503,6 +507,17 @@ async fn small_level(
             // Each round starts with another path.
             let i = (turn + round) % paths.len();
             let path = &paths[i];
+            // A proxy may close a keep-alive connection that sat idle while
+            // the other paths took their turns (the runner does after its
+            // header timeout); a browser opens another, and so does this,
+            // before the clock starts.
+            try_join_all(senders[i].iter_mut().map(|sender| async move {
+                if sender.ready().await.is_err() {
+                    *sender = connect::<Empty<Bytes>>(path).await?;
+                }
+                anyhow::Ok(())
+            }))
+            .await?;
             let began = Instant::now();
             let samples = try_join_all(senders[i].iter_mut().map(|sender| async move {
                 let mut took = Vec::with_capacity(per_round);
