@@ -18,8 +18,8 @@ pub use crate::backend_session::{
 pub use crate::launch::SessionKind;
 pub use crate::launch::{
     AgentLaunch, AgentRef, AppLaunch, BackendCapabilities, BackendFeatures, HeldSessions,
-    InvalidSessionConfig, ProbeConfig, Readiness, RecoveredSession, StartSpec, SuspendedSession,
-    TeloUnavailable, WatchSpec, WatchStart,
+    InvalidSessionConfig, KeptLink, ProbeConfig, Readiness, RecoveredSession, StartSpec,
+    SuspendedSession, TeloUnavailable, WatchSpec, WatchStart,
 };
 use crate::session::SessionSink;
 pub use crate::tenancy::SessionResources;
@@ -97,6 +97,21 @@ pub trait Backend: Send + Sync + 'static {
     /// backend sets none).
     fn session_resources(&self, _kind: SessionKind) -> SessionResources {
         SessionResources::default()
+    }
+
+    /// Keeps `links`, the whole list of `session_id`'s share links as it is
+    /// about to be, where the session outlives this process (its pod, its
+    /// watch record), so the next runner lists and honours exactly these.
+    /// The core makes a link change only once this succeeded; `Err` says
+    /// why it could not be kept. The default keeps nothing, for a backend
+    /// whose sessions end with the process.
+    async fn keep_links(
+        &self,
+        _session_id: &str,
+        _mode: SessionMode,
+        _links: &[KeptLink],
+    ) -> Result<(), String> {
+        Ok(())
     }
 
     /// The telo releases a request may name (`features.teloVersions`);

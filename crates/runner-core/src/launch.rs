@@ -220,6 +220,20 @@ pub struct SuspendedSession {
     /// runner): the registry adopts it at once instead of listing it
     /// `suspended`.
     pub running: bool,
+    /// Its share links as the last runner kept them.
+    pub links: Vec<KeptLink>,
+}
+
+/// A share link as a backend keeps it: what makes its URL again (with the
+/// same signing key) and decides whether it is live.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptLink {
+    pub id: String,
+    pub port: u16,
+    /// Unix seconds.
+    pub expires_at: u64,
+    pub created_at: String,
 }
 
 /// Whether this runner process already holds a session by that id. A
@@ -244,6 +258,8 @@ pub struct RecoveredSession {
     pub token_digest: Option<[u8; 32]>,
     /// The principal that created it, as its record kept it.
     pub owner: Option<crate::identity::Owner>,
+    /// Its share links as the last runner kept them.
+    pub links: Vec<KeptLink>,
 }
 
 /// What keeps a backend from taking traffic (`/readyz`).

@@ -307,6 +307,21 @@ impl SessionRegistry {
         self.inner.preview.get()
     }
 
+    /// Gives a session taken over from a previous runner the share links
+    /// that runner kept, their URLs made again (they open only with the
+    /// same signing key). Without the edge they are not listed, and stay
+    /// kept for a runner that has it.
+    pub(crate) fn restore_links(&self, session: &Session, kept: Vec<crate::backend::KeptLink>) {
+        let Some(preview) = self.preview() else {
+            return;
+        };
+        session
+            .links
+            .restore(kept, crate::edge::unix_now(), |link| {
+                preview.link_url(&link.id, &session.id, link.port, link.expires_at)
+            });
+    }
+
     /// Ties a session entering the registry to the webhooks and the edge,
     /// if any.
     pub(crate) fn attach_webhooks(&self, session: &Session) {
@@ -483,6 +498,7 @@ impl SessionRegistry {
                     self.inner.backend.session_resources(SessionKind::Run),
                 );
                 self.attach_webhooks(&session);
+                self.restore_links(&session, recovered.links.clone());
                 sessions.insert(recovered.session_id.clone(), session.clone());
                 drop(sessions);
                 session.emit(RunEvent::Status {

@@ -517,6 +517,40 @@ impl Drop for KubeBackend {
 
 #[async_trait]
 impl Backend for KubeBackend {
+    /// A watch session's links in its record Secret; a run or app
+    /// session's in its pod's `telo.run/links` annotation. Both outlive the
+    /// runner exactly as long as the session does.
+    async fn keep_links(
+        &self,
+        session_id: &str,
+        mode: SessionMode,
+        links: &[runner_core::backend::KeptLink],
+    ) -> Result<(), String> {
+        if mode == SessionMode::Watch {
+            let Some(watch) = &self.watch else {
+                return Ok(());
+            };
+            return watch
+                .checkpoints
+                .save_links(session_id, links)
+                .await
+                .map_err(|err| crate::cluster::api_error::api_reason(&err));
+        }
+        let pod = self
+            .ctx
+            .pod_informer
+            .objects_of(session_id)
+            .into_iter()
+            .find(|pod| {
+                pod.metadata.deletion_timestamp.is_none() && !crate::pod::labels::is_watch_pod(pod)
+            })
+            .and_then(|pod| pod.metadata.name.clone())
+            .ok_or_else(|| "the session has no pod yet".to_owned())?;
+        crate::session::adoption::keep_links_on_pod(&self.ctx.pods, &pod, links)
+            .await
+            .map_err(|err| crate::cluster::api_error::api_reason(&err))
+    }
+
     /// A pod's ceilings: run sessions' `RUNNER_MAX_*`, app and watch
     /// sessions' `RUNNER_APP_MAX_*`.
     fn session_resources(&self, kind: runner_core::backend::SessionKind) -> SessionResources {

@@ -496,3 +496,203 @@ async fn an_inspected_sessions_kernel_is_served_at_its_inspect_url(#[case] backe
     events.events_until_end().await;
     runner.stop().await;
 }
+
+/// Which session a share link survives a restart with.
+#[derive(Debug, Clone, Copy)]
+enum Kept {
+    /// A watch session: listed suspended (local) or adopted running
+    /// (Kubernetes) by the next runner, and woken by the link's request.
+    Watch,
+    /// A run session, whose pod the next runner adopts (Kubernetes).
+    Run,
+}
+
+#[rstest]
+#[case::local_watch(Backend::Local, Kept::Watch)]
+#[case::kubernetes_watch(Backend::Kubernetes, Kept::Watch)]
+#[case::kubernetes_run(Backend::Kubernetes, Kept::Run)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_links_and_revocations_outlive_the_runner(
+    #[case] backend: Backend,
+    #[case] kept: Kept,
+) {
+    use common::RunnerProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing-key");
+    std::fs::write(&key, [7_u8; 32]).unwrap();
+    let key = key.to_str().unwrap().to_owned();
+    let sim = match backend {
+        Backend::Local => None,
+        Backend::Kubernetes => Some(
+            common::cluster()
+                .fake_telo(test_support::fake_telo::fake_telo_path())
+                .start()
+                .await
+                .expect("kube-sim starts"),
+        ),
+    };
+    let vars = [
+        ("RUNNER_PREVIEW_BASE_URL", BASE),
+        ("RUNNER_PREVIEW_ACCESS", "private"),
+        ("RUNNER_PREVIEW_SIGNING_KEY_FILE", key.as_str()),
+        ("RUNNER_WATCH_SESSIONS", "true"),
+    ];
+    let client = runner_core::http_client::client();
+    let mut first = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), &vars).await;
+    let port = test_support::free_port();
+    let body = match kept {
+        Kept::Watch => common::watch::watch_body(json!({"listen": [port], "echo": true})),
+        Kept::Run => {
+            let mut body =
+                test_support::bundle::start_body(json!({"listen": [port], "echo": true}));
+            body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+            body
+        }
+    };
+    let send = |base: &str, method: reqwest::Method, path: String, body: Option<Value>| {
+        let client = client.clone();
+        let base = base.to_owned();
+        async move { common::watch::request_at(&client, &base, method, &path, body).await }
+    };
+    let (status, created) = send(
+        &first.base,
+        reqwest::Method::POST,
+        "/v1/sessions".into(),
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let mut events = test_support::sse::SseStream::connect(
+        &format!("{}/v1/sessions/{id}/events", first.base),
+        &[],
+    )
+    .await;
+    events
+        .events_until(|f| match kept {
+            Kept::Watch => f.event.as_deref() == Some("endpoints"),
+            Kept::Run => f.status_kind().as_deref() == Some("running"),
+        })
+        .await;
+    drop(events);
+
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        let (status, link) = send(
+            &first.base,
+            reqwest::Method::POST,
+            format!("/v1/sessions/{id}/links"),
+            Some(json!({"port": port, "ttlSeconds": 600})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{link}");
+        made.push(link);
+    }
+    let (kept_link, revoked) = (&made[0], &made[1]);
+    let (status, _) = send(
+        &first.base,
+        reqwest::Method::DELETE,
+        format!(
+            "/v1/sessions/{id}/links/{}",
+            revoked["linkId"].as_str().unwrap()
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let host = format!("{port}-{id}.preview.test");
+    let url = kept_link["url"].as_str().unwrap();
+    let cookie = cookie_from(&first.base, &host, url).await;
+    assert_eq!(
+        app_answer(&first.base, &host, &cookie).await,
+        (StatusCode::OK, format!("ok {port}"))
+    );
+
+    first.child.kill().expect("SIGKILL");
+    first.child.wait().expect("reaped");
+    let second = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), &vars).await;
+    common::watch::ready(&second.base).await;
+    let (status, listed) = send(
+        &second.base,
+        reqwest::Method::GET,
+        format!("/v1/sessions/{id}/links"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(
+        listed["links"],
+        json!([kept_link]),
+        "only the unrevoked link"
+    );
+    // Its URL opens the app again (a suspended session wakes for it); the
+    // revoked one still opens nothing.
+    let cookie = cookie_from(&second.base, &host, url).await;
+    assert_eq!(
+        app_answer(&second.base, &host, &cookie).await,
+        (StatusCode::OK, format!("ok {port}"))
+    );
+    let refused = edge_get(
+        &second.base,
+        &host,
+        &target_of(revoked["url"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    send(
+        &second.base,
+        reqwest::Method::DELETE,
+        format!("/v1/sessions/{id}"),
+        None,
+    )
+    .await;
+}
+
+/// A link change the cluster refuses to keep is refused whole: no link is
+/// made, and a link whose revocation could not be kept still opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_change_that_cannot_be_kept_changes_nothing() {
+    let runner = Runner::start_on(
+        Backend::Kubernetes,
+        &[
+            ("RUNNER_PREVIEW_BASE_URL", BASE),
+            ("RUNNER_PREVIEW_ACCESS", "private"),
+        ],
+    )
+    .await;
+    let sim = runner.sim.as_ref().unwrap();
+    let port = test_support::free_port();
+    let mut body = test_support::bundle::start_body(json!({"listen": [port], "echo": true}));
+    body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+    let id = runner.create_body(body).await;
+    let mut events = runner.events(&id, &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let links = format!("/v1/sessions/{id}/links");
+    let wanted = json!({"port": port});
+
+    sim.faults().fail_next("patch", "pods", 1, 500);
+    let (status, refused) = runner.post(&links, &wanted).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{refused}");
+    assert_eq!(refused["error"], "links_not_kept");
+    assert_eq!(runner.get(&links).await.1["links"], json!([]));
+
+    let (status, link) = runner.post(&links, &wanted).await;
+    assert_eq!(status, StatusCode::CREATED, "{link}");
+    let link_id = link["linkId"].as_str().unwrap();
+    sim.faults().fail_next("patch", "pods", 1, 500);
+    let (status, refused) = runner.delete(&format!("{links}/{link_id}")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{refused}");
+    assert_eq!(runner.get(&links).await.1["links"][0]["linkId"], link_id);
+    let host = format!("{port}-{id}.preview.test");
+    let cookie = cookie_from(&runner.base, &host, link["url"].as_str().unwrap()).await;
+    assert_eq!(
+        app_answer(&runner.base, &host, &cookie).await.0,
+        StatusCode::OK
+    );
+    let (status, _) = runner.delete(&format!("{links}/{link_id}")).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(runner.get(&links).await.1["links"], json!([]));
+}

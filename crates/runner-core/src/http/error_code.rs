@@ -49,6 +49,9 @@ error_codes! {
     PortNotPublished = "port_not_published" => BAD_REQUEST,
     /// The session holds as many share links as it may.
     TooManyLinks = "too_many_links" => CONFLICT,
+    /// A share link change could not be kept where the session outlives
+    /// the runner; nothing changed.
+    LinksNotKept = "links_not_kept" => SERVICE_UNAVAILABLE,
     /// The body or query broke a request rule.
     InvalidRequest = "invalid_request" => BAD_REQUEST,
     InvalidJson = "invalid_json" => BAD_REQUEST,
@@ -126,6 +129,7 @@ mod tests {
         ("edge_disabled", 409),
         ("port_not_published", 400),
         ("too_many_links", 409),
+        ("links_not_kept", 503),
         ("invalid_request", 400),
         ("invalid_json", 400),
         ("empty_json_body", 400),

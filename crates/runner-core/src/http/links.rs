@@ -93,8 +93,26 @@ pub async fn create(
         expires_at,
         created_at: crate::time::iso_now(),
     };
-    if session.links.add(link.clone(), now).is_err() {
-        let message = format!("session {id} already has {MAX_LINKS} share links; revoke one first");
+    // Kept first, then made: a link the next runner would not know is
+    // never handed out.
+    let _change = session.links.change().await;
+    let kept = match session.links.with_added(&link, now) {
+        Ok(kept) => kept,
+        Err(_) => {
+            let message =
+                format!("session {id} already has {MAX_LINKS} share links; revoke one first");
+            super::audit_session(
+                &state,
+                AuditAction::LinkCreate,
+                &viewer,
+                &session,
+                Some(message.clone()),
+            );
+            return Err(ApiError::new(ErrorCode::TooManyLinks, message));
+        }
+    };
+    if let Err(reason) = keep_links(&state, &session, &kept).await {
+        let message = format!("could not keep the new share link of session {id}: {reason}");
         super::audit_session(
             &state,
             AuditAction::LinkCreate,
@@ -102,7 +120,15 @@ pub async fn create(
             &session,
             Some(message.clone()),
         );
-        return Err(ApiError::new(ErrorCode::TooManyLinks, message));
+        return Err(ApiError::new(ErrorCode::LinksNotKept, message));
+    }
+    if session.links.add(link.clone(), now).is_err() {
+        // Made room for under the change lock; only a clock that went
+        // back could take it.
+        return Err(ApiError::new(
+            ErrorCode::TooManyLinks,
+            format!("session {id} already has {MAX_LINKS} share links; revoke one first"),
+        ));
     }
     super::audit_session(&state, AuditAction::LinkCreate, &viewer, &session, None);
     Ok((StatusCode::CREATED, Json(LinkView::from(link))).into_response())
@@ -131,12 +157,37 @@ pub async fn revoke(
     // A malformed escape gets the JSON envelope, as with every other route.
     let Path((id, link_id)) = params?;
     let session = super::visible_session(&state, &viewer, &id)?;
-    if !session.links.revoke(&link_id) {
+    // Kept first, then made: a revoked link never comes back with the next
+    // runner.
+    let _change = session.links.change().await;
+    let Some(kept) = session.links.without(&link_id, unix_now()) else {
         return Err(ApiError::new(
             ErrorCode::LinkNotFound,
             format!("session {id} has no share link {link_id}"),
         ));
+    };
+    if let Err(reason) = keep_links(&state, &session, &kept).await {
+        return Err(ApiError::new(
+            ErrorCode::LinksNotKept,
+            format!(
+                "could not revoke share link {link_id} of session {id}: {reason}; it still opens"
+            ),
+        ));
     }
+    session.links.revoke(&link_id);
     super::audit_session(&state, AuditAction::LinkRevoke, &viewer, &session, None);
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Has the backend keep `links` as `session`'s whole list.
+async fn keep_links(
+    state: &AppState,
+    session: &crate::session::Session,
+    links: &[crate::session::links::KeptLink],
+) -> Result<(), String> {
+    state
+        .registry
+        .backend()
+        .keep_links(&session.id, session.mode(), links)
+        .await
 }

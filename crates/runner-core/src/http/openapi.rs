@@ -330,6 +330,9 @@ fn operation(path: &str, method: &str) -> Value {
             op["responses"]["400"] = error(
                 "The body failed validation (`invalid_request`, `invalid_json`, `empty_json_body`), or the session does not publish that tcp port (`port_not_published`).",
             );
+            op["responses"]["503"] = error(
+                "The link could not be kept where the session outlives the runner (`links_not_kept`); no link was made.",
+            );
             op
         }
         ("/v1/sessions/{id}/links", "get") => json!({
@@ -345,7 +348,8 @@ fn operation(path: &str, method: &str) -> Value {
             "parameters": [id_parameter(), {"name": "link_id", "in": "path", "required": true, "schema": {"type": "string"}}],
             "responses": {
                 "204": {"description": "Revoked."},
-                "404": error("Unknown session (`not_found`) or link (`link_not_found`).")
+                "404": error("Unknown session (`not_found`) or link (`link_not_found`)."),
+                "503": error("The revocation could not be kept where the session outlives the runner (`links_not_kept`); the link still opens.")
             }
         }),
         _ => json!({ "responses": {} }),

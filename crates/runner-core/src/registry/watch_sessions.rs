@@ -226,6 +226,7 @@ impl SessionRegistry {
             spec,
             generation,
             running,
+            links,
         } = record;
         let id = spec.session_id.clone();
         if self.get(&id).is_some() {
@@ -254,6 +255,7 @@ impl SessionRegistry {
                 .session_resources(super::SessionKind::Watch),
         );
         self.attach_webhooks(&session);
+        self.restore_links(&session, links);
         // Kept whatever the limit: refusing it would only lose its files.
         super::lock(&self.inner.sessions).insert(id, session.clone());
         if running {

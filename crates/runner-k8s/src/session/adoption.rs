@@ -17,6 +17,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use runner_core::HeldSessions;
 use runner_core::RecoveredSession;
+use runner_core::backend::KeptLink;
 use runner_core::sync::lock;
 use serde_json::json;
 use tracing::{debug, info, warn};
@@ -24,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::api_error::{is_not_found, is_transient};
 use crate::config::OrphanPolicy;
 use crate::pod::informer::PodInformer;
-use crate::pod::labels::GENERATION_ANNOTATION;
+use crate::pod::labels::{GENERATION_ANNOTATION, LINKS_ANNOTATION};
 use crate::pod::session_record::{SessionRecord, session_record_from_pod};
 use crate::pod::status;
 use crate::session::delete_pod;
@@ -99,6 +100,7 @@ impl Adoption {
                         generation,
                         token_digest: record.token_digest,
                         owner: record.owner.clone(),
+                        links: links_of_pod(&pod),
                     });
                     lock(&self.adopted).insert(record.session_id.clone(), (record, name.clone()));
                 }
@@ -158,6 +160,37 @@ fn finished_longer_ago_than(pod: &Pod, ttl: Duration) -> bool {
 
 /// Records the adoption's generation on the pod, so a later restart
 /// continues past this generation's ids; transient failures are retried.
+/// Keeps a run or app session's share links (the whole list) on its pod.
+pub(crate) async fn keep_links_on_pod(
+    pods: &Api<Pod>,
+    name: &str,
+    links: &[KeptLink],
+) -> Result<(), kube::Error> {
+    let text = serde_json::to_string(links).map_err(kube::Error::SerdeError)?;
+    let patch = json!({"metadata": {"annotations": {LINKS_ANNOTATION: text}}});
+    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}
+
+/// The links a pod keeps; none without the annotation, and none (said)
+/// when it was edited into something else: a link the runner cannot read
+/// opens nothing, and the session is adopted all the same.
+fn links_of_pod(pod: &Pod) -> Vec<KeptLink> {
+    let Some(text) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LINKS_ANNOTATION))
+    else {
+        return Vec::new();
+    };
+    serde_json::from_str(text).unwrap_or_else(|err| {
+        warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), error = %err, "a session pod's links annotation is not a list of links; its links are dropped");
+        Vec::new()
+    })
+}
+
 async fn record_adoption(pods: &Api<Pod>, name: &str, generation: u32) -> Result<(), kube::Error> {
     let patch =
         json!({"metadata": {"annotations": {GENERATION_ANNOTATION: generation.to_string()}}});

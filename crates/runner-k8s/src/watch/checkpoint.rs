@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use runner_core::WatchSpec;
+use runner_core::backend::KeptLink;
 use runner_core::watch_types::WorkspaceCheckpointFile;
 use runner_workspace::checkpoint as stored_form;
 use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
@@ -40,6 +41,10 @@ use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_M
 const RECORD_KEY: &str = "record.json";
 /// The files' key: gzip of `[WorkspaceCheckpointFile]` as JSON.
 const FILES_KEY: &str = "workspace.json.gz";
+/// The session's share links' key: `[KeptLink]` as JSON.
+const LINKS_KEY: &str = "links.json";
+/// What the links may take: a session's most links, each well under this.
+const LINKS_ROOM: usize = LINKS_KEY.len() + runner_core::session::links::MAX_LINKS * 256;
 /// The most a Secret's data holds, keys and values together (the
 /// apiserver refuses a larger one with 422).
 pub const SECRET_MAX_BYTES: usize = 1024 * 1024;
@@ -266,6 +271,16 @@ impl Checkpoints {
     }
 
     /// Whether the session has stored files to resume from.
+    /// Keeps the session's share links (the whole list) in its Secret.
+    pub async fn save_links(
+        &self,
+        session_id: &str,
+        links: &[KeptLink],
+    ) -> Result<(), kube::Error> {
+        let json = serde_json::to_vec(links).map_err(kube::Error::SerdeError)?;
+        self.patch(session_id, LINKS_KEY, json).await
+    }
+
     pub async fn has_files(&self, session_id: &str) -> bool {
         self.secrets
             .get(&secret_name(session_id))
@@ -280,7 +295,7 @@ impl Checkpoints {
 
     /// Every session record this runner's Secrets hold, with whether each
     /// has files; Secrets that are not well-formed records are skipped.
-    pub async fn list(&self) -> Result<Vec<(WatchRecord, bool)>, kube::Error> {
+    pub async fn list(&self) -> Result<Vec<Kept>, kube::Error> {
         let listed = self
             .secrets
             .list(&ListParams::default().labels(&self.selector()))
@@ -294,7 +309,12 @@ impl Checkpoints {
                     .data
                     .as_ref()
                     .is_some_and(|data| data.contains_key(FILES_KEY));
-                Some((record, has_files))
+                let links = links_of(secret, &record.spec.session_id);
+                Some(Kept {
+                    record,
+                    has_files,
+                    links,
+                })
             })
             .collect())
     }
@@ -329,13 +349,35 @@ fn record_of(secret: &Secret) -> Option<WatchRecord> {
 }
 
 /// The record's size as stored.
+/// A session a Secret keeps: its record, whether it holds files, and its
+/// share links.
+#[derive(Debug)]
+pub struct Kept {
+    pub record: WatchRecord,
+    pub has_files: bool,
+    pub links: Vec<KeptLink>,
+}
+
+/// The links a Secret keeps; none when it has none, and none (said) when
+/// the key was edited into something else.
+fn links_of(secret: &Secret, session_id: &str) -> Vec<KeptLink> {
+    let Some(bytes) = secret.data.as_ref().and_then(|data| data.get(LINKS_KEY)) else {
+        return Vec::new();
+    };
+    serde_json::from_slice(&bytes.0).unwrap_or_else(|err| {
+        tracing::warn!(session_id, error = %err, "a watch session's links are not a list of links; they are dropped");
+        Vec::new()
+    })
+}
+
 fn record_size(record: &WatchRecord) -> usize {
     encode_record(record).len()
 }
 
 /// What the files may take in the Secret beside `record` and the two keys.
 fn room_for_files(record: &WatchRecord) -> usize {
-    SECRET_MAX_BYTES.saturating_sub(RECORD_KEY.len() + record_size(record) + FILES_KEY.len())
+    SECRET_MAX_BYTES
+        .saturating_sub(RECORD_KEY.len() + record_size(record) + FILES_KEY.len() + LINKS_ROOM)
 }
 
 #[cfg(test)]
@@ -366,7 +408,11 @@ mod tests {
         let large = record(700 * 1024);
         assert_eq!(
             room_for_files(&small),
-            SECRET_MAX_BYTES - RECORD_KEY.len() - FILES_KEY.len() - record_size(&small)
+            SECRET_MAX_BYTES
+                - RECORD_KEY.len()
+                - FILES_KEY.len()
+                - record_size(&small)
+                - LINKS_ROOM
         );
         assert!(room_for_files(&large) < SECRET_MAX_BYTES - 700 * 1024);
     }

@@ -1034,7 +1034,12 @@ pub async fn recover_suspended(
     let mut known = Vec::new();
     // The pod each kept session's record names.
     let mut pod_names: Vec<String> = Vec::new();
-    for (mut record, mut has_files) in listed {
+    for checkpoint::Kept {
+        mut record,
+        mut has_files,
+        links,
+    } in listed
+    {
         let id = record.spec.session_id.clone();
         known.push(id.clone());
         if held(&id) {
@@ -1102,6 +1107,7 @@ pub async fn recover_suspended(
             generation: record.generation,
             spec: record.spec,
             running,
+            links,
         });
     }
     // Watch pods without a record, or not the pod their session's record

@@ -265,6 +265,26 @@ impl LocalBackend {
 
 #[async_trait]
 impl Backend for LocalBackend {
+    /// A watch session's links beside its record; a run session ends with
+    /// this process, and its links with it.
+    async fn keep_links(
+        &self,
+        session_id: &str,
+        mode: SessionMode,
+        links: &[runner_core::backend::KeptLink],
+    ) -> Result<(), String> {
+        if mode != SessionMode::Watch {
+            return Ok(());
+        }
+        let root = self.config.work_root.clone();
+        let id = session_id.to_owned();
+        let links = links.to_vec();
+        tokio::task::spawn_blocking(move || crate::watch::record::write_links(&root, &id, &links))
+            .await
+            .map_err(|err| err.to_string())?
+            .map_err(|err| format!("could not write the session's links file: {err}"))
+    }
+
     fn session_resources(&self, _kind: runner_core::backend::SessionKind) -> SessionResources {
         let limits = &self.config.limits;
         SessionResources {

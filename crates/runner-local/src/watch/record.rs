@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use runner_core::backend::KeptLink;
 use runner_core::{HeldSessions, SuspendedSession, WatchSpec};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
@@ -24,10 +25,48 @@ pub(super) fn record_path(work: &WorkDir) -> PathBuf {
 }
 
 pub(super) fn write_record(work: &WorkDir, record: &Record) -> std::io::Result<()> {
+    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    replace_file(work, RECORD_FILE, &json)
+}
+
+/// The session's share links, beside its record.
+const LINKS_FILE: &str = "links.json";
+
+/// Keeps session `id`'s share links (the whole list) beside its record.
+pub(crate) fn write_links(
+    work_root: &std::path::Path,
+    id: &str,
+    links: &[KeptLink],
+) -> std::io::Result<()> {
+    let work = WorkDir::for_session(work_root, id).map_err(std::io::Error::other)?;
+    if !record_path(&work).is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the session has no record",
+        ));
+    }
+    let json = serde_json::to_vec(links).map_err(std::io::Error::other)?;
+    replace_file(&work, LINKS_FILE, &json)
+}
+
+/// The links kept beside a session's record; none when there is no file,
+/// and none (said) when it is not a list of links.
+fn read_links(work: &WorkDir, id: &str) -> Vec<KeptLink> {
+    let Ok(bytes) = std::fs::read(work.root().join(LINKS_FILE)) else {
+        return Vec::new();
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|err| {
+        warn!(session_id = %id, error = %err, "a watch session's links file is not a list of links; its links are dropped");
+        Vec::new()
+    })
+}
+
+/// Writes `name` in the session's directory whole or not at all (a temp
+/// file renamed over it), private to the runner.
+fn replace_file(work: &WorkDir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let temp = work.root().join(format!("{RECORD_FILE}.tmp"));
+    let temp = work.root().join(format!("{name}.tmp"));
     {
         // Private: the record holds the session's environment.
         let mut file = std::fs::OpenOptions::new()
@@ -36,10 +75,10 @@ pub(super) fn write_record(work: &WorkDir, record: &Record) -> std::io::Result<(
             .truncate(true)
             .mode(0o600)
             .open(&temp)?;
-        file.write_all(&json)?;
+        file.write_all(bytes)?;
         file.sync_all()?;
     }
-    std::fs::rename(&temp, record_path(work))
+    std::fs::rename(&temp, work.root().join(name))
 }
 
 pub(super) fn read_record(work: &WorkDir) -> Option<Record> {
@@ -87,6 +126,7 @@ pub(crate) fn kept_sessions(
             warn!(session_id = %name, error = %err, "could not update a kept watch session's record");
         }
         kept.push(SuspendedSession {
+            links: read_links(&work, &name),
             spec: record.spec,
             generation: record.generation,
             running: false,
