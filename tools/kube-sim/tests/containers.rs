@@ -17,7 +17,7 @@ use std::time::Duration;
 use futures_util::{AsyncBufReadExt, SinkExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, LogParams, PostParams, TerminalSize};
-use kube_sim::{KubeSim, Runtime};
+use kube_sim::{KubeSim, PodNetwork, Runtime, StartError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt, AsyncWriteExt};
 
@@ -68,6 +68,11 @@ fn require_engine() {
         panic!("{e}");
     }
 }
+
+/// The label of a pod's own containers, not its infra container.
+const APP_CONTAINER: &str = "io.kubernetes.docker.type=container";
+/// The label of a pod's infra container (isolated pod network).
+const INFRA_CONTAINER: &str = "io.kubernetes.docker.type=podsandbox";
 
 async fn docker_sim() -> KubeSim {
     require_engine();
@@ -238,7 +243,7 @@ async fn run_as_non_root_refuses_a_root_image_and_starts_nothing() {
     assert_eq!(phase(&refused), "Pending");
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+    assert!(containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty());
 }
 
 /// A real container's env takes a Secret's value as stored (never
@@ -289,7 +294,7 @@ async fn secret_key_refs_resolve_for_a_real_container_and_a_missing_secret_holds
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
     assert!(
-        containers_labelled(&[&label, &pod_label]).is_empty(),
+        containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty(),
         "a container was created without its environment"
     );
     sim.seed_value(json!({
@@ -587,7 +592,10 @@ async fn deleting_a_pod_and_shutting_down_remove_every_container() {
         .await
         .unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert_eq!(containers_labelled(&[&label, &pod_label]).len(), 1);
+    assert_eq!(
+        containers_labelled(&[&label, &pod_label, APP_CONTAINER]).len(),
+        1
+    );
     pods.delete("doomed", &DeleteParams::default())
         .await
         .unwrap();
@@ -596,14 +604,14 @@ async fn deleting_a_pod_and_shutting_down_remove_every_container() {
         .unwrap();
     assert!(
         containers_labelled(&[&label, &pod_label]).is_empty(),
-        "the deleted pod's container is gone with it"
+        "the deleted pod's container (and infra container) is gone with it"
     );
 
     create(&sim, sleeper("left")).await;
     sim.wait_for::<Pod>("default", "left", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
-    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    assert_eq!(containers_labelled(&[&label, APP_CONTAINER]).len(), 1);
     sim.shutdown().await;
     assert!(
         containers_labelled(&[&label]).is_empty(),
@@ -626,7 +634,10 @@ async fn dropping_the_simulator_removes_its_containers_too() {
     sim.wait_for::<Pod>("default", "orphan", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
-    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    assert_eq!(containers_labelled(&[&label, APP_CONTAINER]).len(), 1);
+    // The pod's container, and its infra container with an isolated pod
+    // network.
+    let made = containers_labelled(&[&label]).len();
     let since = docker(&["info", "--format", "{{.SystemTime}}"]).unwrap();
     // As when a test panics: no shutdown.
     drop(sim);
@@ -639,11 +650,13 @@ async fn dropping_the_simulator_removes_its_containers_too() {
         .spawn()
         .unwrap();
     let mut destroyed = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(WAIT, destroyed.next_line())
-        .await
-        .expect("the container is removed")
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("destroy"));
+    for _ in 0..made {
+        let line = tokio::time::timeout(WAIT, destroyed.next_line())
+            .await
+            .expect("the containers are removed")
+            .unwrap();
+        assert_eq!(line.as_deref(), Some("destroy"));
+    }
     assert!(containers_labelled(&[&label]).is_empty());
 }
 
@@ -718,7 +731,7 @@ async fn a_command_the_image_lacks_is_a_start_error() {
     assert!(!cs.started.unwrap_or(true));
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+    assert!(containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty());
     // It never ran: no `Started` event, as for containerd.
     let events = Api::<Event>::namespaced(sim.client(), "default")
         .list(&ListParams::default())
@@ -732,4 +745,278 @@ async fn a_command_the_image_lacks_is_a_start_error() {
         .collect();
     assert!(reasons.contains(&"Failed"), "{reasons:?}");
     assert!(!reasons.contains(&"Started"), "{reasons:?}");
+}
+
+// --- the isolated pod network of the docker runtime ---------------------------
+
+/// A docker runtime simulator whose pods have a network each, or `None`
+/// (with a note) where the machine does not allow it, as in
+/// `tests/podnet.rs`; without an engine the test fails as every test here.
+async fn isolated_docker_sim() -> Option<KubeSim> {
+    require_engine();
+    let started = support::builder()
+        .runtime(Runtime::Docker)
+        .pod_network(PodNetwork::Isolated)
+        .start()
+        .await;
+    match started {
+        Ok(sim) => Some(sim),
+        Err(StartError::Network(e)) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("kube-sim starts with the docker runtime: {e}"),
+    }
+}
+
+/// A port no test holds: any port will do, each pod has its own.
+fn some_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A pod whose container serves `body` over HTTP on `<bind>:<port>`
+/// (`bind` empty: every address), then says `ready`.
+fn web_pod(name: &str, bind: &str, port: u16, body: &str) -> Value {
+    let script = format!(
+        "mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && \
+         httpd -p {bind}{port} -h /tmp/www && echo ready && exec sleep 3600"
+    );
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "web", "image": BUSYBOX, "command": ["sh", "-c", script]}]
+        }
+    })
+}
+
+async fn pod_ip(sim: &KubeSim, name: &str) -> String {
+    sim.wait_for::<Pod>("default", name, |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap()
+}
+
+async fn http_get(url: &str) -> String {
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test]
+async fn isolated_pods_listen_on_one_port_each_at_its_own_ip() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let port = some_port();
+    for name in ["left", "right"] {
+        create(&sim, web_pod(name, "", port, &format!("served-by-{name}"))).await;
+    }
+    for name in ["left", "right"] {
+        support::until_logged_within(&sim, name, "ready", WAIT).await;
+    }
+    let (left, right) = (pod_ip(&sim, "left").await, pod_ip(&sim, "right").await);
+    assert_ne!(left, right);
+    assert!(
+        support::is_pod_ip(&sim, &left) && support::is_pod_ip(&sim, &right),
+        "{left} and {right} on {:?}",
+        sim.pod_bridge().map(|b| b.subnet())
+    );
+    assert_eq!(
+        http_get(&format!("http://{left}:{port}/")).await,
+        "served-by-left\n"
+    );
+    assert_eq!(
+        http_get(&format!("http://{right}:{port}/")).await,
+        "served-by-right\n"
+    );
+}
+
+#[tokio::test]
+async fn an_isolated_pod_reaches_the_node_address_but_not_host_loopback() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let node = sim.node_ip();
+    assert_ne!(node, std::net::Ipv4Addr::LOCALHOST);
+    // A service on the node address (a runner, say), and a loopback-only
+    // one of the host.
+    let on_node = tokio::net::TcpListener::bind((node, 0)).await.unwrap();
+    let loopback = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_port = on_node.local_addr().unwrap().port();
+    let loopback_port = loopback.local_addr().unwrap().port();
+    let served = tokio::spawn(async move {
+        let (mut conn, peer) = on_node.accept().await.unwrap();
+        let mut request = [0u8; 1024];
+        let _ = conn.read(&mut request).await.unwrap();
+        conn.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 10\r\n\r\nnode-says\n")
+            .await
+            .unwrap();
+        conn.shutdown().await.unwrap();
+        peer.ip()
+    });
+    let script = format!(
+        "echo env $NODE_IP $POD_IP; \
+         wget -q -O - http://{node}:{node_port}/; \
+         if wget -q -T 5 -O - http://127.0.0.1:{loopback_port}/ 2>/dev/null; \
+         then echo loopback open; else echo loopback closed; fi"
+    );
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "probe"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "probe", "image": BUSYBOX, "command": ["sh", "-c", script],
+                    "env": [
+                        {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                    ]}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "probe").await;
+    let status = done.status.clone().unwrap();
+    let probe_ip = status.pod_ip.clone().unwrap();
+    assert_eq!(status.host_ip.as_deref(), Some(node.to_string().as_str()));
+    let out = log(&pods, "probe", "probe").await;
+    assert_eq!(
+        out,
+        format!("env {node} {probe_ip}\nnode-says\nloopback closed\n"),
+        "{done:?}"
+    );
+    // The node saw the pod's own address.
+    let peer = tokio::time::timeout(WAIT, served).await.unwrap().unwrap();
+    assert_eq!(peer.to_string(), probe_ip);
+}
+
+#[tokio::test]
+async fn containers_of_an_isolated_pod_share_localhost_and_the_hostname() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let port = some_port();
+    // The server listens on the pod's loopback only; the client, another
+    // container of the pod, reaches it there once it listens.
+    let server = format!(
+        "mkdir -p /tmp/www && echo shared-localhost > /tmp/www/index.html && \
+         httpd -p 127.0.0.1:{port} -h /tmp/www && exec sleep 3600"
+    );
+    let client = format!(
+        "until wget -q -O - http://127.0.0.1:{port}/ 2>/dev/null; do usleep 50000; done; hostname; echo $HOSTNAME"
+    );
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "duo"},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "server", "image": BUSYBOX, "command": ["sh", "-c", server]},
+                    {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", client]}
+                ]
+            }
+        }),
+    )
+    .await;
+    let client_done = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.name == "client"
+                    && c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some()
+            })
+    };
+    let pod = sim
+        .wait_for::<Pod>("default", "duo", client_done, WAIT)
+        .await
+        .unwrap();
+    let client_status = pod
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "client")
+        .unwrap();
+    let exit = client_status.state.unwrap().terminated.unwrap().exit_code;
+    let out = log(&pods, "duo", "client").await;
+    assert_eq!(exit, 0, "{out}");
+    assert_eq!(out, "shared-localhost\nduo\nduo\n");
+    // Another pod's loopback is its own: the server is not on the host's.
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the pod's loopback service is not the host's"
+    );
+}
+
+#[tokio::test]
+async fn isolated_pods_leave_no_infra_container_veth_or_namespace() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let label = sim.container_label().unwrap();
+    let pid = std::process::id();
+    // Other tests of this process run simulators too: only this one's
+    // bridge and the veths and namespaces of its pods count.
+    let bridge = sim.pod_bridge().unwrap().name().to_owned();
+    let mine = |names: Vec<String>, before: &[String]| -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|n| !before.contains(n) || *n == bridge)
+            .collect()
+    };
+    let before = support::leftovers(pid);
+    for name in ["kept", "deleted"] {
+        create(&sim, web_pod(name, "", some_port(), name)).await;
+        support::until_logged_within(&sim, name, "ready", WAIT).await;
+    }
+    assert_eq!(containers_labelled(&[&label, INFRA_CONTAINER]).len(), 2);
+    let made = mine(support::leftovers(pid), &before);
+    assert_eq!(made.len(), 5, "the bridge, 2 veths, 2 namespaces: {made:?}");
+
+    // A deleted pod's infra container, veth and namespace go with it.
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    pods.delete("deleted", &DeleteParams::default())
+        .await
+        .unwrap();
+    sim.wait_for_deletion("pods", "default", "deleted", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(containers_labelled(&[&label, INFRA_CONTAINER]).len(), 1);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left = mine(support::leftovers(pid), &before);
+        if left.len() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    sim.shutdown().await;
+    assert!(
+        containers_labelled(&[&label]).is_empty(),
+        "shutdown leaves no container, infra containers included"
+    );
+    let after = support::leftovers(pid);
+    let left: Vec<&String> = after
+        .iter()
+        .filter(|n| made.contains(n) || **n == bridge)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -13,7 +13,6 @@ mod support;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 
-use futures_util::{AsyncBufReadExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, LogParams};
 use kube_sim::{KubeSim, PodNetwork, StartError};
@@ -71,30 +70,6 @@ fn python_pod(name: &str, script: &str, args: &[String]) -> serde_json::Value {
         "spec": {"restartPolicy": "Never",
             "containers": [{"name": "main", "image": "busybox:stable", "command": command}]}
     })
-}
-
-/// Waits until pod `name` has logged `line`, following its log.
-async fn until_logged(sim: &KubeSim, name: &str, line: &str) {
-    sim.wait_for::<Pod>("default", name, |p| phase(p) == "Running", WAIT)
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
-    let params = LogParams {
-        follow: true,
-        ..LogParams::default()
-    };
-    let stream = pods.log_stream(name, &params).await.unwrap();
-    let mut lines = stream.lines();
-    tokio::time::timeout(WAIT, async {
-        while let Some(l) = lines.try_next().await.unwrap() {
-            if l.trim() == line {
-                return;
-            }
-        }
-        panic!("{name} ended before logging {line:?}");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{name} did not log {line:?}"));
 }
 
 fn phase(p: &Pod) -> &str {
@@ -219,36 +194,6 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
             .any(|a| a.type_ == "InternalIP" && a.address == node.to_string()),
         "{addresses:?}"
     );
-}
-
-/// Names of this machine's links and network namespaces that `pid`'s
-/// simulators made.
-fn leftovers(pid: u32) -> Vec<String> {
-    let run = |args: &[&str]| {
-        String::from_utf8(Command::new("ip").args(args).output().unwrap().stdout).unwrap()
-    };
-    let link_prefixes = [format!("ksb{pid:x}-"), format!("ksv{pid:x}-")];
-    let netns_prefix = format!("kube-sim-{pid}-");
-    let mut found: Vec<String> = run(&["-o", "link", "show"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .map(|n| {
-            n.trim_end_matches(':')
-                .split('@')
-                .next()
-                .unwrap()
-                .to_owned()
-        })
-        .filter(|n| link_prefixes.iter().any(|p| n.starts_with(p.as_str())))
-        .collect();
-    found.extend(
-        run(&["netns", "list"])
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.starts_with(&netns_prefix))
-            .map(str::to_owned),
-    );
-    found
 }
 
 async fn a_running_pod(sim: &KubeSim, name: &str) {

@@ -27,6 +27,13 @@ pub const INSTANCE_LABEL: &str = "kube-sim.instance";
 /// The label naming the pod a container belongs to, as the kubelet's
 /// docker integration names it.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The label telling a pod's infra container (`podsandbox`) from its
+/// containers (`container`), as the kubelet's docker integration has it.
+pub const TYPE_LABEL: &str = "io.kubernetes.docker.type";
+/// The image of the pods' infra containers: the local busybox the project
+/// builds (`scripts/image.sh bases`), whose `sleep` holds the pod's
+/// namespaces as a pause container does.
+pub const INFRA_IMAGE: &str = "busybox:stable";
 /// The environment variable naming the docker client when none is given.
 pub const ENGINE_ENV: &str = "TELO_RUNNER_CONTAINER_ENGINE";
 
@@ -310,6 +317,123 @@ impl Engine {
             return Err("the simulator is shutting down".into());
         }
         Ok(id)
+    }
+
+    /// Whether this engine's containers can join a bridge of this machine
+    /// (the isolated pod network): their processes must be processes of
+    /// this machine, which a remote or rootless engine's are not, and the
+    /// infra image must be there.
+    pub async fn probe_infra(&self) -> Result<(), String> {
+        if let Some((host, _)) = self
+            .client_env
+            .iter()
+            .find(|(k, _)| k == "DOCKER_HOST")
+            .filter(|(_, v)| !v.is_empty() && !v.starts_with("unix://"))
+        {
+            return Err(format!(
+                "the container engine at DOCKER_HOST={host:?} is not on this machine"
+            ));
+        }
+        let security = self
+            .run(&["info", "--format", "{{json .SecurityOptions}}"])
+            .await
+            .map_err(|e| format!("the container engine does not say how it runs ({e})"))?;
+        if security.contains("rootless") {
+            return Err(
+                "the container engine is rootless: its containers' namespaces are not this machine's to join"
+                    .into(),
+            );
+        }
+        if self.image(INFRA_IMAGE).await.is_none() {
+            return Err(format!(
+                "the pods' infra image {INFRA_IMAGE} is not a local image of the engine (scripts/image.sh bases builds it)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates and starts a pod's infra container `name`: a process with
+    /// a network namespace of its own holding nothing but its loopback, the
+    /// pod's hostname, doing nothing. The pod's containers join it
+    /// (`--network container:<name>`). Returns its process id, for its
+    /// network namespace (`/proc/<pid>/ns/net`).
+    pub async fn start_infra(
+        &self,
+        name: &str,
+        labels: &[(String, String)],
+        hostname: &str,
+    ) -> Result<u32, String> {
+        let mut args: Vec<String> = [
+            "create",
+            "--name",
+            name,
+            "--pull",
+            "never",
+            "--network",
+            "none",
+            "--hostname",
+            hostname,
+            "--log-driver",
+            "none",
+            // It needs nothing: no capability, no write, no root.
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            "--user",
+            "65534:65534",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (k, v) in labels {
+            args.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        args.extend(
+            ["--entrypoint", "sleep", INFRA_IMAGE, "infinity"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        self.create(&args)
+            .await
+            .map_err(|e| format!("could not create the pod's infra container: {e}"))?;
+        let started = async {
+            self.run(&["start", "--", name]).await?;
+            let pid = self
+                .run(&[
+                    "container",
+                    "inspect",
+                    "--format",
+                    "{{.State.Pid}}",
+                    "--",
+                    name,
+                ])
+                .await?;
+            let pid: u32 = pid
+                .trim()
+                .parse()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("it has no process (pid {:?})", pid.trim()))?;
+            if !Path::new("/proc")
+                .join(pid.to_string())
+                .join("ns/net")
+                .exists()
+            {
+                return Err(format!(
+                    "its process {pid} is not a process of this machine"
+                ));
+            }
+            Ok(pid)
+        };
+        match started.await {
+            Ok(pid) => Ok(pid),
+            Err(e) => {
+                self.remove(name).await;
+                Err(format!("could not start the pod's infra container: {e}"))
+            }
+        }
     }
 
     /// The client arguments that start container `name` attached to its

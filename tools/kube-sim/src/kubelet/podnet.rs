@@ -140,6 +140,19 @@ pub fn probe() -> Result<Tools, String> {
     Ok(Tools { ip, nsenter })
 }
 
+/// Whether this `ip` can name another process's network namespace (`ip
+/// netns attach`, iproute2 4.19 and later), as the docker runtime's pods
+/// need: tried on this process's own namespace, whose name is removed
+/// again (which leaves the namespace itself alone).
+pub fn probe_attach(tools: &Tools) -> Result<(), String> {
+    let pid = std::process::id();
+    let name = format!("{NETNS_PREFIX}{pid}-probe-attach");
+    run_blocking(&tools.ip, &["netns", "attach", &name, &pid.to_string()])
+        .map_err(|e| format!("`ip netns attach` failed ({e}); it needs iproute2 4.19 or later"))?;
+    let _ = run_blocking(&tools.ip, &["netns", "del", &name]);
+    Ok(())
+}
+
 /// `ip` and `nsenter`.
 #[derive(Debug, Clone)]
 pub struct Tools {
@@ -490,6 +503,19 @@ impl Bridge {
 
     /// A pod's namespace, veth and address.
     pub async fn attach(&self) -> Result<PodNet, String> {
+        self.attach_to(None).await
+    }
+
+    /// A pod's veth and address in the network namespace of process `pid`
+    /// (a docker runtime pod's infra container), named as [`Bridge::attach`]
+    /// names its own: the name keeps the namespace (and with it the veth)
+    /// until [`Bridge::detach`], and every cleanup path finds it by that
+    /// name whether the process still runs or not.
+    pub async fn attach_process(&self, pid: u32) -> Result<PodNet, String> {
+        self.attach_to(Some(pid)).await
+    }
+
+    async fn attach_to(&self, process: Option<u32>) -> Result<PodNet, String> {
         let n = self
             .allocate()
             .ok_or_else(|| format!("no free pod IP in {}", self.subnet()))?;
@@ -501,8 +527,14 @@ impl Bridge {
             netns: format!("{}{k}", self.netns_prefix),
             veth: format!("{VETH_PREFIX}{:x}-{k:x}", std::process::id()),
         };
+        // `netns attach` names an existing namespace (a bind mount of the
+        // process's, as `netns add` makes one of a new namespace).
+        let namespace = match process {
+            None => format!("netns add {}", pod.netns),
+            Some(pid) => format!("netns attach {} {pid}", pod.netns),
+        };
         let host = format!(
-            "netns add {ns}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {br} up\n",
+            "{namespace}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {br} up\n",
             ns = pod.netns,
             veth = pod.veth,
             br = self.name,
