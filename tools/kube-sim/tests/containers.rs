@@ -1020,3 +1020,176 @@ async fn isolated_pods_leave_no_infra_container_veth_or_namespace() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The docker client as a path: the binary's `PATH` may not have it.
+fn client_path() -> std::path::PathBuf {
+    let named = std::path::PathBuf::from(client());
+    if named.components().count() > 1 {
+        return named;
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(&named))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{} is not on PATH", named.display()))
+}
+
+/// Waits until `done` holds, checking every 20 ms for at most [`WAIT`]
+/// (for the machine's state, which sends no events).
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_killed_simulators_infra_containers_and_network_are_removed() {
+    let Some(probe) = isolated_docker_sim().await else {
+        return;
+    };
+    probe.shutdown().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines) = support::start_binary_in(
+        dir.path(),
+        &["--runtime", "docker", "--pod-network", "isolated"],
+        None,
+    );
+    let node = lines
+        .last()
+        .and_then(|l| l.strip_prefix("node address "))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .to_owned();
+    assert!(!node.starts_with("127."), "{lines:?}");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig")).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let pod: Pod = serde_json::from_value(web_pod("orphan", "", some_port(), "orphan")).unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let running =
+        kube::runtime::wait::await_condition(pods.clone(), "orphan", |p: Option<&Pod>| {
+            p.is_some_and(|p| phase(p) == "Running")
+        });
+    tokio::time::timeout(WAIT, running).await.unwrap().unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    let pid = child.id();
+    assert_eq!(containers_labelled(&[&pod_label, INFRA_CONTAINER]).len(), 1);
+    let made = support::leftovers(pid);
+    assert_eq!(made.len(), 3, "a bridge, a veth, a namespace: {made:?}");
+    // Killed outright: its guardians remove its containers and network.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    until("the killed simulator's containers are removed", || {
+        containers_labelled(&[&pod_label]).is_empty()
+    })
+    .await;
+    until("the killed simulator's network is removed", || {
+        support::leftovers(pid).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_the_infra_image_auto_falls_back_to_the_host_network_and_isolated_refuses() {
+    require_engine();
+    if isolated_docker_sim().await.is_none() {
+        return;
+    }
+    // A client that has every image but the infra container's.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("docker");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" image inspect \"*\" {BUSYBOX} \"*) \
+             echo 'Error: No such image: {BUSYBOX}' >&2; exit 1;; esac\nexec '{}' \"$@\"\n",
+            client_path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let engine = wrapper.to_str().unwrap();
+    let (child, lines) =
+        support::start_binary(&["--runtime", "docker", "--container-engine", engine], None);
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("node address 127.0.0.1"),
+        "{lines:?}"
+    );
+    let stderr = support::stop(child);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("host network"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].contains(&format!(
+            "the pods' infra image {BUSYBOX} is not a local image"
+        )),
+        "{stderr}"
+    );
+
+    let (child, lines) = support::start_binary(
+        &[
+            "--runtime",
+            "docker",
+            "--container-engine",
+            engine,
+            "--pod-network",
+            "isolated",
+        ],
+        None,
+    );
+    assert!(lines.is_empty(), "{lines:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("isolated pod networks are not available here: the pods' infra image"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn the_host_network_runs_docker_pods_as_before() {
+    require_engine();
+    let sim = support::builder()
+        .runtime(Runtime::Docker)
+        .pod_network(PodNetwork::Host)
+        .start()
+        .await
+        .unwrap();
+    assert!(sim.pod_bridge().is_none());
+    assert_eq!(sim.node_ip(), std::net::Ipv4Addr::LOCALHOST);
+    let label = sim.container_label().unwrap();
+    create(&sim, web_pod("plain", "", some_port(), "plain")).await;
+    support::until_logged_within(&sim, "plain", "ready", WAIT).await;
+    let ip = pod_ip(&sim, "plain").await;
+    assert!(ip.starts_with("127."), "{ip}");
+    // No infra container: the pod's one container, on the host network.
+    let ids = containers_labelled(&[&label]);
+    assert_eq!(ids.len(), 1);
+    let mode = docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.NetworkMode}}",
+        &ids[0],
+    ])
+    .unwrap();
+    assert_eq!(mode.trim(), "host");
+    sim.shutdown().await;
+}

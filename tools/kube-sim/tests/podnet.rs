@@ -10,8 +10,7 @@
 
 mod support;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, LogParams};
@@ -268,45 +267,6 @@ async fn a_starting_simulator_removes_what_dead_ones_left() {
     let sim = isolated().await.unwrap();
     assert_eq!(leftovers(dead), Vec::<String>::new());
     sim.shutdown().await;
-}
-
-/// The kube-sim binary with `args` and `path` as its `PATH`: its stdout
-/// lines up to the node address, and the process.
-fn start_binary(args: &[&str], path: Option<&str>) -> (std::process::Child, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-sim"));
-    cmd.arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
-        .arg("--fake-telo")
-        .arg(test_support::fake_telo::fake_telo_path())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(p) = path {
-        cmd.env("PATH", p);
-    }
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = Vec::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        let done = line.starts_with("node address ");
-        lines.push(line.trim_end().to_owned());
-        if done {
-            break;
-        }
-    }
-    (child, lines)
-}
-
-fn stop(child: std::process::Child) -> String {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[tokio::test]

@@ -167,3 +167,54 @@ pub fn leftovers(pid: u32) -> Vec<String> {
     );
     found
 }
+
+/// The kube-sim binary with `args` and `path` as its `PATH`: its stdout
+/// lines up to the node address, and the process.
+pub fn start_binary(args: &[&str], path: Option<&str>) -> (std::process::Child, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    start_binary_in(dir.path(), args, path)
+}
+
+/// [`start_binary`] writing its kubeconfig to `dir/kubeconfig`.
+pub fn start_binary_in(
+    dir: &std::path::Path,
+    args: &[&str],
+    path: Option<&str>,
+) -> (std::process::Child, Vec<String>) {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-sim"));
+    cmd.arg("--kubeconfig")
+        .arg(dir.join("kubeconfig"))
+        .arg("--fake-telo")
+        .arg(test_support::fake_telo::fake_telo_path())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(p) = path {
+        cmd.env("PATH", p);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = Vec::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let done = line.starts_with("node address ");
+        lines.push(line.trim_end().to_owned());
+        if done {
+            break;
+        }
+    }
+    (child, lines)
+}
+
+/// SIGTERM to a binary of [`start_binary`]; what it wrote to stderr.
+pub fn stop(child: std::process::Child) -> String {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
