@@ -1193,3 +1193,46 @@ async fn the_host_network_runs_docker_pods_as_before() {
     assert_eq!(mode.trim(), "host");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_starting_simulator_removes_the_containers_of_dead_ones() {
+    require_engine();
+    // A container as a simulator that has ended (its guardian killed with
+    // it) left it: labelled with a pid of this pid namespace nobody has.
+    let mut ended = Command::new("true").spawn().unwrap();
+    ended.wait().unwrap();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let ns = ns.to_str().unwrap();
+    let ns = &ns["pid:[".len()..ns.len() - 1];
+    let owner = format!("kube-sim.owner={ns}.{}.1", ended.id());
+    let since = docker(&["info", "--format", "{{.SystemTime}}"]).unwrap();
+    let left = docker(&[
+        "run",
+        "--detach",
+        "--network",
+        "none",
+        "--label",
+        &owner,
+        BUSYBOX,
+        "sleep",
+        "3600",
+    ])
+    .unwrap();
+    let left = left.trim();
+    let mut events = tokio::process::Command::new(client())
+        .args(["events", "--format", "{{.Action}}"])
+        .args(["--filter", &format!("container={left}")])
+        .args(["--filter", "event=destroy", "--since", since.trim()])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let sim = docker_sim().await;
+    let mut destroyed = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, destroyed.next_line())
+        .await
+        .expect("the dead simulator's container is removed")
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("destroy"));
+    sim.shutdown().await;
+}

@@ -27,6 +27,11 @@ pub const INSTANCE_LABEL: &str = "kube-sim.instance";
 /// The label naming the pod a container belongs to, as the kubelet's
 /// docker integration names it.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The label naming the process that made a container, as
+/// `<pid namespace>.<pid>.<start time>` (see [`owner_of`]): a simulator
+/// starting removes the containers of one that is gone, should its
+/// guardian have been killed with it.
+pub const OWNER_LABEL: &str = "kube-sim.owner";
 /// The label telling a pod's infra container (`podsandbox`) from its
 /// containers (`container`), as the kubelet's docker integration has it.
 pub const TYPE_LABEL: &str = "io.kubernetes.docker.type";
@@ -119,6 +124,43 @@ pub struct Engine {
     /// The write end of the guardian's pipe: closing it (or this process
     /// dying) makes the guardian remove every container left.
     guardian: Mutex<Option<std::process::ChildStdin>>,
+    /// This process as [`OWNER_LABEL`] names it (`None` without `/proc`).
+    owner: Option<String>,
+}
+
+/// Process `pid` of this process's pid namespace as
+/// `<pid namespace>.<pid>.<start time>`: the start time tells a process
+/// from a later one given the same pid, the namespace says whether a
+/// label's pid can be looked up here at all.
+fn owner_of(pid: u32) -> Option<String> {
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let ns = ns
+        .to_str()?
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .to_owned();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's `(...)`: the start time is the 22nd
+    // field of the line, the 20th after it.
+    let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+    Some(format!("{ns}.{pid}.{start}"))
+}
+
+/// Whether a container labelled `owner` belongs to a simulator that is
+/// gone: one of this pid namespace whose process has ended (or whose pid
+/// another process now has). Others' are left alone.
+fn owner_is_gone(owner: &str, own: &str) -> bool {
+    let mut parts = owner.splitn(3, '.');
+    let (Some(ns), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if own.split('.').next() != Some(ns) {
+        return false;
+    }
+    match pid.parse::<u32>() {
+        Ok(pid) => owner_of(pid).as_deref() != Some(owner),
+        Err(_) => false,
+    }
 }
 
 /// The docker client named by `client`, else by `TELO_RUNNER_CONTAINER_ENGINE`,
@@ -175,6 +217,7 @@ impl Engine {
             starts: Mutex::new(HashMap::new()),
             events_up: AtomicBool::new(false),
             guardian: Mutex::new(None),
+            owner: owner_of(std::process::id()),
         };
         engine.server_version = engine
             .run(&["version", "--format", "{{.Server.Version}}"])
@@ -206,7 +249,43 @@ impl Engine {
         engine.events_up.store(true, Ordering::SeqCst);
         let engine = Arc::new(engine);
         tokio::spawn(engine.clone().follow_events(events, shutdown));
+        tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.sweep_dead().await }
+        });
         Ok(engine)
+    }
+
+    /// This process as [`OWNER_LABEL`] names it, for its containers.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Removes the containers of simulators that are gone (killed with
+    /// their guardian), infra containers included.
+    async fn sweep_dead(&self) {
+        let Some(own) = self.owner.as_deref() else {
+            return;
+        };
+        let format = format!("{{{{.ID}}}} {{{{.Label \"{OWNER_LABEL}\"}}}}");
+        let filter = format!("label={OWNER_LABEL}");
+        let Ok(out) = self
+            .run(&["ps", "--all", "--filter", &filter, "--format", &format])
+            .await
+        else {
+            return;
+        };
+        let gone: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, owner)| owner_is_gone(owner.trim(), own))
+            .map(|(id, _)| id)
+            .collect();
+        if !gone.is_empty() {
+            let mut rm = vec!["rm", "--force", "--volumes", "--"];
+            rm.extend(gone);
+            let _ = self.run(&rm).await;
+        }
     }
 
     /// `kube-sim.instance=<instance>`: every container of this simulator
@@ -723,6 +802,22 @@ mod tests {
         assert_eq!("docker".parse::<Runtime>(), Ok(Runtime::Docker));
         assert!("podman".parse::<Runtime>().is_err());
         assert_eq!(Runtime::default(), Runtime::Process);
+    }
+
+    #[test]
+    fn only_gone_owners_of_this_pid_namespace_are_swept() {
+        let own = owner_of(std::process::id()).expect("/proc");
+        assert!(!owner_is_gone(&own, &own), "this process is alive");
+        let ns = own.split('.').next().unwrap();
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        assert!(owner_is_gone(&format!("{ns}.{}.1", ended.id()), &own));
+        // This process, but an earlier one with its pid.
+        let earlier = format!("{ns}.{}.0", std::process::id());
+        assert!(owner_is_gone(&earlier, &own));
+        // Another pid namespace's, or unreadable: not ours to judge.
+        assert!(!owner_is_gone(&format!("1.{}.0", ended.id()), &own));
+        assert!(!owner_is_gone("garbage", &own));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
 use super::container::{Outcome, Target};
-use super::engine::{INSTANCE_LABEL, POD_UID_LABEL, TYPE_LABEL};
+use super::engine::{INSTANCE_LABEL, OWNER_LABEL, POD_UID_LABEL, TYPE_LABEL};
 use super::engine_spec::{CreateSpec, EngineMount, create_args};
 use super::*;
 
@@ -411,13 +411,14 @@ fn make_sub_path(root: &Path, sub: &str) -> std::io::Result<()> {
 
 /// The labels of a pod's engine container (`kind`: `container`, or
 /// `podsandbox` for its infra container), as the kubelet's docker
-/// integration labels them, with this simulator's instance.
+/// integration labels them, with this simulator's instance and process.
 fn pod_labels(
     engine: &Engine,
     w: &PodWorker,
     container: &str,
     kind: &str,
 ) -> Vec<(String, String)> {
+    let owner = engine.owner().map(|o| (OWNER_LABEL, o));
     [
         (INSTANCE_LABEL, engine.instance()),
         (POD_UID_LABEL, w.uid.as_str()),
@@ -427,6 +428,7 @@ fn pod_labels(
         (TYPE_LABEL, kind),
     ]
     .into_iter()
+    .chain(owner)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
 }
