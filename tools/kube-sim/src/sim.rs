@@ -221,10 +221,11 @@ impl KubeSimBuilder {
         self
     }
 
-    /// Which network pods get (process runtime): their own namespace and
-    /// address on a bridge of this simulator ([`PodNetwork::Isolated`]),
-    /// the host's ([`PodNetwork::Host`]), or isolated where the machine
-    /// allows it ([`PodNetwork::Auto`], the default).
+    /// Which network pods get: their own namespace and address on a
+    /// bridge of this simulator ([`PodNetwork::Isolated`]; in the docker
+    /// runtime, the namespace of an infra container per pod), the host's
+    /// ([`PodNetwork::Host`]), or isolated where the machine allows it
+    /// ([`PodNetwork::Auto`], the default).
     pub fn pod_network(mut self, network: PodNetwork) -> Self {
         self.pod_network = network;
         self

@@ -3,11 +3,16 @@
 //! stop, inspect and remove containers, and follows the engine's events to
 //! learn the moment a container has started.
 //!
+//! With an isolated pod network it also starts each pod's infra container
+//! ([`Engine::start_infra`]), whose network namespace the pod's containers
+//! join.
+//!
 //! Every container it creates carries this simulator's instance label, so
 //! none outlives the simulator: [`Engine::close`] removes what is left
-//! when the simulator shuts down, and a guardian process (a shell waiting
-//! on a pipe only this process holds) removes it when the simulator is
-//! dropped without shutting down or dies.
+//! when the simulator shuts down, a guardian process (a shell waiting on a
+//! pipe only this process holds) removes it when the simulator is dropped
+//! without shutting down or dies, and a simulator starting removes those
+//! of simulators that are gone ([`OWNER_LABEL`]).
 
 use std::collections::HashMap;
 use std::io::Write as _;

@@ -1,12 +1,16 @@
-//! The pod network of the process runtime: each pod gets its own network
-//! namespace and address, as on a node whose CNI plugin puts pods on a
-//! bridge. A simulator makes one Linux bridge holding the gateway address
-//! of a private subnet chosen not to collide with the host's routes; each
-//! pod is a named network namespace with a veth pair, the pod's end
-//! (`eth0`, the pod IP) inside, the host's end on the bridge. Every
-//! container of the pod, init containers included, runs inside it (through
-//! `nsenter`), so its loopback is its own, two pods can listen on one port,
-//! and a pod reaches the host only at the gateway (the node address).
+//! The isolated pod network: each pod gets its own network namespace and
+//! address, as on a node whose CNI plugin puts pods on a bridge. A
+//! simulator makes one Linux bridge holding the gateway address of a
+//! private subnet chosen not to collide with the host's routes; each pod is
+//! a named network namespace with a veth pair, the pod's end (`eth0`, the
+//! pod IP) inside, the host's end on the bridge. Every container of the
+//! pod, init containers included, runs inside it, so its loopback is its
+//! own, two pods can listen on one port, and a pod reaches the host only at
+//! the gateway (the node address). In the process runtime the namespace is
+//! a new one and containers enter it through `nsenter`; in the docker
+//! runtime it is the namespace of the pod's infra container, named with
+//! `ip netns attach` ([`Bridge::attach_process`]), which the pod's
+//! containers join (`--network container:<infra>`).
 //!
 //! Everything is made with `ip` from iproute2 and named after the process
 //! that made it (its pid, in hex), so that nothing outlives the simulator:
@@ -16,9 +20,10 @@
 //! ones left.
 //!
 //! Where the machine does not allow it (not root, no `ip`, no `nsenter`,
-//! no network namespaces), [`PodNetwork::Auto`] falls back to the host
-//! network with one log line saying why, and [`PodNetwork::Isolated`]
-//! refuses to start.
+//! no network namespaces; for the docker runtime also no `ip netns
+//! attach`, an engine that is remote or rootless, or no infra image),
+//! [`PodNetwork::Auto`] falls back to the host network with one log line
+//! saying why, and [`PodNetwork::Isolated`] refuses to start.
 
 use std::collections::HashSet;
 use std::fmt;
