@@ -479,7 +479,8 @@ impl Engine {
                 .iter()
                 .map(|s| s.to_string()),
         );
-        self.create(&args)
+        let id = self
+            .create(&args)
             .await
             .map_err(|e| format!("could not create the pod's infra container: {e}"))?;
         let started = async {
@@ -500,13 +501,15 @@ impl Engine {
                 .ok()
                 .filter(|p| *p != 0)
                 .ok_or_else(|| format!("it has no process (pid {:?})", pid.trim()))?;
-            if !Path::new("/proc")
-                .join(pid.to_string())
-                .join("ns/net")
-                .exists()
-            {
+            // The engine's pid names a process of this machine only if the
+            // engine runs here (and not rootless): else the pid may be some
+            // other process's, whose namespace must not be touched. The
+            // container's process is in a cgroup named after it from
+            // before it runs its command (`runc init`) on.
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            if id.len() < 12 || !cgroup.contains(id.as_str()) {
                 return Err(format!(
-                    "its process {pid} is not a process of this machine"
+                    "its process {pid} is not a process of this machine (is the engine remote?)"
                 ));
             }
             Ok(pid)
