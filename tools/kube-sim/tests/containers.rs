@@ -6,6 +6,10 @@
 //! fail, saying how to get them (`scripts/engine.sh start`, then
 //! `scripts/image.sh bases`). The docker client is
 //! `TELO_RUNNER_CONTAINER_ENGINE`, else `docker`.
+//!
+//! The tests of the isolated pod network (a namespace per pod, held by an
+//! infra container) also need root and iproute2, as `tests/podnet.rs`
+//! does; where the machine does not allow it they say so and pass.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
