@@ -89,7 +89,9 @@ struct Args {
     /// and address on a bridge kube-sim makes; needs root and iproute2),
     /// `host` (pods share the host's network, each with an address of
     /// 127.0.0.0/8), or `auto` (isolated where the machine allows it, else
-    /// host, saying why). The docker runtime's pods use the host network.
+    /// host, saying why). With `--runtime docker` an infra container per
+    /// pod holds its namespace (the local image busybox:stable), and the
+    /// engine must be local and not rootless.
     #[arg(long, value_name = "isolated|host|auto", default_value = "auto", value_parser = parse_pod_network)]
     pod_network: PodNetwork,
 }

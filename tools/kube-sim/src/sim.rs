@@ -25,7 +25,7 @@ use crate::faults::Faults;
 use crate::kinds::{self, ResourceId};
 use crate::kubelet::engine::{Engine, Runtime};
 use crate::kubelet::images::{ImageBehaviour, ImageTable};
-use crate::kubelet::podnet::{self, Bridge, Decision, NetworkError, PodNetwork};
+use crate::kubelet::podnet::{self, Bridge, Decision, PodNetwork};
 use crate::kubelet::{DEFAULT_ATTACH_DELAY, DEFAULT_PULL_DELAY, Kubelet, KubeletConfig, Latency};
 use crate::stats::{Stats, StatsCollector};
 use crate::storage::registry::{self, Registry};
@@ -221,10 +221,11 @@ impl KubeSimBuilder {
         self
     }
 
-    /// Which network pods get (process runtime): their own namespace and
-    /// address on a bridge of this simulator ([`PodNetwork::Isolated`]),
-    /// the host's ([`PodNetwork::Host`]), or isolated where the machine
-    /// allows it ([`PodNetwork::Auto`], the default).
+    /// Which network pods get: their own namespace and address on a
+    /// bridge of this simulator ([`PodNetwork::Isolated`]; in the docker
+    /// runtime, the namespace of an infra container per pod), the host's
+    /// ([`PodNetwork::Host`]), or isolated where the machine allows it
+    /// ([`PodNetwork::Auto`], the default).
     pub fn pod_network(mut self, network: PodNetwork) -> Self {
         self.pod_network = network;
         self
@@ -291,15 +292,7 @@ impl KubeSimBuilder {
                 },
             );
         }
-        let network = match self.runtime {
-            Runtime::Process => start_network(self.pod_network)?,
-            Runtime::Docker if self.pod_network == PodNetwork::Isolated => {
-                return Err(StartError::Network(NetworkError::Unavailable(
-                    "the docker runtime runs pods on the host network".into(),
-                )));
-            }
-            Runtime::Docker => None,
-        };
+        let network = start_network(self.pod_network, engine.as_deref()).await?;
         if let Some(bridge) = &network {
             // The node's address is where its pods reach it.
             let ip = bridge.gateway().to_string();
@@ -394,13 +387,24 @@ impl KubeSimBuilder {
     }
 }
 
-/// The process runtime's pod network as `requested` and the machine allow:
-/// the bridge, or `None` for the host network (saying why when isolated
-/// pods were possible to ask for but are not).
-fn start_network(requested: PodNetwork) -> Result<Option<Arc<Bridge>>, StartError> {
+/// The pod network as `requested` and the machine allow: the bridge, or
+/// `None` for the host network (saying why when isolated pods were
+/// possible to ask for but are not). The docker runtime's pods (`engine`)
+/// need more of the machine: naming their infra containers' namespaces,
+/// and an engine whose containers are processes of this machine.
+async fn start_network(
+    requested: PodNetwork,
+    engine: Option<&Engine>,
+) -> Result<Option<Arc<Bridge>>, StartError> {
     let probed = match requested {
         PodNetwork::Host => Err(String::new()),
-        _ => podnet::probe(),
+        _ => match (podnet::probe(), engine) {
+            (Ok(tools), Some(engine)) => match podnet::probe_attach(&tools) {
+                Ok(()) => engine.probe_infra().await.map(|()| tools),
+                Err(e) => Err(e),
+            },
+            (probed, _) => probed,
+        },
     };
     let (tools, available) = match probed {
         Ok(tools) => (Some(tools), Ok(())),

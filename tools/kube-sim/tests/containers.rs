@@ -6,6 +6,10 @@
 //! fail, saying how to get them (`scripts/engine.sh start`, then
 //! `scripts/image.sh bases`). The docker client is
 //! `TELO_RUNNER_CONTAINER_ENGINE`, else `docker`.
+//!
+//! The tests of the isolated pod network (a namespace per pod, held by an
+//! infra container) also need root and iproute2, as `tests/podnet.rs`
+//! does; where the machine does not allow it they say so and pass.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -17,7 +21,7 @@ use std::time::Duration;
 use futures_util::{AsyncBufReadExt, SinkExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, LogParams, PostParams, TerminalSize};
-use kube_sim::{KubeSim, Runtime};
+use kube_sim::{KubeSim, PodNetwork, Runtime, StartError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt, AsyncWriteExt};
 
@@ -68,6 +72,11 @@ fn require_engine() {
         panic!("{e}");
     }
 }
+
+/// The label of a pod's own containers, not its infra container.
+const APP_CONTAINER: &str = "io.kubernetes.docker.type=container";
+/// The label of a pod's infra container (isolated pod network).
+const INFRA_CONTAINER: &str = "io.kubernetes.docker.type=podsandbox";
 
 async fn docker_sim() -> KubeSim {
     require_engine();
@@ -238,7 +247,7 @@ async fn run_as_non_root_refuses_a_root_image_and_starts_nothing() {
     assert_eq!(phase(&refused), "Pending");
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+    assert!(containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty());
 }
 
 /// A real container's env takes a Secret's value as stored (never
@@ -289,7 +298,7 @@ async fn secret_key_refs_resolve_for_a_real_container_and_a_missing_secret_holds
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
     assert!(
-        containers_labelled(&[&label, &pod_label]).is_empty(),
+        containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty(),
         "a container was created without its environment"
     );
     sim.seed_value(json!({
@@ -587,7 +596,10 @@ async fn deleting_a_pod_and_shutting_down_remove_every_container() {
         .await
         .unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert_eq!(containers_labelled(&[&label, &pod_label]).len(), 1);
+    assert_eq!(
+        containers_labelled(&[&label, &pod_label, APP_CONTAINER]).len(),
+        1
+    );
     pods.delete("doomed", &DeleteParams::default())
         .await
         .unwrap();
@@ -596,14 +608,14 @@ async fn deleting_a_pod_and_shutting_down_remove_every_container() {
         .unwrap();
     assert!(
         containers_labelled(&[&label, &pod_label]).is_empty(),
-        "the deleted pod's container is gone with it"
+        "the deleted pod's container (and infra container) is gone with it"
     );
 
     create(&sim, sleeper("left")).await;
     sim.wait_for::<Pod>("default", "left", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
-    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    assert_eq!(containers_labelled(&[&label, APP_CONTAINER]).len(), 1);
     sim.shutdown().await;
     assert!(
         containers_labelled(&[&label]).is_empty(),
@@ -626,7 +638,10 @@ async fn dropping_the_simulator_removes_its_containers_too() {
     sim.wait_for::<Pod>("default", "orphan", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
-    assert_eq!(containers_labelled(&[&label]).len(), 1);
+    assert_eq!(containers_labelled(&[&label, APP_CONTAINER]).len(), 1);
+    // The pod's container, and its infra container with an isolated pod
+    // network.
+    let made = containers_labelled(&[&label]).len();
     let since = docker(&["info", "--format", "{{.SystemTime}}"]).unwrap();
     // As when a test panics: no shutdown.
     drop(sim);
@@ -639,11 +654,13 @@ async fn dropping_the_simulator_removes_its_containers_too() {
         .spawn()
         .unwrap();
     let mut destroyed = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(WAIT, destroyed.next_line())
-        .await
-        .expect("the container is removed")
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("destroy"));
+    for _ in 0..made {
+        let line = tokio::time::timeout(WAIT, destroyed.next_line())
+            .await
+            .expect("the containers are removed")
+            .unwrap();
+        assert_eq!(line.as_deref(), Some("destroy"));
+    }
     assert!(containers_labelled(&[&label]).is_empty());
 }
 
@@ -718,7 +735,7 @@ async fn a_command_the_image_lacks_is_a_start_error() {
     assert!(!cs.started.unwrap_or(true));
     let label = sim.container_label().unwrap();
     let pod_label = format!("io.kubernetes.pod.uid={uid}");
-    assert!(containers_labelled(&[&label, &pod_label]).is_empty());
+    assert!(containers_labelled(&[&label, &pod_label, APP_CONTAINER]).is_empty());
     // It never ran: no `Started` event, as for containerd.
     let events = Api::<Event>::namespaced(sim.client(), "default")
         .list(&ListParams::default())
@@ -732,4 +749,494 @@ async fn a_command_the_image_lacks_is_a_start_error() {
         .collect();
     assert!(reasons.contains(&"Failed"), "{reasons:?}");
     assert!(!reasons.contains(&"Started"), "{reasons:?}");
+}
+
+// --- the isolated pod network of the docker runtime ---------------------------
+
+/// A docker runtime simulator whose pods have a network each, or `None`
+/// (with a note) where the machine does not allow it, as in
+/// `tests/podnet.rs`; without an engine the test fails as every test here.
+async fn isolated_docker_sim() -> Option<KubeSim> {
+    require_engine();
+    let started = support::builder()
+        .runtime(Runtime::Docker)
+        .pod_network(PodNetwork::Isolated)
+        .start()
+        .await;
+    match started {
+        Ok(sim) => Some(sim),
+        Err(StartError::Network(e)) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("kube-sim starts with the docker runtime: {e}"),
+    }
+}
+
+/// A port no test holds: any port will do, each pod has its own.
+fn some_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A pod whose container serves `body` over HTTP on `<bind>:<port>`
+/// (`bind` empty: every address), then says `ready`.
+fn web_pod(name: &str, bind: &str, port: u16, body: &str) -> Value {
+    let script = format!(
+        "mkdir -p /tmp/www && echo {body} > /tmp/www/index.html && \
+         httpd -p {bind}{port} -h /tmp/www && echo ready && exec sleep 3600"
+    );
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "web", "image": BUSYBOX, "command": ["sh", "-c", script]}]
+        }
+    })
+}
+
+async fn pod_ip(sim: &KubeSim, name: &str) -> String {
+    sim.wait_for::<Pod>("default", name, |p| phase(p) == "Running", WAIT)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap()
+}
+
+async fn http_get(url: &str) -> String {
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test]
+async fn isolated_pods_listen_on_one_port_each_at_its_own_ip() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let port = some_port();
+    for name in ["left", "right"] {
+        create(&sim, web_pod(name, "", port, &format!("served-by-{name}"))).await;
+    }
+    for name in ["left", "right"] {
+        support::until_logged_within(&sim, name, "ready", WAIT).await;
+    }
+    let (left, right) = (pod_ip(&sim, "left").await, pod_ip(&sim, "right").await);
+    assert_ne!(left, right);
+    assert!(
+        support::is_pod_ip(&sim, &left) && support::is_pod_ip(&sim, &right),
+        "{left} and {right} on {:?}",
+        sim.pod_bridge().map(|b| b.subnet())
+    );
+    assert_eq!(
+        http_get(&format!("http://{left}:{port}/")).await,
+        "served-by-left\n"
+    );
+    assert_eq!(
+        http_get(&format!("http://{right}:{port}/")).await,
+        "served-by-right\n"
+    );
+}
+
+#[tokio::test]
+async fn an_isolated_pod_reaches_the_node_address_but_not_host_loopback() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let node = sim.node_ip();
+    assert_ne!(node, std::net::Ipv4Addr::LOCALHOST);
+    // A service on the node address (a runner, say), and a loopback-only
+    // one of the host.
+    let on_node = tokio::net::TcpListener::bind((node, 0)).await.unwrap();
+    let loopback = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node_port = on_node.local_addr().unwrap().port();
+    let loopback_port = loopback.local_addr().unwrap().port();
+    let served = tokio::spawn(async move {
+        let (mut conn, peer) = on_node.accept().await.unwrap();
+        let mut request = [0u8; 1024];
+        let _ = conn.read(&mut request).await.unwrap();
+        conn.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 10\r\n\r\nnode-says\n")
+            .await
+            .unwrap();
+        conn.shutdown().await.unwrap();
+        peer.ip()
+    });
+    let script = format!(
+        "echo env $NODE_IP $POD_IP; \
+         wget -q -O - http://{node}:{node_port}/; \
+         if wget -q -T 5 -O - http://127.0.0.1:{loopback_port}/ 2>/dev/null; \
+         then echo loopback open; else echo loopback closed; fi"
+    );
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "probe"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "probe", "image": BUSYBOX, "command": ["sh", "-c", script],
+                    "env": [
+                        {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                    ]}]
+            }
+        }),
+    )
+    .await;
+    let done = finished(&sim, "probe").await;
+    let status = done.status.clone().unwrap();
+    let probe_ip = status.pod_ip.clone().unwrap();
+    assert_eq!(status.host_ip.as_deref(), Some(node.to_string().as_str()));
+    let out = log(&pods, "probe", "probe").await;
+    assert_eq!(
+        out,
+        format!("env {node} {probe_ip}\nnode-says\nloopback closed\n"),
+        "{done:?}"
+    );
+    // The node saw the pod's own address.
+    let peer = tokio::time::timeout(WAIT, served).await.unwrap().unwrap();
+    assert_eq!(peer.to_string(), probe_ip);
+}
+
+#[tokio::test]
+async fn containers_of_an_isolated_pod_share_localhost_and_the_hostname() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let port = some_port();
+    // The server listens on the pod's loopback only; the client, another
+    // container of the pod, reaches it there once it listens.
+    let server = format!(
+        "mkdir -p /tmp/www && echo shared-localhost > /tmp/www/index.html && \
+         httpd -p 127.0.0.1:{port} -h /tmp/www && exec sleep 3600"
+    );
+    let client = format!(
+        "until wget -q -O - http://127.0.0.1:{port}/ 2>/dev/null; do usleep 50000; done; hostname; echo $HOSTNAME"
+    );
+    let (pods, _) = create(
+        &sim,
+        json!({
+            "metadata": {"name": "duo"},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {"name": "server", "image": BUSYBOX, "command": ["sh", "-c", server]},
+                    {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", client]}
+                ]
+            }
+        }),
+    )
+    .await;
+    let client_done = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.name == "client"
+                    && c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some()
+            })
+    };
+    let pod = sim
+        .wait_for::<Pod>("default", "duo", client_done, WAIT)
+        .await
+        .unwrap();
+    let client_status = pod
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()
+        .into_iter()
+        .find(|c| c.name == "client")
+        .unwrap();
+    let exit = client_status.state.unwrap().terminated.unwrap().exit_code;
+    let out = log(&pods, "duo", "client").await;
+    assert_eq!(exit, 0, "{out}");
+    assert_eq!(out, "shared-localhost\nduo\nduo\n");
+    // Another pod's loopback is its own: the server is not on the host's.
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the pod's loopback service is not the host's"
+    );
+}
+
+#[tokio::test]
+async fn isolated_pods_leave_no_infra_container_veth_or_namespace() {
+    let Some(sim) = isolated_docker_sim().await else {
+        return;
+    };
+    let label = sim.container_label().unwrap();
+    let pid = std::process::id();
+    // Other tests of this process run simulators too: only this one's
+    // bridge and the veths and namespaces of its pods count.
+    let bridge = sim.pod_bridge().unwrap().name().to_owned();
+    let mine = |names: Vec<String>, before: &[String]| -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|n| !before.contains(n) || *n == bridge)
+            .collect()
+    };
+    let before = support::leftovers(pid);
+    for name in ["kept", "deleted"] {
+        create(&sim, web_pod(name, "", some_port(), name)).await;
+        support::until_logged_within(&sim, name, "ready", WAIT).await;
+    }
+    assert_eq!(containers_labelled(&[&label, INFRA_CONTAINER]).len(), 2);
+    let made = mine(support::leftovers(pid), &before);
+    assert_eq!(made.len(), 5, "the bridge, 2 veths, 2 namespaces: {made:?}");
+
+    // A deleted pod's infra container, veth and namespace go with it.
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    pods.delete("deleted", &DeleteParams::default())
+        .await
+        .unwrap();
+    sim.wait_for_deletion("pods", "default", "deleted", WAIT)
+        .await
+        .unwrap();
+    assert_eq!(containers_labelled(&[&label, INFRA_CONTAINER]).len(), 1);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let left = mine(support::leftovers(pid), &before);
+        if left.len() == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    sim.shutdown().await;
+    assert!(
+        containers_labelled(&[&label]).is_empty(),
+        "shutdown leaves no container, infra containers included"
+    );
+    let after = support::leftovers(pid);
+    let left: Vec<&String> = after
+        .iter()
+        .filter(|n| made.contains(n) || **n == bridge)
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// The docker client as a path: the binary's `PATH` may not have it.
+fn client_path() -> std::path::PathBuf {
+    let named = std::path::PathBuf::from(client());
+    if named.components().count() > 1 {
+        return named;
+    }
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(&named))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{} is not on PATH", named.display()))
+}
+
+/// Waits until `done` holds, checking every 20 ms for at most [`WAIT`]
+/// (for the machine's state, which sends no events).
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_killed_simulators_infra_containers_and_network_are_removed() {
+    let Some(probe) = isolated_docker_sim().await else {
+        return;
+    };
+    probe.shutdown().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines) = support::start_binary_in(
+        dir.path(),
+        &["--runtime", "docker", "--pod-network", "isolated"],
+        None,
+    );
+    let node = lines
+        .last()
+        .and_then(|l| l.strip_prefix("node address "))
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .to_owned();
+    assert!(!node.starts_with("127."), "{lines:?}");
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig")).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let pod: Pod = serde_json::from_value(web_pod("orphan", "", some_port(), "orphan")).unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let running =
+        kube::runtime::wait::await_condition(pods.clone(), "orphan", |p: Option<&Pod>| {
+            p.is_some_and(|p| phase(p) == "Running")
+        });
+    tokio::time::timeout(WAIT, running).await.unwrap().unwrap();
+    let pod_label = format!("io.kubernetes.pod.uid={uid}");
+    let pid = child.id();
+    assert_eq!(containers_labelled(&[&pod_label, INFRA_CONTAINER]).len(), 1);
+    let made = support::leftovers(pid);
+    assert_eq!(made.len(), 3, "a bridge, a veth, a namespace: {made:?}");
+    // Killed outright: its guardians remove its containers and network.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    until("the killed simulator's containers are removed", || {
+        containers_labelled(&[&pod_label]).is_empty()
+    })
+    .await;
+    until("the killed simulator's network is removed", || {
+        support::leftovers(pid).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_the_infra_image_auto_falls_back_to_the_host_network_and_isolated_refuses() {
+    require_engine();
+    if isolated_docker_sim().await.is_none() {
+        return;
+    }
+    // A client that has every image but the infra container's.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("docker");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" image inspect \"*\" {BUSYBOX} \"*) \
+             echo 'Error: No such image: {BUSYBOX}' >&2; exit 1;; esac\nexec '{}' \"$@\"\n",
+            client_path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let engine = wrapper.to_str().unwrap();
+    let (child, lines) =
+        support::start_binary(&["--runtime", "docker", "--container-engine", engine], None);
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("node address 127.0.0.1"),
+        "{lines:?}"
+    );
+    let stderr = support::stop(child);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("host network"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].contains(&format!(
+            "the pods' infra image {BUSYBOX} is not a local image"
+        )),
+        "{stderr}"
+    );
+
+    let (child, lines) = support::start_binary(
+        &[
+            "--runtime",
+            "docker",
+            "--container-engine",
+            engine,
+            "--pod-network",
+            "isolated",
+        ],
+        None,
+    );
+    assert!(lines.is_empty(), "{lines:?}");
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("isolated pod networks are not available here: the pods' infra image"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn the_host_network_runs_docker_pods_as_before() {
+    require_engine();
+    let sim = support::builder()
+        .runtime(Runtime::Docker)
+        .pod_network(PodNetwork::Host)
+        .start()
+        .await
+        .unwrap();
+    assert!(sim.pod_bridge().is_none());
+    assert_eq!(sim.node_ip(), std::net::Ipv4Addr::LOCALHOST);
+    let label = sim.container_label().unwrap();
+    create(&sim, web_pod("plain", "", some_port(), "plain")).await;
+    support::until_logged_within(&sim, "plain", "ready", WAIT).await;
+    let ip = pod_ip(&sim, "plain").await;
+    assert!(ip.starts_with("127."), "{ip}");
+    // No infra container: the pod's one container, on the host network.
+    let ids = containers_labelled(&[&label]);
+    assert_eq!(ids.len(), 1);
+    let mode = docker(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.NetworkMode}}",
+        &ids[0],
+    ])
+    .unwrap();
+    assert_eq!(mode.trim(), "host");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_starting_simulator_removes_the_containers_of_dead_ones() {
+    require_engine();
+    // A container as a simulator that has ended (its guardian killed with
+    // it) left it: labelled with a pid of this pid namespace nobody has.
+    let mut ended = Command::new("true").spawn().unwrap();
+    ended.wait().unwrap();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let ns = ns.to_str().unwrap();
+    let ns = &ns["pid:[".len()..ns.len() - 1];
+    let owner = format!("kube-sim.owner={ns}.{}.1", ended.id());
+    let since = docker(&["info", "--format", "{{.SystemTime}}"]).unwrap();
+    let left = docker(&[
+        "run",
+        "--detach",
+        "--network",
+        "none",
+        "--label",
+        &owner,
+        BUSYBOX,
+        "sleep",
+        "3600",
+    ])
+    .unwrap();
+    let left = left.trim();
+    let mut events = tokio::process::Command::new(client())
+        .args(["events", "--format", "{{.Action}}"])
+        .args(["--filter", &format!("container={left}")])
+        .args(["--filter", "event=destroy", "--since", since.trim()])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let sim = docker_sim().await;
+    let mut destroyed = tokio::io::BufReader::new(events.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, destroyed.next_line())
+        .await
+        .expect("the dead simulator's container is removed")
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("destroy"));
+    sim.shutdown().await;
 }

@@ -670,10 +670,17 @@ async fn dropping_the_simulator_kills_every_process() {
     drop(sim);
     let mut down = false;
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect((ip.as_str(), 18082))
-            .await
-            .is_err()
-        {
+        // With an isolated pod network the guardian may have removed the
+        // pod's veth but not yet the bridge: a connection is then neither
+        // answered nor refused until its SYN retries run out (about two
+        // minutes). Unanswered for a moment is down too: a live process
+        // on the bridge answers at once.
+        let reached = tokio::time::timeout(
+            Duration::from_millis(500),
+            tokio::net::TcpStream::connect((ip.as_str(), 18082)),
+        )
+        .await;
+        if !matches!(reached, Ok(Ok(_))) {
             down = true;
             break;
         }

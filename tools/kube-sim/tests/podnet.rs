@@ -10,10 +10,8 @@
 
 mod support;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use futures_util::{AsyncBufReadExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, LogParams};
 use kube_sim::{KubeSim, PodNetwork, StartError};
@@ -71,30 +69,6 @@ fn python_pod(name: &str, script: &str, args: &[String]) -> serde_json::Value {
         "spec": {"restartPolicy": "Never",
             "containers": [{"name": "main", "image": "busybox:stable", "command": command}]}
     })
-}
-
-/// Waits until pod `name` has logged `line`, following its log.
-async fn until_logged(sim: &KubeSim, name: &str, line: &str) {
-    sim.wait_for::<Pod>("default", name, |p| phase(p) == "Running", WAIT)
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
-    let params = LogParams {
-        follow: true,
-        ..LogParams::default()
-    };
-    let stream = pods.log_stream(name, &params).await.unwrap();
-    let mut lines = stream.lines();
-    tokio::time::timeout(WAIT, async {
-        while let Some(l) = lines.try_next().await.unwrap() {
-            if l.trim() == line {
-                return;
-            }
-        }
-        panic!("{name} ended before logging {line:?}");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{name} did not log {line:?}"));
 }
 
 fn phase(p: &Pod) -> &str {
@@ -221,36 +195,6 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
     );
 }
 
-/// Names of this machine's links and network namespaces that `pid`'s
-/// simulators made.
-fn leftovers(pid: u32) -> Vec<String> {
-    let run = |args: &[&str]| {
-        String::from_utf8(Command::new("ip").args(args).output().unwrap().stdout).unwrap()
-    };
-    let link_prefixes = [format!("ksb{pid:x}-"), format!("ksv{pid:x}-")];
-    let netns_prefix = format!("kube-sim-{pid}-");
-    let mut found: Vec<String> = run(&["-o", "link", "show"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .map(|n| {
-            n.trim_end_matches(':')
-                .split('@')
-                .next()
-                .unwrap()
-                .to_owned()
-        })
-        .filter(|n| link_prefixes.iter().any(|p| n.starts_with(p.as_str())))
-        .collect();
-    found.extend(
-        run(&["netns", "list"])
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .filter(|n| n.starts_with(&netns_prefix))
-            .map(str::to_owned),
-    );
-    found
-}
-
 async fn a_running_pod(sim: &KubeSim, name: &str) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -323,45 +267,6 @@ async fn a_starting_simulator_removes_what_dead_ones_left() {
     let sim = isolated().await.unwrap();
     assert_eq!(leftovers(dead), Vec::<String>::new());
     sim.shutdown().await;
-}
-
-/// The kube-sim binary with `args` and `path` as its `PATH`: its stdout
-/// lines up to the node address, and the process.
-fn start_binary(args: &[&str], path: Option<&str>) -> (std::process::Child, Vec<String>) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kube-sim"));
-    cmd.arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
-        .arg("--fake-telo")
-        .arg(test_support::fake_telo::fake_telo_path())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(p) = path {
-        cmd.env("PATH", p);
-    }
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = Vec::new();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        let done = line.starts_with("node address ");
-        lines.push(line.trim_end().to_owned());
-        if done {
-            break;
-        }
-    }
-    (child, lines)
-}
-
-fn stop(child: std::process::Child) -> String {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[tokio::test]

@@ -3,11 +3,16 @@
 //! stop, inspect and remove containers, and follows the engine's events to
 //! learn the moment a container has started.
 //!
+//! With an isolated pod network it also starts each pod's infra container
+//! ([`Engine::start_infra`]), whose network namespace the pod's containers
+//! join.
+//!
 //! Every container it creates carries this simulator's instance label, so
 //! none outlives the simulator: [`Engine::close`] removes what is left
-//! when the simulator shuts down, and a guardian process (a shell waiting
-//! on a pipe only this process holds) removes it when the simulator is
-//! dropped without shutting down or dies.
+//! when the simulator shuts down, a guardian process (a shell waiting on a
+//! pipe only this process holds) removes it when the simulator is dropped
+//! without shutting down or dies, and a simulator starting removes those
+//! of simulators that are gone ([`OWNER_LABEL`]).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -27,6 +32,18 @@ pub const INSTANCE_LABEL: &str = "kube-sim.instance";
 /// The label naming the pod a container belongs to, as the kubelet's
 /// docker integration names it.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The label naming the process that made a container, as
+/// `<pid namespace>.<pid>.<start time>` (see [`owner_of`]): a simulator
+/// starting removes the containers of one that is gone, should its
+/// guardian have been killed with it.
+pub const OWNER_LABEL: &str = "kube-sim.owner";
+/// The label telling a pod's infra container (`podsandbox`) from its
+/// containers (`container`), as the kubelet's docker integration has it.
+pub const TYPE_LABEL: &str = "io.kubernetes.docker.type";
+/// The image of the pods' infra containers: the local busybox the project
+/// builds (`scripts/image.sh bases`), whose `sleep` holds the pod's
+/// namespaces as a pause container does.
+pub const INFRA_IMAGE: &str = "busybox:stable";
 /// The environment variable naming the docker client when none is given.
 pub const ENGINE_ENV: &str = "TELO_RUNNER_CONTAINER_ENGINE";
 
@@ -112,6 +129,43 @@ pub struct Engine {
     /// The write end of the guardian's pipe: closing it (or this process
     /// dying) makes the guardian remove every container left.
     guardian: Mutex<Option<std::process::ChildStdin>>,
+    /// This process as [`OWNER_LABEL`] names it (`None` without `/proc`).
+    owner: Option<String>,
+}
+
+/// Process `pid` of this process's pid namespace as
+/// `<pid namespace>.<pid>.<start time>`: the start time tells a process
+/// from a later one given the same pid, the namespace says whether a
+/// label's pid can be looked up here at all.
+fn owner_of(pid: u32) -> Option<String> {
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let ns = ns
+        .to_str()?
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .to_owned();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command's `(...)`: the start time is the 22nd
+    // field of the line, the 20th after it.
+    let start = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?;
+    Some(format!("{ns}.{pid}.{start}"))
+}
+
+/// Whether a container labelled `owner` belongs to a simulator that is
+/// gone: one of this pid namespace whose process has ended (or whose pid
+/// another process now has). Others' are left alone.
+fn owner_is_gone(owner: &str, own: &str) -> bool {
+    let mut parts = owner.splitn(3, '.');
+    let (Some(ns), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if own.split('.').next() != Some(ns) {
+        return false;
+    }
+    match pid.parse::<u32>() {
+        Ok(pid) => owner_of(pid).as_deref() != Some(owner),
+        Err(_) => false,
+    }
 }
 
 /// The docker client named by `client`, else by `TELO_RUNNER_CONTAINER_ENGINE`,
@@ -168,6 +222,7 @@ impl Engine {
             starts: Mutex::new(HashMap::new()),
             events_up: AtomicBool::new(false),
             guardian: Mutex::new(None),
+            owner: owner_of(std::process::id()),
         };
         engine.server_version = engine
             .run(&["version", "--format", "{{.Server.Version}}"])
@@ -199,7 +254,43 @@ impl Engine {
         engine.events_up.store(true, Ordering::SeqCst);
         let engine = Arc::new(engine);
         tokio::spawn(engine.clone().follow_events(events, shutdown));
+        tokio::spawn({
+            let engine = engine.clone();
+            async move { engine.sweep_dead().await }
+        });
         Ok(engine)
+    }
+
+    /// This process as [`OWNER_LABEL`] names it, for its containers.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Removes the containers of simulators that are gone (killed with
+    /// their guardian), infra containers included.
+    async fn sweep_dead(&self) {
+        let Some(own) = self.owner.as_deref() else {
+            return;
+        };
+        let format = format!("{{{{.ID}}}} {{{{.Label \"{OWNER_LABEL}\"}}}}");
+        let filter = format!("label={OWNER_LABEL}");
+        let Ok(out) = self
+            .run(&["ps", "--all", "--filter", &filter, "--format", &format])
+            .await
+        else {
+            return;
+        };
+        let gone: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, owner)| owner_is_gone(owner.trim(), own))
+            .map(|(id, _)| id)
+            .collect();
+        if !gone.is_empty() {
+            let mut rm = vec!["rm", "--force", "--volumes", "--"];
+            rm.extend(gone);
+            let _ = self.run(&rm).await;
+        }
     }
 
     /// `kube-sim.instance=<instance>`: every container of this simulator
@@ -310,6 +401,126 @@ impl Engine {
             return Err("the simulator is shutting down".into());
         }
         Ok(id)
+    }
+
+    /// Whether this engine's containers can join a bridge of this machine
+    /// (the isolated pod network): their processes must be processes of
+    /// this machine, which a remote or rootless engine's are not, and the
+    /// infra image must be there.
+    pub async fn probe_infra(&self) -> Result<(), String> {
+        if let Some((host, _)) = self
+            .client_env
+            .iter()
+            .find(|(k, _)| k == "DOCKER_HOST")
+            .filter(|(_, v)| !v.is_empty() && !v.starts_with("unix://"))
+        {
+            return Err(format!(
+                "the container engine at DOCKER_HOST={host:?} is not on this machine"
+            ));
+        }
+        let security = self
+            .run(&["info", "--format", "{{json .SecurityOptions}}"])
+            .await
+            .map_err(|e| format!("the container engine does not say how it runs ({e})"))?;
+        if security.contains("rootless") {
+            return Err(
+                "the container engine is rootless: its containers' namespaces are not this machine's to join"
+                    .into(),
+            );
+        }
+        if self.image(INFRA_IMAGE).await.is_none() {
+            return Err(format!(
+                "the pods' infra image {INFRA_IMAGE} is not a local image of the engine (scripts/image.sh bases builds it)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates and starts a pod's infra container `name`: a process with
+    /// a network namespace of its own holding nothing but its loopback, the
+    /// pod's hostname, doing nothing. The pod's containers join it
+    /// (`--network container:<name>`). Returns its process id, for its
+    /// network namespace (`/proc/<pid>/ns/net`).
+    pub async fn start_infra(
+        &self,
+        name: &str,
+        labels: &[(String, String)],
+        hostname: &str,
+    ) -> Result<u32, String> {
+        let mut args: Vec<String> = [
+            "create",
+            "--name",
+            name,
+            "--pull",
+            "never",
+            "--network",
+            "none",
+            "--hostname",
+            hostname,
+            "--log-driver",
+            "none",
+            // It needs nothing: no capability, no write, no root.
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--read-only",
+            "--user",
+            "65534:65534",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (k, v) in labels {
+            args.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        args.extend(
+            ["--entrypoint", "sleep", INFRA_IMAGE, "infinity"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        let id = self
+            .create(&args)
+            .await
+            .map_err(|e| format!("could not create the pod's infra container: {e}"))?;
+        let started = async {
+            self.run(&["start", "--", name]).await?;
+            let pid = self
+                .run(&[
+                    "container",
+                    "inspect",
+                    "--format",
+                    "{{.State.Pid}}",
+                    "--",
+                    name,
+                ])
+                .await?;
+            let pid: u32 = pid
+                .trim()
+                .parse()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("it has no process (pid {:?})", pid.trim()))?;
+            // The engine's pid names a process of this machine only if the
+            // engine runs here (and not rootless): else the pid may be some
+            // other process's, whose namespace must not be touched. The
+            // container's process is in a cgroup named after it from
+            // before it runs its command (`runc init`) on.
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            if id.len() < 12 || !cgroup.contains(id.as_str()) {
+                return Err(format!(
+                    "its process {pid} is not a process of this machine (is the engine remote?)"
+                ));
+            }
+            Ok(pid)
+        };
+        match started.await {
+            Ok(pid) => Ok(pid),
+            Err(e) => {
+                self.remove(name).await;
+                Err(format!("could not start the pod's infra container: {e}"))
+            }
+        }
     }
 
     /// The client arguments that start container `name` attached to its
@@ -599,6 +810,22 @@ mod tests {
         assert_eq!("docker".parse::<Runtime>(), Ok(Runtime::Docker));
         assert!("podman".parse::<Runtime>().is_err());
         assert_eq!(Runtime::default(), Runtime::Process);
+    }
+
+    #[test]
+    fn only_gone_owners_of_this_pid_namespace_are_swept() {
+        let own = owner_of(std::process::id()).expect("/proc");
+        assert!(!owner_is_gone(&own, &own), "this process is alive");
+        let ns = own.split('.').next().unwrap();
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        assert!(owner_is_gone(&format!("{ns}.{}.1", ended.id()), &own));
+        // This process, but an earlier one with its pid.
+        let earlier = format!("{ns}.{}.0", std::process::id());
+        assert!(owner_is_gone(&earlier, &own));
+        // Another pid namespace's, or unreadable: not ours to judge.
+        assert!(!owner_is_gone(&format!("1.{}.0", ended.id()), &own));
+        assert!(!owner_is_gone("garbage", &own));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
 use super::container::{Outcome, Target};
-use super::engine::{INSTANCE_LABEL, POD_UID_LABEL};
+use super::engine::{INSTANCE_LABEL, OWNER_LABEL, POD_UID_LABEL, TYPE_LABEL};
 use super::engine_spec::{CreateSpec, EngineMount, create_args};
 use super::*;
 
@@ -38,21 +38,18 @@ impl Kubelet {
             w.ns,
             meta::random_hex(4)
         );
-        let labels: Vec<(String, String)> = [
-            (INSTANCE_LABEL, engine.instance()),
-            (POD_UID_LABEL, w.uid.as_str()),
-            ("io.kubernetes.pod.name", w.name.as_str()),
-            ("io.kubernetes.pod.namespace", w.ns.as_str()),
-            ("io.kubernetes.container.name", c.name.as_str()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let hostname = pod_hostname(&ctx.pod);
+        let labels = pod_labels(engine, w, &c.name, "container");
+        // In the pod's network namespace (its infra container's), which
+        // gives the container its hostname too; else the host's.
+        let (network, hostname) = match &ctx.infra {
+            Some(infra) => (format!("container:{infra}"), None),
+            None => ("host".to_string(), Some(pod_hostname(&ctx.pod))),
+        };
         let args = |hostname: Option<&str>| {
             create_args(&CreateSpec {
                 name: &name,
                 labels: &labels,
+                network: &network,
                 hostname,
                 pod: &ctx.pod,
                 container: c,
@@ -62,7 +59,7 @@ impl Kubelet {
             })
             .map_err(LaunchError::Config)
         };
-        let id = match engine.create(&args(Some(&hostname))?).await {
+        let id = match engine.create(&args(hostname.as_deref())?).await {
             // Some engines refuse a hostname with the host's network.
             Err(e) if e.contains("onflicting options: hostname") => {
                 engine.create(&args(None)?).await
@@ -85,6 +82,31 @@ impl Kubelet {
             name,
             id,
         }))
+    }
+
+    /// The isolated pod network of a docker runtime pod: its infra
+    /// container, holding the pod's hostname and network namespace, with
+    /// the pod's veth and address moved into that namespace. Its name is
+    /// what the pod's containers join.
+    pub(super) async fn engine_pod_network(
+        &self,
+        engine: &Engine,
+        bridge: &podnet::Bridge,
+        w: &PodWorker,
+        pod: &PodView,
+    ) -> Result<(podnet::PodNet, String), String> {
+        let name = format!("kube-sim_POD_{}_{}_{}", w.name, w.ns, meta::random_hex(4));
+        let labels = pod_labels(engine, w, "POD", "podsandbox");
+        let pid = engine
+            .start_infra(&name, &labels, &pod_hostname(pod))
+            .await?;
+        match bridge.attach_process(pid).await {
+            Ok(net) => Ok((net, name)),
+            Err(e) => {
+                engine.remove(&name).await;
+                Err(e)
+            }
+        }
     }
 
     /// Starts a created container through its client, marks it started
@@ -387,9 +409,33 @@ fn make_sub_path(root: &Path, sub: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The labels of a pod's engine container (`kind`: `container`, or
+/// `podsandbox` for its infra container), as the kubelet's docker
+/// integration labels them, with this simulator's instance and process.
+fn pod_labels(
+    engine: &Engine,
+    w: &PodWorker,
+    container: &str,
+    kind: &str,
+) -> Vec<(String, String)> {
+    let owner = engine.owner().map(|o| (OWNER_LABEL, o));
+    [
+        (INSTANCE_LABEL, engine.instance()),
+        (POD_UID_LABEL, w.uid.as_str()),
+        ("io.kubernetes.pod.name", w.name.as_str()),
+        ("io.kubernetes.pod.namespace", w.ns.as_str()),
+        ("io.kubernetes.container.name", container),
+        (TYPE_LABEL, kind),
+    ]
+    .into_iter()
+    .chain(owner)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 /// The pod's hostname: `spec.hostname`, else its name cut to 63
 /// characters without a trailing `-` or `.`, as the kubelet makes it.
-fn pod_hostname(pod: &spec::PodView) -> String {
+fn pod_hostname(pod: &PodView) -> String {
     if let Some(h) = pod.spec.hostname.as_deref().filter(|h| !h.is_empty()) {
         return h.to_string();
     }

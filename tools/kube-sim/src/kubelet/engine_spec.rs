@@ -47,8 +47,12 @@ pub(super) struct CreateSpec<'a> {
     /// The engine's name for the container.
     pub name: &'a str,
     pub labels: &'a [(String, String)],
+    /// `--network`: `host`, or `container:<infra>` to join the pod's infra
+    /// container's network namespace (the isolated pod network).
+    pub network: &'a str,
     /// The pod's hostname (`None`: the host's, for an engine that refuses
-    /// one with the host network).
+    /// one with the host network, or the infra container's, which the
+    /// engine gives a container joining its network).
     pub hostname: Option<&'a str>,
     pub pod: &'a PodView,
     pub container: &'a Container,
@@ -277,7 +281,7 @@ pub(super) fn create_args(s: &CreateSpec<'_>) -> Result<Vec<String>, String> {
         "--pull",
         "never",
         "--network",
-        "host",
+        s.network,
         // The kubelet keeps the log from the attached output.
         "--log-driver",
         "none",
@@ -349,6 +353,7 @@ mod tests {
         create_args(&CreateSpec {
             name: "k",
             labels: &[("kube-sim.instance".into(), "i".into())],
+            network: "host",
             hostname: Some("p"),
             pod: p,
             container: &p.spec.containers[0],

@@ -18,15 +18,22 @@ impl Kubelet {
     /// Runs a picked-up pod from its sandbox to its end, then frees its IP
     /// and sandbox.
     pub(super) async fn run_pod(self: Arc<Self>, w: Arc<PodWorker>, pod: PodView) {
-        let net = match &self.network {
-            Some(bridge) => match bridge.attach().await {
-                Ok(net) => Some(net),
-                Err(msg) => {
-                    self.event(&w, None, EventType::Warning, "FailedCreatePodSandBox", &msg);
-                    return;
-                }
-            },
-            None => None,
+        // The pod's network: in the docker runtime an infra container
+        // holds its namespace (and is removed with the pod's containers).
+        let attached = match (&self.network, &self.engine) {
+            (Some(bridge), Some(engine)) => self
+                .engine_pod_network(engine, bridge, &w, &pod)
+                .await
+                .map(|(net, infra)| (Some(net), Some(infra))),
+            (Some(bridge), None) => bridge.attach().await.map(|net| (Some(net), None)),
+            (None, _) => Ok((None, None)),
+        };
+        let (net, infra) = match attached {
+            Ok(attached) => attached,
+            Err(msg) => {
+                self.event(&w, None, EventType::Warning, "FailedCreatePodSandBox", &msg);
+                return;
+            }
         };
         let ip = match &net {
             Some(net) => net.ip,
@@ -48,7 +55,7 @@ impl Kubelet {
         let netns = net.as_ref().map(podnet::PodNet::netns_path);
         let outcome = self
             .clone()
-            .pod_lifecycle(&w, &pod, ip, netns, &sandbox)
+            .pod_lifecycle(&w, &pod, ip, (netns, infra), &sandbox)
             .await;
         match outcome {
             Ended::Killed | Ended::Shutdown => {
@@ -202,7 +209,7 @@ impl Kubelet {
         w: &Arc<PodWorker>,
         pod: &PodView,
         ip: Ipv4Addr,
-        netns: Option<PathBuf>,
+        (netns, infra): (Option<PathBuf>, Option<String>),
         sandbox: &Path,
     ) -> Ended {
         *w.model.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -234,6 +241,7 @@ impl Kubelet {
             pod: pod.clone(),
             ip,
             netns,
+            infra,
             sandbox: sandbox.to_path_buf(),
             restart_policy: pod.restart_policy().to_string(),
         };

@@ -695,6 +695,9 @@ struct PodCtx {
     /// The pod's network namespace (isolated pod network): its processes
     /// run inside it.
     netns: Option<PathBuf>,
+    /// The pod's infra container (docker runtime, isolated pod network):
+    /// its containers join its network namespace.
+    infra: Option<String>,
     sandbox: PathBuf,
     restart_policy: String,
 }

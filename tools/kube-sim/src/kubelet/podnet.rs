@@ -1,12 +1,16 @@
-//! The pod network of the process runtime: each pod gets its own network
-//! namespace and address, as on a node whose CNI plugin puts pods on a
-//! bridge. A simulator makes one Linux bridge holding the gateway address
-//! of a private subnet chosen not to collide with the host's routes; each
-//! pod is a named network namespace with a veth pair, the pod's end
-//! (`eth0`, the pod IP) inside, the host's end on the bridge. Every
-//! container of the pod, init containers included, runs inside it (through
-//! `nsenter`), so its loopback is its own, two pods can listen on one port,
-//! and a pod reaches the host only at the gateway (the node address).
+//! The isolated pod network: each pod gets its own network namespace and
+//! address, as on a node whose CNI plugin puts pods on a bridge. A
+//! simulator makes one Linux bridge holding the gateway address of a
+//! private subnet chosen not to collide with the host's routes; each pod is
+//! a named network namespace with a veth pair, the pod's end (`eth0`, the
+//! pod IP) inside, the host's end on the bridge. Every container of the
+//! pod, init containers included, runs inside it, so its loopback is its
+//! own, two pods can listen on one port, and a pod reaches the host only at
+//! the gateway (the node address). In the process runtime the namespace is
+//! a new one and containers enter it through `nsenter`; in the docker
+//! runtime it is the namespace of the pod's infra container, named with
+//! `ip netns attach` ([`Bridge::attach_process`]), which the pod's
+//! containers join (`--network container:<infra>`).
 //!
 //! Everything is made with `ip` from iproute2 and named after the process
 //! that made it (its pid, in hex), so that nothing outlives the simulator:
@@ -16,9 +20,10 @@
 //! ones left.
 //!
 //! Where the machine does not allow it (not root, no `ip`, no `nsenter`,
-//! no network namespaces), [`PodNetwork::Auto`] falls back to the host
-//! network with one log line saying why, and [`PodNetwork::Isolated`]
-//! refuses to start.
+//! no network namespaces; for the docker runtime also no `ip netns
+//! attach`, an engine that is remote or rootless, or no infra image),
+//! [`PodNetwork::Auto`] falls back to the host network with one log line
+//! saying why, and [`PodNetwork::Isolated`] refuses to start.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -138,6 +143,19 @@ pub fn probe() -> Result<Tools, String> {
     })?;
     let _ = run_blocking(&ip, &["netns", "del", &name]);
     Ok(Tools { ip, nsenter })
+}
+
+/// Whether this `ip` can name another process's network namespace (`ip
+/// netns attach`, iproute2 4.19 and later), as the docker runtime's pods
+/// need: tried on this process's own namespace, whose name is removed
+/// again (which leaves the namespace itself alone).
+pub fn probe_attach(tools: &Tools) -> Result<(), String> {
+    let pid = std::process::id();
+    let name = format!("{NETNS_PREFIX}{pid}-probe-attach");
+    run_blocking(&tools.ip, &["netns", "attach", &name, &pid.to_string()])
+        .map_err(|e| format!("`ip netns attach` failed ({e}); it needs iproute2 4.19 or later"))?;
+    let _ = run_blocking(&tools.ip, &["netns", "del", &name]);
+    Ok(())
 }
 
 /// `ip` and `nsenter`.
@@ -490,6 +508,19 @@ impl Bridge {
 
     /// A pod's namespace, veth and address.
     pub async fn attach(&self) -> Result<PodNet, String> {
+        self.attach_to(None).await
+    }
+
+    /// A pod's veth and address in the network namespace of process `pid`
+    /// (a docker runtime pod's infra container), named as [`Bridge::attach`]
+    /// names its own: the name keeps the namespace (and with it the veth)
+    /// until [`Bridge::detach`], and every cleanup path finds it by that
+    /// name whether the process still runs or not.
+    pub async fn attach_process(&self, pid: u32) -> Result<PodNet, String> {
+        self.attach_to(Some(pid)).await
+    }
+
+    async fn attach_to(&self, process: Option<u32>) -> Result<PodNet, String> {
         let n = self
             .allocate()
             .ok_or_else(|| format!("no free pod IP in {}", self.subnet()))?;
@@ -501,8 +532,14 @@ impl Bridge {
             netns: format!("{}{k}", self.netns_prefix),
             veth: format!("{VETH_PREFIX}{:x}-{k:x}", std::process::id()),
         };
+        // `netns attach` names an existing namespace (a bind mount of the
+        // process's, as `netns add` makes one of a new namespace).
+        let namespace = match process {
+            None => format!("netns add {}", pod.netns),
+            Some(pid) => format!("netns attach {} {pid}", pod.netns),
+        };
         let host = format!(
-            "netns add {ns}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {br} up\n",
+            "{namespace}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {br} up\n",
             ns = pod.netns,
             veth = pod.veth,
             br = self.name,
