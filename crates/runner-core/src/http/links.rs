@@ -93,26 +93,8 @@ pub async fn create(
         expires_at,
         created_at: crate::time::iso_now(),
     };
-    // Kept first, then made: a link the next runner would not know is
-    // never handed out.
-    let _change = session.links.change().await;
-    let kept = match session.links.with_added(&link, now) {
-        Ok(kept) => kept,
-        Err(_) => {
-            let message =
-                format!("session {id} already has {MAX_LINKS} share links; revoke one first");
-            super::audit_session(
-                &state,
-                AuditAction::LinkCreate,
-                &viewer,
-                &session,
-                Some(message.clone()),
-            );
-            return Err(ApiError::new(ErrorCode::TooManyLinks, message));
-        }
-    };
-    if let Err(reason) = keep_links(&state, &session, &kept).await {
-        let message = format!("could not keep the new share link of session {id}: {reason}");
+    // A refused create is audited with its reason.
+    let refuse = |code: ErrorCode, message: String| {
         super::audit_session(
             &state,
             AuditAction::LinkCreate,
@@ -120,16 +102,28 @@ pub async fn create(
             &session,
             Some(message.clone()),
         );
-        return Err(ApiError::new(ErrorCode::LinksNotKept, message));
-    }
-    if session.links.add(link.clone(), now).is_err() {
-        // Made room for under the change lock; only a clock that went
-        // back could take it.
-        return Err(ApiError::new(
-            ErrorCode::TooManyLinks,
-            format!("session {id} already has {MAX_LINKS} share links; revoke one first"),
+        ApiError::new(code, message)
+    };
+    let too_many = || format!("session {id} already has {MAX_LINKS} share links; revoke one first");
+    // Kept first, then made: a link the next runner would not know is
+    // never handed out.
+    let _change = session.links.change().await;
+    let kept = session
+        .links
+        .with_added(&link, now)
+        .map_err(|_| refuse(ErrorCode::TooManyLinks, too_many()))?;
+    if let Err(reason) = keep_links(&state, &session, &kept).await {
+        return Err(refuse(
+            ErrorCode::LinksNotKept,
+            format!("could not keep the new share link of session {id}: {reason}"),
         ));
     }
+    // Room was made under the change lock; only a clock gone back could
+    // take it.
+    session
+        .links
+        .add(link.clone(), now)
+        .map_err(|_| refuse(ErrorCode::TooManyLinks, too_many()))?;
     super::audit_session(&state, AuditAction::LinkCreate, &viewer, &session, None);
     Ok((StatusCode::CREATED, Json(LinkView::from(link))).into_response())
 }
