@@ -23,7 +23,6 @@ use reqwest::{Method, StatusCode};
 use rstest::rstest;
 use serde_json::{Value, json};
 use test_support::bundle::start_body;
-use test_support::fake_telo::fake_telo_path;
 
 const NS: &str = "telo-sessions";
 const TOKEN: &str = "tok-3b9d2c71e0";
@@ -69,16 +68,7 @@ const PRINTED: &[&str] = &[
 #[tokio::test]
 async fn no_runner_environment_variable_reaches_a_workload(#[case] backend: Backend) {
     let dir = tempfile::tempdir().unwrap();
-    let sim = match backend {
-        Backend::Local => None,
-        Backend::Kubernetes => Some(
-            common::cluster()
-                .fake_telo(fake_telo_path())
-                .start()
-                .await
-                .unwrap(),
-        ),
-    };
+    let sim = common::cluster_for(backend).await;
     let mut vars = runner_env(dir.path());
     if backend == Backend::Local {
         // The local runner has no use for one, but may have one in its shell.

@@ -521,16 +521,7 @@ async fn share_links_and_revocations_outlive_the_runner(
     let key = dir.path().join("signing-key");
     std::fs::write(&key, [7_u8; 32]).unwrap();
     let key = key.to_str().unwrap().to_owned();
-    let sim = match backend {
-        Backend::Local => None,
-        Backend::Kubernetes => Some(
-            common::cluster()
-                .fake_telo(test_support::fake_telo::fake_telo_path())
-                .start()
-                .await
-                .expect("kube-sim starts"),
-        ),
-    };
+    let sim = common::cluster_for(backend).await;
     let vars = [
         ("RUNNER_PREVIEW_BASE_URL", BASE),
         ("RUNNER_PREVIEW_ACCESS", "private"),

@@ -204,15 +204,14 @@ async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
     let mut killed = RunnerProcess::spawn(Backend::Local, dir.path(), None, &[]).await;
     let client = test_support::http_client();
     let body = test_support::bundle::start_body(json!({"echo": true}));
-    let created: Value = client
-        .post(format!("{}/v1/sessions", killed.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, created) = common::watch::request_at(
+        &client,
+        &killed.base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(body),
+    )
+    .await;
     let id = created["sessionId"].as_str().unwrap().to_owned();
     let pid = killed.child.id();
     let deadline = Instant::now() + test_support::WAIT;

@@ -83,16 +83,7 @@ async fn a_runner_killed_mid_session_lists_it_suspended_and_resumes_it_with_its_
     use common::RunnerProcess;
     let dir = tempfile::tempdir().unwrap();
     // The cluster outlives every runner process (Kubernetes only).
-    let sim = match backend {
-        Backend::Local => None,
-        Backend::Kubernetes => Some(
-            common::cluster()
-                .fake_telo(test_support::fake_telo::fake_telo_path())
-                .start()
-                .await
-                .expect("kube-sim starts"),
-        ),
-    };
+    let sim = common::cluster_for(backend).await;
     let client = runner_core::http_client::client();
     let send = |base: String, method: reqwest::Method, path: String, body: Option<Value>| {
         let client = client.clone();
@@ -255,16 +246,7 @@ async fn a_runner_killed_at_any_step_leaves_the_session_to_the_next_one(
     use common::RunnerProcess;
     let dir = tempfile::tempdir().unwrap();
     let client = runner_core::http_client::client();
-    let sim = match backend {
-        Backend::Local => None,
-        Backend::Kubernetes => Some(
-            common::cluster()
-                .fake_telo(test_support::fake_telo::fake_telo_path())
-                .start()
-                .await
-                .expect("kube-sim starts"),
-        ),
-    };
+    let sim = common::cluster_for(backend).await;
     let idle: &[(&str, &str)] = &[
         ("RUNNER_WATCH_SESSIONS", "true"),
         ("RUNNER_WATCH_IDLE_SECONDS", "1"),

@@ -15,7 +15,6 @@ use kube_sim::KubeSim;
 use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::{Value, json};
-use test_support::fake_telo::fake_telo_path;
 use test_support::sse::SseStream;
 use test_support::ws::{self, IoFrame};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
@@ -83,16 +82,7 @@ async fn a_workload_exiting_while_its_client_reconnects_loses_nothing(#[case] ba
 /// A runner process (its memory is measured) and, for Kubernetes, its sim.
 async fn runner_process(backend: Backend) -> (RunnerProcess, Option<KubeSim>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let sim = match backend {
-        Backend::Local => None,
-        Backend::Kubernetes => Some(
-            common::cluster()
-                .fake_telo(fake_telo_path())
-                .start()
-                .await
-                .unwrap(),
-        ),
-    };
+    let sim = common::cluster_for(backend).await;
     let runner = RunnerProcess::spawn(backend, dir.path(), sim.as_ref(), &[]).await;
     (runner, sim, dir)
 }

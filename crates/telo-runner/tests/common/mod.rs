@@ -44,6 +44,22 @@ pub fn cluster() -> kube_sim::KubeSimBuilder {
         )
 }
 
+/// For the Kubernetes backend a started [`cluster`] with fake-telo as the
+/// kernel, which outlives the runner processes a test starts on it; for
+/// the local backend none.
+pub async fn cluster_for(backend: Backend) -> Option<kube_sim::KubeSim> {
+    match backend {
+        Backend::Local => None,
+        Backend::Kubernetes => Some(
+            cluster()
+                .fake_telo(fake_telo_path())
+                .start()
+                .await
+                .expect("kube-sim starts"),
+        ),
+    }
+}
+
 /// The Secrets a stored pod's containers take env values from
 /// (`valueFrom.secretKeyRef`), each named once.
 pub fn env_secrets_of(pod: &Value) -> Vec<String> {
