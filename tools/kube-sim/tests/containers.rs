@@ -521,10 +521,7 @@ async fn a_container_without_a_tty_is_attached_over_pipes() {
 #[tokio::test]
 async fn the_pod_ip_is_given_to_the_container_and_reaches_what_it_serves() {
     let sim = docker_sim().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = test_support::free_port();
     // `$(POD_IP)` is expanded by the kubelet from the downward API.
     let script = format!(
         "mkdir -p /tmp/www && echo served-by-$(POD_IP) > /tmp/www/index.html && \
@@ -773,15 +770,6 @@ async fn isolated_docker_sim() -> Option<KubeSim> {
     }
 }
 
-/// A port no test holds: any port will do, each pod has its own.
-fn some_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A pod whose container serves `body` over HTTP on `<bind>:<port>`
 /// (`bind` empty: every address), then says `ready`.
 fn web_pod(name: &str, bind: &str, port: u16, body: &str) -> Value {
@@ -818,7 +806,7 @@ async fn isolated_pods_listen_on_one_port_each_at_its_own_ip() {
     let Some(sim) = isolated_docker_sim().await else {
         return;
     };
-    let port = some_port();
+    let port = test_support::free_port();
     for name in ["left", "right"] {
         create(&sim, web_pod(name, "", port, &format!("served-by-{name}"))).await;
     }
@@ -906,7 +894,7 @@ async fn containers_of_an_isolated_pod_share_localhost_and_the_hostname() {
     let Some(sim) = isolated_docker_sim().await else {
         return;
     };
-    let port = some_port();
+    let port = test_support::free_port();
     // The server listens on the pod's loopback only; the client, another
     // container of the pod, reaches it there once it listens.
     let server = format!(
@@ -986,7 +974,7 @@ async fn isolated_pods_leave_no_infra_container_veth_or_namespace() {
     };
     let before = support::leftovers(pid);
     for name in ["kept", "deleted"] {
-        create(&sim, web_pod(name, "", some_port(), name)).await;
+        create(&sim, web_pod(name, "", test_support::free_port(), name)).await;
         support::until_logged_within(&sim, name, "ready", WAIT).await;
     }
     assert_eq!(containers_labelled(&[&label, INFRA_CONTAINER]).len(), 2);
@@ -1072,7 +1060,8 @@ async fn a_killed_simulators_infra_containers_and_network_are_removed() {
     .await
     .unwrap();
     let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
-    let pod: Pod = serde_json::from_value(web_pod("orphan", "", some_port(), "orphan")).unwrap();
+    let pod: Pod =
+        serde_json::from_value(web_pod("orphan", "", test_support::free_port(), "orphan")).unwrap();
     let uid = pods
         .create(&PostParams::default(), &pod)
         .await
@@ -1180,7 +1169,11 @@ async fn the_host_network_runs_docker_pods_as_before() {
     assert!(sim.pod_bridge().is_none());
     assert_eq!(sim.node_ip(), std::net::Ipv4Addr::LOCALHOST);
     let label = sim.container_label().unwrap();
-    create(&sim, web_pod("plain", "", some_port(), "plain")).await;
+    create(
+        &sim,
+        web_pod("plain", "", test_support::free_port(), "plain"),
+    )
+    .await;
     support::until_logged_within(&sim, "plain", "ready", WAIT).await;
     let ip = pod_ip(&sim, "plain").await;
     assert!(ip.starts_with("127."), "{ip}");

@@ -100,11 +100,7 @@ async fn read_all(addr: (&str, u16)) -> String {
 async fn two_pods_listen_on_one_wildcard_port_each_at_its_own_ip() {
     let Some(sim) = isolated().await else { return };
     // Any port: each pod has its own.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_support::free_port();
     for name in ["left", "right"] {
         sim.seed_value(python_pod(
             name,
@@ -196,11 +192,7 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
 }
 
 async fn a_running_pod(sim: &KubeSim, name: &str) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_support::free_port();
     sim.seed_value(python_pod(
         name,
         SERVER,
@@ -340,11 +332,7 @@ async fn the_host_network_keeps_loopback_pod_ips() {
 #[tokio::test]
 async fn two_kernels_bind_one_loopback_debug_port() {
     let Some(sim) = isolated().await else { return };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_support::free_port();
     let inspect = format!("127.0.0.1:{port}");
     for name in ["first", "second"] {
         sim.seed_value(app_configmap(name, "  listen: [0]\n"))
