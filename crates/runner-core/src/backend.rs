@@ -125,6 +125,12 @@ pub trait Backend: Send + Sync + 'static {
     fn watch_sessions(&self) -> Option<&dyn WatchSessions> {
         None
     }
+
+    /// The replicas of this installation, when it runs several; `None` for
+    /// a runner that is the installation's only one.
+    fn replicas(&self) -> Option<std::sync::Arc<dyn crate::replicas::Replicas>> {
+        None
+    }
 }
 
 /// A backend that runs the telo release a request names.

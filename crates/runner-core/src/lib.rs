@@ -31,6 +31,7 @@ pub mod reach;
 pub mod reachability;
 pub mod registry;
 pub mod replay;
+pub mod replicas;
 pub mod session;
 pub mod setting;
 pub mod settings;

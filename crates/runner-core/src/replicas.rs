@@ -1,0 +1,100 @@
+//! Several runner replicas serving one installation: which replica owns a
+//! session, how a peer is reached, and the secret peers prove themselves
+//! with. A backend that runs replicas (Kubernetes, with
+//! `RUNNER_PEER_TOKEN_FILE`) implements [`Replicas`]; the HTTP layer uses it
+//! to serve a request for a session another replica owns.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The header a replica's call to a peer carries: the installation's peer
+/// secret. A request with it is never forwarded again.
+pub const PEER_TOKEN_HEADER: &str = "x-telo-runner-peer";
+
+/// Another replica of this installation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its `RUNNER_REPLICA_ID`.
+    pub id: String,
+    /// Its `RUNNER_REPLICA_URL`: `http://<pod IP>:<port>`.
+    pub url: String,
+}
+
+/// Who serves a session now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This replica (or nobody else claims it).
+    Here,
+    /// A live peer: requests for the session are forwarded to it.
+    Peer(Peer),
+    /// A replica whose Lease has lapsed: its sessions are being taken over,
+    /// so a request is answered 503 with `Retry-After` until a survivor
+    /// holds the session.
+    Moving {
+        /// The replica the session was recorded with.
+        from: String,
+    },
+}
+
+/// The installation's shared secret for replica-to-replica calls.
+#[derive(Clone)]
+pub struct PeerToken(Arc<str>);
+
+impl PeerToken {
+    pub fn new(token: impl Into<Arc<str>>) -> Self {
+        Self(token.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is this token (compared in constant time).
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        use subtle::ConstantTimeEq as _;
+        bool::from(self.0.as_bytes().ct_eq(presented))
+    }
+}
+
+impl fmt::Debug for PeerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PeerToken(…)")
+    }
+}
+
+/// What the core asks of a backend that runs several replicas.
+pub trait Replicas: Send + Sync {
+    /// This replica's id (`RUNNER_REPLICA_ID`), reported on every session
+    /// it owns as `replica`.
+    fn replica_id(&self) -> &str;
+
+    /// Who owns `session_id` by the shared record (its pod or watch
+    /// record); [`Owner::Here`] for a session no record names.
+    fn owner(&self, session_id: &str) -> Owner;
+
+    /// The peers whose Leases are current.
+    fn peers(&self) -> Vec<Peer>;
+
+    /// The secret peers' calls carry.
+    fn peer_token(&self) -> &PeerToken;
+
+    /// Whether this replica may act as the owner of its sessions: false
+    /// once it has gone too long without renewing its Lease (a peer may be
+    /// about to take them over), true again once it renews.
+    fn may_act(&self) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peer_token_matches_only_itself() {
+        let token = PeerToken::new("s3cret");
+        assert!(token.matches(b"s3cret"));
+        assert!(!token.matches(b"s3cre"));
+        assert!(!token.matches(b"s3cret!"));
+        assert!(!token.matches(b"S3cret"));
+        assert_eq!(format!("{token:?}"), "PeerToken(…)");
+    }
+}
