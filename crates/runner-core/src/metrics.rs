@@ -139,6 +139,7 @@ pub struct Metrics {
     connections_turned_away: Family<ReasonLabel, Counter>,
     webhook_deliveries: Family<OutcomeLabel, Counter>,
     access_refusals: Family<ReasonLabel, Counter>,
+    takeovers: Counter,
 }
 
 /// The gauges of one warm pool: its idle pods ready to be claimed, and
@@ -195,6 +196,12 @@ impl Metrics {
             "sessions",
             "Sessions held by the runner, by status",
             sessions.clone(),
+        );
+        let takeovers = Counter::default();
+        registry.register(
+            "session_takeovers",
+            "Sessions this replica took over from a replica whose Lease lapsed or that handed them over",
+            takeovers.clone(),
         );
         let session_starts = Family::<KindLabel, Counter>::default();
         registry.register(
@@ -315,6 +322,7 @@ impl Metrics {
             connections_turned_away,
             webhook_deliveries,
             access_refusals,
+            takeovers,
         }
     }
 
@@ -416,6 +424,11 @@ impl Metrics {
     }
 
     /// Counts a subscriber until the returned guard drops.
+    /// `count` sessions taken over from another replica.
+    pub fn count_takeovers(&self, count: usize) {
+        self.takeovers.inc_by(count as u64);
+    }
+
     pub fn subscriber(&self, transport: Transport) -> SubscriberGuard {
         let gauge = self
             .subscribers

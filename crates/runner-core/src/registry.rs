@@ -23,6 +23,7 @@ use crate::tenancy::{Ask, QuotaExceeded, SessionResources, TierLimits, Usage};
 use crate::watch::WatchConfig;
 
 mod edge;
+mod replicas;
 mod watch_sessions;
 mod watch_supervisor;
 
@@ -115,6 +116,8 @@ struct RegistryInner {
     preview: std::sync::OnceLock<crate::edge::Preview>,
     /// How long the edge holds a request for a session coming up.
     wake_timeout: std::sync::OnceLock<Duration>,
+    /// Held while sessions are adopted or let go (several replicas).
+    adopting: tokio::sync::Mutex<()>,
 }
 
 impl SessionRegistry {
@@ -145,6 +148,7 @@ impl SessionRegistry {
                 webhooks: std::sync::OnceLock::new(),
                 preview: std::sync::OnceLock::new(),
                 wake_timeout: std::sync::OnceLock::new(),
+                adopting: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -419,6 +423,21 @@ impl SessionRegistry {
     /// Take over the sessions a previous runner process left running (once,
     /// at boot). Returns how many were adopted.
     pub async fn recover(&self) -> usize {
+        let adopted = {
+            let _adopting = self.inner.adopting.lock().await;
+            self.adopt_left_sessions().await
+        };
+        self.inner.recovered.send_replace(true);
+        if let Some(replicas) = self.inner.backend.replicas() {
+            self.follow_replicas(replicas);
+        }
+        adopted
+    }
+
+    /// The sessions the backend offers that this registry does not hold,
+    /// adopted: run sessions resumed, watch sessions kept suspended (or
+    /// taken over as they run).
+    async fn adopt_left_sessions(&self) -> usize {
         let recovered = self.inner.backend.recover(self.held_sessions()).await;
         let count = recovered.len();
         for session in recovered {
@@ -435,7 +454,6 @@ impl SessionRegistry {
             });
         }
         let kept = self.recover_suspended().await;
-        self.inner.recovered.send_replace(true);
         count + kept
     }
 

@@ -82,6 +82,13 @@ pub trait Replicas: Send + Sync {
     /// once it has gone too long without renewing its Lease (a peer may be
     /// about to take them over), true again once it renews.
     fn may_act(&self) -> bool;
+
+    /// Counts up whenever the core should look again at what it holds:
+    /// a peer's Lease lapsed (its sessions are to be taken over), or
+    /// [`Replicas::may_act`] changed. `None`: nothing ever changes.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -95,6 +95,9 @@ pub struct Session {
     /// Fires when the session reaches a terminal status or leaves the registry,
     /// stopping whatever background work a backend tied to it.
     pub(crate) ended: CancellationToken,
+    /// Fired when this replica lets go of the session for another to
+    /// serve: its open streams end so their clients reconnect.
+    pub(crate) moved: CancellationToken,
     /// When this runner admitted it; `None` for an adopted session, whose
     /// start-to-running time this runner never saw.
     admitted_at: Option<tokio::time::Instant>,
@@ -251,6 +254,7 @@ impl Session {
             }),
             events_seq: watch::Sender::new(first_event - 1),
             ended: CancellationToken::new(),
+            moved: CancellationToken::new(),
             admitted_at,
             metrics,
             gate: Mutex::new(None),

@@ -37,6 +37,7 @@ use crate::pod::spec::{
     build_session_pod, image_or_default,
 };
 use crate::pod::warm::{GO_AHEAD, LAUNCH_FILE, launch_file};
+use crate::replica::KubeReplicas;
 use crate::routing::SessionRouter;
 use crate::routing::mode::ResolvedRouting;
 use crate::session::adoption::Adoption;
@@ -65,6 +66,8 @@ pub struct KubeBackend {
     watch: Option<Arc<WatchContext>>,
     /// Set when the operator configured warm pools.
     warm: Option<Arc<WarmPools>>,
+    /// Set when this runner is one of several replicas.
+    replicas: Option<Arc<KubeReplicas>>,
 }
 
 impl KubeBackend {
@@ -145,6 +148,18 @@ impl KubeBackend {
                 .unwrap_or(i64::MAX),
         };
         let adoption = Adoption::new(config.orphan_policy, config.core.exit_ttl);
+        let replicas = config.replication.as_ref().map(|replication| {
+            KubeReplicas::spawn(
+                replication,
+                &client,
+                &client.default_namespace().to_owned(),
+                &config.session_namespace,
+                &config.managed_by,
+                ctx.pod_informer.clone(),
+                metrics,
+                &tasks,
+            )
+        });
         let watch_resources = {
             let limits = clamp_limits(&config.app_limits, None);
             Resources {
@@ -187,7 +202,9 @@ impl KubeBackend {
                 checkpoints: Checkpoints::new(
                     Api::namespaced(client.clone(), &config.session_namespace),
                     config.managed_by.clone(),
+                    replicas.as_ref().map(|r| r.id().to_owned()),
                 ),
+                replicas: replicas.clone(),
                 settings: settings.clone(),
                 resources: watch_resources.clone(),
                 workspace_image: config.workspace_image.clone(),
@@ -206,6 +223,30 @@ impl KubeBackend {
             tasks,
             watch,
             warm,
+            replicas,
+        }
+    }
+
+    /// The annotation that names this replica as a new session's owner,
+    /// when there are several.
+    fn replica_annotation(&self) -> Option<(String, String)> {
+        self.replicas.as_ref().map(|replicas| {
+            (
+                crate::pod::labels::REPLICA_ANNOTATION.to_owned(),
+                replicas.id().to_owned(),
+            )
+        })
+    }
+
+    /// `held`, widened by the sessions another replica's objects name: what
+    /// recovery must leave alone when there are several.
+    fn held_here_or_by_peers(&self, held: HeldSessions) -> HeldSessions {
+        match &self.replicas {
+            Some(replicas) => {
+                let replicas = replicas.clone();
+                Arc::new(move |id: &str| held(id) || replicas.named_elsewhere(id))
+            }
+            None => held,
         }
     }
 
@@ -263,11 +304,13 @@ impl KubeBackend {
             owner: spec.owner.clone(),
         };
         let resources = self.resources(false);
+        let mut annotations = record_annotations(&record);
+        annotations.extend(self.replica_annotation());
         let Some(claimed) = pools
             .claim(
                 image,
                 &spec.session_id,
-                &record_annotations(&record),
+                &annotations,
                 resources.ttl_seconds,
             )
             .await
@@ -505,6 +548,13 @@ impl KubeBackend {
                 )
             }
         };
+        let mut pod = pod;
+        if let Some((key, value)) = self.replica_annotation() {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key, value);
+        }
         Ok((pod, env_secret, pins))
     }
 }
@@ -571,6 +621,9 @@ impl Backend for KubeBackend {
             .collect();
         if let Some(router) = &self.ctx.router {
             waiting.extend(router.not_ready_reason());
+        }
+        if let Some(replicas) = &self.replicas {
+            waiting.extend(replicas.not_ready_reason());
         }
         Readiness { waiting }
     }
@@ -652,8 +705,14 @@ impl Backend for KubeBackend {
     async fn recover(&self, held: HeldSessions) -> Vec<RecoveredSession> {
         let recovered = self
             .adoption
-            .recover(&self.ctx.pod_informer, &self.ctx.pods, &held)
+            .recover(
+                &self.ctx.pod_informer,
+                &self.ctx.pods,
+                &held,
+                self.replicas.as_deref(),
+            )
             .await;
+        let held = self.held_here_or_by_peers(held);
         // Only catalog entries (app sessions, agents) have env Secrets; a
         // runner without a catalog never made one, and may not be allowed
         // to list Secrets.
@@ -703,6 +762,11 @@ impl Backend for KubeBackend {
     }
 
     async fn shutdown(&self) {
+        // Every session is left as it runs by now: peers take them over
+        // as soon as the Lease is gone.
+        if let Some(replicas) = &self.replicas {
+            replicas.release().await;
+        }
         self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
     }
 
@@ -712,6 +776,12 @@ impl Backend for KubeBackend {
 
     fn watch_sessions(&self) -> Option<&dyn WatchSessions> {
         self.watch.as_ref().map(|_| self as &dyn WatchSessions)
+    }
+
+    fn replicas(&self) -> Option<Arc<dyn runner_core::replicas::Replicas>> {
+        self.replicas
+            .clone()
+            .map(|replicas| replicas as Arc<dyn runner_core::replicas::Replicas>)
     }
 }
 

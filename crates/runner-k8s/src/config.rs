@@ -13,6 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 use runner_core::config::{ConfigError, CoreConfig, Env, IntegerRange, Setting, load_core_config};
+use runner_core::env::env_string;
 use runner_core::types::PullPolicy;
 
 use crate::images::telo::{
@@ -115,6 +116,33 @@ pub struct K8sConfig {
     /// a warm pod's kernel cache is warmed with before it is offered;
     /// empty: no warm-up.
     pub warm_pool_modules: Vec<String>,
+    /// `RUNNER_PEER_TOKEN_FILE` and the replica settings: set, this runner
+    /// is one of several replicas of the installation.
+    pub replication: Option<ReplicationConfig>,
+}
+
+/// One replica of several serving an installation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// `RUNNER_REPLICA_ID`: this replica's name, unique in the installation.
+    pub id: String,
+    /// `RUNNER_REPLICA_URL`: how peers reach this replica's API.
+    pub url: String,
+    /// The installation's shared secret for replica-to-replica calls.
+    pub token: PeerTokenText,
+    /// `RUNNER_LEASE_DURATION_SECONDS`: how long a replica's Lease holds
+    /// without a renewal before peers take its sessions over.
+    pub lease_duration: Duration,
+}
+
+/// The peer secret, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerTokenText(pub String);
+
+impl std::fmt::Debug for PeerTokenText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerTokenText(…)")
+    }
 }
 
 /// Operator ceilings for one session shape. Quantities stay strings: they are
@@ -286,6 +314,7 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
     let warm_pool_surge = load_warm_pool_surge(env)?;
     let watch_pools = load_watch_pools(env, core.watch.enabled)?;
     let warm_pool_modules = load_warm_pool_modules(env)?;
+    let replication = load_replication(env, core.port)?;
     Ok(K8sConfig {
         core,
         display_name,
@@ -310,7 +339,102 @@ pub fn load_k8s_config(env: &Env) -> Result<K8sConfig, ConfigError> {
         warm_pool_surge,
         watch_pools,
         warm_pool_modules,
+        replication,
     })
+}
+
+/// The shortest peer secret accepted.
+pub const MIN_PEER_TOKEN_BYTES: usize = 32;
+/// The shortest Lease a replica may hold: it renews every third of it.
+pub const MIN_LEASE_DURATION_SECONDS: u64 = 3;
+
+/// `RUNNER_PEER_TOKEN_FILE` with `RUNNER_REPLICA_ID`, `RUNNER_REPLICA_URL`
+/// and `RUNNER_LEASE_DURATION_SECONDS`: `None` without the token file (the
+/// runner is the installation's only replica).
+fn load_replication(env: &Env, port: u16) -> Result<Option<ReplicationConfig>, ConfigError> {
+    let duration = RUNNER_LEASE_DURATION_SECONDS.positive_int(env)?;
+    if duration < MIN_LEASE_DURATION_SECONDS {
+        return Err(ConfigError::invalid(
+            RUNNER_LEASE_DURATION_SECONDS.name,
+            &format!("be a whole number of seconds from {MIN_LEASE_DURATION_SECONDS}"),
+            &duration.to_string(),
+        ));
+    }
+    let id = RUNNER_REPLICA_ID.string(env);
+    let url = RUNNER_REPLICA_URL.string(env);
+    let Some(path) = RUNNER_PEER_TOKEN_FILE.string(env) else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|err| ConfigError::UnreadableFile {
+        var: RUNNER_PEER_TOKEN_FILE.name.to_owned(),
+        path: path.clone(),
+        reason: err.to_string(),
+    })?;
+    let token = text.trim().to_owned();
+    if token.len() < MIN_PEER_TOKEN_BYTES {
+        return Err(ConfigError::must_be(
+            RUNNER_PEER_TOKEN_FILE.name,
+            format!("a file holding a secret of at least {MIN_PEER_TOKEN_BYTES} bytes ('{path}' holds {})", token.len()),
+        ));
+    }
+    let id = id
+        .or_else(|| env_string(env, "POD_NAME"))
+        .or_else(|| env_string(env, "HOSTNAME"))
+        .ok_or_else(|| {
+            ConfigError::conflict(
+                RUNNER_PEER_TOKEN_FILE.name,
+                "this replica has no name: set RUNNER_REPLICA_ID (or POD_NAME from the downward API).",
+            )
+        })?;
+    if !is_replica_id(&id) {
+        return Err(ConfigError::invalid(
+            RUNNER_REPLICA_ID.name,
+            "be a DNS label (lowercase letters, digits and dashes, at most 50 characters, starting and ending with a letter or digit)",
+            &id,
+        ));
+    }
+    let url = match url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => match env_string(env, "POD_IP") {
+            Some(ip) if ip.contains(':') => format!("http://[{ip}]:{port}"),
+            Some(ip) => format!("http://{ip}:{port}"),
+            None => {
+                return Err(ConfigError::conflict(
+                    RUNNER_PEER_TOKEN_FILE.name,
+                    "peers cannot reach this replica: set RUNNER_REPLICA_URL (or POD_IP from the downward API).",
+                ));
+            }
+        },
+    };
+    let parsed = reqwest::Url::parse(&url).ok();
+    if !parsed.as_ref().is_some_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some() && u.path() == "/"
+    }) {
+        return Err(ConfigError::invalid(
+            RUNNER_REPLICA_URL.name,
+            "be an absolute http(s) URL with no path (http://10.0.0.7:8062)",
+            &url,
+        ));
+    }
+    Ok(Some(ReplicationConfig {
+        id,
+        url,
+        token: PeerTokenText(token),
+        lease_duration: Duration::from_secs(duration),
+    }))
+}
+
+/// A replica id names its Lease (`telo-runner-replica-<id>`), so it is a
+/// DNS label short enough for that name.
+fn is_replica_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !id.is_empty()
+        && id.len() <= 50
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// The most pods one pool may keep: a pool is a latency cushion, not a
@@ -740,6 +864,30 @@ fn load_orphan_policy(env: &Env) -> Result<OrphanPolicy, ConfigError> {
     })
 }
 
+pub const RUNNER_PEER_TOKEN_FILE: Setting = Setting {
+    name: "RUNNER_PEER_TOKEN_FILE",
+    default: "(unset: this runner is the installation's only replica)",
+    description: "File holding the installation's shared secret (at least 32 bytes) for replica-to-replica calls; set, the runner is one of several replicas that find each other through Leases in its namespace, forward requests to a session's owner and take over the sessions of a replica that stops renewing its Lease.",
+};
+
+pub const RUNNER_REPLICA_ID: Setting = Setting {
+    name: "RUNNER_REPLICA_ID",
+    default: "(POD_NAME, else HOSTNAME)",
+    description: "This replica's name, unique in the installation (a DNS label); reported as `replica` on the sessions it owns.",
+};
+
+pub const RUNNER_REPLICA_URL: Setting = Setting {
+    name: "RUNNER_REPLICA_URL",
+    default: "(http://$POD_IP:$PORT)",
+    description: "How peer replicas reach this replica's API over the pod network; without it and without POD_IP a replicated runner does not start.",
+};
+
+pub const RUNNER_LEASE_DURATION_SECONDS: Setting = Setting {
+    name: "RUNNER_LEASE_DURATION_SECONDS",
+    default: "15",
+    description: "Seconds a replica's Lease holds without a renewal (renewed every third of it); a replica that could not renew for most of it stops acting on its sessions, and once it lapses its peers take them over.",
+};
+
 pub const RUNNER_SELF_URL: Setting = Setting {
     name: "RUNNER_SELF_URL",
     default: "(required)",
@@ -1086,6 +1234,10 @@ pub const K8S_SETTINGS: &[Setting] = &[
     SESSION_ROUTE_READY_TIMEOUT_SECONDS,
     RUNNER_ORPHAN_POLICY,
     RUNNER_START_DEADLINE_SECONDS,
+    RUNNER_PEER_TOKEN_FILE,
+    RUNNER_REPLICA_ID,
+    RUNNER_REPLICA_URL,
+    RUNNER_LEASE_DURATION_SECONDS,
     KUBECONFIG,
 ];
 

@@ -12,6 +12,8 @@
 //!   the informers that follow them.
 //! - [`terminal`], [`bundle_store`], [`routing`]: a session's terminal,
 //!   bundle and published ports.
+//! - [`replica`]: several replicas of one installation: their Leases, who
+//!   owns a session, and taking over a lapsed replica's sessions.
 //! - `session`: one session's pod from creation to its terminal status, and
 //!   adoption after a restart.
 //! - `warm_pool`: idle pods a start claims instead of creating one.
@@ -25,6 +27,7 @@ pub mod cluster;
 pub mod config;
 pub mod images;
 pub mod pod;
+pub mod replica;
 pub mod routing;
 mod session;
 pub mod setup;

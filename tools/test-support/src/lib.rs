@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod containers;
 pub mod fake_telo;
 pub mod real_kernel;
+pub mod relay;
 pub mod sse;
 pub mod ws;
 

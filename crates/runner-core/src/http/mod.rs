@@ -79,6 +79,35 @@ pub struct AppState {
     pub access: auth::Access,
 }
 
+/// When an open stream of one session must end for its client to reconnect
+/// elsewhere: the whole service is going away, or this replica let go of
+/// the session (another replica serves it now).
+#[derive(Clone)]
+pub(crate) struct Leaving {
+    service: tokio_util::sync::CancellationToken,
+    session: tokio_util::sync::CancellationToken,
+}
+
+impl Leaving {
+    pub(crate) fn of(state: &AppState, session: &crate::session::Session) -> Self {
+        Self {
+            service: state.going_away.clone(),
+            session: session.moved.clone(),
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.service.is_cancelled() || self.session.is_cancelled()
+    }
+
+    pub(crate) async fn cancelled(&self) {
+        tokio::select! {
+            () = self.service.cancelled() => {}
+            () = self.session.cancelled() => {}
+        }
+    }
+}
+
 /// One route of the core router and the methods it answers.
 pub struct ApiRoute {
     /// In axum's syntax, which is also OpenAPI's (`/v1/sessions/{id}`).

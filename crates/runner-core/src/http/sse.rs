@@ -64,7 +64,7 @@ pub async fn events(
         heartbeat: heartbeat(state.options.sse_heartbeat),
         initial: Some(initial.freeze()),
         ended,
-        going_away: state.going_away.clone(),
+        going_away: super::Leaving::of(&state, &session),
         _subscriber: state.registry.metrics().subscriber(Transport::Sse),
         _subscribed: session.subscriber(),
         _slot: slot,
@@ -114,7 +114,7 @@ struct EventStream {
     ended: bool,
     /// The service is going away: the stream ends so the client reconnects
     /// (to a successor that adopted the session).
-    going_away: tokio_util::sync::CancellationToken,
+    going_away: super::Leaving,
     /// Counted as a subscriber for as long as the body stream lives.
     _subscriber: SubscriberGuard,
     /// And as a subscriber of the session (idle suspension).

@@ -135,13 +135,14 @@ pub async fn io(
             // An open terminal is a subscriber (idle suspension).
             let _subscribed = session.subscriber();
             let channel = Channel { app, io, format };
+            let leaving = super::Leaving::of(&state, &session);
             serve(
                 socket,
                 session,
                 channel,
                 last_seq,
                 &metrics,
-                &state.going_away,
+                &leaving,
             )
             .await;
         })
@@ -174,7 +175,7 @@ async fn serve(
     channel: Channel,
     last_seq: u64,
     metrics: &Metrics,
-    going_away: &tokio_util::sync::CancellationToken,
+    going_away: &super::Leaving,
 ) {
     let format = channel.format;
     let mut cursor = session.subscribe_app_output(&channel.app, last_seq);

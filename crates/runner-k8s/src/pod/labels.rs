@@ -20,6 +20,9 @@ pub const TOKEN_DIGEST_ANNOTATION: &str = "telo.run/token-sha256";
 /// The principal that created the session (`{"subject","tenant"}`), so a
 /// restarted runner answers only it (and admins) about the session.
 pub const OWNER_ANNOTATION: &str = "telo.run/owner";
+/// The replica that owns the session (several replicas): on a run pod, on
+/// a watch session's record Secret.
+pub const REPLICA_ANNOTATION: &str = "telo.run/replica";
 /// A run or app session's share links (`[{"id","port","expiresAt",
 /// "createdAt"}]`), so a restarted runner lists and honours the same ones.
 pub const LINKS_ANNOTATION: &str = "telo.run/links";

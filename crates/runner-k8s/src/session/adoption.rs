@@ -28,6 +28,7 @@ use crate::pod::informer::PodInformer;
 use crate::pod::labels::{GENERATION_ANNOTATION, LINKS_ANNOTATION};
 use crate::pod::session_record::{SessionRecord, session_record_from_pod};
 use crate::pod::status;
+use crate::replica::{Claim, KubeReplicas};
 use crate::session::delete_pod;
 
 /// Attempts at recording an adoption when the apiserver fails transiently.
@@ -52,13 +53,19 @@ impl Adoption {
     }
 
     /// Adopts or deletes every session pod the first full list shows.
+    /// With several replicas, only the pods this replica holds or claims:
+    /// a live peer's are left to it.
     pub async fn recover(
         &self,
         informer: &PodInformer,
         pods: &Api<Pod>,
         held: &HeldSessions,
+        replicas: Option<&KubeReplicas>,
     ) -> Vec<RecoveredSession> {
         informer.wait_synced().await;
+        if let Some(replicas) = replicas {
+            replicas.wait_synced().await;
+        }
         let mut recovered = Vec::new();
         for pod in informer.pods() {
             // Watch pods are the watch sessions' own (their records are
@@ -69,6 +76,11 @@ impl Adoption {
             }
             // A session this runner started since it booted.
             if crate::pod::informer::session_id_of(&pod).is_some_and(|id| held(&id)) {
+                continue;
+            }
+            if let Some(replicas) = replicas
+                && replicas.claim(pods, &pod.metadata).await != Claim::Mine
+            {
                 continue;
             }
             let name = pod.metadata.name.clone().unwrap_or_default();

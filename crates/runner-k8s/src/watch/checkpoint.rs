@@ -35,7 +35,9 @@ use runner_workspace_service::client::{CheckpointFetchError, WorkspaceClient};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::api_error::{api_reason, is_not_found};
-use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, SESSION_ID_LABEL, WATCH_MODE};
+use crate::pod::labels::{
+    MANAGED_BY_LABEL, MODE_LABEL, REPLICA_ANNOTATION, SESSION_ID_LABEL, WATCH_MODE,
+};
 
 /// The record's key in the Secret.
 const RECORD_KEY: &str = "record.json";
@@ -116,14 +118,22 @@ pub fn secret_name(session_id: &str) -> String {
 pub struct Checkpoints {
     secrets: Api<Secret>,
     managed_by: String,
+    /// The replica a new record names as its owner (several replicas).
+    replica: Option<String>,
 }
 
 impl Checkpoints {
-    pub fn new(secrets: Api<Secret>, managed_by: String) -> Self {
+    pub fn new(secrets: Api<Secret>, managed_by: String, replica: Option<String>) -> Self {
         Self {
             secrets,
             managed_by,
+            replica,
         }
+    }
+
+    /// The records' API (a replica claims a record with it).
+    pub fn api(&self) -> &Api<Secret> {
+        &self.secrets
     }
 
     fn selector(&self) -> String {
@@ -147,6 +157,9 @@ impl Checkpoints {
                     ]
                     .into(),
                 ),
+                annotations: self.replica.as_ref().map(|replica| {
+                    BTreeMap::from([(REPLICA_ANNOTATION.to_owned(), replica.clone())])
+                }),
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".to_owned()),
@@ -310,10 +323,13 @@ impl Checkpoints {
                     .as_ref()
                     .is_some_and(|data| data.contains_key(FILES_KEY));
                 let links = links_of(secret, &record.spec.session_id);
+                let mut meta = secret.metadata.clone();
+                meta.managed_fields = None;
                 Some(Kept {
                     record,
                     has_files,
                     links,
+                    meta,
                 })
             })
             .collect())
@@ -356,6 +372,8 @@ pub struct Kept {
     pub record: WatchRecord,
     pub has_files: bool,
     pub links: Vec<KeptLink>,
+    /// The Secret's metadata: its owner and resourceVersion.
+    pub meta: ObjectMeta,
 }
 
 /// The links a Secret keeps; none when it has none, and none (said) when

@@ -86,6 +86,9 @@ pub struct WatchContext {
     /// pool's shape starts on a claimed pod, and a cold start the quota
     /// refuses takes the place of an idle warm pod.
     pub warm: Option<Arc<WarmPools>>,
+    /// Set when this runner is one of several replicas: a kept session is
+    /// recovered only once this replica holds its record.
+    pub replicas: Option<Arc<crate::replica::KubeReplicas>>,
 }
 
 /// The app containers that run a named release. A version admitted once can
@@ -1038,16 +1041,23 @@ pub async fn recover_suspended(
         mut record,
         mut has_files,
         links,
+        meta,
     } in listed
     {
         let id = record.spec.session_id.clone();
         known.push(id.clone());
+        let name = record.pod_name();
+        pod_names.push(name.clone());
         if held(&id) {
             // Created by this runner since it booted: not a leftover.
             continue;
         }
-        let name = record.pod_name();
-        pod_names.push(name.clone());
+        if let Some(replicas) = &wctx.replicas
+            && replicas.claim(wctx.checkpoints.api(), &meta).await != crate::replica::Claim::Mine
+        {
+            // A live peer's, or claimed by another survivor first.
+            continue;
+        }
         let live = ctx
             .pod_informer
             .pods()
@@ -1129,7 +1139,11 @@ pub async fn recover_suspended(
             .unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let stray = !known.contains(&session) || !pod_names.contains(&name);
-        if is_watch && stray && !held(&session) {
+        let peers = wctx
+            .replicas
+            .as_ref()
+            .is_some_and(|replicas| replicas.named_elsewhere(&session));
+        if is_watch && stray && !held(&session) && !peers {
             info!(pod = %name, "deleting a watch pod without a session record");
             if let Err(err) = delete_pod(&ctx.pods, &name).await {
                 warn!(pod = %name, error = %err, "could not delete a leftover watch pod");

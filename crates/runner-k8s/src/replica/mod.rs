@@ -1,0 +1,475 @@
+//! Several replicas of one installation (`RUNNER_PEER_TOKEN_FILE`): each
+//! holds a `coordination.k8s.io/v1` Lease it renews, each session is owned
+//! by the replica its objects name (`telo.run/replica` on a run pod, on a
+//! watch session's record Secret), and a session whose owner's Lease
+//! lapsed — or was deleted by a replica handing over on shutdown — is
+//! claimed by a survivor with one conditional write.
+//!
+//! Timing, for a Lease of duration `d`:
+//!
+//! - a replica renews every `d/3`;
+//! - a peer counts a Lease as lapsed once it has *seen* no renewal for `d`,
+//!   measured on its own clock from when it saw the last one, so clocks
+//!   that disagree cannot shorten a Lease;
+//! - a replica stops acting on its sessions ([`Replicas::may_act`] turns
+//!   false) once `d - d/5` has passed since the start of its last
+//!   successful renewal. That start is before the apiserver stored the
+//!   renewal, which is before any peer saw it, so the owner stops strictly
+//!   before a peer can claim.
+
+mod lease;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+use runner_core::metrics::Metrics;
+use runner_core::replicas::{Owner, Peer, PeerToken, Replicas};
+use runner_core::sync::lock;
+use serde_json::json;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::cluster::api_error::{is_conflict, is_not_found};
+use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
+use crate::config::ReplicationConfig;
+use crate::pod::informer::PodInformer;
+use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, REPLICA_ANNOTATION, SESSION_ID_LABEL, WATCH_MODE};
+use runner_core::tasks::OwnedTasks;
+
+pub(crate) use lease::{ROLE_LABEL, ROLE_REPLICA, URL_ANNOTATION};
+
+/// How often the Leases seen are looked at for lapses.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// Informers whose objects only need looking up: no subscriber.
+pub(crate) struct NoSubscriber;
+
+impl<K> Subscriber<K> for NoSubscriber {
+    fn update(&mut self, _: &KeyObjects<K>) {}
+}
+
+type LeaseInformer = Informer<Lease, NoSubscriber>;
+type RecordInformer = Informer<Secret, NoSubscriber>;
+
+/// What a replica knows of its peers' Leases.
+#[derive(Debug, Clone)]
+struct Seen {
+    url: String,
+    /// The Lease's `renewTime` as last seen, compared as written.
+    renewed: String,
+    /// When this replica saw `renewed` change (its own clock).
+    at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    /// Start of this replica's last successful renewal.
+    renewed: Option<Instant>,
+    /// Whether [`Replicas::may_act`] was true at the last look.
+    acting: bool,
+    /// Peers by replica id, as their Leases were last seen.
+    seen: HashMap<String, Seen>,
+    /// Replica ids that were lapsed or gone at the last look.
+    lapsed: Vec<String>,
+}
+
+/// Who gets a session's objects when a replica asks to hold them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// This replica: it may adopt the session.
+    Mine,
+    /// A live peer, or a survivor that claimed it first.
+    Theirs,
+}
+
+pub struct KubeReplicas {
+    id: String,
+    url: String,
+    token: PeerToken,
+    duration: Duration,
+    managed_by: String,
+    leases: Api<Lease>,
+    lease_cache: Arc<LeaseInformer>,
+    pods: Arc<PodInformer>,
+    records: Arc<RecordInformer>,
+    state: Mutex<State>,
+    changes: watch::Sender<u64>,
+    /// Fired by [`KubeReplicas::release`]: the Lease is renewed no more.
+    released: CancellationToken,
+    /// Held through each renewal, so a release waits out the one in
+    /// flight before it deletes the Lease.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+impl KubeReplicas {
+    /// Starts this replica's Lease and the caches it reads: Leases in
+    /// `namespace` (the runner's own), watch records in the session
+    /// namespace. The tasks are `tasks`' to stop.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn spawn(
+        config: &ReplicationConfig,
+        client: &Client,
+        namespace: &str,
+        session_namespace: &str,
+        managed_by: &str,
+        pods: Arc<PodInformer>,
+        metrics: &Metrics,
+        tasks: &OwnedTasks,
+    ) -> Arc<Self> {
+        let stop = tasks.stopping();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+        let (lease_cache, lease_task) = LeaseInformer::start(
+            leases.clone(),
+            watcher::Config::default()
+                .labels(&format!("{MANAGED_BY_LABEL}={managed_by},{ROLE_LABEL}={ROLE_REPLICA}")),
+            Kind {
+                what: "leases",
+                readyz_name: "the replica Lease watch",
+                listing: "replica Leases",
+                key: |lease: &Lease| lease.spec.as_ref()?.holder_identity.clone(),
+                slim: |lease: &mut Lease| lease.metadata.managed_fields = None,
+            },
+            metrics.watch_restarts("leases"),
+            stop.clone(),
+        );
+        let (records, record_task) = RecordInformer::start(
+            Api::namespaced(client.clone(), session_namespace),
+            watcher::Config::default()
+                .labels(&format!("{MANAGED_BY_LABEL}={managed_by},{MODE_LABEL}={WATCH_MODE}")),
+            Kind {
+                what: "watch-records",
+                readyz_name: "the watch record watch",
+                listing: "watch session records",
+                key: |secret: &Secret| secret.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned(),
+                // Ownership is all this cache answers: the files and
+                // records stay in the apiserver.
+                slim: |secret: &mut Secret| {
+                    secret.data = None;
+                    secret.string_data = None;
+                    secret.metadata.managed_fields = None;
+                },
+            },
+            metrics.watch_restarts("watch-records"),
+            stop.clone(),
+        );
+        tasks.adopt(lease_task);
+        tasks.adopt(record_task);
+        let replicas = Arc::new(Self {
+            id: config.id.clone(),
+            url: config.url.clone(),
+            token: PeerToken::new(config.token.0.as_str()),
+            duration: config.lease_duration,
+            managed_by: managed_by.to_owned(),
+            leases,
+            lease_cache,
+            pods,
+            records,
+            state: Mutex::new(State::default()),
+            changes: watch::Sender::new(0),
+            released: CancellationToken::new(),
+            renewing: tokio::sync::Mutex::new(()),
+        });
+        info!(replica = %replicas.id, url = %replicas.url, lease_seconds = replicas.duration.as_secs(), "serving as one replica of several");
+        tasks.adopt(tokio::spawn(lease::renew_until(replicas.clone(), stop.clone())));
+        tasks.adopt(tokio::spawn(look_until(replicas.clone(), stop)));
+        replicas
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Resolves once the Leases and the watch records have been listed:
+    /// before that no peer can be told alive from lapsed.
+    pub(crate) async fn wait_synced(&self) {
+        self.lease_cache.wait_synced().await;
+        self.records.wait_synced().await;
+    }
+
+    /// Why this replica cannot serve yet (`/readyz`), if it cannot.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        if let Some(reason) = self
+            .lease_cache
+            .not_ready_reason()
+            .or_else(|| self.records.not_ready_reason())
+        {
+            return Some(reason);
+        }
+        (!self.may_act()).then(|| "this replica has not renewed its Lease".to_owned())
+    }
+
+    /// Whether `replica` is a peer whose Lease is current.
+    fn is_alive(&self, replica: &str) -> bool {
+        let state = lock(&self.state);
+        state
+            .seen
+            .get(replica)
+            .is_some_and(|seen| seen.at.elapsed() < self.duration)
+    }
+
+    /// The replica a session's objects name, if any: its watch record's,
+    /// else its pod's.
+    fn recorded_owner(&self, session_id: &str) -> Option<String> {
+        let from_record = self
+            .records
+            .objects_of(session_id)
+            .into_iter()
+            .find_map(|secret| owner_in(secret.meta()));
+        from_record.or_else(|| {
+            self.pods
+                .objects_of(session_id)
+                .into_iter()
+                .find_map(|pod| owner_in(pod.meta()))
+        })
+    }
+
+    /// Whether a replica other than this one is named by the session's
+    /// objects (alive or not: a lapsed peer's sessions are claimed, not
+    /// swept).
+    pub(crate) fn named_elsewhere(&self, session_id: &str) -> bool {
+        self.recorded_owner(session_id)
+            .is_some_and(|owner| owner != self.id)
+    }
+
+    /// Asks to hold the session whose object `meta` is (a run pod, a watch
+    /// record): kept when it names this replica, claimed with one write
+    /// conditional on `meta`'s resourceVersion when it names no live
+    /// replica, left alone when it names a live peer.
+    pub(crate) async fn claim<K>(&self, api: &Api<K>, meta: &kube::api::ObjectMeta) -> Claim
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let recorded = owner_in(meta);
+        if recorded.as_deref() == Some(self.id.as_str()) {
+            return Claim::Mine;
+        }
+        if let Some(owner) = &recorded
+            && self.is_alive(owner)
+        {
+            return Claim::Theirs;
+        }
+        let Some(name) = meta.name.as_deref() else {
+            return Claim::Theirs;
+        };
+        let mut precondition = serde_json::Map::new();
+        if let Some(version) = &meta.resource_version {
+            precondition.insert("resourceVersion".to_owned(), json!(version));
+        }
+        precondition.insert(
+            "annotations".to_owned(),
+            json!({ REPLICA_ANNOTATION: self.id }),
+        );
+        let patch = json!({ "metadata": precondition });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                info!(object = name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
+                Claim::Mine
+            }
+            Err(err) if is_conflict(&err) => {
+                debug!(object = name, "another replica claimed the session first");
+                Claim::Theirs
+            }
+            Err(err) if is_not_found(&err) => Claim::Theirs,
+            Err(err) => {
+                warn!(object = name, error = %err, "could not claim a session; trying again later");
+                Claim::Theirs
+            }
+        }
+    }
+
+    /// On shutdown, once every session is left for the next owner: the
+    /// Lease is deleted, so peers take the sessions over at once instead
+    /// of when it would lapse.
+    pub(crate) async fn release(&self) {
+        self.released.cancel();
+        let _renewal = self.renewing.lock().await;
+        lock(&self.state).renewed = None;
+        lease::delete_own(self).await;
+    }
+
+    /// The sessions a replica owns, by the objects that name it.
+    pub fn owned(&self) -> usize {
+        let mut ids: Vec<String> = self
+            .pods
+            .objects()
+            .iter()
+            .filter(|pod| owner_in(pod.meta()).as_deref() == Some(self.id.as_str()))
+            .filter_map(|pod| crate::pod::informer::session_id_of(pod))
+            .collect();
+        ids.extend(
+            self.records
+                .objects()
+                .iter()
+                .filter(|secret| owner_in(secret.meta()).as_deref() == Some(self.id.as_str()))
+                .filter_map(|secret| secret.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned()),
+        );
+        ids.sort();
+        ids.dedup();
+        ids.len()
+    }
+
+    fn look(&self) {
+        let now = Instant::now();
+        let mut state = lock(&self.state);
+        let mut seen = HashMap::new();
+        for lease in self.lease_cache.objects() {
+            let Some(spec) = &lease.spec else { continue };
+            let Some(holder) = spec.holder_identity.clone() else {
+                continue;
+            };
+            if holder == self.id {
+                continue;
+            }
+            let renewed = spec
+                .renew_time
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            let url = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(URL_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            let at = match state.seen.get(&holder) {
+                Some(before) if before.renewed == renewed => before.at,
+                _ => now,
+            };
+            seen.insert(holder, Seen { url, renewed, at });
+        }
+        let mut lapsed: Vec<String> = state
+            .seen
+            .keys()
+            .filter(|id| !seen.contains_key(*id))
+            .cloned()
+            .chain(
+                seen.iter()
+                    .filter(|(_, s)| now.duration_since(s.at) >= self.duration)
+                    .map(|(id, _)| id.clone()),
+            )
+            .collect();
+        lapsed.sort();
+        state.seen = seen;
+        let acting = self.may_act_at(&state, now);
+        let newly_lapsed = lapsed.iter().any(|id| !state.lapsed.contains(id));
+        let flipped = acting != state.acting;
+        state.lapsed = lapsed;
+        state.acting = acting;
+        drop(state);
+        if flipped && !acting {
+            warn!(replica = %self.id, "this replica has not renewed its Lease in time: it stops acting on its sessions");
+        }
+        if flipped || newly_lapsed || (acting && self.orphans() > 0) {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Sessions whose objects name a replica that is neither this one nor
+    /// alive, or name none.
+    fn orphans(&self) -> usize {
+        let orphaned = |meta: &kube::api::ObjectMeta| match owner_in(meta) {
+            Some(owner) => owner != self.id && !self.is_alive(&owner),
+            None => true,
+        };
+        let pods = self
+            .pods
+            .objects()
+            .iter()
+            .filter(|pod| !crate::pod::labels::is_idle(pod) && !crate::pod::labels::is_watch_pod(pod))
+            .filter(|pod| orphaned(pod.meta()))
+            .count();
+        let records = self
+            .records
+            .objects()
+            .iter()
+            .filter(|secret| orphaned(secret.meta()))
+            .count();
+        pods + records
+    }
+
+    fn may_act_at(&self, state: &State, now: Instant) -> bool {
+        state
+            .renewed
+            .is_some_and(|at| now.duration_since(at) < self.duration - self.duration / 5)
+    }
+}
+
+/// The replica an object names.
+pub(crate) fn owner_in(meta: &kube::api::ObjectMeta) -> Option<String> {
+    meta.annotations.as_ref()?.get(REPLICA_ANNOTATION).cloned()
+}
+
+async fn look_until(replicas: Arc<KubeReplicas>, stop: CancellationToken) {
+    replicas.wait_synced().await;
+    loop {
+        replicas.look();
+        tokio::select! {
+            () = tokio::time::sleep(LOOK_EVERY) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+impl Replicas for KubeReplicas {
+    fn replica_id(&self) -> &str {
+        &self.id
+    }
+
+    fn owner(&self, session_id: &str) -> Owner {
+        let Some(owner) = self.recorded_owner(session_id) else {
+            return Owner::Here;
+        };
+        if owner == self.id {
+            return Owner::Here;
+        }
+        let state = lock(&self.state);
+        match state.seen.get(&owner) {
+            Some(seen) if seen.at.elapsed() < self.duration && !seen.url.is_empty() => {
+                Owner::Peer(Peer {
+                    id: owner,
+                    url: seen.url.clone(),
+                })
+            }
+            _ => Owner::Moving { from: owner },
+        }
+    }
+
+    fn peers(&self) -> Vec<Peer> {
+        let state = lock(&self.state);
+        let mut peers: Vec<Peer> = state
+            .seen
+            .iter()
+            .filter(|(_, seen)| seen.at.elapsed() < self.duration && !seen.url.is_empty())
+            .map(|(id, seen)| Peer {
+                id: id.clone(),
+                url: seen.url.clone(),
+            })
+            .collect();
+        peers.sort_by(|a, b| a.id.cmp(&b.id));
+        peers
+    }
+
+    fn peer_token(&self) -> &PeerToken {
+        &self.token
+    }
+
+    fn may_act(&self) -> bool {
+        let state = lock(&self.state);
+        self.may_act_at(&state, Instant::now())
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
+    }
+}
