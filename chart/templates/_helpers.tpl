@@ -48,6 +48,11 @@ there is none: the runner refuses a TLS Secret it would silently ignore.
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the replicas' shared peer token. */}}
+{{- define "telo-runner.peerSecretName" -}}
+{{- .Values.replication.existingSecret | default (printf "%s-peer-token" (include "telo-runner.name" .)) -}}
+{{- end -}}
+
 {{/* The app catalog as JSON text: given as text, or as a map to encode. */}}
 {{- define "telo-runner.appCatalogJson" -}}
 {{- $catalog := .Values.apps.catalog -}}

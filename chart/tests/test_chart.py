@@ -56,9 +56,20 @@ OLD_KEYS_MESSAGE = (
 TLS_CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 TLS_KEY = "-----BEGIN PRIVATE KEY-----\nMIIBfake\n-----END PRIVATE KEY-----\n"
 
+# What every replica is told about itself and its peers, whatever the
+# other values.
+REPLICA_ENV = {
+    "POD_NAME": "field:metadata.name",
+    "POD_IP": "field:status.podIP",
+    "RUNNER_REPLICA_ID": "field:metadata.name",
+    "RUNNER_PEER_TOKEN_FILE": "/etc/telo/peer/token",
+}
+
 # The Deployment's environment with the default values: every variable the
 # chart always sets, and nothing it sets only on request.
 DEFAULT_ENV = {
+    **REPLICA_ENV,
+    "RUNNER_LEASE_DURATION_SECONDS": "15",
     "RUNNER_BACKEND": "kubernetes",
     "PORT": "8062",
     "LOG_LEVEL": "info",
@@ -116,6 +127,12 @@ PROBE_CLUSTER_ROLE_RULES = [
      "verbs": ["get", "list"]},
 ]
 PROBE_CLUSTER_ROLE = f"{NAME}-{RELEASE_NAMESPACE}-probe"
+# The runner's Role in its own namespace: the replicas' Leases.
+LEASE_ROLE = f"{NAME}-leases"
+LEASE_ROLE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+]
 
 
 # --- kube-sim ----------------------------------------------------------------
@@ -278,11 +295,14 @@ def runner_container(sim: Cluster) -> dict[str, Any]:
 
 
 def env_values(sim: Cluster) -> dict[str, str]:
-    """The runner's plain env values; a secretKeyRef shows as `secret:<name>/<key>`."""
+    """The runner's plain env values; a secretKeyRef shows as
+    `secret:<name>/<key>`, a downward API fieldRef as `field:<path>`."""
     out: dict[str, str] = {}
     for var in runner_container(sim).get("env", []):
         assert var["name"] not in out, f"{var['name']} is set twice"
-        if "valueFrom" in var:
+        if "valueFrom" in var and "fieldRef" in var["valueFrom"]:
+            out[var["name"]] = f"field:{var['valueFrom']['fieldRef']['fieldPath']}"
+        elif "valueFrom" in var:
             ref = var["valueFrom"]["secretKeyRef"]
             out[var["name"]] = f"secret:{ref['name']}/{ref['key']}"
         else:
@@ -363,8 +383,9 @@ def test_default_install_creates_the_runner_and_its_fenced_session_namespace(clu
 
     deploy = deployment(cluster)
     spec = deploy["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/name": NAME}
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == NAME
@@ -384,8 +405,8 @@ def test_default_install_creates_the_runner_and_its_fenced_session_namespace(clu
     assert runner["ports"] == [{"name": "http", "containerPort": 8062, "protocol": "TCP"}]
     assert runner["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     assert runner["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert runner["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert runner["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}, PEER_TOKEN_MOUNT]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}, peer_token_volume()]
     assert env_values(cluster) == DEFAULT_ENV
 
     service = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/services/{NAME}")
@@ -456,10 +477,18 @@ def test_rbac_grants_only_the_verbs_the_runner_uses(cluster):
         "name": PROBE_CLUSTER_ROLE}
     assert cluster_binding["subjects"] == subject
 
-    # Nothing else: no Role or ClusterRole beyond these two.
+    # In its own namespace, the replicas' Leases and nothing else.
+    lease_role = cluster.must_get(f"{rbac}/namespaces/{RUNNER_NS}/roles/{LEASE_ROLE}")
+    assert lease_role["rules"] == LEASE_ROLE_RULES
+    lease_binding = cluster.must_get(f"{rbac}/namespaces/{RUNNER_NS}/rolebindings/{LEASE_ROLE}")
+    assert lease_binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEASE_ROLE}
+    assert lease_binding["subjects"] == subject
+
+    # Nothing else: no Role or ClusterRole beyond these three.
     roles = cluster.must_get(f"{rbac}/roles")["items"]
-    assert [(r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles] == [
-        (SESSION_NS, NAME)]
+    assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles) == [
+        (RUNNER_NS, LEASE_ROLE), (SESSION_NS, NAME)]
     ours = [c["metadata"]["name"] for c in cluster.must_get(f"{rbac}/clusterroles")["items"]
             if c["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE]
     assert ours == [PROBE_CLUSTER_ROLE]
@@ -529,6 +558,8 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
     assert runner["imagePullPolicy"] == "Always"
     assert runner["ports"][0]["containerPort"] == 9000
     assert env_values(cluster) == {
+        **REPLICA_ENV,
+        "RUNNER_LEASE_DURATION_SECONDS": "15",
         "RUNNER_BACKEND": "kubernetes",
         "PORT": "9000",
         "LOG_LEVEL": "debug",
@@ -1146,3 +1177,167 @@ def test_service_monitor_is_rendered_when_enabled(cluster):
     message = cluster.install_error({"metrics": {"serviceMonitor": {"enabled": True}}})
     assert 'no matches for kind "ServiceMonitor" in version "monitoring.coreos.com/v1"' in message
     assert f'name: "{NAME}" namespace: "{RUNNER_NS}"' in message
+
+
+# --- replicas --------------------------------------------------------------------
+
+
+PEER_SECRET_PATH = f"/api/v1/namespaces/{RUNNER_NS}/secrets/{NAME}-peer-token"
+PDB_PATH = f"/apis/policy/v1/namespaces/{RUNNER_NS}/poddisruptionbudgets/{NAME}"
+PEER_TOKEN_MOUNT = {"name": "peer-token", "mountPath": "/etc/telo/peer", "readOnly": True}
+SPREAD_OVER_NODES = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 100, "podAffinityTerm": {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}]}}
+
+
+def peer_token_volume(secret: str = f"{NAME}-peer-token", key: str = "token") -> dict[str, Any]:
+    return {"name": "peer-token",
+            "secret": {"secretName": secret, "items": [{"key": key, "path": "token"}]}}
+
+
+def peer_token(sim: Cluster) -> str:
+    return secret_data(sim.must_get(PEER_SECRET_PATH))["token"]
+
+
+def test_two_replicas_by_default_replaced_one_at_a_time_and_spread(cluster):
+    release = cluster.install()
+    spec = deployment(cluster)["spec"]
+    assert spec["replicas"] == 2
+    # An old replica stops only once its replacement answers /readyz.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    readiness = runner_container(cluster)["readinessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert readiness["periodSeconds"] <= 10
+    assert spec["template"]["spec"]["affinity"] == SPREAD_OVER_NODES
+
+    pdb = cluster.must_get(PDB_PATH)
+    assert pdb["spec"] == {
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+    }
+    # The budget covers exactly the runner's pods.
+    labels = spec["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+    env = env_values(cluster)
+    for name, value in {**REPLICA_ENV, "RUNNER_LEASE_DURATION_SECONDS": "15"}.items():
+        assert env[name] == value, name
+    assert PEER_TOKEN_MOUNT in runner_container(cluster)["volumeMounts"]
+    assert peer_token_volume() in spec["template"]["spec"]["volumes"]
+    token = peer_token(cluster)
+    assert len(token) == 48 and token.isalnum()
+
+    notes = release["info"]["notes"]
+    assert "2 replicas: rolling updates one at a time" in notes
+    assert f"peer token in Secret {NAME}-peer-token (made by this chart" in notes
+
+
+def test_the_peer_token_survives_upgrades_and_a_change_of_replica_count(cluster):
+    cluster.install({"replicaCount": 1})
+    token = peer_token(cluster)
+    assert deployment(cluster)["spec"]["strategy"] == {"type": "Recreate"}
+
+    cluster.upgrade({"replication": {"leaseDurationSeconds": 30}})
+    assert peer_token(cluster) == token
+    spec = deployment(cluster)["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert env_values(cluster)["RUNNER_LEASE_DURATION_SECONDS"] == "30"
+    assert cluster.get(PDB_PATH) is not None
+
+    cluster.upgrade({"replicaCount": 3})
+    assert peer_token(cluster) == token
+    assert deployment(cluster)["spec"]["replicas"] == 3
+
+    # Back to one: Recreate again, without the rolling parameters (which an
+    # apiserver refuses beside Recreate), and no budget.
+    cluster.upgrade({"replicaCount": 1})
+    assert peer_token(cluster) == token
+    assert deployment(cluster)["spec"]["strategy"] == {"type": "Recreate"}
+    assert cluster.get(PDB_PATH) is None
+
+
+def test_an_existing_peer_secret_is_used_as_it_is(cluster):
+    cluster.open(cluster.request("/api/v1/namespaces", "POST", {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RUNNER_NS}})).close()
+    own = {"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": "telo-peers", "namespace": RUNNER_NS},
+           "data": {"shared": base64.b64encode(b"s" * 40).decode()}}
+    cluster.open(cluster.request(f"/api/v1/namespaces/{RUNNER_NS}/secrets", "POST", own)).close()
+
+    release = cluster.install({"replication": {"existingSecret": "telo-peers",
+                                               "existingSecretKey": "shared"}})
+    assert cluster.get(PEER_SECRET_PATH) is None
+    # The release owns no Secret at all: the operator's stays theirs.
+    objects = [d for d in yaml.safe_load_all(release["manifest"]) if d]
+    assert not [d for d in objects if d["kind"] == "Secret"]
+    volumes = deployment(cluster)["spec"]["template"]["spec"]["volumes"]
+    assert peer_token_volume("telo-peers", "shared") in volumes
+    assert env_values(cluster)["RUNNER_PEER_TOKEN_FILE"] == "/etc/telo/peer/token"
+    secret = cluster.must_get(f"/api/v1/namespaces/{RUNNER_NS}/secrets/telo-peers")
+    assert secret_data(secret) == {"shared": "s" * 40}
+    assert "app.kubernetes.io/managed-by" not in secret["metadata"].get("labels", {})
+    assert "peer token from Secret telo-peers" in release["info"]["notes"]
+
+
+def test_a_single_replica_is_recreated_and_has_no_disruption_budget(cluster):
+    release = cluster.install({"replicaCount": 1})
+    spec = deployment(cluster)["spec"]
+    assert spec["replicas"] == 1
+    # Two runners never supervise the same pods: the old one is gone before
+    # the new one adopts them.
+    assert spec["strategy"] == {"type": "Recreate"}
+    assert cluster.get(PDB_PATH) is None
+    assert "PodDisruptionBudget" not in release["manifest"]
+    # Still a replica like any: scaling up later needs no other change.
+    env = env_values(cluster)
+    for name, value in REPLICA_ENV.items():
+        assert env[name] == value, name
+    assert len(peer_token(cluster)) == 48
+    assert "1 replica (Recreate" in release["info"]["notes"]
+
+
+def test_affinity_replaces_the_default_spread(cluster):
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "In", "values": ["runners"]}]}]}}}
+    cluster.install({"affinity": affinity})
+    assert deployment(cluster)["spec"]["template"]["spec"]["affinity"] == affinity
+
+
+def test_the_session_fence_leaves_runner_replicas_free_to_call_each_other(cluster):
+    # Peer calls go pod to pod on the runner's port. The chart's only
+    # NetworkPolicy fences session pods; it must not select runner pods, and
+    # nothing in the runner's namespace may restrict them.
+    cluster.install()
+    runner_labels = deployment(cluster)["spec"]["template"]["metadata"]["labels"]
+    selector = network_policy(cluster)["spec"]["podSelector"]["matchLabels"]
+    assert not selector.items() <= runner_labels.items()
+    policies = cluster.must_get(
+        f"/apis/networking.k8s.io/v1/namespaces/{RUNNER_NS}/networkpolicies")["items"]
+    assert policies == []
+
+
+@pytest.mark.parametrize(
+    ("values", "fragment"),
+    [
+        ({"replicaCount": 0}, "replicaCount must be a whole number of at least 1 (got '0')."),
+        ({"replicaCount": 1.5}, "replicaCount must be a whole number of at least 1 (got '1.5')."),
+        ({"replicaCount": "two"},
+         "replicaCount must be a whole number of at least 1 (got 'two')."),
+        ({"replication": {"leaseDurationSeconds": 0}},
+         "replication.leaseDurationSeconds must be a whole number of seconds, at least 1"),
+        ({"replication": {"existingSecret": "peers", "existingSecretKey": ""}},
+         "replication.existingSecret is set but replication.existingSecretKey is empty"),
+        ({"affinity": "spread"}, "affinity must be a map of pod affinity rules"),
+    ],
+    ids=["no-replicas", "half-a-replica", "words", "no-lease", "secret-without-key",
+         "affinity-text"],
+)
+def test_replica_values_the_chart_cannot_use_are_refused(cluster, values, fragment):
+    assert fragment in cluster.install_error(values)
+    assert cluster.get(f"/apis/apps/v1/namespaces/{RUNNER_NS}/deployments/{NAME}") is None

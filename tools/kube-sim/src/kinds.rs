@@ -172,6 +172,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     resource!("coordination.k8s.io", &["v1"], "Lease", "leases", "lease", namespaced: true,
         short: &[], subresources: &[], generation: false,
         names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: NONE),
+    resource!("policy", &["v1"], "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", namespaced: true,
+        short: &["pdb"], subresources: &["status"], generation: true,
+        names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: NONE),
     resource!("gateway.networking.k8s.io", &["v1", "v1beta1"], "GatewayClass", "gatewayclasses", "gatewayclass", namespaced: false,
         short: &["gc"], subresources: &["status"], generation: true,
         names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: true, categories: &["gateway-api"]),
@@ -221,6 +224,7 @@ pub fn id(plural: &str) -> ResourceId {
         }
         "gateways" | "httproutes" | "gatewayclasses" => "gateway.networking.k8s.io",
         "leases" => "coordination.k8s.io",
+        "poddisruptionbudgets" => "policy",
         _ => "",
     };
     find(group, plural).unwrap_or(ResourceId(usize::MAX))

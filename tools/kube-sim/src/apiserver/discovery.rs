@@ -211,6 +211,20 @@ mod tests {
     }
 
     #[test]
+    fn pod_disruption_budgets_are_served_in_policy_v1() {
+        let list = resource_list("policy", "v1", false).expect("served");
+        assert_eq!(list["groupVersion"], "policy/v1");
+        assert_eq!(
+            list["resources"],
+            json!([{"name": "poddisruptionbudgets", "singularName": "poddisruptionbudget",
+                    "namespaced": true, "kind": "PodDisruptionBudget", "shortNames": ["pdb"],
+                    "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]},
+                   {"name": "poddisruptionbudgets/status", "singularName": "", "namespaced": true,
+                    "kind": "PodDisruptionBudget", "verbs": ["get", "patch", "update"]}])
+        );
+    }
+
+    #[test]
     fn core_v1_lists_pod_subresources() {
         let list = resource_list("", "v1", false).expect("core");
         let names: Vec<&str> = list["resources"]

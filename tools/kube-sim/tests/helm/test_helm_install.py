@@ -48,6 +48,10 @@ OBJECTS = [
         "/apis/networking.k8s.io/v1/namespaces/telo-sessions/networkpolicies/np",
         "NetworkPolicy",
     ),
+    (
+        "/apis/policy/v1/namespaces/telo-runner/poddisruptionbudgets/pdb",
+        "PodDisruptionBudget",
+    ),
 ]
 
 RELEASE_SECRETS = (
@@ -146,6 +150,8 @@ def test_install_list_uninstall(sim):
     assert secret["data"] == {"a": "Yg=="} and "stringData" not in secret
     _, cm = sim.get("/api/v1/namespaces/telo-runner/configmaps/c")
     assert cm["data"] == {"a": "b"}
+    _, pdb = sim.get("/apis/policy/v1/namespaces/telo-runner/poddisruptionbudgets/pdb")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "x"}}}
     _, crb = sim.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/crb")
     assert crb["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
