@@ -307,12 +307,7 @@ impl KubeBackend {
         let mut annotations = record_annotations(&record);
         annotations.extend(self.replica_annotation());
         let Some(claimed) = pools
-            .claim(
-                image,
-                &spec.session_id,
-                &annotations,
-                resources.ttl_seconds,
-            )
+            .claim(image, &spec.session_id, &annotations, resources.ttl_seconds)
             .await
         else {
             return Ok(None);

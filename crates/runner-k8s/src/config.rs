@@ -374,7 +374,10 @@ fn load_replication(env: &Env, port: u16) -> Result<Option<ReplicationConfig>, C
     if token.len() < MIN_PEER_TOKEN_BYTES {
         return Err(ConfigError::must_be(
             RUNNER_PEER_TOKEN_FILE.name,
-            format!("a file holding a secret of at least {MIN_PEER_TOKEN_BYTES} bytes ('{path}' holds {})", token.len()),
+            format!(
+                "a file holding a secret of at least {MIN_PEER_TOKEN_BYTES} bytes ('{path}' holds {})",
+                token.len()
+            ),
         ));
     }
     let id = id

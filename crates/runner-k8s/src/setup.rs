@@ -31,7 +31,14 @@ pub async fn build(
     // to boot rather than publish routes nothing serves.
     let routing = resolve_routing(&client, &config.routing, &config.session_namespace).await?;
     log_resolution(&routing, config.routing.base_domain.as_deref());
-    let bundles = Arc::new(BundleStore::new(config.self_url.clone()));
+    // A bundle is staged in the memory of the replica that starts the
+    // session: with several, the pod fetches it from that replica itself,
+    // not through the Service, which may answer from another.
+    let bundle_base = match &config.replication {
+        Some(replication) => replication.url.clone(),
+        None => config.self_url.clone(),
+    };
+    let bundles = Arc::new(BundleStore::new(bundle_base));
     let catalog = if config.base_image_catalog.enabled {
         Some(catalog(&config).await?)
     } else {

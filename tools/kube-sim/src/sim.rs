@@ -545,8 +545,14 @@ impl KubeSim {
     /// A kube-rs client for this simulator (default namespace `default`),
     /// with its token.
     pub fn client(&self) -> kube::Client {
-        let uri: http::Uri = self
-            .url()
+        self.client_via(self.addr)
+    }
+
+    /// Like [`KubeSim::client`], connecting to `addr` instead: a relay in
+    /// front of the simulator on its address (its certificate names the
+    /// IP, not the port), which a test can cut to partition one client.
+    pub fn client_via(&self, addr: SocketAddr) -> kube::Client {
+        let uri: http::Uri = format!("https://{addr}")
             .parse()
             .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1"));
         let mut config = kube::Config::new(uri);
@@ -563,6 +569,19 @@ impl KubeSim {
     /// its owner only.
     pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         crate::kubeconfig::write(path, &self.url(), "default", self.ca_pem(), self.token())
+    }
+
+    /// A kubeconfig like [`KubeSim::write_kubeconfig`]'s that connects to
+    /// `addr` (a relay in front of the simulator, see
+    /// [`KubeSim::client_via`]).
+    pub fn write_kubeconfig_via(&self, path: &Path, addr: SocketAddr) -> std::io::Result<()> {
+        crate::kubeconfig::write(
+            path,
+            &format!("https://{addr}"),
+            "default",
+            self.ca_pem(),
+            self.token(),
+        )
     }
 
     /// How this simulator runs containers.

@@ -136,15 +136,7 @@ pub async fn io(
             let _subscribed = session.subscriber();
             let channel = Channel { app, io, format };
             let leaving = super::Leaving::of(&state, &session);
-            serve(
-                socket,
-                session,
-                channel,
-                last_seq,
-                &metrics,
-                &leaving,
-            )
-            .await;
+            serve(socket, session, channel, last_seq, &metrics, &leaving).await;
         })
         .into_response()
 }

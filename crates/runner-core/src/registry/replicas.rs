@@ -64,13 +64,21 @@ impl SessionRegistry {
                 if replicas.may_act() {
                     let adopted = registry.take_over().await;
                     if adopted > 0 {
-                        info!(sessions = adopted, replica = replicas.replica_id(), "took sessions over");
+                        info!(
+                            sessions = adopted,
+                            replica = replicas.replica_id(),
+                            "took sessions over"
+                        );
                         registry.inner.metrics.count_takeovers(adopted);
                     }
                     acting = true;
                 } else if acting {
                     let left = registry.let_go().await;
-                    warn!(sessions = left, replica = replicas.replica_id(), "let go of every session until the Lease is renewed");
+                    warn!(
+                        sessions = left,
+                        replica = replicas.replica_id(),
+                        "let go of every session until the Lease is renewed"
+                    );
                     acting = false;
                 }
             }

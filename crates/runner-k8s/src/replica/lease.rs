@@ -150,6 +150,8 @@ pub(super) async fn delete_own(replicas: &KubeReplicas) {
     {
         Ok(_) => {}
         Err(err) if is_not_found(&err) => {}
-        Err(err) => warn!(replica = %replicas.id, error = %err, "could not delete the replica Lease; peers take its sessions over once it lapses"),
+        Err(err) => {
+            warn!(replica = %replicas.id, error = %err, "could not delete the replica Lease; peers take its sessions over once it lapses")
+        }
     }
 }

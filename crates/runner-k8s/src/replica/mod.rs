@@ -40,10 +40,15 @@ use crate::cluster::api_error::{is_conflict, is_not_found};
 use crate::cluster::informer::{Informer, KeyObjects, Kind, Subscriber};
 use crate::config::ReplicationConfig;
 use crate::pod::informer::PodInformer;
-use crate::pod::labels::{MANAGED_BY_LABEL, MODE_LABEL, REPLICA_ANNOTATION, SESSION_ID_LABEL, WATCH_MODE};
+use crate::pod::labels::{
+    MANAGED_BY_LABEL, MODE_LABEL, REPLICA_ANNOTATION, SESSION_ID_LABEL, WATCH_MODE,
+};
 use runner_core::tasks::OwnedTasks;
 
 pub(crate) use lease::{ROLE_LABEL, ROLE_REPLICA, URL_ANNOTATION};
+
+/// Writes a claim tries when the object keeps changing under it.
+const CLAIM_ATTEMPTS: usize = 5;
 
 /// How often the Leases seen are looked at for lapses.
 const LOOK_EVERY: Duration = Duration::from_millis(250);
@@ -82,7 +87,7 @@ struct State {
 
 /// Who gets a session's objects when a replica asks to hold them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Claim {
+pub enum Claim {
     /// This replica: it may adopt the session.
     Mine,
     /// A live peer, or a survivor that claimed it first.
@@ -113,7 +118,7 @@ impl KubeReplicas {
     /// `namespace` (the runner's own), watch records in the session
     /// namespace. The tasks are `tasks`' to stop.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn spawn(
+    pub fn spawn(
         config: &ReplicationConfig,
         client: &Client,
         namespace: &str,
@@ -127,8 +132,9 @@ impl KubeReplicas {
         let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
         let (lease_cache, lease_task) = LeaseInformer::start(
             leases.clone(),
-            watcher::Config::default()
-                .labels(&format!("{MANAGED_BY_LABEL}={managed_by},{ROLE_LABEL}={ROLE_REPLICA}")),
+            watcher::Config::default().labels(&format!(
+                "{MANAGED_BY_LABEL}={managed_by},{ROLE_LABEL}={ROLE_REPLICA}"
+            )),
             Kind {
                 what: "leases",
                 readyz_name: "the replica Lease watch",
@@ -141,13 +147,21 @@ impl KubeReplicas {
         );
         let (records, record_task) = RecordInformer::start(
             Api::namespaced(client.clone(), session_namespace),
-            watcher::Config::default()
-                .labels(&format!("{MANAGED_BY_LABEL}={managed_by},{MODE_LABEL}={WATCH_MODE}")),
+            watcher::Config::default().labels(&format!(
+                "{MANAGED_BY_LABEL}={managed_by},{MODE_LABEL}={WATCH_MODE}"
+            )),
             Kind {
                 what: "watch-records",
                 readyz_name: "the watch record watch",
                 listing: "watch session records",
-                key: |secret: &Secret| secret.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned(),
+                key: |secret: &Secret| {
+                    secret
+                        .metadata
+                        .labels
+                        .as_ref()?
+                        .get(SESSION_ID_LABEL)
+                        .cloned()
+                },
                 // Ownership is all this cache answers: the files and
                 // records stay in the apiserver.
                 slim: |secret: &mut Secret| {
@@ -177,7 +191,10 @@ impl KubeReplicas {
             renewing: tokio::sync::Mutex::new(()),
         });
         info!(replica = %replicas.id, url = %replicas.url, lease_seconds = replicas.duration.as_secs(), "serving as one replica of several");
-        tasks.adopt(tokio::spawn(lease::renew_until(replicas.clone(), stop.clone())));
+        tasks.adopt(tokio::spawn(lease::renew_until(
+            replicas.clone(),
+            stop.clone(),
+        )));
         tasks.adopt(tokio::spawn(look_until(replicas.clone(), stop)));
         replicas
     }
@@ -188,7 +205,7 @@ impl KubeReplicas {
 
     /// Resolves once the Leases and the watch records have been listed:
     /// before that no peer can be told alive from lapsed.
-    pub(crate) async fn wait_synced(&self) {
+    pub async fn wait_synced(&self) {
         self.lease_cache.wait_synced().await;
         self.records.wait_synced().await;
     }
@@ -239,58 +256,74 @@ impl KubeReplicas {
     }
 
     /// Asks to hold the session whose object `meta` is (a run pod, a watch
-    /// record): kept when it names this replica, claimed with one write
-    /// conditional on `meta`'s resourceVersion when it names no live
-    /// replica, left alone when it names a live peer.
-    pub(crate) async fn claim<K>(&self, api: &Api<K>, meta: &kube::api::ObjectMeta) -> Claim
+    /// record): kept when it names this replica, claimed with a write
+    /// conditional on the object's resourceVersion when it names no live
+    /// replica, left alone when it names a live peer. A write refused
+    /// because the object changed is tried again on what it is now, unless
+    /// the change was another replica's claim.
+    pub async fn claim<K>(&self, api: &Api<K>, meta: &kube::api::ObjectMeta) -> Claim
     where
         K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let recorded = owner_in(meta);
-        if recorded.as_deref() == Some(self.id.as_str()) {
-            return Claim::Mine;
-        }
-        if let Some(owner) = &recorded
-            && self.is_alive(owner)
-        {
-            return Claim::Theirs;
-        }
-        let Some(name) = meta.name.as_deref() else {
+        let Some(name) = meta.name.clone() else {
             return Claim::Theirs;
         };
-        let mut precondition = serde_json::Map::new();
-        if let Some(version) = &meta.resource_version {
-            precondition.insert("resourceVersion".to_owned(), json!(version));
+        let mut meta = meta.clone();
+        for _ in 0..CLAIM_ATTEMPTS {
+            let recorded = owner_in(&meta);
+            if recorded.as_deref() == Some(self.id.as_str()) {
+                return Claim::Mine;
+            }
+            if let Some(owner) = &recorded
+                && self.is_alive(owner)
+            {
+                return Claim::Theirs;
+            }
+            let mut precondition = serde_json::Map::new();
+            if let Some(version) = &meta.resource_version {
+                precondition.insert("resourceVersion".to_owned(), json!(version));
+            }
+            precondition.insert(
+                "annotations".to_owned(),
+                json!({ REPLICA_ANNOTATION: self.id }),
+            );
+            let patch = json!({ "metadata": precondition });
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    info!(object = %name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
+                    return Claim::Mine;
+                }
+                Err(err) if is_conflict(&err) => match api.get_opt(&name).await {
+                    Ok(Some(now)) => {
+                        let now = now.meta().clone();
+                        if owner_in(&now) != recorded {
+                            // Claimed by another survivor in between: it
+                            // holds the session now, whatever this replica
+                            // has seen of its Lease so far.
+                            debug!(object = %name, "another replica claimed the session first");
+                            return Claim::Theirs;
+                        }
+                        meta = now;
+                    }
+                    _ => return Claim::Theirs,
+                },
+                Err(err) if is_not_found(&err) => return Claim::Theirs,
+                Err(err) => {
+                    warn!(object = %name, error = %err, "could not claim a session; trying again later");
+                    return Claim::Theirs;
+                }
+            }
         }
-        precondition.insert(
-            "annotations".to_owned(),
-            json!({ REPLICA_ANNOTATION: self.id }),
-        );
-        let patch = json!({ "metadata": precondition });
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                info!(object = name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
-                Claim::Mine
-            }
-            Err(err) if is_conflict(&err) => {
-                debug!(object = name, "another replica claimed the session first");
-                Claim::Theirs
-            }
-            Err(err) if is_not_found(&err) => Claim::Theirs,
-            Err(err) => {
-                warn!(object = name, error = %err, "could not claim a session; trying again later");
-                Claim::Theirs
-            }
-        }
+        Claim::Theirs
     }
 
     /// On shutdown, once every session is left for the next owner: the
     /// Lease is deleted, so peers take the sessions over at once instead
     /// of when it would lapse.
-    pub(crate) async fn release(&self) {
+    pub async fn release(&self) {
         self.released.cancel();
         let _renewal = self.renewing.lock().await;
         lock(&self.state).renewed = None;
@@ -311,7 +344,14 @@ impl KubeReplicas {
                 .objects()
                 .iter()
                 .filter(|secret| owner_in(secret.meta()).as_deref() == Some(self.id.as_str()))
-                .filter_map(|secret| secret.metadata.labels.as_ref()?.get(SESSION_ID_LABEL).cloned()),
+                .filter_map(|secret| {
+                    secret
+                        .metadata
+                        .labels
+                        .as_ref()?
+                        .get(SESSION_ID_LABEL)
+                        .cloned()
+                }),
         );
         ids.sort();
         ids.dedup();
@@ -386,7 +426,9 @@ impl KubeReplicas {
             .pods
             .objects()
             .iter()
-            .filter(|pod| !crate::pod::labels::is_idle(pod) && !crate::pod::labels::is_watch_pod(pod))
+            .filter(|pod| {
+                !crate::pod::labels::is_idle(pod) && !crate::pod::labels::is_watch_pod(pod)
+            })
             .filter(|pod| orphaned(pod.meta()))
             .count();
         let records = self

@@ -448,6 +448,12 @@ impl RunnerProcess {
         for (key, value) in vars {
             command.env(key, value);
         }
+        // A replica is reached by its peers where it listens.
+        if vars.iter().any(|(key, _)| *key == "RUNNER_PEER_TOKEN_FILE")
+            && !vars.iter().any(|(key, _)| *key == "RUNNER_REPLICA_URL")
+        {
+            command.env("RUNNER_REPLICA_URL", &base);
+        }
         let mut child = command.spawn().expect("runner spawns");
         let stdout = child.stdout.take().expect("stdout");
         let process = RunnerProcess { child, base };

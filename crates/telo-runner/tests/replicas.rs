@@ -1,0 +1,298 @@
+//! Three runner replicas against kube-sim, behind a round-robin relay that
+//! stands in for their Service: a killed replica's sessions are taken over
+//! by the survivors, one owner each; a replica that is stopped hands its
+//! sessions over at once, its clients told to reconnect.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_sim::KubeSim;
+use serde_json::{Value, json};
+use test_support::fake_telo::fake_telo_path;
+use test_support::relay::Relay;
+use test_support::sse::SseStream;
+use test_support::ws::{self, IoFrame};
+
+mod common;
+
+use common::{Backend, RunnerProcess};
+
+const NAMESPACE: &str = "telo-sessions";
+const LEASE_SECONDS: u64 = 3;
+
+struct Installation {
+    sim: KubeSim,
+    dir: tempfile::TempDir,
+    token_file: String,
+    replicas: Vec<Option<RunnerProcess>>,
+    ids: Vec<String>,
+    relay: Relay,
+}
+
+impl Installation {
+    async fn start(count: usize) -> Installation {
+        let sim = KubeSim::builder()
+            .namespace(NAMESPACE)
+            .fake_telo(fake_telo_path())
+            .start()
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("peer-token");
+        std::fs::write(&token_file, "p".repeat(48)).unwrap();
+        let token_file = token_file.to_str().unwrap().to_owned();
+        let mut replicas = Vec::new();
+        let mut ids = Vec::new();
+        for index in 0..count {
+            let id = format!("replica-{index}");
+            replicas.push(Some(spawn(&sim, &dir, &token_file, &id).await));
+            ids.push(id);
+        }
+        let mut relay_targets = Vec::new();
+        for replica in replicas.iter().flatten() {
+            wait_ready(&replica.base).await;
+            relay_targets.push(address_of(&replica.base));
+        }
+        let relay = Relay::start(sim.node_ip().into(), relay_targets).await;
+        Installation {
+            sim,
+            dir,
+            token_file,
+            replicas,
+            ids,
+            relay,
+        }
+    }
+
+    fn base(&self, index: usize) -> String {
+        self.replicas[index].as_ref().unwrap().base.clone()
+    }
+
+    fn pod(&self, session_id: &str) -> Pod {
+        self.sim
+            .get(NAMESPACE, &format!("telo-run-{session_id}"))
+            .unwrap()
+    }
+
+    fn owner(&self, session_id: &str) -> String {
+        annotation(&self.pod(session_id), "telo.run/replica")
+    }
+
+    /// The index of the replica `session_id`'s pod names.
+    fn owner_index(&self, session_id: &str) -> usize {
+        let owner = self.owner(session_id);
+        self.ids.iter().position(|id| *id == owner).unwrap()
+    }
+
+    /// Waits until a live replica other than `not` owns `session_id` and
+    /// serves it `running`; returns its index.
+    async fn served_again(&self, session_id: &str, not: usize) -> usize {
+        let client = runner_core::http_client::client();
+        tokio::time::timeout(test_support::WAIT, async {
+            loop {
+                let owner = self.owner_index(session_id);
+                if owner != not
+                    && let Some(replica) = &self.replicas[owner]
+                {
+                    let answer = client
+                        .get(format!("{}/v1/sessions/{session_id}", replica.base))
+                        .send()
+                        .await;
+                    if let Ok(answer) = answer
+                        && answer.status().is_success()
+                    {
+                        let body: Value = answer.json().await.unwrap();
+                        if body["status"]["kind"] == "running" {
+                            return owner;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("session {session_id} was never served again"))
+    }
+}
+
+fn annotation(pod: &Pod, key: &str) -> String {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn address_of(base: &str) -> std::net::SocketAddr {
+    base.trim_start_matches("http://").parse().unwrap()
+}
+
+async fn spawn(
+    sim: &KubeSim,
+    dir: &tempfile::TempDir,
+    token_file: &str,
+    id: &str,
+) -> RunnerProcess {
+    let lease = LEASE_SECONDS.to_string();
+    RunnerProcess::spawn(
+        Backend::Kubernetes,
+        dir.path(),
+        Some(sim),
+        &[
+            ("RUNNER_PEER_TOKEN_FILE", token_file),
+            ("RUNNER_REPLICA_ID", id),
+            ("RUNNER_LEASE_DURATION_SECONDS", lease.as_str()),
+        ],
+    )
+    .await
+}
+
+async fn wait_ready(base: &str) {
+    let client = runner_core::http_client::client();
+    tokio::time::timeout(test_support::WAIT, async {
+        loop {
+            let ready = client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if ready {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{base} never became ready"));
+}
+
+async fn create(base: &str, fake_telo: Value) -> String {
+    let created: Value = runner_core::http_client::client()
+        .post(format!("{base}/v1/sessions"))
+        .json(&test_support::bundle::start_body(fake_telo))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["sessionId"].as_str().unwrap().to_owned()
+}
+
+async fn until_running(base: &str, id: &str) {
+    let mut events = SseStream::connect(&format!("{base}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+}
+
+fn signal(process: &RunnerProcess, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(process.child.id() as i32);
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() {
+    let mut install = Installation::start(3).await;
+    // Two sessions on each replica.
+    let mut sessions = Vec::new();
+    for index in 0..6 {
+        let base = install.base(index % 3);
+        let id = create(
+            &base,
+            json!({"stdout": [format!("hello {index}")], "echo": true}),
+        )
+        .await;
+        until_running(&base, &id).await;
+        assert_eq!(install.owner(&id), install.ids[index % 3]);
+        sessions.push(id);
+    }
+    let victim = 0;
+    let mut killed = install.replicas[victim].take().unwrap();
+    signal(&killed, nix::sys::signal::Signal::SIGKILL);
+    let _ = killed.child.wait();
+
+    for (index, id) in sessions.iter().enumerate() {
+        let owner = install.served_again(id, victim).await;
+        if index % 3 == victim {
+            // Adopted as a restarted runner adopts: a new generation.
+            assert_eq!(annotation(&install.pod(id), "telo.run/generation"), "1");
+        } else {
+            assert_eq!(owner, index % 3, "a live replica's session moved");
+        }
+        // Only the owner holds it.
+        for (other, replica) in install.replicas.iter().enumerate() {
+            let Some(replica) = replica else { continue };
+            if other == owner {
+                continue;
+            }
+            let held = runner_core::http_client::client()
+                .get(format!("{}/v1/sessions", replica.base))
+                .header(runner_core::replicas::PEER_TOKEN_HEADER, "p".repeat(48))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap();
+            let listed = held["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["sessionId"] == id.as_str());
+            assert!(!listed, "{id} is held by {other} and by its owner {owner}");
+        }
+        // Interactive where it runs now, with its output.
+        let ws_base = install.base(owner).replacen("http", "ws", 1);
+        let mut socket =
+            ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+        ws::read_until_output(&mut socket, &format!("hello {index}")).await;
+        ws::send_stdin(&mut socket, format!("typed {index}\n").as_bytes()).await;
+        ws::read_until_output(&mut socket, &format!("typed {index}")).await;
+    }
+    drop(install.relay);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+    drop(install.dir);
+    let _ = install.token_file;
+}
+
+#[tokio::test]
+async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
+    let mut install = Installation::start(2).await;
+    let base = install.base(0);
+    let id = create(
+        &base,
+        json!({"stdout": ["before the hand-over"], "echo": true}),
+    )
+    .await;
+    until_running(&base, &id).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "before the hand-over").await;
+
+    let stopping = install.replicas[0].take().unwrap();
+    signal(&stopping, nix::sys::signal::Signal::SIGTERM);
+    let frames = ws::read_until_close(&mut socket).await;
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        })
+    );
+    // The Lease is deleted on the way out: the peer takes the session over
+    // without waiting for it to lapse.
+    let owner = install.served_again(&id, 0).await;
+    assert_eq!(owner, 1);
+    let ws_base = install.base(1).replacen("http", "ws", 1);
+    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+    ws::read_until_output(&mut fresh, "before the hand-over").await;
+    ws::send_stdin(&mut fresh, b"typed after\n").await;
+    ws::read_until_output(&mut fresh, "typed after").await;
+    drop(stopping);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}
