@@ -524,8 +524,16 @@ impl SessionRegistry {
                 });
                 return Ok(session);
             }
+            let elsewhere = self
+                .inner
+                .backend
+                .replicas()
+                .map(|replicas| replicas.elsewhere())
+                .unwrap_or_default();
             if let Some(max) = watch_ceiling
-                && sessions.values().filter(|s| s.is_live_watch()).count() >= max
+                && sessions.values().filter(|s| s.is_live_watch()).count()
+                    + elsewhere.watch_sessions
+                    >= max
             {
                 return Err(AdmissionError::TooManyWatchSessions { max });
             }
@@ -545,7 +553,8 @@ impl SessionRegistry {
             // Suspended watch sessions have their own bound
             // (RUNNER_WATCH_MAX_SUSPENDED) and hold no place here: they are
             // someone's kept work, promised their own retention.
-            let occupied = sessions.values().filter(|s| !s.is_suspended()).count();
+            let occupied =
+                sessions.values().filter(|s| !s.is_suspended()).count() + elsewhere.sessions;
             if occupied >= self.inner.limits.max_sessions {
                 // History yields to live work: the finished session that
                 // ended longest ago makes room; live and suspended sessions

@@ -89,6 +89,22 @@ pub trait Replicas: Send + Sync {
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+
+    /// The live sessions other replicas own, which count against the
+    /// installation's limits (`RUNNER_MAX_SESSIONS`, the watch-session
+    /// limit) beside this replica's own.
+    fn elsewhere(&self) -> Elsewhere {
+        Elsewhere::default()
+    }
+}
+
+/// Live sessions owned by other replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Elsewhere {
+    /// Every live session (watch sessions included).
+    pub sessions: usize,
+    /// Live watch sessions.
+    pub watch_sessions: usize,
 }
 
 #[cfg(test)]

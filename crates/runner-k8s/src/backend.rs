@@ -187,6 +187,7 @@ impl KubeBackend {
                         workspace_limits: crate::watch::limit_env(&config.workspace_limits),
                     }),
                     warm_up_modules: config.warm_pool_modules.clone(),
+                    refiller: replicas.as_ref().map(|replicas| replicas.refiller()),
                 },
                 &config.warm_pools,
                 &config.watch_pools,

@@ -32,6 +32,10 @@ struct Installation {
 
 impl Installation {
     async fn start(count: usize) -> Installation {
+        Self::start_with(count, &[]).await
+    }
+
+    async fn start_with(count: usize, extra: &[(&str, &str)]) -> Installation {
         let sim = KubeSim::builder()
             .namespace(NAMESPACE)
             .fake_telo(fake_telo_path())
@@ -46,7 +50,7 @@ impl Installation {
         let mut ids = Vec::new();
         for index in 0..count {
             let id = format!("replica-{index}");
-            replicas.push(Some(spawn(&sim, &dir, &token_file, &id).await));
+            replicas.push(Some(spawn(&sim, &dir, &token_file, &id, extra).await));
             ids.push(id);
         }
         let mut relay_targets = Vec::new();
@@ -134,19 +138,16 @@ async fn spawn(
     dir: &tempfile::TempDir,
     token_file: &str,
     id: &str,
+    extra: &[(&str, &str)],
 ) -> RunnerProcess {
     let lease = LEASE_SECONDS.to_string();
-    RunnerProcess::spawn(
-        Backend::Kubernetes,
-        dir.path(),
-        Some(sim),
-        &[
-            ("RUNNER_PEER_TOKEN_FILE", token_file),
-            ("RUNNER_REPLICA_ID", id),
-            ("RUNNER_LEASE_DURATION_SECONDS", lease.as_str()),
-        ],
-    )
-    .await
+    let mut vars = vec![
+        ("RUNNER_PEER_TOKEN_FILE", token_file),
+        ("RUNNER_REPLICA_ID", id),
+        ("RUNNER_LEASE_DURATION_SECONDS", lease.as_str()),
+    ];
+    vars.extend_from_slice(extra);
+    RunnerProcess::spawn(Backend::Kubernetes, dir.path(), Some(sim), &vars).await
 }
 
 async fn wait_ready(base: &str) {
@@ -294,5 +295,30 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
     ws::read_until_output(&mut fresh, "typed after").await;
     drop(stopping);
     install.replicas.clear();
+    install.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_session_limit_holds_for_the_installation() {
+    let install = Installation::start_with(2, &[("RUNNER_MAX_SESSIONS", "2")]).await;
+    let client = runner_core::http_client::client();
+    for index in 0..2 {
+        let base = install.base(index);
+        let id = create(&base, json!({"stdout": ["up"], "echo": true})).await;
+        until_running(&base, &id).await;
+    }
+    // Each replica holds one: the installation is full on both.
+    for index in 0..2 {
+        let refused = client
+            .post(format!("{}/v1/sessions", install.base(index)))
+            .json(&test_support::bundle::start_body(json!({"echo": true})))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), reqwest::StatusCode::CONFLICT);
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["error"], "too_many_sessions", "{body}");
+    }
+    drop(install.relay);
     install.sim.shutdown().await;
 }

@@ -29,7 +29,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use runner_core::metrics::Metrics;
-use runner_core::replicas::{Owner, Peer, PeerToken, Replicas};
+use runner_core::replicas::{Elsewhere, Owner, Peer, PeerToken, Replicas};
 use runner_core::sync::lock;
 use serde_json::json;
 use tokio::sync::watch;
@@ -106,6 +106,11 @@ pub struct KubeReplicas {
     records: Arc<RecordInformer>,
     state: Mutex<State>,
     changes: watch::Sender<u64>,
+    /// Whether this replica is the installation's refiller: the live
+    /// replica (this one included) with the lowest id. Every replica sees
+    /// the same Leases, so they agree but for the moments a Lease comes
+    /// or goes.
+    refiller: watch::Sender<bool>,
     /// Fired by [`KubeReplicas::release`]: the Lease is renewed no more.
     released: CancellationToken,
     /// Held through each renewal, so a release waits out the one in
@@ -187,6 +192,7 @@ impl KubeReplicas {
             records,
             state: Mutex::new(State::default()),
             changes: watch::Sender::new(0),
+            refiller: watch::Sender::new(false),
             released: CancellationToken::new(),
             renewing: tokio::sync::Mutex::new(()),
         });
@@ -245,6 +251,12 @@ impl KubeReplicas {
                 .into_iter()
                 .find_map(|pod| owner_in(pod.meta()))
         })
+    }
+
+    /// Follows whether this replica is the refiller (warm pools, leftover
+    /// sweeps).
+    pub fn refiller(&self) -> watch::Receiver<bool> {
+        self.refiller.subscribe()
     }
 
     /// Whether a replica other than this one is named by the session's
@@ -404,6 +416,17 @@ impl KubeReplicas {
         let acting = self.may_act_at(&state, now);
         let newly_lapsed = lapsed.iter().any(|id| !state.lapsed.contains(id));
         let flipped = acting != state.acting;
+        let lowest = state
+            .seen
+            .iter()
+            .filter(|(_, seen)| now.duration_since(seen.at) < self.duration)
+            .all(|(id, _)| *id > self.id);
+        self.refiller.send_if_modified(|refiller| {
+            let now_refiller = acting && lowest;
+            let changed = *refiller != now_refiller;
+            *refiller = now_refiller;
+            changed
+        });
         state.lapsed = lapsed;
         state.acting = acting;
         drop(state);
@@ -513,5 +536,47 @@ impl Replicas for KubeReplicas {
 
     fn changes(&self) -> Option<watch::Receiver<u64>> {
         Some(self.changes.subscribe())
+    }
+
+    /// From the shared caches: run and app pods that have not finished,
+    /// and watch sessions whose pod exists, named by another replica.
+    fn elsewhere(&self) -> Elsewhere {
+        let elsewhere =
+            |meta: &kube::api::ObjectMeta| owner_in(meta).is_some_and(|owner| owner != self.id);
+        let runs = self
+            .pods
+            .objects()
+            .iter()
+            .filter(|pod| {
+                !crate::pod::labels::is_idle(pod)
+                    && !crate::pod::labels::is_watch_pod(pod)
+                    && !crate::pod::status::is_finished(pod)
+                    && elsewhere(pod.meta())
+            })
+            .count();
+        let watches = self
+            .records
+            .objects()
+            .iter()
+            .filter(|secret| elsewhere(secret.meta()))
+            .filter_map(|secret| {
+                secret
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .get(SESSION_ID_LABEL)
+                    .cloned()
+            })
+            .filter(|id| {
+                self.pods
+                    .objects_of(id)
+                    .iter()
+                    .any(|pod| crate::pod::labels::is_watch_pod(pod))
+            })
+            .count();
+        Elsewhere {
+            sessions: runs + watches,
+            watch_sessions: watches,
+        }
     }
 }

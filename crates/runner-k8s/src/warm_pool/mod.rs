@@ -92,6 +92,27 @@ pub struct Shared {
     /// `RUNNER_WARM_POOL_MODULES`: what a warm pod's kernel cache is
     /// warmed with; empty, no warm-up.
     pub warm_up_modules: Vec<String>,
+    /// With several replicas, whether this one is the refiller now: only
+    /// it creates and trims warm pods (any replica claims them). `None`:
+    /// the only replica, always the refiller.
+    pub refiller: Option<watch::Receiver<bool>>,
+}
+
+impl Shared {
+    /// Resolves once this replica is the refiller (at once for the only
+    /// replica).
+    async fn until_refiller(&self) {
+        if let Some(refiller) = &self.refiller {
+            let mut refiller = refiller.clone();
+            let _ = refiller.wait_for(|refiller| *refiller).await;
+        }
+    }
+
+    fn is_refiller(&self) -> bool {
+        self.refiller
+            .as_ref()
+            .is_none_or(|refiller| *refiller.borrow())
+    }
 }
 
 /// The pools of one runner.
@@ -468,6 +489,7 @@ impl WarmPools {
 /// Deletes the idle warm pods of pools this runner does not keep.
 async fn sweep_unpooled(shared: Arc<Shared>, keys: Vec<String>) {
     shared.ctx.pod_informer.wait_synced().await;
+    shared.until_refiller().await;
     for pod in shared.ctx.pod_informer.pods() {
         let pool = pod
             .metadata
@@ -533,6 +555,7 @@ async fn keep_filled(
     stop: tokio_util::sync::CancellationToken,
 ) {
     shared.ctx.pod_informer.wait_synced().await;
+    let mut refiller = shared.refiller.clone();
     let mut quota_full: Option<Duration> = None;
     let mut retry_at: Option<tokio::time::Instant> = None;
     // What a previous runner left beyond the pool's size goes once, at
@@ -554,7 +577,9 @@ async fn keep_filled(
             recheck = RECHECK.0;
             None
         };
-        if !trimmed {
+        // Another replica refills: this one only claims.
+        let refilling = shared.is_refiller();
+        if !trimmed && refilling {
             trim(&shared, &pool, &pods).await;
             trimmed = true;
         }
@@ -574,7 +599,7 @@ async fn keep_filled(
             Some(Hold::Until(at)) if missing > 0 => Some(at),
             _ => None,
         };
-        let may_create = retry_at.is_none_or(|at| now >= at) && hold.is_none();
+        let may_create = refilling && retry_at.is_none_or(|at| now >= at) && hold.is_none();
         let count = missing.min(room);
         if count > 0 && may_create {
             match create(&shared, &pool, count).await {
@@ -610,9 +635,16 @@ async fn keep_filled(
                 None => std::future::pending().await,
             }
         };
+        let refiller_changed = async {
+            match refiller.as_mut() {
+                Some(refiller) => refiller.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = idle.changed() => if changed.is_err() { return },
             changed = starts.changed() => if changed.is_err() { return },
+            alive = refiller_changed => if !alive { return },
             () = wake => {}
             () = stop.cancelled() => return,
         }
