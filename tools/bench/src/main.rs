@@ -69,6 +69,11 @@ enum Scenario {
     /// WebSockets (`--websockets`), 20 wakes of a suspended session by a
     /// request (`--wakes`); local backend.
     Edge,
+    /// One and three replicas behind a round-robin relay on kube-sim:
+    /// starts per second and POST → `running` at C = 50 (`--sessions`,
+    /// default 200), apiserver requests per idle replica per minute, and
+    /// SIGKILL → each of the killed replica's sessions served again.
+    Replicas,
     /// Every scenario in turn.
     All,
 }
@@ -91,6 +96,7 @@ impl Scenario {
             Scenario::ConnectionPressure => "connection-pressure",
             Scenario::Access => "access",
             Scenario::Edge => "edge",
+            Scenario::Replicas => "replicas",
             Scenario::All => "all",
         }
     }
@@ -332,6 +338,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Scenario::ConnectionPressure => scenarios::conn_pressure::run(&ctx).await?,
             Scenario::Access => scenarios::access::run(&ctx).await?,
             Scenario::Edge => scenarios::edge::run(&ctx).await?,
+            Scenario::Replicas => scenarios::replicas::run(&ctx).await?,
             Scenario::All => unreachable!("expanded above"),
         };
         if !args.json {

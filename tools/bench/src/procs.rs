@@ -145,6 +145,14 @@ impl Proc {
         cpu_seconds_of(self.pid)
     }
 
+    /// SIGKILL: the process ends at once, without a word to anyone.
+    pub fn kill(self) -> anyhow::Result<()> {
+        let pid = i32::try_from(self.pid)?;
+        kill(Pid::from_raw(pid), Signal::SIGKILL)?;
+        // Reaped when the handle drops (kill_on_drop).
+        Ok(())
+    }
+
     /// SIGTERM, then wait for a clean exit (kill after a grace period).
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let pid = i32::try_from(self.pid)?;
@@ -232,6 +240,9 @@ pub struct Stack {
     /// kube-sim's URL and a client with its kubeconfig's credentials.
     pub sim_api: Option<SimApi>,
     pub http: reqwest::Client,
+    /// What the runner was started with, for more replicas of it.
+    env: HashMap<String, String>,
+    runner_host: std::net::IpAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -388,11 +399,6 @@ impl Stack {
                 (None, None)
             }
         };
-        let port = TcpListener::bind((runner_host, 0))?.local_addr()?.port();
-        env.insert(
-            "RUNNER_SELF_URL".into(),
-            format!("http://{runner_host}:{port}"),
-        );
         env.insert("LOG_LEVEL".into(), "warn".into());
         env.insert("RUNNER_MAX_SESSIONS".into(), "100000".into());
         // The bench is one client holding every session's streams.
@@ -402,14 +408,58 @@ impl Stack {
         for (key, value) in extra_env {
             env.insert((*key).to_string(), value.clone());
         }
+        let (runner, base) = spawn_runner(&bins.runner, &env, runner_host, open_files).await?;
+        let stack = Stack {
+            runner,
+            base,
+            sim,
+            sim_api,
+            http: http_client()?,
+            env,
+            runner_host,
+            _dir: dir,
+        };
+        stack.wait_ready().await?;
+        Ok(stack)
+    }
+
+    /// One more replica of this stack's runner (same cluster, same
+    /// settings) named `id`, ready; its address is its own `RUNNER_SELF_URL`
+    /// and `RUNNER_REPLICA_URL`.
+    pub async fn spawn_replica(&self, bins: &Binaries, id: &str) -> anyhow::Result<(Proc, String)> {
+        let mut env = self.env.clone();
+        env.insert("RUNNER_REPLICA_ID".into(), id.to_owned());
+        let (proc, base) = spawn_runner(&bins.runner, &env, self.runner_host, None).await?;
+        wait_ready_at(&self.http, &base).await?;
+        Ok((proc, base))
+    }
+}
+
+/// The runner with `env` on a free port of `host`; with a peer token, its
+/// own address is its replica URL too.
+async fn spawn_runner(
+    runner: &Path,
+    env: &HashMap<String, String>,
+    runner_host: std::net::IpAddr,
+    open_files: Option<u64>,
+) -> anyhow::Result<(Proc, String)> {
+    let mut env = env.clone();
+    let port = TcpListener::bind((runner_host, 0))?.local_addr()?.port();
+    let own = format!("http://{runner_host}:{port}");
+    env.insert("RUNNER_SELF_URL".into(), own.clone());
+    if env.contains_key("RUNNER_PEER_TOKEN_FILE") {
+        env.insert("RUNNER_REPLICA_URL".into(), own);
+    }
+    {
+        let bins_runner = runner;
         let mut cmd = match open_files {
-            None => Command::new(&bins.runner),
+            None => Command::new(bins_runner),
             Some(limit) => {
                 // `exec` keeps the pid the runner's.
                 let mut cmd = Command::new("/bin/sh");
                 cmd.arg("-c")
                     .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-                    .arg(&bins.runner);
+                    .arg(bins_runner);
                 cmd
             }
         };
@@ -417,34 +467,31 @@ impl Stack {
             .env_clear()
             .envs(&env)
             .env("PATH", std::env::var("PATH").unwrap_or_default());
-        let (runner, base) = Proc::spawn("telo-runner", cmd).await?;
-        let stack = Stack {
-            runner,
-            base,
-            sim,
-            sim_api,
-            http: http_client()?,
-            _dir: dir,
-        };
-        stack.wait_ready().await?;
-        Ok(stack)
+        Proc::spawn("telo-runner", cmd).await
     }
+}
 
+/// Waits for `base`'s `/readyz` to answer 200 (watches synced).
+async fn wait_ready_at(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let url = format!("{base}/readyz");
+    let deadline = tokio::time::Instant::now() + STARTUP;
+    loop {
+        if let Ok(resp) = http.get(&url).send().await
+            && resp.status().is_success()
+        {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("the runner at {base} was not ready within {STARTUP:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl Stack {
     /// Waits for `/readyz` to answer 200 (watches synced).
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let url = format!("{}/readyz", self.base);
-        let deadline = tokio::time::Instant::now() + STARTUP;
-        loop {
-            if let Ok(resp) = self.http.get(&url).send().await
-                && resp.status().is_success()
-            {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("the runner was not ready within {STARTUP:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_ready_at(&self.http, &self.base).await
     }
 
     /// CPU seconds used so far by the runner, kube-sim (0 without it) and

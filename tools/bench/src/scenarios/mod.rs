@@ -9,6 +9,7 @@ pub mod fanout;
 pub mod footprint;
 pub mod real_kernel;
 pub mod relay;
+pub mod replicas;
 pub mod start_latency;
 pub mod start_output;
 pub mod warm_pool;
