@@ -9,7 +9,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube_sim::KubeSim;
 use serde_json::{Value, json};
-use test_support::fake_telo::fake_telo_path;
 use test_support::relay::Relay;
 use test_support::sse::SseStream;
 use test_support::ws::{self, IoFrame};
@@ -36,12 +35,7 @@ impl Installation {
     }
 
     async fn start_with(count: usize, extra: &[(&str, &str)]) -> Installation {
-        let sim = KubeSim::builder()
-            .namespace(NAMESPACE)
-            .fake_telo(fake_telo_path())
-            .start()
-            .await
-            .unwrap();
+        let sim = common::cluster_for(Backend::Kubernetes).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let token_file = dir.path().join("peer-token");
         std::fs::write(&token_file, "p".repeat(48)).unwrap();
@@ -81,6 +75,21 @@ impl Installation {
 
     fn owner(&self, session_id: &str) -> String {
         annotation(&self.pod(session_id), "telo.run/replica")
+    }
+
+    /// The replica a watch session's record names.
+    fn watch_owner(&self, session_id: &str) -> String {
+        let secret: k8s_openapi::api::core::v1::Secret = self
+            .sim
+            .get(NAMESPACE, &format!("telo-watch-{session_id}"))
+            .unwrap();
+        secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("telo.run/replica"))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The index of the replica `session_id`'s pod names.
@@ -196,7 +205,7 @@ fn signal(process: &RunnerProcess, signal: nix::sys::signal::Signal) {
 
 #[tokio::test]
 async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() {
-    let mut install = Installation::start(3).await;
+    let mut install = Installation::start_with(3, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
     // Two sessions on each replica.
     let mut sessions = Vec::new();
     for index in 0..6 {
@@ -210,6 +219,34 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
         assert_eq!(install.owner(&id), install.ids[index % 3]);
         sessions.push(id);
     }
+    // A watch session on the replica that will be killed, with a file its
+    // user just wrote.
+    let watch_base = install.base(0);
+    let client = runner_core::http_client::client();
+    let (status, created) = common::watch::request_at(
+        &client,
+        &watch_base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(common::watch::watch_body(
+            json!({"stdout": ["watching"], "echo": true}),
+        )),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+    let watch_id = created["sessionId"].as_str().unwrap().to_owned();
+    until_running(&watch_base, &watch_id).await;
+    let (status, written) = common::watch::request_at(
+        &client,
+        &watch_base,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{watch_id}/workspace"),
+        Some(json!({"write": [{"path": "notes.txt", "content": "kept"}]})),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+    assert_eq!(install.watch_owner(&watch_id), "replica-0");
+
     let victim = 0;
     let mut killed = install.replicas[victim].take().unwrap();
     signal(&killed, nix::sys::signal::Signal::SIGKILL);
@@ -253,6 +290,42 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
         ws::send_stdin(&mut socket, format!("typed {index}\n").as_bytes()).await;
         ws::read_until_output(&mut socket, &format!("typed {index}")).await;
     }
+
+    // The watch session runs on where it was, its newest file with it.
+    let owner = tokio::time::timeout(test_support::WAIT, async {
+        loop {
+            let owner = install.watch_owner(&watch_id);
+            if let Some(index) = install.ids.iter().position(|id| *id == owner)
+                && index != victim
+            {
+                let (status, file) = common::watch::request_at(
+                    &client,
+                    &install.base(index),
+                    reqwest::Method::GET,
+                    &format!("/v1/sessions/{watch_id}/workspace/file?path=notes.txt"),
+                    None,
+                )
+                .await;
+                if status == reqwest::StatusCode::OK {
+                    assert_eq!(file["content"], "kept");
+                    return index;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await
+    .expect("the watch session is served again");
+    let (_, session) = common::watch::request_at(
+        &client,
+        &install.base(owner),
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{watch_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(session["status"]["kind"], "running", "{session}");
+
     drop(install.relay);
     install.replicas.clear();
     install.sim.shutdown().await;
