@@ -395,3 +395,39 @@ async fn the_session_limit_holds_for_the_installation() {
     drop(install.relay);
     install.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops() {
+    let mut install = Installation::start(2).await;
+    let base = install.base(0);
+    let id = create(
+        &base,
+        json!({"stdout": ["spewing"], "lineEveryMs": 1, "ignoreSigterm": true, "echo": true}),
+    )
+    .await;
+    until_running(&base, &id).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "spewing").await;
+
+    let stopping = install.replicas[0].take().unwrap();
+    signal(&stopping, nix::sys::signal::Signal::SIGTERM);
+    let frames = ws::read_until_close(&mut socket).await;
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        }),
+        "the socket ended without a close frame"
+    );
+    // It spews on at its new owner.
+    let owner = install.served_again(&id, 0).await;
+    let ws_base = install.base(owner).replacen("http", "ws", 1);
+    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::send_stdin(&mut fresh, b"still here\n").await;
+    ws::read_until_output(&mut fresh, "still here").await;
+    drop(stopping);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}
