@@ -431,3 +431,46 @@ async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops
     install.replicas.clear();
     install.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_replica_that_joins_leaves_its_peers_sessions_alone() {
+    let mut install = Installation::start(1).await;
+    let base = install.base(0);
+    let mut sessions = Vec::new();
+    for index in 0..3 {
+        let id = create(
+            &base,
+            json!({"stdout": [format!("kept {index}")], "echo": true}),
+        )
+        .await;
+        until_running(&base, &id).await;
+        sessions.push(id);
+    }
+    // A second replica boots (a rolling update's surge pod): its recovery
+    // finds the sessions, owned by a live peer, and takes none.
+    let joined = spawn(
+        &install.sim,
+        &install.dir,
+        &install.token_file,
+        "replica-1",
+        &[],
+    )
+    .await;
+    wait_ready(&joined.base).await;
+    install.replicas.push(Some(joined));
+    install.ids.push("replica-1".to_owned());
+    for id in &sessions {
+        assert_eq!(install.owner(id), "replica-0");
+        assert_eq!(annotation(&install.pod(id), "telo.run/generation"), "");
+    }
+    let ws_base = base.replacen("http", "ws", 1);
+    for (index, id) in sessions.iter().enumerate() {
+        let mut socket =
+            ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+        ws::read_until_output(&mut socket, &format!("kept {index}")).await;
+        ws::send_stdin(&mut socket, b"still mine\n").await;
+        ws::read_until_output(&mut socket, "still mine").await;
+    }
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}

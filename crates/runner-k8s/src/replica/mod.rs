@@ -83,6 +83,9 @@ struct State {
     seen: HashMap<String, Seen>,
     /// Replica ids that were lapsed or gone at the last look.
     lapsed: Vec<String>,
+    /// When the core was last asked to look again for sessions nobody
+    /// live owns.
+    orphans_told: Option<Instant>,
 }
 
 /// Who gets a session's objects when a replica asks to hold them.
@@ -111,6 +114,8 @@ pub struct KubeReplicas {
     /// the same Leases, so they agree but for the moments a Lease comes
     /// or goes.
     refiller: watch::Sender<bool>,
+    /// Set once the Leases have been looked at.
+    looked: watch::Sender<bool>,
     /// Fired by [`KubeReplicas::release`]: the Lease is renewed no more.
     released: CancellationToken,
     /// Held through each renewal, so a release waits out the one in
@@ -193,6 +198,7 @@ impl KubeReplicas {
             state: Mutex::new(State::default()),
             changes: watch::Sender::new(0),
             refiller: watch::Sender::new(false),
+            looked: watch::Sender::new(false),
             released: CancellationToken::new(),
             renewing: tokio::sync::Mutex::new(()),
         });
@@ -209,11 +215,14 @@ impl KubeReplicas {
         &self.id
     }
 
-    /// Resolves once the Leases and the watch records have been listed:
-    /// before that no peer can be told alive from lapsed.
+    /// Resolves once the Leases and the watch records have been listed
+    /// and the Leases looked at: before that no peer can be told alive
+    /// from lapsed, and every session would look like nobody's.
     pub async fn wait_synced(&self) {
         self.lease_cache.wait_synced().await;
         self.records.wait_synced().await;
+        let mut looked = self.looked.subscribe();
+        let _ = looked.wait_for(|looked| *looked).await;
     }
 
     /// Why this replica cannot serve yet (`/readyz`), if it cannot.
@@ -433,7 +442,16 @@ impl KubeReplicas {
         if flipped && !acting {
             warn!(replica = %self.id, "this replica has not renewed its Lease in time: it stops acting on its sessions");
         }
-        if flipped || newly_lapsed || (acting && self.orphans() > 0) {
+        // Sessions nobody live owns are looked for again now and then (a
+        // claim that failed is tried again), not at every look: a look
+        // costs the core a list of the watch records.
+        let orphans_due = acting
+            && lock(&self.state)
+                .orphans_told
+                .is_none_or(|at| now.duration_since(at) >= self.duration / 3)
+            && self.orphans() > 0;
+        if flipped || newly_lapsed || orphans_due {
+            lock(&self.state).orphans_told = Some(now);
             self.changes.send_modify(|n| *n += 1);
         }
     }
@@ -476,9 +494,11 @@ pub(crate) fn owner_in(meta: &kube::api::ObjectMeta) -> Option<String> {
 }
 
 async fn look_until(replicas: Arc<KubeReplicas>, stop: CancellationToken) {
-    replicas.wait_synced().await;
+    replicas.lease_cache.wait_synced().await;
+    replicas.records.wait_synced().await;
     loop {
         replicas.look();
+        replicas.looked.send_replace(true);
         tokio::select! {
             () = tokio::time::sleep(LOOK_EVERY) => {}
             () = stop.cancelled() => return,
