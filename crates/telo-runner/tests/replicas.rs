@@ -474,3 +474,94 @@ async fn a_replica_that_joins_leaves_its_peers_sessions_alone() {
     install.replicas.clear();
     install.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_replica_cut_off_from_the_apiserver_lets_go_before_its_peer_claims() {
+    let sim = common::cluster_for(Backend::Kubernetes).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("peer-token");
+    std::fs::write(&token_file, "p".repeat(48)).unwrap();
+    let token_file = token_file.to_str().unwrap().to_owned();
+    // The first replica reaches the apiserver through a relay the test cuts.
+    let link = Relay::start(sim.addr().ip(), vec![sim.addr()]).await;
+    let kubeconfig = dir.path().join("kubeconfig-via-link");
+    sim.write_kubeconfig_via(&kubeconfig, link.addr()).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
+    let cut_off = spawn(
+        &sim,
+        &dir,
+        &token_file,
+        "replica-0",
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    )
+    .await;
+    let peer = spawn(&sim, &dir, &token_file, "replica-1", &[]).await;
+    wait_ready(&cut_off.base).await;
+    wait_ready(&peer.base).await;
+
+    let id = create(
+        &cut_off.base,
+        json!({"stdout": ["streaming"], "lineEveryMs": 5, "echo": true}),
+    )
+    .await;
+    until_running(&cut_off.base, &id).await;
+    let ws_base = cut_off.base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, "streaming").await;
+
+    link.cut();
+    // The cut-off replica stops acting: its client is told to reconnect,
+    // while the pod still names it (no peer has claimed yet).
+    let frames = ws::read_until_close(&mut socket).await;
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        })
+    );
+    let pod: Pod = sim.get(NAMESPACE, &format!("telo-run-{id}")).unwrap();
+    assert_eq!(
+        annotation(&pod, "telo.run/replica"),
+        "replica-0",
+        "a peer claimed the session before its owner let go"
+    );
+    // Then the Lease lapses and the peer serves it.
+    let client = runner_core::http_client::client();
+    tokio::time::timeout(test_support::WAIT, async {
+        loop {
+            let pod: Pod = sim.get(NAMESPACE, &format!("telo-run-{id}")).unwrap();
+            if annotation(&pod, "telo.run/replica") == "replica-1" {
+                let answer = client
+                    .get(format!("{}/v1/sessions/{id}", peer.base))
+                    .send()
+                    .await
+                    .unwrap();
+                if answer.status().is_success() {
+                    let body: Value = answer.json().await.unwrap();
+                    if body["status"]["kind"] == "running" {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await
+    .expect("the peer serves the session");
+    // Reconnected, the first replica is ready again and holds nothing.
+    link.restore();
+    wait_ready(&cut_off.base).await;
+    let held: Value = client
+        .get(format!("{}/v1/sessions", cut_off.base))
+        .header(runner_core::replicas::PEER_TOKEN_HEADER, "p".repeat(48))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(held["sessions"], json!([]), "{held}");
+    drop((cut_off, peer));
+    sim.shutdown().await;
+}
