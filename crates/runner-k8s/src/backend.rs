@@ -152,7 +152,7 @@ impl KubeBackend {
             KubeReplicas::spawn(
                 replication,
                 &client,
-                &client.default_namespace().to_owned(),
+                client.default_namespace(),
                 &config.session_namespace,
                 &config.managed_by,
                 ctx.pod_informer.clone(),
