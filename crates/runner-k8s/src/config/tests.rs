@@ -790,3 +790,97 @@ fn warm_pool_modules_that_are_not_module_names_are_refused(#[case] raw: &str) {
         )
     );
 }
+
+/// A peer token file holding `contents`, kept for the test's life.
+fn token_file(contents: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("peer-token");
+    std::fs::write(&path, contents).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    (dir, path)
+}
+
+#[test]
+fn replication_is_off_without_a_peer_token_file() {
+    let config = load(&[("POD_NAME", "runner-0"), ("POD_IP", "10.0.0.7")]).unwrap();
+    assert_eq!(config.replication, None);
+}
+
+#[test]
+fn a_replica_is_named_and_reached_from_the_downward_api_by_default() {
+    let (_dir, path) = token_file(&format!("{}\n", "s".repeat(40)));
+    let config = load(&[
+        ("RUNNER_PEER_TOKEN_FILE", path.as_str()),
+        ("POD_NAME", "telo-k8s-runner-7c9f-x2"),
+        ("POD_IP", "10.0.0.7"),
+        ("HOSTNAME", "ignored"),
+    ])
+    .unwrap();
+    let replication = config.replication.unwrap();
+    assert_eq!(replication.id, "telo-k8s-runner-7c9f-x2");
+    assert_eq!(replication.url, "http://10.0.0.7:8062");
+    assert_eq!(replication.token, PeerTokenText("s".repeat(40)));
+    assert_eq!(replication.lease_duration, Duration::from_secs(15));
+    assert_eq!(format!("{:?}", replication.token), "PeerTokenText(…)");
+
+    let v6 = load(&[
+        ("RUNNER_PEER_TOKEN_FILE", path.as_str()),
+        ("HOSTNAME", "runner-b"),
+        ("POD_IP", "fd00::7"),
+        ("PORT", "9000"),
+        ("RUNNER_LEASE_DURATION_SECONDS", "30"),
+    ])
+    .unwrap()
+    .replication
+    .unwrap();
+    assert_eq!(v6.id, "runner-b");
+    assert_eq!(v6.url, "http://[fd00::7]:9000");
+    assert_eq!(v6.lease_duration, Duration::from_secs(30));
+}
+
+#[rstest]
+#[case::unreadable(
+    &[("RUNNER_PEER_TOKEN_FILE", "/nonexistent/peer-token")],
+    "RUNNER_PEER_TOKEN_FILE '/nonexistent/peer-token' could not be read: No such file or directory (os error 2)"
+)]
+#[case::no_name(
+    &[("POD_IP", "10.0.0.7")],
+    "RUNNER_PEER_TOKEN_FILE is set but this replica has no name: set RUNNER_REPLICA_ID (or POD_NAME from the downward API)."
+)]
+#[case::no_address(
+    &[("RUNNER_REPLICA_ID", "runner-a")],
+    "RUNNER_PEER_TOKEN_FILE is set but peers cannot reach this replica: set RUNNER_REPLICA_URL (or POD_IP from the downward API)."
+)]
+#[case::bad_name(
+    &[("RUNNER_REPLICA_ID", "Runner_A"), ("POD_IP", "10.0.0.7")],
+    "RUNNER_REPLICA_ID must be a DNS label (lowercase letters, digits and dashes, at most 50 characters, starting and ending with a letter or digit), got 'Runner_A'."
+)]
+#[case::url_with_a_path(
+    &[("RUNNER_REPLICA_ID", "runner-a"), ("RUNNER_REPLICA_URL", "http://10.0.0.7:8062/api")],
+    "RUNNER_REPLICA_URL must be an absolute http(s) URL with no path (http://10.0.0.7:8062), got 'http://10.0.0.7:8062/api'."
+)]
+#[case::short_lease(
+    &[("RUNNER_REPLICA_ID", "runner-a"), ("POD_IP", "10.0.0.7"), ("RUNNER_LEASE_DURATION_SECONDS", "2")],
+    "RUNNER_LEASE_DURATION_SECONDS must be a whole number of seconds from 3, got '2'."
+)]
+fn a_replica_that_cannot_be_one_is_refused(#[case] pairs: &[(&str, &str)], #[case] message: &str) {
+    let (_dir, path) = token_file(&"s".repeat(40));
+    let mut all = vec![("RUNNER_PEER_TOKEN_FILE", path.as_str())];
+    all.extend_from_slice(pairs);
+    assert_eq!(error(&all), message);
+}
+
+#[test]
+fn a_short_peer_token_is_refused() {
+    let (_dir, path) = token_file("short\n");
+    assert_eq!(
+        error(&[
+            ("RUNNER_PEER_TOKEN_FILE", path.as_str()),
+            ("RUNNER_REPLICA_ID", "runner-a"),
+            ("POD_IP", "10.0.0.7"),
+        ]),
+        format!(
+            "RUNNER_PEER_TOKEN_FILE must be a file holding a secret of at least 32 bytes ('{path}' holds 5)."
+        )
+    );
+}
