@@ -104,7 +104,7 @@ DEFAULT_ENV = {
 # What watch sessions (checkpoints) and catalog entries (their pods' env)
 # add to the session Role.
 SECRETS_RULE = {"apiGroups": [""], "resources": ["secrets"],
-                "verbs": ["get", "list", "create", "patch", "delete"]}
+                "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
 CATALOG_FOR_RBAC = {"hello": {"image": "ghcr.io/example/hello:1", "env": {"KEY": "v"}}}
 
 # The verbs the runner uses, and no others.

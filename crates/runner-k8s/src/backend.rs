@@ -154,6 +154,7 @@ impl KubeBackend {
                 &client,
                 client.default_namespace(),
                 &config.session_namespace,
+                config.core.watch.enabled,
                 &config.managed_by,
                 ctx.pod_informer.clone(),
                 metrics,

@@ -50,6 +50,7 @@ impl Replica {
             &client,
             "default",
             NAMESPACE,
+            true,
             MANAGED_BY,
             pods.clone(),
             &Metrics::new(),

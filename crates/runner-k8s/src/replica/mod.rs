@@ -106,7 +106,8 @@ pub struct KubeReplicas {
     leases: Api<Lease>,
     lease_cache: Arc<LeaseInformer>,
     pods: Arc<PodInformer>,
-    records: Arc<RecordInformer>,
+    /// The watch records, when watch sessions are on.
+    records: Option<Arc<RecordInformer>>,
     state: Mutex<State>,
     changes: watch::Sender<u64>,
     /// Whether this replica is the installation's refiller: the live
@@ -133,6 +134,7 @@ impl KubeReplicas {
         client: &Client,
         namespace: &str,
         session_namespace: &str,
+        watch_records: bool,
         managed_by: &str,
         pods: Arc<PodInformer>,
         metrics: &Metrics,
@@ -155,36 +157,39 @@ impl KubeReplicas {
             metrics.watch_restarts("leases"),
             stop.clone(),
         );
-        let (records, record_task) = RecordInformer::start(
-            Api::namespaced(client.clone(), session_namespace),
-            watcher::Config::default().labels(&format!(
-                "{MANAGED_BY_LABEL}={managed_by},{MODE_LABEL}={WATCH_MODE}"
-            )),
-            Kind {
-                what: "watch-records",
-                readyz_name: "the watch record watch",
-                listing: "watch session records",
-                key: |secret: &Secret| {
-                    secret
-                        .metadata
-                        .labels
-                        .as_ref()?
-                        .get(SESSION_ID_LABEL)
-                        .cloned()
+        let records = watch_records.then(|| {
+            let (records, record_task) = RecordInformer::start(
+                Api::namespaced(client.clone(), session_namespace),
+                watcher::Config::default().labels(&format!(
+                    "{MANAGED_BY_LABEL}={managed_by},{MODE_LABEL}={WATCH_MODE}"
+                )),
+                Kind {
+                    what: "watch-records",
+                    readyz_name: "the watch record watch",
+                    listing: "watch session records",
+                    key: |secret: &Secret| {
+                        secret
+                            .metadata
+                            .labels
+                            .as_ref()?
+                            .get(SESSION_ID_LABEL)
+                            .cloned()
+                    },
+                    // Ownership is all this cache answers: the files and
+                    // records stay in the apiserver.
+                    slim: |secret: &mut Secret| {
+                        secret.data = None;
+                        secret.string_data = None;
+                        secret.metadata.managed_fields = None;
+                    },
                 },
-                // Ownership is all this cache answers: the files and
-                // records stay in the apiserver.
-                slim: |secret: &mut Secret| {
-                    secret.data = None;
-                    secret.string_data = None;
-                    secret.metadata.managed_fields = None;
-                },
-            },
-            metrics.watch_restarts("watch-records"),
-            stop.clone(),
-        );
+                metrics.watch_restarts("watch-records"),
+                stop.clone(),
+            );
+            tasks.adopt(record_task);
+            records
+        });
         tasks.adopt(lease_task);
-        tasks.adopt(record_task);
         let replicas = Arc::new(Self {
             id: config.id.clone(),
             url: config.url.clone(),
@@ -220,7 +225,9 @@ impl KubeReplicas {
     /// from lapsed, and every session would look like nobody's.
     pub async fn wait_synced(&self) {
         self.lease_cache.wait_synced().await;
-        self.records.wait_synced().await;
+        if let Some(records) = &self.records {
+            records.wait_synced().await;
+        }
         let mut looked = self.looked.subscribe();
         let _ = looked.wait_for(|looked| *looked).await;
     }
@@ -230,11 +237,25 @@ impl KubeReplicas {
         if let Some(reason) = self
             .lease_cache
             .not_ready_reason()
-            .or_else(|| self.records.not_ready_reason())
+            .or_else(|| self.records.as_ref()?.not_ready_reason())
         {
             return Some(reason);
         }
         (!self.may_act()).then(|| "this replica has not renewed its Lease".to_owned())
+    }
+
+    fn records_of(&self, session_id: &str) -> Vec<Arc<Secret>> {
+        self.records
+            .as_ref()
+            .map(|records| records.objects_of(session_id))
+            .unwrap_or_default()
+    }
+
+    fn all_records(&self) -> Vec<Arc<Secret>> {
+        self.records
+            .as_ref()
+            .map(|records| records.objects())
+            .unwrap_or_default()
     }
 
     /// Whether `replica` is a peer whose Lease is current.
@@ -250,8 +271,7 @@ impl KubeReplicas {
     /// else its pod's.
     fn recorded_owner(&self, session_id: &str) -> Option<String> {
         let from_record = self
-            .records
-            .objects_of(session_id)
+            .records_of(session_id)
             .into_iter()
             .find_map(|secret| owner_in(secret.meta()));
         from_record.or_else(|| {
@@ -351,34 +371,6 @@ impl KubeReplicas {
         lease::delete_own(self).await;
     }
 
-    /// The sessions a replica owns, by the objects that name it.
-    pub fn owned(&self) -> usize {
-        let mut ids: Vec<String> = self
-            .pods
-            .objects()
-            .iter()
-            .filter(|pod| owner_in(pod.meta()).as_deref() == Some(self.id.as_str()))
-            .filter_map(|pod| crate::pod::informer::session_id_of(pod))
-            .collect();
-        ids.extend(
-            self.records
-                .objects()
-                .iter()
-                .filter(|secret| owner_in(secret.meta()).as_deref() == Some(self.id.as_str()))
-                .filter_map(|secret| {
-                    secret
-                        .metadata
-                        .labels
-                        .as_ref()?
-                        .get(SESSION_ID_LABEL)
-                        .cloned()
-                }),
-        );
-        ids.sort();
-        ids.dedup();
-        ids.len()
-    }
-
     fn look(&self) {
         let now = Instant::now();
         let mut state = lock(&self.state);
@@ -473,8 +465,7 @@ impl KubeReplicas {
             .filter(|pod| orphaned(pod.meta()))
             .count();
         let records = self
-            .records
-            .objects()
+            .all_records()
             .iter()
             .filter(|secret| orphaned(secret.meta()))
             .count();
@@ -495,7 +486,9 @@ pub(crate) fn owner_in(meta: &kube::api::ObjectMeta) -> Option<String> {
 
 async fn look_until(replicas: Arc<KubeReplicas>, stop: CancellationToken) {
     replicas.lease_cache.wait_synced().await;
-    replicas.records.wait_synced().await;
+    if let Some(records) = &replicas.records {
+        records.wait_synced().await;
+    }
     loop {
         replicas.look();
         replicas.looked.send_replace(true);
@@ -575,8 +568,7 @@ impl Replicas for KubeReplicas {
             })
             .count();
         let watches = self
-            .records
-            .objects()
+            .all_records()
             .iter()
             .filter(|secret| elsewhere(secret.meta()))
             .filter_map(|secret| {
