@@ -456,6 +456,9 @@ pub struct SessionSnapshot {
     pub created_at: String,
     #[serde(default, rename = "exitedAt", skip_serializing_if = "Option::is_none")]
     pub exited_at: Option<String>,
+    /// The replica that holds the session, when the runner runs several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// `GET /v1/capabilities`.

@@ -140,6 +140,7 @@ pub struct Metrics {
     webhook_deliveries: Family<OutcomeLabel, Counter>,
     access_refusals: Family<ReasonLabel, Counter>,
     takeovers: Counter,
+    peer_forwards: Family<OutcomeLabel, Counter>,
 }
 
 /// The gauges of one warm pool: its idle pods ready to be claimed, and
@@ -304,6 +305,12 @@ impl Metrics {
             "Requests refused for who sent them, by reason: unauthorized (no or a refused token), rate_limited (past the tier's requestsPerMinute or startsPerMinute), quota_exceeded (the tenant at a quota of its tier)",
             access_refusals.clone(),
         );
+        let peer_forwards = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "peer_forwards",
+            "Requests for a session another replica owns, by outcome: forwarded (the owner answered), unavailable (the owner could not be reached), moving (the session is being taken over), refused (a peer's request for a session this replica does not hold)",
+            peer_forwards.clone(),
+        );
         Self {
             registry,
             sessions,
@@ -323,6 +330,7 @@ impl Metrics {
             webhook_deliveries,
             access_refusals,
             takeovers,
+            peer_forwards,
         }
     }
 
@@ -342,6 +350,13 @@ impl Metrics {
 
     /// Counts a request refused for who sent it (`unauthorized`,
     /// `rate_limited`, `quota_exceeded`).
+    /// A request for a session another replica owns, by what became of it.
+    pub fn peer_forward(&self, outcome: &'static str) {
+        self.peer_forwards
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
     pub fn access_refused(&self, reason: &'static str) {
         self.access_refusals
             .get_or_create(&ReasonLabel { reason })

@@ -327,10 +327,13 @@ impl SessionRegistry {
     }
 
     /// Ties a session entering the registry to the webhooks and the edge,
-    /// if any.
+    /// if any, and names the replica that holds it.
     pub(crate) fn attach_webhooks(&self, session: &Session) {
         if let Some(webhooks) = self.inner.webhooks.get() {
             let _ = session.webhooks.set(webhooks.clone());
+        }
+        if let Some(replicas) = self.inner.backend.replicas() {
+            let _ = session.replica.set(Arc::from(replicas.replica_id()));
         }
         if let Some(preview) = self.inner.preview.get() {
             let _ = session.preview.set(preview.clone());

@@ -128,6 +128,9 @@ pub struct Session {
     pub(crate) tenancy: tenancy::SessionTenancy,
     /// Where its lifecycle steps are announced (`RUNNER_WEBHOOK_URL`).
     pub(crate) webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
+    /// The id of the replica that holds the session, when the runner runs
+    /// several (reported as `replica`).
+    pub(crate) replica: std::sync::OnceLock<Arc<str>>,
     /// The session edge's base (`RUNNER_PREVIEW_BASE_URL`): its tcp
     /// endpoints then carry their edge `url`.
     pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
@@ -266,6 +269,7 @@ impl Session {
             edge_digests: Mutex::new(Vec::new()),
             tenancy: tenancy::SessionTenancy::default(),
             webhooks: std::sync::OnceLock::new(),
+            replica: std::sync::OnceLock::new(),
             preview: std::sync::OnceLock::new(),
             links: links::ShareLinks::default(),
             port_router: Mutex::new(None),
@@ -464,6 +468,7 @@ impl Session {
             apps: Some(state.channels.iter().map(AppChannel::snapshot).collect()),
             created_at: self.created_at.clone(),
             exited_at: state.exited_at.clone(),
+            replica: self.replica.get().map(|replica| replica.to_string()),
         }
     }
 

@@ -31,9 +31,9 @@ use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, PreviewBase, SessionHost};
 use crate::tasks::OwnedTasks;
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 /// What the edge adds to `Via`.
 const VIA: &str = "1.1 telo-runner";
 /// Idle keep-alive connections kept to one app address.
@@ -335,7 +335,7 @@ impl Edge {
 }
 
 /// Every value of `name`, joined with `, `, or `None` when there is none.
-fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
+pub(crate) fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
     let values: Vec<&str> = headers
         .get_all(name)
         .iter()
@@ -349,7 +349,7 @@ fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
 /// Waits for the app's response header: without a limit while the request
 /// body is still being sent (an upload takes as long as it takes), then at
 /// most `timeout`.
-async fn await_response(
+pub(crate) async fn await_response(
     sending: impl Future<Output = Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
     sent: oneshot::Receiver<()>,
     timeout: Duration,
@@ -384,7 +384,7 @@ fn classify(err: hyper_util::client::legacy::Error) -> EdgeRefusal {
 }
 
 /// Copies both ways until either side ends, then closes both.
-async fn splice<A, B>(client: A, upstream: B)
+pub(crate) async fn splice<A, B>(client: A, upstream: B)
 where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send,
@@ -458,15 +458,15 @@ impl Drop for SlotGuard {
     }
 }
 
-/// The client's request body on its way to the app; says when it has been
+/// The client's request body on its way upstream; says when it has been
 /// sent (or dropped), which starts the response-header timeout.
-struct RequestBody {
-    inner: Incoming,
+pub(crate) struct RequestBody<B = Incoming> {
+    inner: B,
     sent: Option<oneshot::Sender<()>>,
 }
 
-impl RequestBody {
-    fn new(inner: Incoming, sent: oneshot::Sender<()>) -> Self {
+impl<B: HttpBody> RequestBody<B> {
+    pub(crate) fn new(inner: B, sent: oneshot::Sender<()>) -> Self {
         let mut body = Self {
             inner,
             sent: Some(sent),
@@ -484,14 +484,14 @@ impl RequestBody {
     }
 }
 
-impl HttpBody for RequestBody {
+impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for RequestBody<B> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
             self.done();

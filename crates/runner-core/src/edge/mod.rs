@@ -32,7 +32,12 @@ pub use config::{
     RUNNER_PREVIEW_WAKE_TIMEOUT_SECONDS, load_edge,
 };
 pub use forward::{Edge, EdgeConfig};
+pub(crate) use forward::{
+    RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response, joined,
+    splice,
+};
 pub use headers::request_host;
+pub(crate) use headers::{check_framing, strip_hop_by_hop, upgrade_protocol};
 pub use host::{PreviewBase, Scheme, SessionHost};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
 pub use resolver::{EdgeResolver, Upstream};

@@ -107,6 +107,13 @@ error_codes! {
     IdempotencyKeyReused = "idempotency_key_reused" => UNPROCESSABLE_ENTITY,
     /// The first request with this `Idempotency-Key` is still being answered.
     IdempotencyKeyInFlight = "idempotency_key_in_flight" => CONFLICT,
+    /// The replica that owns the session could not be reached; retry.
+    ReplicaUnavailable = "replica_unavailable" => SERVICE_UNAVAILABLE,
+    /// The session is being taken over from a replica that lapsed; retry.
+    SessionMoving = "session_moving" => SERVICE_UNAVAILABLE,
+    /// This replica may not change its sessions now (it has not renewed
+    /// its lease); retry.
+    ReplicaFenced = "replica_fenced" => SERVICE_UNAVAILABLE,
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -175,6 +182,9 @@ mod tests {
         ("invalid_idempotency_key", 400),
         ("idempotency_key_reused", 422),
         ("idempotency_key_in_flight", 409),
+        ("replica_unavailable", 503),
+        ("session_moving", 503),
+        ("replica_fenced", 503),
     ];
 
     #[test]

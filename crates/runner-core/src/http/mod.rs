@@ -8,6 +8,7 @@ mod error_code;
 pub mod idempotency;
 mod links;
 pub mod openapi;
+mod peer;
 mod routes;
 mod sse;
 pub mod subscribers;
@@ -223,10 +224,17 @@ pub static ROUTES: &[ApiRoute] = &[
 ];
 
 /// The `/v1` router plus any backend routes (`extra`), with CORS, the optional
-/// bearer-token gate and the not-found answer applied to all of them.
+/// bearer-token gate and the not-found answer applied to all of them; when
+/// the backend runs replicas, a request for a session another replica holds
+/// is served for it ([`peer`]).
 pub fn router(state: AppState, extra: Router) -> Router {
     let cors_origins = Arc::new(state.options.cors.clone());
     let gate = auth::gate_is_on(&state).then(|| state.clone());
+    let peers = state
+        .registry
+        .backend()
+        .replicas()
+        .map(|replicas| Arc::new(peer::Peers::new(replicas, state.registry.clone())));
     let v1 = ROUTES
         .iter()
         .fold(Router::new(), |v1, route| {
@@ -245,11 +253,26 @@ pub fn router(state: AppState, extra: Router) -> Router {
         .merge(extra)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found);
+    // Inside the gate: a request without a valid token causes no traffic
+    // to a peer.
+    if let Some(peers) = &peers {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            peers.clone(),
+            peer::serve_for_owner,
+        ));
+    }
     // Inside CORS, so a preflight is answered before the gate sees it.
     if let Some(state) = gate {
         app = app.layer(axum::middleware::from_fn_with_state(
             state,
             auth::require_token,
+        ));
+    }
+    // Outside the gate, which then sees the client a peer forwards for.
+    if let Some(peers) = peers {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            peers,
+            peer::identify_peer,
         ));
     }
     app.layer(axum::middleware::from_fn_with_state(

@@ -354,6 +354,7 @@ fn operation(path: &str, method: &str) -> Value {
         }),
         _ => json!({ "responses": {} }),
     };
+    replica_errors(path, method, &mut op);
     if requires_token(path) {
         op["responses"]["401"] = error(
             "Only with `RUNNER_AUTH_TOKENS_FILE` or `RUNNER_OIDC_ISSUER` set: a missing, unknown, expired or otherwise refused bearer token (`unauthorized`, with `WWW-Authenticate: Bearer`; the message says why).",
@@ -370,6 +371,36 @@ fn operation(path: &str, method: &str) -> Value {
         };
     }
     op
+}
+
+/// The `503`s of a runner with several replicas (additive: a single
+/// replica never answers them).
+fn replica_errors(path: &str, method: &str, op: &mut Value) {
+    let writes = method != "get";
+    let session = path.starts_with("/v1/sessions/{id}") || path == "/internal/sessions/{id}/access";
+    let create = method == "post" && (path == "/v1/sessions" || path == "/v1/apps/{name}/sessions");
+    let text = if session {
+        let fenced = if writes {
+            ", or this replica may not change its sessions now (`replica_fenced`)"
+        } else {
+            ""
+        };
+        format!(
+            "With several replicas: the replica that holds the session could not be reached (`replica_unavailable`) or the session is moving to another replica (`session_moving`){fenced}; each with `Retry-After: 1`."
+        )
+    } else if create {
+        "With several replicas: this replica may not create sessions now (`replica_fenced`, with `Retry-After: 1`).".to_owned()
+    } else {
+        return;
+    };
+    let responses = &mut op["responses"];
+    match responses["503"]["description"].as_str() {
+        Some(before) => {
+            let joined = format!("{before} {text}");
+            responses["503"]["description"] = Value::String(joined);
+        }
+        None => responses["503"] = error(&text),
+    }
 }
 
 fn access_token_parameter() -> Value {
@@ -492,7 +523,8 @@ fn schemas() -> Value {
                 "mode": {"enum": ["run", "watch"]},
                 "agent": {"type": "string"},
                 "apps": {"type": "array", "items": {"type": "object", "required": ["name", "io", "generation", "ports"], "properties": {"name": {"type": "string"}, "io": {"enum": ["tty", "streams"]}, "generation": {"type": "integer"}, "ports": {"type": "array", "items": schema_ref("PortMapping")}}}},
-                "createdAt": {"type": "string", "format": "date-time"}, "exitedAt": {"type": "string", "format": "date-time"}
+                "createdAt": {"type": "string", "format": "date-time"}, "exitedAt": {"type": "string", "format": "date-time"},
+                "replica": {"type": "string", "description": "Additive: the id of the replica that holds the session, only when the runner runs several replicas."}
             }
         },
         "RunnerEndpoint": {
@@ -550,5 +582,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_replica_refusals_are_documented() {
+        let doc = document();
+        let describes = |path: &str, method: &str, code: &str| {
+            doc["paths"][path][method]["responses"]["503"]["description"]
+                .as_str()
+                .is_some_and(|text| text.contains(code))
+        };
+        for (path, method) in [
+            ("/v1/sessions/{id}", "get"),
+            ("/v1/sessions/{id}", "delete"),
+            ("/v1/sessions/{id}/events", "get"),
+            ("/v1/sessions/{id}/io", "get"),
+            ("/v1/sessions/{id}/links", "post"),
+            ("/internal/sessions/{id}/access", "get"),
+        ] {
+            assert!(
+                describes(path, method, "replica_unavailable"),
+                "{method} {path}"
+            );
+            assert!(describes(path, method, "session_moving"), "{method} {path}");
+        }
+        assert!(describes("/v1/sessions/{id}", "delete", "replica_fenced"));
+        assert!(describes(
+            "/v1/sessions/{id}/links",
+            "post",
+            "links_not_kept"
+        ));
+        assert!(describes("/v1/sessions", "post", "replica_fenced"));
+        assert!(describes(
+            "/v1/apps/{name}/sessions",
+            "post",
+            "replica_fenced"
+        ));
+        assert!(!describes("/v1/sessions/{id}", "get", "replica_fenced"));
+        assert!(
+            doc["components"]["schemas"]["SessionSnapshot"]["properties"]
+                .get("replica")
+                .is_some()
+        );
     }
 }

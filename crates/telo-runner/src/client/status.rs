@@ -198,6 +198,7 @@ mod tests {
             apps: None,
             created_at: "2026-01-01T00:00:00Z".into(),
             exited_at: None,
+            replica: None,
         }];
         assert_eq!(
             session_table(&sessions),
