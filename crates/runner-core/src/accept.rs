@@ -419,7 +419,18 @@ fn per_connection(
                 return Ok(response);
             }
             match routed {
-                Some((edge, Ok(Some(host)))) => Ok(edge.forward(host, request, peer, false).await),
+                Some((edge, Ok(Some(host)))) if edge.serves_here(&host) => {
+                    Ok(edge.forward(host, request, peer, false).await)
+                }
+                // Another replica holds the session: the router's replica
+                // layer forwards the request to it.
+                Some((_, Ok(Some(host)))) => {
+                    let mut request = request;
+                    request
+                        .extensions_mut()
+                        .insert(crate::edge::ElsewhereSession(host));
+                    router.oneshot(request).await
+                }
                 Some((_, Err(refusal))) => Ok(crate::edge::refusal_response(
                     &refusal,
                     crate::edge::prefers_html(request.headers()),

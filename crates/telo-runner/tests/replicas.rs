@@ -70,7 +70,7 @@ impl Installation {
     fn pod(&self, session_id: &str) -> Pod {
         self.sim
             .get(NAMESPACE, &format!("telo-run-{session_id}"))
-            .unwrap()
+            .unwrap_or_else(|| panic!("no pod for session {session_id}"))
     }
 
     fn owner(&self, session_id: &str) -> String {
@@ -564,4 +564,128 @@ async fn a_replica_cut_off_from_the_apiserver_lets_go_before_its_peer_claims() {
     assert_eq!(held["sessions"], json!([]), "{held}");
     drop((cut_off, peer));
     sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn any_replica_serves_any_session_through_the_service() {
+    let install = Installation::start_with(
+        3,
+        &[
+            ("RUNNER_PREVIEW_BASE_URL", "http://preview.test"),
+            ("RUNNER_WATCH_SESSIONS", "true"),
+        ],
+    )
+    .await;
+    let client = runner_core::http_client::client();
+    // A new connection per create, as separate editors would make: the
+    // Service spreads connections, not requests.
+    let unpooled = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let service = install.relay.base();
+    // Three sessions created through the Service land on three replicas.
+    let mut sessions = Vec::new();
+    for index in 0..3 {
+        let port = test_support::free_port();
+        let mut body = test_support::bundle::start_body(
+            json!({"stdout": [format!("hello {index}")], "listen": [port], "echo": true}),
+        );
+        body["ports"] = json!([{"port": port, "protocol": "tcp"}]);
+        let created: Value = unpooled
+            .post(format!("{service}/v1/sessions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = created["sessionId"].as_str().unwrap().to_owned();
+        until_running(&service, &id).await;
+        sessions.push((id, port));
+    }
+    let mut owners: Vec<String> = sessions.iter().map(|(id, _)| install.owner(id)).collect();
+    owners.sort();
+    assert_eq!(owners, install.ids);
+
+    for (index, (id, port)) in sessions.iter().enumerate() {
+        // Every replica answers for it, and says who owns it.
+        for replica in install.replicas.iter().flatten() {
+            let session: Value = client
+                .get(format!("{}/v1/sessions/{id}", replica.base))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(session["replica"], install.owner(id).as_str(), "{session}");
+            assert_eq!(session["status"]["kind"], "running");
+            // Its port, through any replica's edge.
+            let answer = client
+                .get(format!("{}/", replica.base))
+                .header("host", format!("{port}-{id}.preview.test"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), reqwest::StatusCode::OK);
+            assert_eq!(answer.text().await.unwrap(), format!("ok {port}"));
+        }
+        // Its terminal, through the Service, both ways.
+        let ws_base = service.replacen("http", "ws", 1);
+        let mut socket =
+            ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
+        ws::read_until_output(&mut socket, &format!("hello {index}")).await;
+        ws::send_stdin(&mut socket, format!("typed {index}\n").as_bytes()).await;
+        ws::read_until_output(&mut socket, &format!("typed {index}")).await;
+    }
+    // The list is the installation's, from any replica.
+    for replica in install.replicas.iter().flatten() {
+        let listed: Value = client
+            .get(format!("{}/v1/sessions", replica.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut ids: Vec<&str> = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sessionId"].as_str().unwrap())
+            .collect();
+        ids.sort_unstable();
+        let mut expected: Vec<&str> = sessions.iter().map(|(id, _)| id.as_str()).collect();
+        expected.sort_unstable();
+        assert_eq!(ids, expected);
+    }
+    // A stop through any replica stops it where it runs; its event stream,
+    // opened at the owner before, ends with `stopped`.
+    let mut streams = Vec::new();
+    for (id, _) in &sessions {
+        let owner = install.owner_index(id);
+        streams.push(
+            SseStream::connect(
+                &format!("{}/v1/sessions/{id}/events", install.base(owner)),
+                &[],
+            )
+            .await,
+        );
+    }
+    for (id, _) in &sessions {
+        let stopped = client
+            .delete(format!("{service}/v1/sessions/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(stopped.status().is_success());
+    }
+    for mut events in streams {
+        let rest = events.events_until_end().await;
+        assert_eq!(rest.last().unwrap().json()["status"]["kind"], "stopped");
+    }
+    drop(install.relay);
+    install.sim.shutdown().await;
 }

@@ -163,6 +163,12 @@ impl Edge {
         self.inner.tasks.shutdown(SPLICE_CLOSE).await;
     }
 
+    /// Whether this runner serves `host`'s session itself (not another
+    /// replica).
+    pub fn serves_here(&self, host: &SessionHost) -> bool {
+        self.inner.resolver.serves_here(host)
+    }
+
     /// Forwards `request` (already known to be for `host`) from the client
     /// at `client` (`tls`: whether its connection is TLS) and returns the
     /// app's response, streamed; or the page of an [`EdgeRefusal`].
@@ -256,6 +262,9 @@ impl Edge {
         let prior_forwarded_for = joined(headers, &X_FORWARDED_FOR);
         let prior_via = joined(headers, &header::VIA);
         strip_hop_by_hop(headers);
+        // A peer replica's secret, on a request it forwarded here, is the
+        // installation's, never the app's.
+        headers.remove(crate::replicas::PEER_TOKEN_HEADER);
         if let Some(protocol) = &upgrade {
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             headers.insert(header::UPGRADE, protocol.clone());

@@ -42,6 +42,13 @@ pub use host::{PreviewBase, Scheme, SessionHost};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
 pub use resolver::{EdgeResolver, Upstream};
 
+/// Marks a request for a session host that another replica serves: it goes
+/// through the API router, whose replica layer forwards it to the owner,
+/// untouched by the API's own CORS and bearer gate (the owner's edge checks
+/// the session's access).
+#[derive(Debug, Clone)]
+pub(crate) struct ElsewhereSession(pub(crate) SessionHost);
+
 impl PreviewBase {
     /// Which session host `request` is for: [`Self::session_host`] of its
     /// absolute-form authority or `Host` header; `Ok(None)` without either.

@@ -18,6 +18,12 @@ pub struct Upstream {
 pub trait EdgeResolver: Send + Sync + 'static {
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal>;
 
+    /// Whether this runner serves the session's traffic itself; `false`
+    /// when another replica holds it (its traffic is forwarded there).
+    fn serves_here(&self, _host: &SessionHost) -> bool {
+        true
+    }
+
     /// Something to keep while a request or upgraded connection to the
     /// session is open through the edge: the session counts as in use (not
     /// idle) for as long as it is held.

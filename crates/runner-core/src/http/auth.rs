@@ -164,6 +164,15 @@ pub async fn require_token(
     mut request: Request,
     next: Next,
 ) -> Response {
+    // A session's own traffic, on its way to the replica that serves it:
+    // the owner's edge checks the session's access, not the API's tokens.
+    if request
+        .extensions()
+        .get::<crate::edge::ElsewhereSession>()
+        .is_some()
+    {
+        return next.run(request).await;
+    }
     let path = request.uri().path();
     if !requires_token(path) {
         // Discovery is open, but tells a client that shows who it is its

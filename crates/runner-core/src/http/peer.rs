@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::error::{ApiError, ErrorCode};
+use crate::edge::{EdgeRefusal, ElsewhereSession, SessionHost, prefers_html, refusal_response};
 use crate::edge::{
     RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response,
     check_framing, joined, splice, strip_hop_by_hop, upgrade_protocol,
@@ -179,8 +180,21 @@ pub(crate) async fn identify_peer(
     next: Next,
 ) -> Response {
     let presented = request.headers_mut().remove(PEER_TOKEN_HEADER);
-    if let Some(presented) = presented {
-        if peers.replicas.peer_token().matches(presented.as_bytes()) {
+    let from_peer = presented
+        .as_ref()
+        .is_some_and(|presented| peers.replicas.peer_token().matches(presented.as_bytes()));
+    // A peer asking whether this replica holds a session (it has no record
+    // of it yet: the session is being created here).
+    if let Some(id) = request.uri().path().strip_prefix(HOLDS_PREFIX) {
+        let held = from_peer && peers.registry.get(id).is_some();
+        return if held {
+            StatusCode::NO_CONTENT.into_response()
+        } else {
+            StatusCode::NOT_FOUND.into_response()
+        };
+    }
+    if presented.is_some() {
+        if from_peer {
             request.extensions_mut().insert(FromPeer);
             // The client is the one the forwarding replica saw: the last
             // address it appended.
@@ -200,6 +214,34 @@ pub(crate) async fn identify_peer(
     next.run(request).await
 }
 
+/// Where a peer asks whether this replica holds a session; answered only
+/// to peers (204 or 404).
+const HOLDS_PREFIX: &str = "/internal/replica/holds/";
+/// How long a peer may take to say whether it holds a session.
+const HOLDS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The live peer that holds `id` though no record names it yet: a session
+/// just created there, whose pod or record is still on its way. Asked of
+/// every live peer at once; `None` when none says so in time.
+async fn holder_among_peers(peers: &Peers, id: &str) -> Option<Peer> {
+    let asks = peers.replicas.peers().into_iter().map(|peer| async move {
+        let uri = peer_uri(&peer, &format!("{HOLDS_PREFIX}{id}"))?;
+        let mut request = http::Request::get(uri)
+            .body(RequestBody::new(Body::empty(), oneshot::channel().0))
+            .ok()?;
+        request.headers_mut().insert(
+            HeaderName::from_static(PEER_TOKEN_HEADER),
+            peer_token_value(peers)?,
+        );
+        let answer = tokio::time::timeout(HOLDS_TIMEOUT, peers.client.request(request))
+            .await
+            .ok()?
+            .ok()?;
+        (answer.status() == StatusCode::NO_CONTENT).then_some(peer)
+    });
+    join_all(asks).await.into_iter().flatten().next()
+}
+
 /// The last address of `X-Forwarded-For`.
 fn forwarded_client(headers: &http::HeaderMap) -> Option<std::net::IpAddr> {
     joined(headers, &X_FORWARDED_FOR)?
@@ -216,6 +258,9 @@ pub(crate) async fn serve_for_owner(
     next: Next,
 ) -> Response {
     let from_peer = request.extensions().get::<FromPeer>().is_some();
+    if let Some(ElsewhereSession(host)) = request.extensions().get::<ElsewhereSession>().cloned() {
+        return serve_session_host(&peers, &host, from_peer, request).await;
+    }
     let method = request.method().clone();
     match target(&method, request.uri().path()) {
         Target::Other => next.run(request).await,
@@ -237,7 +282,11 @@ pub(crate) async fn serve_for_owner(
                 return next.run(request).await;
             }
             match peers.replicas.owner(&id) {
-                Owner::Here => next.run(request).await,
+                Owner::Here if from_peer => next.run(request).await,
+                Owner::Here => match holder_among_peers(&peers, &id).await {
+                    Some(peer) => forward(&peers, &peer, request).await,
+                    None => next.run(request).await,
+                },
                 Owner::Moving { from } => {
                     peers.metrics.peer_forward("moving");
                     debug!(session = %id, from = %from, "a request for a session being taken over");
@@ -254,6 +303,31 @@ pub(crate) async fn serve_for_owner(
             }
         }
     }
+}
+
+/// A request for a session host whose session this replica does not hold:
+/// forwarded to the owner, whose edge serves it (its `Host` kept); the
+/// edge's own pages otherwise.
+async fn serve_session_host(
+    peers: &Peers,
+    host: &SessionHost,
+    from_peer: bool,
+    request: Request,
+) -> Response {
+    let wants_html = prefers_html(request.headers());
+    let refusal = match peers.replicas.owner(&host.session_id) {
+        Owner::Peer(peer) if !from_peer => return forward(peers, &peer, request).await,
+        Owner::Peer(_) | Owner::Moving { .. } => {
+            peers.metrics.peer_forward("moving");
+            EdgeRefusal::Starting
+        }
+        Owner::Here if from_peer => EdgeRefusal::UnknownSession,
+        Owner::Here => match holder_among_peers(peers, &host.session_id).await {
+            Some(peer) => return forward(peers, &peer, request).await,
+            None => EdgeRefusal::UnknownSession,
+        },
+    };
+    refusal_response(&refusal, wants_html, Some(host))
 }
 
 fn fenced() -> Response {

@@ -24,6 +24,10 @@ const PORT_RETRY: Duration = Duration::from_millis(25);
 
 #[async_trait::async_trait]
 impl EdgeResolver for SessionRegistry {
+    fn serves_here(&self, host: &SessionHost) -> bool {
+        self.get(&host.session_id).is_some() || self.inner.backend.replicas().is_none()
+    }
+
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
         let session = self
             .get(&host.session_id)
