@@ -60,6 +60,10 @@ pub enum AdmissionError {
     /// The tenant is at one of its tier's quotas.
     #[error("{0}")]
     QuotaExceeded(QuotaExceeded),
+    /// The runner is shutting down: a session admitted now would be cut
+    /// off before it has a workload to leave to a successor.
+    #[error("the runner is shutting down; ask again and another runner takes the session")]
+    ShuttingDown,
 }
 
 /// Who asks for a session and under which limits: the owner it will record
@@ -83,6 +87,10 @@ pub use crate::launch::SessionKind;
 pub struct SessionRegistry {
     inner: Arc<RegistryInner>,
 }
+
+/// How long a runner leaving its sessions to a successor waits for the
+/// starts under way.
+const START_SETTLE_ON_HAND_OVER: Duration = Duration::from_secs(15);
 
 /// See `RegistryInner::checkpoint_slots`.
 const CHECKPOINTS_AT_ONCE: usize = 2;
@@ -118,6 +126,27 @@ struct RegistryInner {
     wake_timeout: std::sync::OnceLock<Duration>,
     /// Held while sessions are adopted or let go (several replicas).
     adopting: tokio::sync::Mutex<()>,
+    /// Starts (and resumes) under way: a runner leaving its sessions to a
+    /// successor lets them get as far as a workload first.
+    starts_in_flight: watch::Sender<usize>,
+    /// Set when shutdown begins: no new session is admitted.
+    closing: std::sync::atomic::AtomicBool,
+}
+
+/// Counts a start in flight for as long as it lives.
+struct StartInFlight(watch::Sender<usize>);
+
+impl StartInFlight {
+    fn new(count: &watch::Sender<usize>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for StartInFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl SessionRegistry {
@@ -149,6 +178,8 @@ impl SessionRegistry {
                 preview: std::sync::OnceLock::new(),
                 wake_timeout: std::sync::OnceLock::new(),
                 adopting: tokio::sync::Mutex::new(()),
+                starts_in_flight: watch::Sender::new(0),
+                closing: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -533,6 +564,9 @@ impl SessionRegistry {
                 .replicas()
                 .map(|replicas| replicas.elsewhere())
                 .unwrap_or_default();
+            if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(AdmissionError::ShuttingDown);
+            }
             if let Some(max) = watch_ceiling
                 && sessions.values().filter(|s| s.is_live_watch()).count()
                     + elsewhere.watch_sessions
@@ -630,8 +664,10 @@ impl SessionRegistry {
         let metrics = self.inner.metrics.clone();
         let backend = self.inner.backend.clone();
         let span = info_span!("session", session_id = %session.id);
+        let in_flight = StartInFlight::new(&self.inner.starts_in_flight);
         self.inner.tasks.spawn(
             async move {
+                let _in_flight = in_flight;
                 // A watch session deleted while it started or resumed never
                 // got a workload whose stop would discard what the backend
                 // keeps for a resume (its checkpoint): it is discarded here,
@@ -771,6 +807,13 @@ impl SessionRegistry {
     /// them to end, then cancel whatever is left and every retention timer,
     /// and let the backend stop its own tasks.
     pub async fn shutdown(&self, grace: Duration) {
+        // Under the sessions lock, so no admission is half way through.
+        {
+            let _sessions = lock(&self.inner.sessions);
+            self.inner
+                .closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         if self.inner.backend.leaves_sessions_on_shutdown() {
             self.hand_over(grace).await;
             self.inner.backend.shutdown().await;
@@ -837,6 +880,18 @@ impl SessionRegistry {
     /// sessions are neither stopped nor reported stopped; the backend stops
     /// observing them and this process records nothing more about them.
     async fn hand_over(&self, grace: Duration) {
+        // A session admitted a moment ago gets its workload first (its pod
+        // created), so the successor has something to adopt; a start that
+        // takes longer than this is cut off as before.
+        let mut starts = self.inner.starts_in_flight.subscribe();
+        let settled = tokio::time::timeout(grace.min(START_SETTLE_ON_HAND_OVER), async {
+            let _ = starts.wait_for(|n| *n == 0).await;
+        })
+        .await
+        .is_ok();
+        if !settled {
+            warn!("sessions still starting when the runner left; they are stopped");
+        }
         let sessions = self.sessions();
         let mut left = 0;
         for session in &sessions {

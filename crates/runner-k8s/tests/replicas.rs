@@ -58,7 +58,11 @@ impl Replica {
         );
         pods.wait_synced().await;
         replicas.wait_synced().await;
-        Replica { replicas, tasks }
+        let replica = Replica { replicas, tasks };
+        replica
+            .until("was ready", |r| r.not_ready_reason().is_none())
+            .await;
+        replica
     }
 
     async fn until(&self, what: &str, condition: impl Fn(&KubeReplicas) -> bool) {

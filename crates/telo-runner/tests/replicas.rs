@@ -689,3 +689,165 @@ async fn any_replica_serves_any_session_through_the_service() {
     drop(install.relay);
     install.sim.shutdown().await;
 }
+
+/// One request of the steady load: retried only after a 503 that says
+/// when (`Retry-After`), as a client is told to.
+async fn with_retries(
+    send: impl Fn() -> reqwest::RequestBuilder,
+    failures: &std::sync::Mutex<Vec<String>>,
+) -> Option<reqwest::Response> {
+    for _ in 0..100 {
+        match send().send().await {
+            Ok(answer)
+                if answer.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                    && answer.headers().contains_key("retry-after") =>
+            {
+                // The client waits as it is told, then tries again.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(answer) => return Some(answer),
+            Err(err) => {
+                failures
+                    .lock()
+                    .unwrap()
+                    .push(format!("request failed: {err}"));
+                return None;
+            }
+        }
+    }
+    failures.lock().unwrap().push("503 for too long".to_owned());
+    None
+}
+
+#[tokio::test]
+async fn a_rolling_restart_under_steady_load_fails_no_request() {
+    let mut install = Installation::start(3).await;
+    let service = install.relay.base();
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let completed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut load = tokio::task::JoinSet::new();
+    for worker in 0..3 {
+        let (service, failures, stop, completed) = (
+            service.clone(),
+            failures.clone(),
+            stop.clone(),
+            completed.clone(),
+        );
+        load.spawn(async move {
+            // A connection per request: the Service spreads connections.
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap();
+            let mut round = 0;
+            while !stop.is_cancelled() {
+                round += 1;
+                let body = test_support::bundle::start_body(
+                    json!({"stdout": [format!("w{worker} r{round}")], "echo": true}),
+                );
+                let Some(created) = with_retries(
+                    || client.post(format!("{service}/v1/sessions")).json(&body),
+                    &failures,
+                )
+                .await
+                else {
+                    continue;
+                };
+                if created.status() != reqwest::StatusCode::CREATED {
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("create: {}", created.status()));
+                    continue;
+                }
+                let id = created.json::<Value>().await.unwrap()["sessionId"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                // Until it runs, as a client polling its status sees it.
+                let deadline = tokio::time::Instant::now() + test_support::WAIT;
+                loop {
+                    let Some(answer) = with_retries(
+                        || client.get(format!("{service}/v1/sessions/{id}")),
+                        &failures,
+                    )
+                    .await
+                    else {
+                        break;
+                    };
+                    if answer.status() != reqwest::StatusCode::OK {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("get {id}: {}", answer.status()));
+                        break;
+                    }
+                    let session: Value = answer.json().await.unwrap();
+                    if session["status"]["kind"] == "running" {
+                        break;
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("{id} never ran: {session}"));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                match with_retries(
+                    || client.delete(format!("{service}/v1/sessions/{id}")),
+                    &failures,
+                )
+                .await
+                {
+                    Some(answer) if answer.status().is_success() => {
+                        completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Some(answer) => {
+                        failures
+                            .lock()
+                            .unwrap()
+                            .push(format!("delete {id}: {}", answer.status()));
+                    }
+                    None => {}
+                }
+            }
+        });
+    }
+    // Each replica in turn is replaced by a new one, as a rolling update
+    // with maxUnavailable 0 does: the new pod first, then the old one
+    // stopped.
+    for index in 0..3 {
+        let id = format!("replica-{}", index + 3);
+        let fresh = spawn(&install.sim, &install.dir, &install.token_file, &id, &[]).await;
+        wait_ready(&fresh.base).await;
+        install.replicas.push(Some(fresh));
+        install.ids.push(id);
+        let old = install.replicas[index].take().unwrap();
+        install.relay.set_targets(
+            install
+                .replicas
+                .iter()
+                .flatten()
+                .map(|replica| address_of(&replica.base))
+                .collect(),
+        );
+        signal(&old, nix::sys::signal::Signal::SIGTERM);
+        let mut old = old;
+        let status = tokio::task::spawn_blocking(move || old.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "{status}");
+    }
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+    let failures = failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(completed.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    drop(install.relay);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}

@@ -87,6 +87,7 @@ impl From<AdmissionError> for ApiError {
             AdmissionError::TooManySessions { .. } => ErrorCode::TooManySessions,
             AdmissionError::TooManyWatchSessions { .. } => ErrorCode::TooManyWatchSessions,
             AdmissionError::QuotaExceeded(refusal) => return Self::Quota(refusal),
+            AdmissionError::ShuttingDown => ErrorCode::ShuttingDown,
         };
         Self::new(code, err.to_string())
     }
@@ -202,15 +203,24 @@ impl IntoResponse for ApiError {
                 }
                 response
             }
-            Self::Json { code, message } => (
-                code.status(),
-                Json(ErrorBody {
-                    error: code.as_str().to_owned(),
-                    message: Some(message),
-                    terms: None,
-                }),
-            )
-                .into_response(),
+            Self::Json { code, message } => {
+                let mut response = (
+                    code.status(),
+                    Json(ErrorBody {
+                        error: code.as_str().to_owned(),
+                        message: Some(message),
+                        terms: None,
+                    }),
+                )
+                    .into_response();
+                if code.is_retry_soon() {
+                    response.headers_mut().insert(
+                        axum::http::header::RETRY_AFTER,
+                        axum::http::HeaderValue::from_static("1"),
+                    );
+                }
+                response
+            }
             Self::Telo(refusal) => {
                 let mut body = json!({ "error": refusal.code(), "message": refusal.to_string() });
                 if let Some(details) = refusal.details() {

@@ -114,6 +114,23 @@ error_codes! {
     /// This replica may not change its sessions now (it has not renewed
     /// its lease); retry.
     ReplicaFenced = "replica_fenced" => SERVICE_UNAVAILABLE,
+    /// The runner is shutting down and takes no new session; retry (another
+    /// replica, or the next runner, takes it).
+    ShuttingDown = "shutting_down" => SERVICE_UNAVAILABLE,
+}
+
+impl ErrorCode {
+    /// Whether a client should simply ask again shortly: these answers
+    /// carry `Retry-After: 1`.
+    pub fn is_retry_soon(self) -> bool {
+        matches!(
+            self,
+            Self::ReplicaUnavailable
+                | Self::SessionMoving
+                | Self::ReplicaFenced
+                | Self::ShuttingDown
+        )
+    }
 }
 
 impl std::fmt::Display for ErrorCode {
@@ -185,6 +202,7 @@ mod tests {
         ("replica_unavailable", 503),
         ("session_moving", 503),
         ("replica_fenced", 503),
+        ("shutting_down", 503),
     ];
 
     #[test]

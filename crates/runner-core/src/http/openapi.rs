@@ -374,7 +374,8 @@ fn operation(path: &str, method: &str) -> Value {
 }
 
 /// The `503`s of a runner with several replicas (additive: a single
-/// replica never answers them).
+/// replica never answers them), and a create's while the runner shuts
+/// down.
 fn replica_errors(path: &str, method: &str, op: &mut Value) {
     let writes = method != "get";
     let session = path.starts_with("/v1/sessions/{id}") || path == "/internal/sessions/{id}/access";
@@ -389,7 +390,7 @@ fn replica_errors(path: &str, method: &str, op: &mut Value) {
             "With several replicas: the replica that holds the session could not be reached (`replica_unavailable`) or the session is moving to another replica (`session_moving`){fenced}; each with `Retry-After: 1`."
         )
     } else if create {
-        "With several replicas: this replica may not create sessions now (`replica_fenced`, with `Retry-After: 1`).".to_owned()
+        "The runner is shutting down and takes no new session (`shutting_down`); with several replicas, this replica may not create sessions now (`replica_fenced`); each with `Retry-After: 1`.".to_owned()
     } else {
         return;
     };
@@ -613,6 +614,7 @@ mod tests {
             "links_not_kept"
         ));
         assert!(describes("/v1/sessions", "post", "replica_fenced"));
+        assert!(describes("/v1/sessions", "post", "shutting_down"));
         assert!(describes(
             "/v1/apps/{name}/sessions",
             "post",

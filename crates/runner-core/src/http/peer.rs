@@ -220,10 +220,21 @@ const HOLDS_PREFIX: &str = "/internal/replica/holds/";
 /// How long a peer may take to say whether it holds a session.
 const HOLDS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Which live peer holds a session no record names yet.
+enum Holder {
+    /// This peer (the session was just created there).
+    Peer(Peer),
+    /// Every live peer said it does not.
+    Nobody,
+    /// Some peer could not be asked (it may be on its way out, handing
+    /// the session over): the client should ask again shortly.
+    Unsure,
+}
+
 /// The live peer that holds `id` though no record names it yet: a session
 /// just created there, whose pod or record is still on its way. Asked of
-/// every live peer at once; `None` when none says so in time.
-async fn holder_among_peers(peers: &Peers, id: &str) -> Option<Peer> {
+/// every live peer at once.
+async fn holder_among_peers(peers: &Peers, id: &str) -> Holder {
     let asks = peers.replicas.peers().into_iter().map(|peer| async move {
         let uri = peer_uri(&peer, &format!("{HOLDS_PREFIX}{id}"))?;
         let mut request = http::Request::get(uri)
@@ -237,9 +248,17 @@ async fn holder_among_peers(peers: &Peers, id: &str) -> Option<Peer> {
             .await
             .ok()?
             .ok()?;
-        (answer.status() == StatusCode::NO_CONTENT).then_some(peer)
+        Some((answer.status() == StatusCode::NO_CONTENT).then_some(peer))
     });
-    join_all(asks).await.into_iter().flatten().next()
+    let answers = join_all(asks).await;
+    if let Some(peer) = answers.iter().flatten().flatten().next() {
+        return Holder::Peer(peer.clone());
+    }
+    if answers.iter().any(Option::is_none) {
+        Holder::Unsure
+    } else {
+        Holder::Nobody
+    }
 }
 
 /// The last address of `X-Forwarded-For`.
@@ -284,8 +303,12 @@ pub(crate) async fn serve_for_owner(
             match peers.replicas.owner(&id) {
                 Owner::Here if from_peer => next.run(request).await,
                 Owner::Here => match holder_among_peers(&peers, &id).await {
-                    Some(peer) => forward(&peers, &peer, request).await,
-                    None => next.run(request).await,
+                    Holder::Peer(peer) => forward(&peers, &peer, request).await,
+                    Holder::Nobody => next.run(request).await,
+                    Holder::Unsure => {
+                        peers.metrics.peer_forward("unavailable");
+                        moving(&id)
+                    }
                 },
                 Owner::Moving { from } => {
                     peers.metrics.peer_forward("moving");
@@ -323,8 +346,9 @@ async fn serve_session_host(
         }
         Owner::Here if from_peer => EdgeRefusal::UnknownSession,
         Owner::Here => match holder_among_peers(peers, &host.session_id).await {
-            Some(peer) => return forward(peers, &peer, request).await,
-            None => EdgeRefusal::UnknownSession,
+            Holder::Peer(peer) => return forward(peers, &peer, request).await,
+            Holder::Nobody => EdgeRefusal::UnknownSession,
+            Holder::Unsure => EdgeRefusal::Starting,
         },
     };
     refusal_response(&refusal, wants_html, Some(host))

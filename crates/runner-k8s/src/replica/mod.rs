@@ -86,6 +86,9 @@ struct State {
     /// When the core was last asked to look again for sessions nobody
     /// live owns.
     orphans_told: Option<Instant>,
+    /// Whether the last look could tell a lapsed peer from a live one
+    /// (this replica renews, its watch of the Leases works).
+    view_is_current: bool,
 }
 
 /// Who gets a session's objects when a replica asks to hold them.
@@ -241,7 +244,11 @@ impl KubeReplicas {
         {
             return Some(reason);
         }
-        (!self.may_act()).then(|| "this replica has not renewed its Lease".to_owned())
+        if !self.may_act() {
+            return Some("this replica has not renewed its Lease".to_owned());
+        }
+        (!lock(&self.state).view_is_current)
+            .then(|| "this replica has not looked at its peers' Leases yet".to_owned())
     }
 
     fn records_of(&self, session_id: &str) -> Vec<Arc<Secret>> {
@@ -261,10 +268,12 @@ impl KubeReplicas {
     /// Whether `replica` is a peer whose Lease is current.
     fn is_alive(&self, replica: &str) -> bool {
         let state = lock(&self.state);
-        state
-            .seen
-            .get(replica)
-            .is_some_and(|seen| seen.at.elapsed() < self.duration)
+        // Without a current view every peer might be alive.
+        !state.view_is_current
+            || state
+                .seen
+                .get(replica)
+                .is_some_and(|seen| seen.at.elapsed() < self.duration)
     }
 
     /// The replica a session's objects name, if any: its watch record's,
@@ -297,9 +306,9 @@ impl KubeReplicas {
     }
 
     /// Asks to hold the session whose object `meta` is (a run pod, a watch
-    /// record): kept when it names this replica, claimed with a write
-    /// conditional on the object's resourceVersion when it names no live
-    /// replica, left alone when it names a live peer. A write refused
+    /// record): claimed with a write conditional on the object's
+    /// resourceVersion when it names this replica or no live one, left
+    /// alone when it names a live peer. A write refused
     /// because the object changed is tried again on what it is now, unless
     /// the change was another replica's claim.
     pub async fn claim<K>(&self, api: &Api<K>, meta: &kube::api::ObjectMeta) -> Claim
@@ -312,10 +321,12 @@ impl KubeReplicas {
         let mut meta = meta.clone();
         for _ in 0..CLAIM_ATTEMPTS {
             let recorded = owner_in(&meta);
-            if recorded.as_deref() == Some(self.id.as_str()) {
-                return Claim::Mine;
-            }
+            // Even an object that names this replica is written (the same
+            // name, conditional on its version): what this replica read
+            // may be from before it was cut off, and a survivor may have
+            // claimed the session since.
             if let Some(owner) = &recorded
+                && *owner != self.id
                 && self.is_alive(owner)
             {
                 return Claim::Theirs;
@@ -334,7 +345,9 @@ impl KubeReplicas {
                 .await
             {
                 Ok(_) => {
-                    info!(object = %name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
+                    if recorded.as_deref() != Some(self.id.as_str()) {
+                        info!(object = %name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
+                    }
                     return Claim::Mine;
                 }
                 Err(err) if is_conflict(&err) => match api.get_opt(&name).await {
@@ -374,6 +387,13 @@ impl KubeReplicas {
     fn look(&self) {
         let now = Instant::now();
         let mut state = lock(&self.state);
+        let acting = self.may_act_at(&state, now);
+        // What this replica sees of the Leases is only as fresh as its own
+        // link to the apiserver: while it cannot renew its own Lease or its
+        // watch of them is failing, a peer's silence says nothing. Every
+        // peer then counts as just seen, so none can lapse until this
+        // replica has watched them, connected, for a whole Lease.
+        let view_is_current = acting && self.lease_cache.read_error().is_none();
         let mut seen = HashMap::new();
         for lease in self.lease_cache.objects() {
             let Some(spec) = &lease.spec else { continue };
@@ -396,7 +416,7 @@ impl KubeReplicas {
                 .cloned()
                 .unwrap_or_default();
             let at = match state.seen.get(&holder) {
-                Some(before) if before.renewed == renewed => before.at,
+                Some(before) if before.renewed == renewed && view_is_current => before.at,
                 _ => now,
             };
             seen.insert(holder, Seen { url, renewed, at });
@@ -404,7 +424,7 @@ impl KubeReplicas {
         let mut lapsed: Vec<String> = state
             .seen
             .keys()
-            .filter(|id| !seen.contains_key(*id))
+            .filter(|id| view_is_current && !seen.contains_key(*id))
             .cloned()
             .chain(
                 seen.iter()
@@ -414,7 +434,7 @@ impl KubeReplicas {
             .collect();
         lapsed.sort();
         state.seen = seen;
-        let acting = self.may_act_at(&state, now);
+        state.view_is_current = view_is_current;
         let newly_lapsed = lapsed.iter().any(|id| !state.lapsed.contains(id));
         let flipped = acting != state.acting;
         let lowest = state
