@@ -198,6 +198,20 @@ async fn until_running(base: &str, id: &str) {
         .await;
 }
 
+/// Reads `socket` to its end, which must be a close frame saying 1001
+/// "going away" (never a dropped connection).
+async fn closed_going_away(socket: &mut ws::Socket) {
+    let frames = ws::read_until_close(socket).await;
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        }),
+        "the socket ended without its close frame"
+    );
+}
+
 fn signal(process: &RunnerProcess, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(process.child.id() as i32);
     nix::sys::signal::kill(pid, signal).unwrap();
@@ -349,14 +363,7 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
 
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
-    let frames = ws::read_until_close(&mut socket).await;
-    assert_eq!(
-        frames.last(),
-        Some(&IoFrame::Close {
-            code: 1001,
-            reason: "going away".into()
-        })
-    );
+    closed_going_away(&mut socket).await;
     // The Lease is deleted on the way out: the peer takes the session over
     // without waiting for it to lapse.
     let owner = install.served_again(&id, 0).await;
@@ -412,15 +419,7 @@ async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops
 
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
-    let frames = ws::read_until_close(&mut socket).await;
-    assert_eq!(
-        frames.last(),
-        Some(&IoFrame::Close {
-            code: 1001,
-            reason: "going away".into()
-        }),
-        "the socket ended without a close frame"
-    );
+    closed_going_away(&mut socket).await;
     // It spews on at its new owner.
     let owner = install.served_again(&id, 0).await;
     let ws_base = install.base(owner).replacen("http", "ws", 1);
@@ -512,14 +511,7 @@ async fn a_replica_cut_off_from_the_apiserver_lets_go_before_its_peer_claims() {
     link.cut();
     // The cut-off replica stops acting: its client is told to reconnect,
     // while the pod still names it (no peer has claimed yet).
-    let frames = ws::read_until_close(&mut socket).await;
-    assert_eq!(
-        frames.last(),
-        Some(&IoFrame::Close {
-            code: 1001,
-            reason: "going away".into()
-        })
-    );
+    closed_going_away(&mut socket).await;
     let pod: Pod = sim.get(NAMESPACE, &format!("telo-run-{id}")).unwrap();
     assert_eq!(
         annotation(&pod, "telo.run/replica"),
