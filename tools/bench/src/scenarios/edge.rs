@@ -474,11 +474,18 @@ struct Small {
     latency: Samples,
     requests: usize,
     busy: Duration,
+    /// The proxy's CPU seconds (user and system) over the timed turns.
+    cpu_s: f64,
 }
 
 impl Small {
     fn per_second(&self) -> f64 {
         self.requests as f64 / self.busy.as_secs_f64().max(1e-9)
+    }
+
+    /// The proxy's CPU time per request, in µs.
+    fn cpu_us_per_request(&self) -> f64 {
+        self.cpu_s * 1e6 / (self.requests.max(1) as f64)
     }
 }
 
@@ -486,6 +493,7 @@ impl Small {
 /// rounds taking the paths in turn.
 async fn small_level(
     paths: &[Route],
+    proxies: &[Proxy<'_>],
     clients: usize,
     per_client: usize,
 ) -> anyhow::Result<Vec<Small>> {
@@ -518,6 +526,7 @@ async fn small_level(
                 anyhow::Ok(())
             }))
             .await?;
+            let cpu_before = proxies[i].cpu_seconds()?;
             let began = Instant::now();
             let samples = try_join_all(senders[i].iter_mut().map(|sender| async move {
                 let mut took = Vec::with_capacity(per_round);
@@ -529,6 +538,7 @@ async fn small_level(
             }))
             .await?;
             figures[i].busy += began.elapsed();
+            figures[i].cpu_s += proxies[i].cpu_seconds()? - cpu_before;
             for us in samples.into_iter().flatten() {
                 figures[i].latency.push(us);
                 figures[i].requests += 1;
@@ -855,7 +865,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             format!("{clients} clients")
         };
         let per_client = (requests / clients).max(ROUNDS);
-        let figures = small_level(&paths, clients, per_client).await?;
+        let figures = small_level(&paths, &proxies, clients, per_client).await?;
         let direct = &figures[0];
         let (d50, d99) = (
             direct.latency.percentile(50.0),
@@ -882,6 +892,17 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.row(
             format!("GET /small, {who}: p50 / p99 ms ({})", names.join("; ")),
             lat.join("; "),
+        );
+        report.row(
+            format!(
+                "GET /small, {who}: proxy CPU µs per request ({})",
+                names[1..].join(" / ")
+            ),
+            figures[1..]
+                .iter()
+                .map(|f| format!("{:.1}", f.cpu_us_per_request()))
+                .collect::<Vec<_>>()
+                .join(" / "),
         );
         let added: Vec<(i64, i64)> = figures[1..]
             .iter()
@@ -910,6 +931,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 "latency": f.latency.json(),
             });
             if i > 0 {
+                entry["proxy_cpu_us_per_request"] = json!(f.cpu_us_per_request());
                 entry["added_p50_us"] = json!(added[i - 1].0);
                 entry["added_p99_us"] = json!(added[i - 1].1);
             }
