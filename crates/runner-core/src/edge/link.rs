@@ -10,9 +10,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, Sleep};
@@ -207,19 +208,58 @@ fn wake(state: &mut State) {
     }
 }
 
+/// Passes of one [`Linked::poll`] over the client connection and its
+/// upstream connections while they keep waking each other; past it the
+/// task yields.
+const MAX_PASSES: usize = 32;
+
+/// The waker the client connection and its upstream connections are
+/// polled with. A wake while [`Linked`] is polling them (one of them
+/// handing a request, a response or a body chunk to another) only asks
+/// for one more pass: going through the scheduler for it would put the
+/// task back on the run queue and wake an idle worker to steal it. Any
+/// other wake (a socket's readiness, a timer, another task) wakes the
+/// task.
+struct PassWaker {
+    task: AtomicWaker,
+    polling: AtomicBool,
+    woken: AtomicBool,
+}
+
+impl Wake for PassWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
+}
+
 /// A client connection, with the upstream connections of its [`EdgeLink`]
 /// polled on the same task. It ends when the client connection ends, and
 /// the upstream connections are closed then.
 pub struct Linked<F> {
     downstream: Pin<Box<F>>,
-    link: Option<EdgeLink>,
+    link: Option<(EdgeLink, Arc<PassWaker>, Waker)>,
 }
 
 impl<F: Future> Linked<F> {
     pub fn new(downstream: F, link: Option<EdgeLink>) -> Self {
         Self {
             downstream: Box::pin(downstream),
-            link,
+            link: link.map(|link| {
+                let passes = Arc::new(PassWaker {
+                    task: AtomicWaker::new(),
+                    polling: AtomicBool::new(false),
+                    woken: AtomicBool::new(false),
+                });
+                let waker = Waker::from(passes.clone());
+                (link, passes, waker)
+            }),
         }
     }
 
@@ -234,20 +274,37 @@ impl<F: Future> Future for Linked<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        // The apps' answers are read first, for the client connection to
-        // pass them on; then the requests it made are written.
-        if let Some(link) = &this.link {
-            link.poll_upstreams(cx);
+        let Some((link, passes, waker)) = &this.link else {
+            return this.downstream.as_mut().poll(cx);
+        };
+        passes.task.register(cx.waker());
+        passes.polling.store(true, Ordering::SeqCst);
+        let mut inner = Context::from_waker(waker);
+        let mut polled = Poll::Pending;
+        for _ in 0..MAX_PASSES {
+            passes.woken.store(false, Ordering::SeqCst);
+            // The apps' answers are read first, for the client connection
+            // to pass them on; then the requests it made are written.
+            link.poll_upstreams(&mut inner);
+            polled = this.downstream.as_mut().poll(&mut inner);
+            if polled.is_ready() {
+                break;
+            }
+            link.poll_upstreams(&mut inner);
+            if !passes.woken.load(Ordering::SeqCst) {
+                break;
+            }
         }
-        let polled = this.downstream.as_mut().poll(cx);
+        passes.polling.store(false, Ordering::SeqCst);
         if polled.is_ready() {
-            if let Some(link) = this.link.take() {
+            if let Some((link, ..)) = this.link.take() {
                 link.close();
             }
             return polled;
         }
-        if let Some(link) = &this.link {
-            link.poll_upstreams(cx);
+        // Woken during the last pass (or from elsewhere while it ran).
+        if passes.woken.load(Ordering::SeqCst) {
+            cx.waker().wake_by_ref();
         }
         Poll::Pending
     }
@@ -255,7 +312,7 @@ impl<F: Future> Future for Linked<F> {
 
 impl<F> Drop for Linked<F> {
     fn drop(&mut self) {
-        if let Some(link) = self.link.take() {
+        if let Some((link, ..)) = self.link.take() {
             link.close();
         }
     }
