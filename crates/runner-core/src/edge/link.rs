@@ -317,3 +317,89 @@ impl<F> Drop for Linked<F> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Wakes itself on each of its first `passes` polls, then is done.
+    struct SelfWaking {
+        polls: usize,
+        passes: usize,
+    }
+
+    impl Future for SelfWaking {
+        type Output = usize;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            self.polls += 1;
+            if self.polls > self.passes {
+                return Poll::Ready(self.polls);
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[derive(Default)]
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn wakes_while_polling_take_another_pass_not_the_scheduler() {
+        let task = Arc::new(CountingWaker::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let link = EdgeLink::new(Duration::from_secs(1));
+        let mut linked = Linked::new(
+            SelfWaking {
+                polls: 0,
+                passes: 5,
+            },
+            Some(link.clone()),
+        );
+        assert_eq!(Pin::new(&mut linked).poll(&mut cx), Poll::Ready(6));
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+        // The client connection ended: nothing more is kept.
+        assert!(lock(&link.shared.state).closed);
+
+        // One that keeps waking itself has the task yield.
+        let mut linked = Linked::new(
+            SelfWaking {
+                polls: 0,
+                passes: usize::MAX,
+            },
+            Some(EdgeLink::new(Duration::from_secs(1))),
+        );
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert_eq!(linked.downstream.polls, MAX_PASSES);
+    }
+
+    #[test]
+    fn without_a_link_the_connection_is_polled_as_it_is() {
+        let task = Arc::new(CountingWaker::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut linked = Linked::new(
+            SelfWaking {
+                polls: 0,
+                passes: 1,
+            },
+            None,
+        );
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert_eq!(Pin::new(&mut linked).poll(&mut cx), Poll::Ready(2));
+    }
+}
