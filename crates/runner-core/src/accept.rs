@@ -312,10 +312,13 @@ pub async fn serve_with_edge(
             }
         };
         let shed = ticket.shed().clone();
+        // The edge's connections to the apps this client asks for, polled
+        // on the client connection's task.
+        let link = edge.as_ref().map(crate::edge::Edge::link);
         let service = per_connection(
             router.clone(),
             peer,
-            edge.clone(),
+            edge.clone().zip(link.clone()),
             proxied.then(|| Proxied {
                 ticket: ticket.clone(),
                 proxies: limits.trusted_proxies.clone(),
@@ -323,22 +326,24 @@ pub async fn serve_with_edge(
                 refused: counters.client_full.clone(),
             }),
         );
-        let connection = http
-            .serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
-            .with_upgrades();
+        let connection = crate::edge::Linked::new(
+            http.serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
+                .with_upgrades(),
+            link,
+        );
         let closing = closing.clone();
         tasks.spawn(async move {
             // A connection error is the peer's business (reset, timed out
             // headers, a malformed request hyper already answered).
-            tokio::pin!(connection);
+            let mut connection = connection;
             tokio::select! {
-                _ = connection.as_mut() => {}
+                _ = &mut connection => {}
                 // Shed for a newer connection: it has sent nothing, so
                 // there is nothing to answer.
                 () = shed.cancelled() => {}
                 () = closing.cancelled() => {
                     // Finish the request in flight, take no other.
-                    connection.as_mut().graceful_shutdown();
+                    connection.downstream().graceful_shutdown();
                     let _ = connection.await;
                 }
             }
@@ -381,7 +386,7 @@ struct Proxied {
 fn per_connection(
     router: Router,
     peer: SocketAddr,
-    edge: Option<crate::edge::Edge>,
+    edge: Option<(crate::edge::Edge, crate::edge::EdgeLink)>,
     proxied: Option<Proxied>,
 ) -> TowerToHyperService<
     impl tower::Service<
@@ -413,15 +418,15 @@ fn per_connection(
         // is refused there and never reaches the API either.
         let routed = edge
             .as_ref()
-            .map(|edge| (edge.clone(), edge.base().route(&request)));
+            .map(|(edge, link)| ((edge.clone(), link.clone()), edge.base().route(&request)));
         async move {
             if let Some(response) = refused {
                 return Ok(response);
             }
             match routed {
-                Some((edge, Ok(Some(host)))) if edge.serves_here(&host) => {
-                    Ok(edge.forward(host, request, peer, false).await)
-                }
+                Some(((edge, link), Ok(Some(host)))) if edge.serves_here(&host) => Ok(edge
+                    .forward_on(Some(&link), host, request, peer, false)
+                    .await),
                 // Another replica holds the session: the router's replica
                 // layer forwards the request to it.
                 Some((_, Ok(Some(host)))) => {

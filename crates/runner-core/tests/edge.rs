@@ -1,6 +1,7 @@
 //! The session edge end to end: a test server routes by `Host` with
-//! `PreviewBase::route` and forwards with `Edge::forward` to small upstream
-//! apps on loopback, which count what reaches them.
+//! `PreviewBase::route` and forwards with `Edge::forward_on` (each client
+//! connection linked, as the runner serves) to small upstream apps on
+//! loopback, which count what reaches them.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -21,11 +22,12 @@ use futures_util::{SinkExt as _, StreamExt as _, stream};
 use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use runner_core::edge::{
-    AccessPolicy, Edge, EdgeConfig, EdgeRefusal, EdgeResolver, Pass, PassKind, PreviewAccess,
-    PreviewBase, SessionHost, Signer, prefers_html, refusal_response, unix_now,
+    AccessPolicy, Edge, EdgeConfig, EdgeRefusal, EdgeResolver, Linked, Pass, PassKind,
+    PreviewAccess, PreviewBase, SessionHost, Signer, prefers_html, refusal_response, unix_now,
 };
 use runner_core::reach::Reach;
 use sha2::{Digest as _, Sha256};
@@ -54,6 +56,8 @@ fn session_host_header(port: u16, id: &str) -> String {
 struct Upstream {
     address: SocketAddr,
     connections: Arc<AtomicUsize>,
+    /// Connections open now.
+    open: Arc<AtomicUsize>,
     requests: Arc<AtomicUsize>,
     events: Arc<Mutex<Option<mpsc::Receiver<Bytes>>>>,
     _tasks: JoinSet<()>,
@@ -161,11 +165,13 @@ impl Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(AtomicUsize::new(0));
         let events = Arc::new(Mutex::new(None));
         let router = app(events.clone());
         let mut tasks = JoinSet::new();
         let (count_connections, count_requests) = (connections.clone(), requests.clone());
+        let count_open = open.clone();
         tasks.spawn(async move {
             let mut connections = JoinSet::new();
             loop {
@@ -173,6 +179,8 @@ impl Upstream {
                     continue;
                 };
                 count_connections.fetch_add(1, Ordering::SeqCst);
+                count_open.fetch_add(1, Ordering::SeqCst);
+                let open = count_open.clone();
                 let router = router.clone();
                 let requests = count_requests.clone();
                 let service = TowerToHyperService::new(tower::service_fn(
@@ -186,12 +194,14 @@ impl Upstream {
                         .serve_connection(TokioIo::new(tcp), service)
                         .with_upgrades()
                         .await;
+                    open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
         Self {
             address,
             connections,
+            open,
             requests,
             events,
             _tasks: tasks,
@@ -200,6 +210,17 @@ impl Upstream {
 
     fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// Returns once exactly `n` of its connections are open.
+    async fn until_open(&self, n: usize) {
+        while self.open.load(Ordering::SeqCst) != n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -308,11 +329,19 @@ impl EdgeServer {
                     continue;
                 };
                 let edge = serving.clone();
+                // As the runner serves: the upstream connections of each
+                // client connection polled on its task.
+                let link = edge.link();
+                let service_link = link.clone();
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let edge = edge.clone();
+                    let link = service_link.clone();
                     async move {
                         let response = match edge.base().route(&request) {
-                            Ok(Some(host)) => edge.forward(host, request, peer, false).await,
+                            Ok(Some(host)) => {
+                                edge.forward_on(Some(&link), host, request, peer, false)
+                                    .await
+                            }
                             Ok(None) => Response::new(Body::from("the api")),
                             Err(refusal) => {
                                 refusal_response(&refusal, prefers_html(request.headers()), None)
@@ -322,9 +351,11 @@ impl EdgeServer {
                     }
                 });
                 connections.spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-                        .await;
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
+                    let _ = Linked::new(connection, Some(link)).await;
                 });
             }
         });
@@ -367,14 +398,25 @@ impl Clients {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let mut sender = self.connect(edge).await;
+        sender.send_request(request).await.unwrap()
+    }
+
+    /// A keep-alive connection to the edge, closed when the sender is
+    /// dropped.
+    async fn connect<B>(&mut self, edge: SocketAddr) -> SendRequest<B>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let tcp = TcpStream::connect(edge).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await
             .unwrap();
         self.tasks.spawn(async move {
             let _ = connection.await;
         });
-        sender.send_request(request).await.unwrap()
+        sender
     }
 
     async fn get(&mut self, edge: SocketAddr, host: &str, path: &str) -> Response<Incoming> {
@@ -1403,6 +1445,244 @@ async fn an_open_connection_through_the_edge_keeps_its_session_in_use() {
         server.edge.until_idle(ID).await;
         assert_eq!(in_use(), 0, "let go with the socket");
         server.edge.shutdown().await;
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// A client connection's own upstream connections
+
+fn get_request(host: &str, path: &str) -> Request<Empty<Bytes>> {
+    Request::get(path)
+        .header(header::HOST, host)
+        .body(Empty::new())
+        .unwrap()
+}
+
+async fn get_on(
+    sender: &mut SendRequest<Empty<Bytes>>,
+    host: &str,
+    path: &str,
+) -> Response<Incoming> {
+    sender.ready().await.unwrap();
+    sender.send_request(get_request(host, path)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_kept_client_connection_keeps_one_upstream_connection_and_closes_it() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let host = session_host_header(8845, ID);
+        let mut clients = Clients::default();
+        let mut sender = clients.connect(server.address).await;
+        for _ in 0..20 {
+            let response = get_on(&mut sender, &host, "/hello").await;
+            assert_eq!(text(response).await, "hello from upstream");
+        }
+        assert_eq!(upstream.requests(), 20);
+        // The first request's pooled connection, and the client
+        // connection's own for the rest.
+        assert_eq!(upstream.connections(), 2);
+        // Closing the client connection closes its own; the pool's stays.
+        drop(sender);
+        upstream.until_open(1).await;
+        server.edge.until_idle(ID).await;
+        // Another client connection is served as well.
+        let response = clients.get(server.address, &host, "/hello").await;
+        assert_eq!(text(response).await, "hello from upstream");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_app_that_closes_a_kept_connection_between_requests_is_dialed_again() {
+    within(async {
+        // Answers one request per connection, then closes it without
+        // saying so (as an app's idle timeout does).
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        let mut app = JoinSet::new();
+        app.spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut buf = [0_u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
+        let server = EdgeServer::start([(host(8845, ID), Ok(address))], quick()).await;
+        let host = session_host_header(8845, ID);
+        let mut clients = Clients::default();
+        let mut sender = clients.connect(server.address).await;
+        for _ in 0..4 {
+            let response = get_on(&mut sender, &host, "/hello").await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(text(response).await, "ok");
+            // The app's close arrives before the next request.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+type Streamed = StreamBody<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Frame<Bytes>>> + Send>>,
+>;
+
+fn streamed(
+    frames: impl futures_util::Stream<Item = io::Result<Frame<Bytes>>> + Send + 'static,
+) -> Streamed {
+    StreamBody::new(Box::pin(frames))
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways_on_a_kept_client_connection() {
+    within(async {
+        const CHUNKS: usize = 256; // 16 MiB
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start(
+            [(host(8845, ID), Ok(upstream.address))],
+            EdgeConfig::default(),
+        )
+        .await;
+        let host = session_host_header(8845, ID);
+        let tcp = TcpStream::connect(server.address).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake::<_, Streamed>(TokioIo::new(tcp))
+                .await
+                .unwrap();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            let _ = connection.await;
+        });
+        let expected = expected_hash(CHUNKS);
+        for round in 0..3 {
+            // Each chunk is made as the edge asks for it.
+            let frames = stream::iter(0..CHUNKS).then(|i| async move {
+                tokio::task::yield_now().await;
+                Ok::<_, io::Error>(Frame::data(chunk(i)))
+            });
+            let request = Request::post("/upload")
+                .header(header::HOST, &host)
+                .body(streamed(frames))
+                .unwrap();
+            sender.ready().await.unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "round {round}");
+            assert_eq!(
+                text(response).await,
+                format!("{} {expected}", CHUNKS * CHUNK)
+            );
+
+            let request = Request::get(format!("/download/{CHUNKS}"))
+                .header(header::HOST, &host)
+                .body(streamed(stream::empty()))
+                .unwrap();
+            sender.ready().await.unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let mut body = response.into_body();
+            let mut hash = Sha256::new();
+            let mut total = 0;
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    total += data.len();
+                    hash.update(&data);
+                }
+            }
+            assert_eq!(total, CHUNKS * CHUNK);
+            assert_eq!(hex::encode(hash.finalize()), expected);
+        }
+        assert_eq!(upstream.requests(), 6);
+        assert_eq!(upstream.connections(), 2);
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_kept_client_connection_gets_the_same_timeouts_and_refusals() {
+    within(async {
+        // Accepts connections and never answers.
+        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_address = silent.local_addr().unwrap();
+        let mut held = JoinSet::new();
+        held.spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((tcp, _)) = silent.accept().await {
+                open.push(tcp);
+            }
+        });
+        let closed = {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            listener.local_addr().unwrap()
+        };
+        let server = EdgeServer::start(
+            [
+                (host(8845, ID), Ok(silent_address)),
+                (host(8846, ID), Ok(closed)),
+            ],
+            quick(),
+        )
+        .await;
+        let mut clients = Clients::default();
+        let mut sender = clients.connect(server.address).await;
+        for _ in 0..3 {
+            let started = Instant::now();
+            let response = get_on(&mut sender, &session_host_header(8845, ID), "/hello").await;
+            assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+            assert!(started.elapsed() < Duration::from_secs(10));
+            let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+            assert_eq!(body["error"], "upstream_timeout");
+
+            let response = get_on(&mut sender, &session_host_header(8846, ID), "/hello").await;
+            assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+            let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+            assert_eq!(body["error"], "port_not_listening");
+        }
+        server.edge.until_idle(ID).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_kept_client_connections_idle_upstream_is_closed_after_the_idle_timeout() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let config = EdgeConfig {
+            idle_timeout: Duration::from_millis(300),
+            ..quick()
+        };
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], config).await;
+        let host = session_host_header(8845, ID);
+        let mut clients = Clients::default();
+        let mut sender = clients.connect(server.address).await;
+        for _ in 0..3 {
+            let response = get_on(&mut sender, &host, "/hello").await;
+            assert_eq!(text(response).await, "hello from upstream");
+        }
+        assert_eq!(upstream.connections(), 2);
+        // The client connection stays open; both idle upstream connections
+        // (the pool's and its own) are closed.
+        let waited = Instant::now();
+        upstream.until_open(0).await;
+        assert!(waited.elapsed() < Duration::from_secs(10));
+        let response = get_on(&mut sender, &host, "/hello").await;
+        assert_eq!(text(response).await, "hello from upstream");
+        assert_eq!(upstream.connections(), 3);
     })
     .await;
 }

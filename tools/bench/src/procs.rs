@@ -145,6 +145,11 @@ impl Proc {
         cpu_seconds_of(self.pid)
     }
 
+    /// Context switches of all its threads so far.
+    pub fn context_switches(&self) -> anyhow::Result<u64> {
+        context_switches_of(self.pid)
+    }
+
     /// SIGKILL: the process ends at once, without a word to anyone.
     pub fn kill(self) -> anyhow::Result<()> {
         let pid = i32::try_from(self.pid)?;
@@ -168,6 +173,28 @@ impl Proc {
             }
         }
     }
+}
+
+/// Context switches (voluntary and not) of all a process's threads, from
+/// `/proc/<pid>/task/*/status`: each time a thread went to sleep, or was
+/// put off the CPU. Steadier than CPU time on a busy machine.
+pub fn context_switches_of(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            // A thread that exited since the listing.
+            continue;
+        };
+        total += status
+            .lines()
+            .filter_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .filter_map(|value| value.trim().parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 /// User + system CPU seconds of a process, from `/proc/<pid>/stat`.

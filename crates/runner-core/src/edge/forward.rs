@@ -1,6 +1,7 @@
-//! The forwarder: one pooled HTTP/1.1 client to the sessions' apps, bodies
-//! streamed both ways, upgrades spliced, and a bound on what one session
-//! may hold open.
+//! The forwarder: HTTP/1.1 to the sessions' apps, over a kept client
+//! connection's own upstream connections ([`super::link`]) or else one
+//! pooled client; bodies streamed both ways, upgrades spliced, and a bound
+//! on what one session may hold open.
 
 use std::collections::HashMap;
 use std::error::Error as _;
@@ -26,6 +27,7 @@ use super::access::AccessPolicy;
 use super::admit::{Admission, admit};
 use super::connector::Connector;
 use super::headers::{check_framing, request_host, strip_hop_by_hop, upgrade_protocol};
+use super::link::{AppKey, EdgeLink};
 use super::refusal::{prefers_html, refusal_response};
 use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, PreviewBase, SessionHost};
@@ -183,8 +185,29 @@ impl Edge {
         client: SocketAddr,
         tls: bool,
     ) -> Response<Body> {
+        self.forward_on(None, host, request, client, tls).await
+    }
+
+    /// The upstream connections of one client connection, to be polled
+    /// with it ([`super::Linked`]).
+    pub fn link(&self) -> EdgeLink {
+        EdgeLink::new(self.inner.config.idle_timeout)
+    }
+
+    /// [`Self::forward`] on the client connection that `link` is of: the
+    /// request goes over one of its own upstream connections (an upgrade
+    /// over the pooled client), so that the exchange stays on that
+    /// connection's task. Without a link, the pooled client.
+    pub async fn forward_on(
+        &self,
+        link: Option<&EdgeLink>,
+        host: SessionHost,
+        request: Request<Incoming>,
+        client: SocketAddr,
+        tls: bool,
+    ) -> Response<Body> {
         let wants_html = prefers_html(request.headers());
-        match self.try_forward(&host, request, client, tls).await {
+        match self.try_forward(link, &host, request, client, tls).await {
             Ok(response) => response,
             Err(refusal) => {
                 debug!(session = %host.session_id, port = host.port, ?refusal, "edge refused a request");
@@ -193,8 +216,57 @@ impl Edge {
         }
     }
 
+    /// Sends `request` to `upstream` over one of `link`'s connections: an
+    /// idle one to the same app, or a new one. A request that an idle
+    /// connection closed before taking is sent again on another.
+    async fn send_on(
+        &self,
+        link: &EdgeLink,
+        upstream: &super::Upstream,
+        mut request: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, EdgeRefusal> {
+        let key = AppKey::of(&upstream.reach, upstream.port);
+        while let Some(mut sender) = link.take(key) {
+            match sender.try_send_request(request).await {
+                Ok(response) => {
+                    link.put(key, sender);
+                    return Ok(response);
+                }
+                Err(mut err) => match err.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => {
+                        debug!(error = %err.error(), "the exchange with a session's app failed");
+                        return Err(EdgeRefusal::UpstreamFailed);
+                    }
+                },
+            }
+        }
+        let connecting = upstream.reach.connect(upstream.port);
+        let stream = match tokio::time::timeout(self.inner.config.connect_timeout, connecting).await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => return Err(classify_connect(&err)),
+            Err(_) => return Err(EdgeRefusal::Timeout),
+        };
+        let mut sender = link.open(TokioIo::new(stream)).await.map_err(|err| {
+            debug!(error = %err, "the handshake with a session's app failed");
+            EdgeRefusal::UpstreamFailed
+        })?;
+        match sender.send_request(request).await {
+            Ok(response) => {
+                link.put(key, sender);
+                Ok(response)
+            }
+            Err(err) => {
+                debug!(error = %err, "the exchange with a session's app failed");
+                Err(EdgeRefusal::UpstreamFailed)
+            }
+        }
+    }
+
     async fn try_forward(
         &self,
+        link: Option<&EdgeLink>,
         host: &SessionHost,
         mut request: Request<Incoming>,
         client: SocketAddr,
@@ -218,10 +290,18 @@ impl Edge {
             Admission::Answer(response) => return Ok(response),
             Admission::Forward => {}
         }
-        let target = match request.uri().path_and_query() {
-            Some(target) if target.as_str().starts_with('/') => target.as_str().to_owned(),
+        // Origin-form, as a connection of the link takes it (`None`: the
+        // request's own already is).
+        let origin = match request.uri().path_and_query() {
+            Some(target) if target.as_str().starts_with('/') => {
+                if request.uri().scheme().is_none() && request.uri().authority().is_none() {
+                    None
+                } else {
+                    Some(Uri::from(target.clone()))
+                }
+            }
             Some(_) => return Err(EdgeRefusal::BadRequest("a target of * is not forwarded")),
-            None => "/".to_owned(),
+            None => Some(Uri::from_static("/")),
         };
         let guard = Slots::acquire(
             &self.inner.slots,
@@ -242,19 +322,34 @@ impl Edge {
             resolving.await?
         };
         let hold = self.inner.resolver.hold(host);
-        let authority = self
-            .inner
-            .connector
-            .authority(&upstream.reach, upstream.port);
-        let uri: Uri = format!("http://{authority}{target}")
-            .parse()
-            .map_err(|_| EdgeRefusal::BadRequest("the request target is not a valid path"))?;
+        // An upgrade goes through the pooled client, which hands over the
+        // upgraded connection for the splice.
+        let link = link.filter(|link| link.reused() && !upgrading);
+        let uri = match link {
+            Some(_) => origin,
+            None => {
+                let authority = self
+                    .inner
+                    .connector
+                    .authority(&upstream.reach, upstream.port);
+                let target = request.uri().path_and_query().map_or("/", |t| t.as_str());
+                Some(
+                    format!("http://{authority}{target}")
+                        .parse::<Uri>()
+                        .map_err(|_| {
+                            EdgeRefusal::BadRequest("the request target is not a valid path")
+                        })?,
+                )
+            }
+        };
         let original_host = request_host(&request);
         let upgrade = upgrade_protocol(request.headers());
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
 
         let (mut parts, body) = request.into_parts();
-        parts.uri = uri;
+        if let Some(uri) = uri {
+            parts.uri = uri;
+        }
         parts.version = Version::HTTP_11;
         // The client connection's own (its address, its upgrade) stay here.
         parts.extensions = http::Extensions::new();
@@ -295,9 +390,18 @@ impl Edge {
 
         let (sent_tx, sent_rx) = oneshot::channel();
         let body = RequestBody::new(body, sent_tx);
-        let sending = self.inner.client.request(Request::from_parts(parts, body));
-        let mut response =
-            await_response(sending, sent_rx, self.inner.config.response_header_timeout).await?;
+        let request = Request::from_parts(parts, body);
+        let timeout = self.inner.config.response_header_timeout;
+        let mut response = match link {
+            Some(link) => {
+                let sending = self.send_on(link, &upstream, request);
+                await_response(sending, sent_rx, timeout).await?
+            }
+            None => {
+                let sending = self.inner.client.request(request);
+                await_response(async { sending.await.map_err(classify) }, sent_rx, timeout).await?
+            }
+        };
 
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client_upgrade) = client_upgrade else {
@@ -359,23 +463,32 @@ pub(crate) fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<Str
 /// body is still being sent (an upload takes as long as it takes), then at
 /// most `timeout`.
 pub(crate) async fn await_response(
-    sending: impl Future<Output = Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+    sending: impl Future<Output = Result<Response<Incoming>, EdgeRefusal>>,
     sent: oneshot::Receiver<()>,
     timeout: Duration,
 ) -> Result<Response<Incoming>, EdgeRefusal> {
     tokio::pin!(sending);
     tokio::select! {
-        result = &mut sending => return result.map_err(classify),
+        result = &mut sending => return result,
         _ = sent => {}
     }
     match tokio::time::timeout(timeout, sending).await {
-        Ok(result) => result.map_err(classify),
+        Ok(result) => result,
         Err(_) => Err(EdgeRefusal::Timeout),
     }
 }
 
+/// What a failed connection to an app means to its client.
+fn classify_connect(err: &io::Error) -> EdgeRefusal {
+    if err.kind() == io::ErrorKind::TimedOut {
+        EdgeRefusal::Timeout
+    } else {
+        EdgeRefusal::NotListening
+    }
+}
+
 /// What a failed exchange with an app means to its client.
-fn classify(err: hyper_util::client::legacy::Error) -> EdgeRefusal {
+pub(crate) fn classify(err: hyper_util::client::legacy::Error) -> EdgeRefusal {
     if !err.is_connect() {
         debug!(error = ?err, "the exchange with a session's app failed");
         return EdgeRefusal::UpstreamFailed;

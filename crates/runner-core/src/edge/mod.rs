@@ -4,10 +4,11 @@
 //!
 //! [`PreviewBase::session_host`] tells the two apart (a malformed host under
 //! the base is refused with 421, never forwarded); [`Edge::forward`] is a
-//! reverse proxy over one pooled HTTP/1.1 client: bodies streamed both ways,
-//! upgrades (WebSocket) spliced, hop-by-hop headers dropped,
-//! `X-Forwarded-*` added, ambiguous framing refused, and each session
-//! bounded in what it may hold open. It sends a request only to the address
+//! reverse proxy over HTTP/1.1 (a kept client connection's own upstream
+//! connections, polled on its task by [`Linked`], or else one pooled
+//! client): bodies streamed both ways, upgrades (WebSocket) spliced,
+//! hop-by-hop headers dropped, `X-Forwarded-*` added, ambiguous framing
+//! refused, and each session bounded in what it may hold open. It sends a request only to the address
 //! an [`EdgeResolver`] gives for the session and port, whatever the
 //! request's target says.
 
@@ -18,6 +19,7 @@ mod connector;
 mod forward;
 mod headers;
 mod host;
+mod link;
 mod refusal;
 mod resolver;
 
@@ -33,12 +35,13 @@ pub use config::{
 };
 pub use forward::{Edge, EdgeConfig};
 pub(crate) use forward::{
-    RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response, joined,
-    splice,
+    RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response, classify,
+    joined, splice,
 };
 pub use headers::request_host;
 pub(crate) use headers::{check_framing, strip_hop_by_hop, upgrade_protocol};
 pub use host::{PreviewBase, Scheme, SessionHost};
+pub use link::{EdgeLink, Linked};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
 pub use resolver::{EdgeResolver, Upstream};
 

@@ -474,6 +474,7 @@ async fn forward(peers: &Peers, peer: &Peer, mut request: Request) -> Response {
     let (sent_tx, sent_rx) = oneshot::channel();
     let body = RequestBody::new(body, sent_tx);
     let sending = peers.client.request(http::Request::from_parts(parts, body));
+    let sending = async { sending.await.map_err(crate::edge::classify) };
     let mut response = match await_response(sending, sent_rx, RESPONSE_HEADER_TIMEOUT).await {
         Ok(response) => response,
         Err(refusal) => {

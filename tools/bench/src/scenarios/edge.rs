@@ -73,7 +73,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::clients::{self, STEP, Sse};
-use crate::procs::{BackendKind, Stack, cpu_seconds_of, free_port};
+use crate::procs::{BackendKind, Stack, context_switches_of, cpu_seconds_of, free_port};
 use crate::report::{Report, Samples, mib};
 use crate::scenarios::Ctx;
 
@@ -379,6 +379,10 @@ impl Nginx {
         self.workers().into_iter().map(rss_of).sum()
     }
 
+    fn context_switches(&self) -> anyhow::Result<u64> {
+        self.workers().into_iter().map(context_switches_of).sum()
+    }
+
     /// SIGTERM (a fast shutdown: the workers exit first), then the master
     /// is reaped; SIGKILL for all of them after a grace period.
     async fn stop(mut self) -> anyhow::Result<()> {
@@ -442,6 +446,14 @@ impl Proxy<'_> {
         }
     }
 
+    fn context_switches(&self) -> anyhow::Result<u64> {
+        match self {
+            Proxy::None => Ok(0),
+            Proxy::Runner(stack) => stack.runner.context_switches(),
+            Proxy::Nginx(nginx) => nginx.context_switches(),
+        }
+    }
+
     fn rss_bytes(&self) -> anyhow::Result<u64> {
         match self {
             Proxy::None => Ok(0),
@@ -474,11 +486,24 @@ struct Small {
     latency: Samples,
     requests: usize,
     busy: Duration,
+    /// The proxy's CPU seconds (user and system) over the timed turns.
+    cpu_s: f64,
+    /// The proxy's context switches over the timed turns.
+    switches: u64,
 }
 
 impl Small {
     fn per_second(&self) -> f64 {
         self.requests as f64 / self.busy.as_secs_f64().max(1e-9)
+    }
+
+    /// The proxy's CPU time per request, in µs.
+    fn cpu_us_per_request(&self) -> f64 {
+        self.cpu_s * 1e6 / (self.requests.max(1) as f64)
+    }
+
+    fn switches_per_request(&self) -> f64 {
+        self.switches as f64 / (self.requests.max(1) as f64)
     }
 }
 
@@ -486,6 +511,7 @@ impl Small {
 /// rounds taking the paths in turn.
 async fn small_level(
     paths: &[Route],
+    proxies: &[Proxy<'_>],
     clients: usize,
     per_client: usize,
 ) -> anyhow::Result<Vec<Small>> {
@@ -518,6 +544,8 @@ async fn small_level(
                 anyhow::Ok(())
             }))
             .await?;
+            let cpu_before = proxies[i].cpu_seconds()?;
+            let switches_before = proxies[i].context_switches()?;
             let began = Instant::now();
             let samples = try_join_all(senders[i].iter_mut().map(|sender| async move {
                 let mut took = Vec::with_capacity(per_round);
@@ -529,6 +557,10 @@ async fn small_level(
             }))
             .await?;
             figures[i].busy += began.elapsed();
+            figures[i].cpu_s += proxies[i].cpu_seconds()? - cpu_before;
+            figures[i].switches += proxies[i]
+                .context_switches()?
+                .saturating_sub(switches_before);
             for us in samples.into_iter().flatten() {
                 figures[i].latency.push(us);
                 figures[i].requests += 1;
@@ -855,7 +887,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             format!("{clients} clients")
         };
         let per_client = (requests / clients).max(ROUNDS);
-        let figures = small_level(&paths, clients, per_client).await?;
+        let figures = small_level(&paths, &proxies, clients, per_client).await?;
         let direct = &figures[0];
         let (d50, d99) = (
             direct.latency.percentile(50.0),
@@ -882,6 +914,28 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.row(
             format!("GET /small, {who}: p50 / p99 ms ({})", names.join("; ")),
             lat.join("; "),
+        );
+        report.row(
+            format!(
+                "GET /small, {who}: proxy CPU µs per request ({})",
+                names[1..].join(" / ")
+            ),
+            figures[1..]
+                .iter()
+                .map(|f| format!("{:.1}", f.cpu_us_per_request()))
+                .collect::<Vec<_>>()
+                .join(" / "),
+        );
+        report.row(
+            format!(
+                "GET /small, {who}: proxy context switches per request ({})",
+                names[1..].join(" / ")
+            ),
+            figures[1..]
+                .iter()
+                .map(|f| format!("{:.2}", f.switches_per_request()))
+                .collect::<Vec<_>>()
+                .join(" / "),
         );
         let added: Vec<(i64, i64)> = figures[1..]
             .iter()
@@ -910,6 +964,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 "latency": f.latency.json(),
             });
             if i > 0 {
+                entry["proxy_cpu_us_per_request"] = json!(f.cpu_us_per_request());
+                entry["proxy_context_switches_per_request"] = json!(f.switches_per_request());
                 entry["added_p50_us"] = json!(added[i - 1].0);
                 entry["added_p99_us"] = json!(added[i - 1].1);
             }
