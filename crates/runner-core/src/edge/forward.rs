@@ -26,7 +26,9 @@ use tracing::debug;
 use super::access::AccessPolicy;
 use super::admit::{Admission, admit};
 use super::connector::Connector;
-use super::headers::{check_framing, request_host, strip_hop_by_hop, upgrade_protocol};
+use super::headers::{
+    check_framing, request_host, strip_hop_by_hop, switched_head, upgrade_protocol,
+};
 use super::link::{AppKey, EdgeLink};
 use super::refusal::{prefers_html, refusal_response};
 use super::resolver::EdgeResolver;
@@ -408,17 +410,7 @@ impl Edge {
                 return Err(EdgeRefusal::UpstreamFailed);
             };
             let upstream_upgrade = hyper::upgrade::on(&mut response);
-            let (mut parts, _) = response.into_parts();
-            parts.extensions = http::Extensions::new();
-            let protocol = parts.headers.get(header::UPGRADE).cloned();
-            strip_hop_by_hop(&mut parts.headers);
-            parts
-                .headers
-                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            if let Some(protocol) = protocol.or(upgrade) {
-                parts.headers.insert(header::UPGRADE, protocol);
-            }
-            parts.version = Version::HTTP_11;
+            let parts = switched_head(response.into_parts().0, upgrade);
             self.inner.tasks.spawn(async move {
                 let _guard = guard;
                 let _hold = hold;

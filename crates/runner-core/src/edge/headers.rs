@@ -38,6 +38,27 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// The head a client gets of an upstream's `101 Switching Protocols`: its
+/// own hop-by-hop headers dropped, the switch to `asked` (or the protocol
+/// the upstream named) said again, HTTP/1.1, and nothing of the upstream
+/// connection's extensions.
+pub(crate) fn switched_head(
+    mut parts: http::response::Parts,
+    asked: Option<HeaderValue>,
+) -> http::response::Parts {
+    parts.extensions = http::Extensions::new();
+    let protocol = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Some(protocol) = protocol.or(asked) {
+        parts.headers.insert(header::UPGRADE, protocol);
+    }
+    parts.version = http::Version::HTTP_11;
+    parts
+}
+
 /// The protocol a request asks to switch to: its `Upgrade`, when
 /// `Connection` carries the `upgrade` option.
 pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {

@@ -39,7 +39,7 @@ pub(crate) use forward::{
     joined, splice,
 };
 pub use headers::request_host;
-pub(crate) use headers::{check_framing, strip_hop_by_hop, upgrade_protocol};
+pub(crate) use headers::{check_framing, strip_hop_by_hop, switched_head, upgrade_protocol};
 pub use host::{PreviewBase, Scheme, SessionHost};
 pub use link::{EdgeLink, Linked};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};

@@ -44,7 +44,7 @@ use super::error::{ApiError, ErrorCode};
 use crate::edge::{EdgeRefusal, ElsewhereSession, SessionHost, prefers_html, refusal_response};
 use crate::edge::{
     RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response,
-    check_framing, joined, splice, strip_hop_by_hop, upgrade_protocol,
+    check_framing, joined, splice, strip_hop_by_hop, switched_head, upgrade_protocol,
 };
 use crate::metrics::Metrics;
 use crate::registry::SessionRegistry;
@@ -490,17 +490,7 @@ async fn forward(peers: &Peers, peer: &Peer, mut request: Request) -> Response {
             return unavailable(peer, "switched protocols unasked");
         };
         let upstream_upgrade = hyper::upgrade::on(&mut response);
-        let (mut parts, _) = response.into_parts();
-        parts.extensions = http::Extensions::new();
-        let protocol = parts.headers.get(header::UPGRADE).cloned();
-        strip_hop_by_hop(&mut parts.headers);
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        if let Some(protocol) = protocol.or(upgrade) {
-            parts.headers.insert(header::UPGRADE, protocol);
-        }
-        parts.version = Version::HTTP_11;
+        let parts = switched_head(response.into_parts().0, upgrade);
         peers.tasks.spawn(async move {
             match tokio::try_join!(client_upgrade, upstream_upgrade) {
                 Ok((client, upstream)) => {
