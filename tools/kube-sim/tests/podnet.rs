@@ -255,7 +255,8 @@ async fn a_starting_simulator_removes_what_dead_ones_left() {
         "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
     ]);
     ip(&["link", "set", &veth, "master", &bridge]);
-    assert_eq!(leftovers(dead).len(), 3);
+    // (Not counted here: a simulator another test starts meanwhile may
+    // sweep them first, as any starting simulator does.)
     let sim = isolated().await.unwrap();
     assert_eq!(leftovers(dead), Vec::<String>::new());
     sim.shutdown().await;

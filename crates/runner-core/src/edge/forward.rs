@@ -25,6 +25,7 @@ use tracing::debug;
 
 use super::access::AccessPolicy;
 use super::admit::{Admission, admit};
+use super::body::RequestBody;
 use super::connector::Connector;
 use super::headers::{
     check_framing, request_host, strip_hop_by_hop, switched_head, upgrade_protocol,
@@ -569,56 +570,6 @@ impl Drop for SlotGuard {
         }
         drop(counts);
         self.slots.released.notify_waiters();
-    }
-}
-
-/// The client's request body on its way upstream; says when it has been
-/// sent (or dropped), which starts the response-header timeout.
-pub(crate) struct RequestBody<B = Incoming> {
-    inner: B,
-    sent: Option<oneshot::Sender<()>>,
-}
-
-impl<B: HttpBody> RequestBody<B> {
-    pub(crate) fn new(inner: B, sent: oneshot::Sender<()>) -> Self {
-        let mut body = Self {
-            inner,
-            sent: Some(sent),
-        };
-        if body.inner.is_end_stream() {
-            body.done();
-        }
-        body
-    }
-
-    fn done(&mut self) {
-        if let Some(sent) = self.sent.take() {
-            let _ = sent.send(());
-        }
-    }
-}
-
-impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for RequestBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            self.done();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

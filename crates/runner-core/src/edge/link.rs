@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
-use super::forward::RequestBody;
+use super::body::RequestBody;
 use crate::reach::Reach;
 use crate::sync::lock;
 

@@ -14,6 +14,7 @@
 
 mod access;
 mod admit;
+mod body;
 mod config;
 mod connector;
 mod forward;
@@ -26,6 +27,7 @@ mod resolver;
 pub use access::{
     ACCESS_PARAM, AccessPolicy, COOKIE_TTL, Pass, PassKind, PreviewAccess, Signer, unix_now,
 };
+pub(crate) use body::RequestBody;
 pub use config::{
     EDGE_SETTINGS, EdgeSettings, RUNNER_EDGE_CONNECT_TIMEOUT_SECONDS,
     RUNNER_EDGE_IDLE_TIMEOUT_SECONDS, RUNNER_EDGE_MAX_CONNECTIONS_PER_SESSION,
@@ -35,8 +37,7 @@ pub use config::{
 };
 pub use forward::{Edge, EdgeConfig};
 pub(crate) use forward::{
-    RequestBody, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response, classify,
-    joined, splice,
+    X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO, await_response, classify, joined, splice,
 };
 pub use headers::request_host;
 pub(crate) use headers::{check_framing, strip_hop_by_hop, switched_head, upgrade_protocol};

@@ -66,7 +66,6 @@ type RecordInformer = Informer<Secret, NoSubscriber>;
 /// What a replica knows of its peers' Leases.
 #[derive(Debug, Clone)]
 struct Seen {
-    url: String,
     /// The Lease's `renewTime` as last seen, compared as written.
     renewed: String,
     /// When this replica saw `renewed` change (its own clock).
@@ -265,15 +264,52 @@ impl KubeReplicas {
             .unwrap_or_default()
     }
 
+    /// The peers whose Leases are current: those seen renewing within the
+    /// Lease, and those whose Lease appeared since the last look (a replica
+    /// that just joined is reached at once, not a look later).
+    fn live_peers(&self) -> Vec<Peer> {
+        let state = lock(&self.state);
+        let mut peers: Vec<Peer> = self
+            .lease_cache
+            .objects()
+            .iter()
+            .filter_map(|lease| {
+                let id = lease.spec.as_ref()?.holder_identity.clone()?;
+                let url = lease
+                    .metadata
+                    .annotations
+                    .as_ref()?
+                    .get(URL_ANNOTATION)?
+                    .clone();
+                let alive = match state.seen.get(&id) {
+                    Some(seen) => seen.at.elapsed() < self.duration,
+                    None => true,
+                };
+                (id != self.id && alive && !url.is_empty()).then_some(Peer { id, url })
+            })
+            .collect();
+        peers.sort_by(|a, b| a.id.cmp(&b.id));
+        peers
+    }
+
     /// Whether `replica` is a peer whose Lease is current.
     fn is_alive(&self, replica: &str) -> bool {
         let state = lock(&self.state);
         // Without a current view every peer might be alive.
-        !state.view_is_current
-            || state
-                .seen
-                .get(replica)
-                .is_some_and(|seen| seen.at.elapsed() < self.duration)
+        if !state.view_is_current {
+            return true;
+        }
+        match state.seen.get(replica) {
+            Some(seen) => seen.at.elapsed() < self.duration,
+            // A Lease that appeared since the last look is a live one.
+            None => self.lease_cache.objects().iter().any(|lease| {
+                lease
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.holder_identity.as_deref())
+                    == Some(replica)
+            }),
+        }
     }
 
     /// The replica a session's objects name, if any: its watch record's,
@@ -408,18 +444,11 @@ impl KubeReplicas {
                 .as_ref()
                 .map(|t| t.0.to_string())
                 .unwrap_or_default();
-            let url = lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(URL_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
             let at = match state.seen.get(&holder) {
                 Some(before) if before.renewed == renewed && view_is_current => before.at,
                 _ => now,
             };
-            seen.insert(holder, Seen { url, renewed, at });
+            seen.insert(holder, Seen { renewed, at });
         }
         let mut lapsed: Vec<String> = state
             .seen
@@ -531,31 +560,14 @@ impl Replicas for KubeReplicas {
         if owner == self.id {
             return Owner::Here;
         }
-        let state = lock(&self.state);
-        match state.seen.get(&owner) {
-            Some(seen) if seen.at.elapsed() < self.duration && !seen.url.is_empty() => {
-                Owner::Peer(Peer {
-                    id: owner,
-                    url: seen.url.clone(),
-                })
-            }
-            _ => Owner::Moving { from: owner },
+        match self.live_peers().into_iter().find(|peer| peer.id == owner) {
+            Some(peer) => Owner::Peer(peer),
+            None => Owner::Moving { from: owner },
         }
     }
 
     fn peers(&self) -> Vec<Peer> {
-        let state = lock(&self.state);
-        let mut peers: Vec<Peer> = state
-            .seen
-            .iter()
-            .filter(|(_, seen)| seen.at.elapsed() < self.duration && !seen.url.is_empty())
-            .map(|(id, seen)| Peer {
-                id: id.clone(),
-                url: seen.url.clone(),
-            })
-            .collect();
-        peers.sort_by(|a, b| a.id.cmp(&b.id));
-        peers
+        self.live_peers()
     }
 
     fn peer_token(&self) -> &PeerToken {

@@ -120,6 +120,32 @@ async fn starts(stack: &Arc<Stack>, n: usize, c: usize) -> anyhow::Result<(Sampl
     Ok((samples, wall))
 }
 
+/// Waits until the session namespace holds no pod.
+async fn wait_for_no_session_pods(stack: &Stack) -> anyhow::Result<()> {
+    let sim = stack
+        .sim_api
+        .as_ref()
+        .context("no kube-sim in this stack")?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pods: Value = sim
+            .http
+            .get(format!("{}/api/v1/namespaces/telo-sessions/pods", sim.url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if pods["items"].as_array().is_none_or(Vec::is_empty) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("session pods were still there 2 minutes after their sessions were stopped");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A session's owner as the installation reports it.
 async fn replica_of(stack: &Stack, id: &str) -> anyhow::Result<Option<(String, String)>> {
     let resp = stack
@@ -205,6 +231,9 @@ async fn idle_and_failover(
         relay,
         _token,
     } = install;
+    // Idle means idle: the stopped sessions' pods gone and their last
+    // reads done before the window opens.
+    wait_for_no_session_pods(&stack).await?;
     let before = requests(&stack.sim_stats().await?);
     tokio::time::sleep(IDLE_WINDOW).await;
     let after = requests(&stack.sim_stats().await?);
