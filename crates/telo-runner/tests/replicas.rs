@@ -219,19 +219,32 @@ fn signal(process: &RunnerProcess, signal: nix::sys::signal::Signal) {
 
 #[tokio::test]
 async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() {
-    let mut install = Installation::start_with(3, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
-    // Two sessions on each replica.
-    let mut sessions = Vec::new();
-    for index in 0..6 {
+    let mut install = Installation::start_with(
+        3,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_MAX_SESSIONS", "100"),
+        ],
+    )
+    .await;
+    // Sixty sessions, twenty on each replica; on each, a third of them
+    // print a line every 20 ms for as long as they run.
+    let starts = (0..60).map(|index| {
         let base = install.base(index % 3);
-        let id = create(
-            &base,
-            json!({"stdout": [format!("hello {index}")], "echo": true}),
-        )
-        .await;
-        until_running(&base, &id).await;
-        assert_eq!(install.owner(&id), install.ids[index % 3]);
-        sessions.push(id);
+        async move {
+            let script = if (index / 3) % 3 == 0 {
+                json!({"stdout": [format!("hello {index}")], "lineEveryMs": 20, "echo": true})
+            } else {
+                json!({"stdout": [format!("hello {index}")], "echo": true})
+            };
+            let id = create(&base, script).await;
+            until_running(&base, &id).await;
+            id
+        }
+    });
+    let sessions = futures_util::future::join_all(starts).await;
+    for (index, id) in sessions.iter().enumerate() {
+        assert_eq!(install.owner(id), install.ids[index % 3]);
     }
     // A watch session on the replica that will be killed, with a file its
     // user just wrote.
