@@ -198,6 +198,17 @@ async fn until_running(base: &str, id: &str) {
         .await;
 }
 
+/// A session of `script` started at `base`, running, with a terminal
+/// client attached that has seen `first`.
+async fn attached(base: &str, script: Value, first: &str) -> (String, ws::Socket) {
+    let id = create(base, script).await;
+    until_running(base, &id).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    ws::read_until_output(&mut socket, first).await;
+    (id, socket)
+}
+
 /// Reads `socket` to its end, which must be a close frame saying 1001
 /// "going away" (never a dropped connection).
 async fn closed_going_away(socket: &mut ws::Socket) {
@@ -363,16 +374,12 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
 #[tokio::test]
 async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
     let mut install = Installation::start(2).await;
-    let base = install.base(0);
-    let id = create(
-        &base,
+    let (id, mut socket) = attached(
+        &install.base(0),
         json!({"stdout": ["before the hand-over"], "echo": true}),
+        "before the hand-over",
     )
     .await;
-    until_running(&base, &id).await;
-    let ws_base = base.replacen("http", "ws", 1);
-    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
-    ws::read_until_output(&mut socket, "before the hand-over").await;
 
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
@@ -419,16 +426,12 @@ async fn the_session_limit_holds_for_the_installation() {
 #[tokio::test]
 async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops() {
     let mut install = Installation::start(2).await;
-    let base = install.base(0);
-    let id = create(
-        &base,
+    let (id, mut socket) = attached(
+        &install.base(0),
         json!({"stdout": ["spewing"], "lineEveryMs": 1, "ignoreSigterm": true, "echo": true}),
+        "spewing",
     )
     .await;
-    until_running(&base, &id).await;
-    let ws_base = base.replacen("http", "ws", 1);
-    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
-    ws::read_until_output(&mut socket, "spewing").await;
 
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
