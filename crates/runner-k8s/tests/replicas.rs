@@ -31,6 +31,10 @@ struct Replica {
 
 impl Replica {
     async fn start(client: kube::Client, id: &str) -> Replica {
+        Self::start_with_lease(client, id, LEASE).await
+    }
+
+    async fn start_with_lease(client: kube::Client, id: &str, lease: Duration) -> Replica {
         let tasks = OwnedTasks::new();
         let (pods, pod_task) = PodInformer::spawn(
             client.clone(),
@@ -45,7 +49,7 @@ impl Replica {
                 id: id.to_owned(),
                 url: format!("http://{id}.invalid:8062"),
                 token: PeerTokenText("x".repeat(32)),
-                lease_duration: LEASE,
+                lease_duration: lease,
             },
             &client,
             "default",
@@ -220,5 +224,44 @@ async fn a_replica_cut_off_from_the_apiserver_stops_acting_before_a_peer_may_cla
         )
         .await;
     drop((cut_off, peer));
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replica_whose_renewals_answer_later_than_their_period_keeps_acting() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let sim = sim().await;
+    // A longer Lease than the other tests', so that the margins below are
+    // a third of a second rather than a tenth.
+    let lease = Duration::from_secs(10);
+    let replica = Replica::start_with_lease(sim.client(), "replica-slow", lease).await;
+    replica.until("renewed its Lease", |r| r.may_act()).await;
+    let renew_time = || {
+        sim.get::<Lease>("default", "telo-runner-replica-replica-slow")
+            .and_then(|lease| lease.spec?.renew_time)
+            .map(|t| t.0)
+    };
+    // Every answer takes longer than the period between renewals (a third
+    // of the Lease), yet each lands before the last one's four fifths are
+    // up, so the replica never has to stop acting.
+    sim.faults().set_latency(lease * 11 / 30);
+    let mut renewals = vec![renew_time()];
+    tokio::time::timeout(lease * 2, async {
+        while renewals.len() < 4 {
+            assert!(
+                replica.replicas.may_act(),
+                "stopped acting though every renewal landed in time"
+            );
+            let now = renew_time();
+            if renewals.last() != Some(&now) {
+                renewals.push(now);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the Lease was renewed under the latency");
+    sim.faults().clear();
+    drop(replica);
     sim.shutdown().await;
 }

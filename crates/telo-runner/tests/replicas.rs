@@ -228,7 +228,7 @@ fn signal(process: &RunnerProcess, signal: nix::sys::signal::Signal) {
     nix::sys::signal::kill(pid, signal).unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() {
     let mut install = Installation::start_with(
         3,
@@ -371,7 +371,7 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
     let _ = install.token_file;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
     let mut install = Installation::start(2).await;
     let (id, mut socket) = attached(
@@ -398,7 +398,7 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
     install.sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_limit_holds_for_the_installation() {
     let install = Installation::start_with(2, &[("RUNNER_MAX_SESSIONS", "2")]).await;
     let client = runner_core::http_client::client();
@@ -423,7 +423,7 @@ async fn the_session_limit_holds_for_the_installation() {
     install.sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops() {
     let mut install = Installation::start(2).await;
     let (id, mut socket) = attached(
@@ -447,7 +447,7 @@ async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops
     install.sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_joins_leaves_its_peers_sessions_alone() {
     let mut install = Installation::start(1).await;
     let base = install.base(0);
@@ -490,7 +490,7 @@ async fn a_replica_that_joins_leaves_its_peers_sessions_alone() {
     install.sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_the_apiserver_lets_go_before_its_peer_claims() {
     let sim = common::cluster_for(Backend::Kubernetes).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -574,7 +574,7 @@ async fn a_replica_cut_off_from_the_apiserver_lets_go_before_its_peer_claims() {
     sim.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_replica_serves_any_session_through_the_service() {
     let install = Installation::start_with(
         3,
@@ -727,7 +727,7 @@ async fn with_retries(
     None
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_steady_load_fails_no_request() {
     let mut install = Installation::start(3).await;
     let service = install.relay.base();

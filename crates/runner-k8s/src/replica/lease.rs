@@ -110,7 +110,19 @@ pub(super) async fn renew_until(replicas: Arc<KubeReplicas>, stop: CancellationT
             if replicas.released.is_cancelled() {
                 return;
             }
-            let attempt = tokio::time::timeout(every, renew(&replicas, &mut version));
+            // A slow answer still counts: giving up at the next period
+            // would fence, under a busy apiserver, a replica whose every
+            // renewal lands. While acting, it is waited for until this
+            // replica would stop acting anyway; while not, for as long as
+            // its landing would let this replica act again.
+            let patience = match lock(&replicas.state).renewed {
+                Some(at) if replicas.may_act_at_renewal(at, started) => (at
+                    + replicas.acting_for())
+                .duration_since(started)
+                .max(every),
+                _ => replicas.acting_for(),
+            };
+            let attempt = tokio::time::timeout(patience, renew(&replicas, &mut version));
             tokio::select! {
                 renewed = attempt => renewed,
                 () = stop.cancelled() => return,

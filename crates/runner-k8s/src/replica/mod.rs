@@ -524,7 +524,20 @@ impl KubeReplicas {
     fn may_act_at(&self, state: &State, now: Instant) -> bool {
         state
             .renewed
-            .is_some_and(|at| now.duration_since(at) < self.duration - self.duration / 5)
+            .is_some_and(|at| self.may_act_at_renewal(at, now))
+    }
+
+    /// Whether, at `now`, a renewal started at `renewed` lets this replica
+    /// act.
+    fn may_act_at_renewal(&self, renewed: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(renewed) < self.acting_for()
+    }
+
+    /// How long after the start of its last successful renewal a replica
+    /// may act: four fifths of the Lease, leaving a fifth for clock drift
+    /// and for a write of its that is still on its way.
+    fn acting_for(&self) -> Duration {
+        self.duration - self.duration / 5
     }
 }
 
