@@ -89,6 +89,19 @@ pub struct StopError {
     pub message: String,
 }
 
+/// Where a runner's newest output frames of one app ended, left for the
+/// runner that adopts the session (`session::carry` says how they are
+/// used).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputMarks {
+    pub app: String,
+    /// `(seq, end)`: frame `seq` ended `end` bytes into the app's output;
+    /// ascending in both.
+    pub points: Vec<(u64, u64)>,
+    /// The output's bytes just before the last point.
+    pub tail: Vec<u8>,
+}
+
 /// A started workload.
 #[async_trait]
 pub trait BackendSession: Send + Sync + 'static {
@@ -117,6 +130,16 @@ pub trait BackendSession: Send + Sync + 'static {
     /// it, and never stop or delete it. Called before the session's `ended`
     /// fires.
     fn detach(&self) {}
+
+    /// [`BackendSession::detach`], leaving the runner that adopts the
+    /// workload `marks`: where this runner's newest output frames ended, so
+    /// a client resuming from one of them is served from the same byte
+    /// (`session::carry`). A backend that cannot keep them only detaches.
+    /// The caller bounds how long this takes.
+    async fn hand_over(&self, marks: Vec<OutputMarks>) {
+        let _ = marks;
+        self.detach();
+    }
 }
 
 /// Where a backend publishes a session's ports (a Service and an Ingress or

@@ -260,6 +260,9 @@ pub struct RecoveredSession {
     pub owner: Option<crate::identity::Owner>,
     /// Its share links as the last runner kept them.
     pub links: Vec<KeptLink>,
+    /// Where the last runner's newest output frames ended, when it handed
+    /// the session over (none after a crash).
+    pub output_marks: Vec<crate::backend_session::OutputMarks>,
 }
 
 /// What keeps a backend from taking traffic (`/readyz`).

@@ -91,6 +91,9 @@ pub struct SessionRegistry {
 /// How long a runner leaving its sessions to a successor waits for the
 /// starts under way.
 const START_SETTLE_ON_HAND_OVER: Duration = Duration::from_secs(15);
+/// How long a runner leaving its sessions spends leaving their output
+/// marks (one write per session, all at once).
+const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
 
 /// See `RegistryInner::checkpoint_slots`.
 const CHECKPOINTS_AT_ONCE: usize = 2;
@@ -545,6 +548,7 @@ impl SessionRegistry {
                     None,
                     self.inner.metrics.clone(),
                 ));
+                session.carry_output(recovered.output_marks.clone());
                 session.tenancy.set(
                     recovered.owner.clone(),
                     self.inner.backend.session_resources(SessionKind::Run),
@@ -893,22 +897,37 @@ impl SessionRegistry {
             warn!("sessions still starting when the runner left; they are stopped");
         }
         let sessions = self.sessions();
-        let mut left = 0;
+        let mut left = Vec::new();
         for session in &sessions {
             let handle = {
                 let mut state = lock(&session.state);
                 if state.status.is_terminal() {
                     continue;
                 }
+                // No output is recorded from here on, so the marks below
+                // are of the last frame any client can get from this runner.
                 state.handed_over = true;
                 state.handle.clone()
             };
-            left += 1;
+            left.push((session.clone(), handle));
+        }
+        let handing = left.iter().map(|(session, handle)| async move {
             if let Some(handle) = handle {
-                handle.detach();
+                handle.hand_over(session.output_marks()).await;
             }
+        });
+        if tokio::time::timeout(HAND_OVER_BOUND, futures_util::future::join_all(handing))
+            .await
+            .is_err()
+        {
+            warn!(
+                "could not leave every session's output marks in time; clients resuming those sessions are told of a gap"
+            );
+        }
+        for (session, _) in &left {
             session.ended.cancel();
         }
+        let left = left.len();
         if left > 0 {
             info!(
                 sessions = left,

@@ -79,6 +79,11 @@ impl<T: Clone> ReplayBuffer<T> {
         id
     }
 
+    /// The id the buffer's first entry got (or will get).
+    pub fn first_id(&self) -> u64 {
+        self.first_id
+    }
+
     /// The id the next entry will get.
     pub fn next_id(&self) -> u64 {
         self.next_id
@@ -133,6 +138,11 @@ impl<T: Clone> ReplayBuffer<T> {
 
     pub fn total_bytes(&self) -> usize {
         self.total_bytes
+    }
+
+    /// The entries held, newest first.
+    pub fn newest_first(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.entries.iter().rev().map(|e| (e.id, &e.item))
     }
 
     pub fn len(&self) -> usize {

@@ -75,6 +75,13 @@ pub trait Replicas: Send + Sync {
     /// The peers whose Leases are current.
     fn peers(&self) -> Vec<Peer>;
 
+    /// [`Replicas::peers`] with any replica that started a moment ago,
+    /// asked of the source of truth rather than of what this replica has
+    /// seen so far (before saying that no replica holds a session).
+    fn peers_now(&self) -> futures_util::future::BoxFuture<'_, Vec<Peer>> {
+        Box::pin(std::future::ready(self.peers()))
+    }
+
     /// The secret peers' calls carry.
     fn peer_token(&self) -> &PeerToken;
 

@@ -34,6 +34,7 @@ use crate::start_gate::{Admission, GateSignal, StartGate};
 use crate::sync::lock;
 use crate::time::iso_now;
 
+mod carry;
 mod channel;
 #[cfg(test)]
 mod edge_tests;
@@ -45,6 +46,7 @@ mod tenancy;
 mod watch_session;
 mod watch_state;
 
+pub use carry::{OutputMarks, ResumeAt};
 pub use channel::{AppChannel, OutputChunk};
 pub use sink::SessionSink;
 pub use watch_state::WatchState;
@@ -868,15 +870,7 @@ impl Session {
                 resolutions: scan.resolutions,
                 app_output: scan.app_output,
             };
-            let mut last = 0;
-            if chunk.len() <= MAX_OUTPUT_CHUNK_BYTES {
-                last = channel.push(tag, chunk);
-            } else {
-                for piece in chunk.chunks(MAX_OUTPUT_CHUNK_BYTES) {
-                    // Copied, so evicting one piece frees its memory.
-                    last = channel.push(tag, Bytes::copy_from_slice(piece));
-                }
-            }
+            let last = channel.record(tag, chunk);
             (channel.seq.clone(), last, scan)
         };
         seq.send_replace(last);
@@ -894,6 +888,7 @@ impl Session {
             let Some(channel) = channel_mut(&mut state.channels, app) else {
                 return;
             };
+            channel.lose_count();
             (channel.seq.clone(), channel.output.leave_hole())
         };
         seq.send_replace(last);
@@ -905,6 +900,7 @@ impl Session {
             session: self.clone(),
             rx: self.events_seq.subscribe(),
             position: after,
+            resolve: None,
             read: Box::new(|session: &Session, after| session.replay_events(after)),
         }
     }
@@ -927,12 +923,65 @@ impl Session {
             }
         };
         let app: Arc<str> = Arc::from(app);
+        let resolving = app.clone();
         Cursor {
             session: self.clone(),
             rx,
             position: after,
+            // A seq of the previous owner's is translated once the output
+            // it lies in has been rebuilt here.
+            resolve: Some(Box::new(move |session: &Session, after| {
+                let state = lock(&session.state);
+                match state.channels.iter().find(|c| *c.name == *resolving) {
+                    Some(channel) => channel.resume_at(after),
+                    None => ResumeAt::After(after),
+                }
+            })),
             read: Box::new(move |session: &Session, after| session.replay_app_output(&app, after)),
         }
+    }
+
+    /// Takes the previous owner's marks of each app's output (before any
+    /// output is recorded), so clients resuming from its frames are served
+    /// from the same byte here.
+    pub fn carry_output(&self, marks: Vec<OutputMarks>) {
+        let mut state = lock(&self.state);
+        for marks in marks {
+            if let Some(channel) = state.channels.iter_mut().find(|c| c.name == marks.app) {
+                channel.carry(marks);
+            }
+        }
+    }
+
+    /// Marks of each app's newest output frames, for the owner that takes
+    /// the session over; apps whose byte count is not exact have none.
+    pub fn output_marks(&self) -> Vec<OutputMarks> {
+        lock(&self.state)
+            .channels
+            .iter()
+            .filter_map(AppChannel::marks)
+            .collect()
+    }
+
+    /// Text of the runner's own on app `app`'s output (the first app when
+    /// `None`): shown like output, but it is not the workload's, so the
+    /// byte count no longer matches the workload's output.
+    fn push_note(&self, app: Option<&str>, tag: StreamTag, text: Bytes) {
+        if text.is_empty() {
+            return;
+        }
+        let (seq, last) = {
+            let mut state = lock(&self.state);
+            if state.status.is_terminal() || state.handed_over {
+                return;
+            }
+            let Some(channel) = channel_mut(&mut state.channels, app) else {
+                return;
+            };
+            channel.lose_count();
+            (channel.seq.clone(), channel.record(tag, text))
+        };
+        seq.send_replace(last);
     }
 
     /// A receiver that changes whenever a lifecycle event is recorded.
@@ -1028,12 +1077,16 @@ fn channel_mut<'a>(
 
 /// How a cursor reads its buffer.
 type ReadFn<T> = Box<dyn Fn(&Session, u64) -> Replay<T> + Send + Sync>;
+/// How a cursor finds where its first position lies.
+type ResolveFn = Box<dyn Fn(&Session, u64) -> ResumeAt + Send + Sync>;
 
 /// A subscriber's position in one of a session's replay buffers.
 pub struct Cursor<T> {
     session: Arc<Session>,
     rx: watch::Receiver<u64>,
     position: u64,
+    /// Until the first position is settled.
+    resolve: Option<ResolveFn>,
     read: ReadFn<T>,
 }
 
@@ -1050,6 +1103,20 @@ impl<T> Cursor<T> {
         // Mark the channel seen before reading, so a push racing with the read
         // still wakes the next `changed()`.
         self.rx.borrow_and_update();
+        if let Some(resolve) = &self.resolve {
+            match resolve(&self.session, self.position) {
+                ResumeAt::After(position) => {
+                    self.position = position;
+                    self.resolve = None;
+                }
+                ResumeAt::Pending => {
+                    return Batch {
+                        gap: false,
+                        entries: Vec::new(),
+                    };
+                }
+            }
+        }
         let replay = (self.read)(&self.session, self.position);
         if let Some((id, _)) = replay.entries.last() {
             self.position = *id;

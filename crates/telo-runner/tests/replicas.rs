@@ -372,30 +372,74 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_reconnect() {
+async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_resume_exactly() {
     let mut install = Installation::start(2).await;
-    let (id, mut socket) = attached(
-        &install.base(0),
-        json!({"stdout": ["before the hand-over"], "echo": true}),
-        "before the hand-over",
+    let base = install.base(0);
+    let id = create(
+        &base,
+        json!({"stdout": ["before the hand-over"], "lineEveryMs": 10, "echo": true}),
     )
     .await;
+    until_running(&base, &id).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    let mut frames = ws::read_until_output(&mut socket, "line 20 ").await;
 
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
-    closed_going_away(&mut socket).await;
+    frames.extend(ws::read_until_close(&mut socket).await);
+    assert_eq!(
+        frames.last(),
+        Some(&IoFrame::Close {
+            code: 1001,
+            reason: "going away".into()
+        }),
+        "the socket ended without its close frame"
+    );
+    let last_seq = ws::last_seq(&frames).expect("output before the hand-over");
     // The Lease is deleted on the way out: the peer takes the session over
     // without waiting for it to lapse.
     let owner = install.served_again(&id, 0).await;
     assert_eq!(owner, 1);
+    // The client resumes where it was, as the editor does: every line
+    // once, none missing, no gap.
+    let before = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+    let last_line = line_numbers(&before).last().copied().unwrap();
     let ws_base = install.base(1).replacen("http", "ws", 1);
-    let mut fresh = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io?lastSeq=0"), None).await;
-    ws::read_until_output(&mut fresh, "before the hand-over").await;
-    ws::send_stdin(&mut fresh, b"typed after\n").await;
-    ws::read_until_output(&mut fresh, "typed after").await;
+    let mut resumed = ws::connect(
+        &format!("{ws_base}/v1/sessions/{id}/io?lastSeq={last_seq}"),
+        None,
+    )
+    .await;
+    let after = ws::read_until_output(&mut resumed, &format!("line {} ", last_line + 30)).await;
+    assert!(
+        !after
+            .iter()
+            .any(|f| matches!(f, IoFrame::Text(t) if t["type"] == "gap")),
+        "told of a gap: {after:?}"
+    );
+    frames.extend(after);
+    let text = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+    let numbers = line_numbers(&text);
+    let expected: Vec<u64> = (numbers[0]..numbers[0] + numbers.len() as u64).collect();
+    assert_eq!(
+        numbers, expected,
+        "lines lost or repeated across the hand-over"
+    );
+    assert!(text.starts_with("before the hand-over"));
+    ws::send_stdin(&mut resumed, b"typed after\n").await;
+    ws::read_until_output(&mut resumed, "typed after").await;
     drop(stopping);
     install.replicas.clear();
     install.sim.shutdown().await;
+}
+
+/// The numbers of the `line <n> <millis>` lines in `text`.
+fn line_numbers(text: &str) -> Vec<u64> {
+    text.split("\n")
+        .filter_map(|line| line.trim().strip_prefix("line "))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

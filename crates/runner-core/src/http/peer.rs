@@ -235,7 +235,29 @@ enum Holder {
 /// just created there, whose pod or record is still on its way. Asked of
 /// every live peer at once.
 async fn holder_among_peers(peers: &Peers, id: &str) -> Holder {
-    let asks = peers.replicas.peers().into_iter().map(|peer| async move {
+    let known = peers.replicas.peers();
+    match holder_among(peers, known.clone(), id).await {
+        Holder::Nobody => {}
+        found => return found,
+    }
+    // A replica that started a moment ago (and created the session) may
+    // not be among the peers this one has seen yet.
+    let joined: Vec<Peer> = peers
+        .replicas
+        .peers_now()
+        .await
+        .into_iter()
+        .filter(|peer| !known.iter().any(|k| k.id == peer.id))
+        .collect();
+    if joined.is_empty() {
+        return Holder::Nobody;
+    }
+    holder_among(peers, joined, id).await
+}
+
+/// Which of `asked` holds `id`, asked of all at once.
+async fn holder_among(peers: &Peers, asked: Vec<Peer>, id: &str) -> Holder {
+    let asks = asked.into_iter().map(|peer| async move {
         let uri = peer_uri(&peer, &format!("{HOLDS_PREFIX}{id}"))?;
         let mut request = http::Request::get(uri)
             .body(RequestBody::new(Body::empty(), oneshot::channel().0))

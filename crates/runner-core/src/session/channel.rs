@@ -11,7 +11,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::SessionApp;
+use super::{MAX_OUTPUT_CHUNK_BYTES, SessionApp};
+use crate::backend_session::OutputMarks;
 use crate::kernel_progress::ResolutionScanner;
 use crate::replay::ReplayBuffer;
 
@@ -32,6 +33,13 @@ pub struct AppChannel {
     pub(crate) run: RunProjection,
     /// The kernel's controller resolution lines in its output.
     pub(crate) resolution: ResolutionScanner,
+    /// Bytes recorded, from the workload's first byte.
+    pub(crate) written: u64,
+    /// Whether `written` still counts the workload's output exactly
+    /// (nothing lost, nothing of the runner's own added).
+    pub(crate) exact: bool,
+    /// The previous owner's frames, when the session was handed over.
+    pub(crate) carried: Carried,
 }
 
 impl AppChannel {
@@ -47,12 +55,66 @@ impl AppChannel {
                 ..RunProjection::default()
             },
             resolution: ResolutionScanner::default(),
+            written: 0,
+            exact: true,
+            carried: Carried::Nothing,
         }
     }
 
-    pub(crate) fn push(&mut self, tag: StreamTag, bytes: Bytes) -> u64 {
+    /// Records `chunk` as one frame, or several: one longer than
+    /// [`MAX_OUTPUT_CHUNK_BYTES`] is split, and so is one a mark of the
+    /// previous owner's falls inside. Returns the last frame's seq.
+    pub(crate) fn record(&mut self, tag: StreamTag, mut chunk: Bytes) -> u64 {
+        let whole = chunk.len() <= MAX_OUTPUT_CHUNK_BYTES
+            && self
+                .next_mark_end()
+                .is_none_or(|end| end >= self.written + chunk.len() as u64);
+        if whole {
+            return self.push(tag, chunk);
+        }
+        let mut last = 0;
+        while !chunk.is_empty() {
+            let mut take = chunk.len().min(MAX_OUTPUT_CHUNK_BYTES);
+            if let Some(end) = self.next_mark_end() {
+                take = take.min(usize::try_from(end - self.written).unwrap_or(usize::MAX));
+            }
+            // Copied, so evicting one piece frees its memory.
+            let piece = Bytes::copy_from_slice(&chunk.split_to(take));
+            last = self.push(tag, piece);
+        }
+        last
+    }
+
+    fn push(&mut self, tag: StreamTag, bytes: Bytes) -> u64 {
         let size = bytes.len();
-        self.output.push(OutputChunk { tag, bytes }, size)
+        let id = self.output.push(OutputChunk { tag, bytes }, size);
+        self.written += size as u64;
+        self.line_up(id);
+        id
+    }
+
+    /// Output was lost here (or the runner wrote its own): the byte count
+    /// no longer says where the workload's output is.
+    pub(crate) fn lose_count(&mut self) {
+        self.exact = false;
+        if matches!(self.carried, Carried::LiningUp { .. }) {
+            self.carried = Carried::Failed;
+        }
+    }
+
+    /// Takes the previous owner's marks; only before anything is recorded.
+    pub(crate) fn carry(&mut self, marks: OutputMarks) {
+        if self.written == 0 && !marks.points.is_empty() {
+            self.carried = Carried::LiningUp {
+                marks,
+                found: Vec::new(),
+            };
+        }
+    }
+
+    /// The seq of this owner's first frame.
+    pub(crate) fn output_first_id(&self) -> u64 {
+        self.output.first_id()
     }
 
     /// Gives back the output ring's spare slots and the ports list's room.
@@ -71,6 +133,23 @@ impl AppChannel {
             ports: self.ports.clone(),
         }
     }
+}
+
+/// What a channel knows of the previous owner's frames.
+#[derive(Debug, Default)]
+pub(crate) enum Carried {
+    #[default]
+    Nothing,
+    /// This owner's output has not reached the last mark yet.
+    LiningUp {
+        marks: OutputMarks,
+        /// `(old seq, this owner's seq)` for the marks passed so far.
+        found: Vec<(u64, u64)>,
+    },
+    /// `(old seq, this owner's seq)` of frames ending at the same byte.
+    LinedUp(Vec<(u64, u64)>),
+    /// The marks did not fit this owner's output.
+    Failed,
 }
 
 /// The debug-stream events a generation's life is read from.

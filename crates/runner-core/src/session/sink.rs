@@ -96,6 +96,12 @@ impl SessionSink {
         self.session.set_kernel_version(app, version.into());
     }
 
+    /// Text of the runner's own (a terminal that could not be attached)
+    /// on app `app`'s output (`None`: the first), on stream `tag`.
+    pub fn note(&self, app: Option<&str>, tag: StreamTag, text: Bytes) {
+        self.session.push_note(app, tag, text);
+    }
+
     /// Terminal output of the session's (first) app.
     pub fn output(&self, bytes: Bytes) {
         let scan = self.session.push_output(None, StreamTag::Tty, bytes);

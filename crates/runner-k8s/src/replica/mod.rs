@@ -124,7 +124,12 @@ pub struct KubeReplicas {
     /// Held through each renewal, so a release waits out the one in
     /// flight before it deletes the Lease.
     renewing: tokio::sync::Mutex<()>,
+    /// The last list of Leases read from the apiserver itself, and when.
+    listed: tokio::sync::Mutex<Option<(Instant, Vec<Peer>)>>,
 }
+
+/// How long a list of Leases read from the apiserver answers for.
+const LISTED_FOR: Duration = Duration::from_millis(500);
 
 impl KubeReplicas {
     /// Starts this replica's Lease and the caches it reads: Leases in
@@ -208,6 +213,7 @@ impl KubeReplicas {
             looked: watch::Sender::new(false),
             released: CancellationToken::new(),
             renewing: tokio::sync::Mutex::new(()),
+            listed: tokio::sync::Mutex::new(None),
         });
         info!(replica = %replicas.id, url = %replicas.url, lease_seconds = replicas.duration.as_secs(), "serving as one replica of several");
         tasks.adopt(tokio::spawn(lease::renew_until(
@@ -273,22 +279,55 @@ impl KubeReplicas {
             .lease_cache
             .objects()
             .iter()
-            .filter_map(|lease| {
-                let id = lease.spec.as_ref()?.holder_identity.clone()?;
-                let url = lease
-                    .metadata
-                    .annotations
-                    .as_ref()?
-                    .get(URL_ANNOTATION)?
-                    .clone();
-                let alive = match state.seen.get(&id) {
+            .filter_map(|lease| peer_of(lease))
+            .filter(|peer| {
+                let alive = match state.seen.get(&peer.id) {
                     Some(seen) => seen.at.elapsed() < self.duration,
                     None => true,
                 };
-                (id != self.id && alive && !url.is_empty()).then_some(Peer { id, url })
+                peer.id != self.id && alive
             })
             .collect();
         peers.sort_by(|a, b| a.id.cmp(&b.id));
+        peers
+    }
+
+    /// The live peers, with any replica whose Lease the apiserver has and
+    /// the cache does not show yet (one that started a moment ago): one
+    /// list at most every [`LISTED_FOR`], shared by every caller.
+    async fn peers_listed(&self) -> Vec<Peer> {
+        let mut listed = self.listed.lock().await;
+        let fresh = match &*listed {
+            Some((at, peers)) if at.elapsed() < LISTED_FOR => peers.clone(),
+            _ => {
+                let params = kube::api::ListParams::default().labels(&format!(
+                    "{MANAGED_BY_LABEL}={},{ROLE_LABEL}={ROLE_REPLICA}",
+                    self.managed_by
+                ));
+                let peers = match self.leases.list(&params).await {
+                    Ok(list) => list.items.iter().filter_map(peer_of).collect(),
+                    Err(err) => {
+                        debug!(error = %err, "could not list the replica Leases");
+                        Vec::new()
+                    }
+                };
+                *listed = Some((Instant::now(), peers.clone()));
+                peers
+            }
+        };
+        drop(listed);
+        let mut peers = self.live_peers();
+        let state = lock(&self.state);
+        for peer in fresh {
+            // Only Leases this replica has never seen: one it saw lapse
+            // stays lapsed.
+            if peer.id != self.id
+                && !state.seen.contains_key(&peer.id)
+                && !peers.iter().any(|p| p.id == peer.id)
+            {
+                peers.push(peer);
+            }
+        }
         peers
     }
 
@@ -351,9 +390,20 @@ impl KubeReplicas {
     where
         K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        let Some(name) = meta.name.clone() else {
-            return Claim::Theirs;
-        };
+        match self.claim_object(api, meta).await {
+            Some(_) => Claim::Mine,
+            None => Claim::Theirs,
+        }
+    }
+
+    /// [`KubeReplicas::claim`], giving back the object as claimed: newer
+    /// than anything its previous owner wrote before letting go (a write
+    /// conditional on an older version would have been refused).
+    pub async fn claim_object<K>(&self, api: &Api<K>, meta: &kube::api::ObjectMeta) -> Option<K>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let name = meta.name.clone()?;
         let mut meta = meta.clone();
         for _ in 0..CLAIM_ATTEMPTS {
             let recorded = owner_in(&meta);
@@ -365,7 +415,7 @@ impl KubeReplicas {
                 && *owner != self.id
                 && self.is_alive(owner)
             {
-                return Claim::Theirs;
+                return None;
             }
             let mut precondition = serde_json::Map::new();
             if let Some(version) = &meta.resource_version {
@@ -380,11 +430,11 @@ impl KubeReplicas {
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => {
+                Ok(claimed) => {
                     if recorded.as_deref() != Some(self.id.as_str()) {
                         info!(object = %name, from = recorded.as_deref().unwrap_or("(none)"), "took over a session");
                     }
-                    return Claim::Mine;
+                    return Some(claimed);
                 }
                 Err(err) if is_conflict(&err) => match api.get_opt(&name).await {
                     Ok(Some(now)) => {
@@ -394,20 +444,20 @@ impl KubeReplicas {
                             // holds the session now, whatever this replica
                             // has seen of its Lease so far.
                             debug!(object = %name, "another replica claimed the session first");
-                            return Claim::Theirs;
+                            return None;
                         }
                         meta = now;
                     }
-                    _ => return Claim::Theirs,
+                    _ => return None,
                 },
-                Err(err) if is_not_found(&err) => return Claim::Theirs,
+                Err(err) if is_not_found(&err) => return None,
                 Err(err) => {
                     warn!(object = %name, error = %err, "could not claim a session; trying again later");
-                    return Claim::Theirs;
+                    return None;
                 }
             }
         }
-        Claim::Theirs
+        None
     }
 
     /// On shutdown, once every session is left for the next owner: the
@@ -541,6 +591,18 @@ impl KubeReplicas {
     }
 }
 
+/// The replica a Lease is held by and how it is reached.
+fn peer_of(lease: &Lease) -> Option<Peer> {
+    let id = lease.spec.as_ref()?.holder_identity.clone()?;
+    let url = lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(URL_ANNOTATION)?
+        .clone();
+    (!url.is_empty()).then_some(Peer { id, url })
+}
+
 /// The replica an object names.
 pub(crate) fn owner_in(meta: &kube::api::ObjectMeta) -> Option<String> {
     meta.annotations.as_ref()?.get(REPLICA_ANNOTATION).cloned()
@@ -581,6 +643,10 @@ impl Replicas for KubeReplicas {
 
     fn peers(&self) -> Vec<Peer> {
         self.live_peers()
+    }
+
+    fn peers_now(&self) -> futures_util::future::BoxFuture<'_, Vec<Peer>> {
+        Box::pin(self.peers_listed())
     }
 
     fn peer_token(&self) -> &PeerToken {

@@ -28,7 +28,7 @@ use crate::pod::informer::PodInformer;
 use crate::pod::labels::{GENERATION_ANNOTATION, LINKS_ANNOTATION};
 use crate::pod::session_record::{SessionRecord, session_record_from_pod};
 use crate::pod::status;
-use crate::replica::{Claim, KubeReplicas};
+use crate::replica::KubeReplicas;
 use crate::session::delete_pod;
 
 /// Attempts at recording an adoption when the apiserver fails transiently.
@@ -78,11 +78,15 @@ impl Adoption {
             if crate::pod::informer::session_id_of(&pod).is_some_and(|id| held(&id)) {
                 continue;
             }
-            if let Some(replicas) = replicas
-                && replicas.claim(pods, &pod.metadata).await != Claim::Mine
-            {
-                continue;
-            }
+            // Claimed, the pod is read as written: with whatever its
+            // previous owner left on it when it handed the session over.
+            let pod = match replicas {
+                Some(replicas) => match replicas.claim_object(pods, &pod.metadata).await {
+                    Some(claimed) => std::sync::Arc::new(claimed),
+                    None => continue,
+                },
+                None => pod,
+            };
             let name = pod.metadata.name.clone().unwrap_or_default();
             let finished = status::is_finished(&pod);
             let record = session_record_from_pod(&pod);
@@ -113,6 +117,7 @@ impl Adoption {
                         token_digest: record.token_digest,
                         owner: record.owner.clone(),
                         links: links_of_pod(&pod),
+                        output_marks: super::marks::decode(pod.metadata.annotations.as_ref()),
                     });
                     lock(&self.adopted).insert(record.session_id.clone(), (record, name.clone()));
                 }

@@ -1,6 +1,7 @@
 //! One session's pod, from creation (or adoption) to its terminal status.
 
 pub(crate) mod adoption;
+pub(crate) mod marks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -631,5 +632,15 @@ impl BackendSession for KubeSession {
 
     fn detach(&self) {
         self.detached.store(true, Ordering::Release);
+    }
+
+    async fn hand_over(&self, marks: Vec<runner_core::session::OutputMarks>) {
+        self.detach();
+        if marks.is_empty() {
+            return;
+        }
+        if let Err(err) = marks::leave(&self.ctx.pods, &self.name, &marks).await {
+            warn!(pod = %self.name, error = %err, "could not leave the output marks on the pod; a client resuming the session is told of a gap");
+        }
     }
 }

@@ -145,7 +145,11 @@ impl Output {
 
     /// A note of the runner's own: on the terminal, or stderr.
     fn note(&self, text: String) {
-        self.output(StreamTag::Stderr, Bytes::from(text));
+        self.sink.note(
+            self.app.as_deref(),
+            self.tag(StreamTag::Stderr),
+            Bytes::from(text),
+        );
     }
 
     fn output_lost(&self) {

@@ -1,0 +1,236 @@
+//! An app's output carried from one owner of a session to the next, so a
+//! client that resumes after a hand-over (a rolling upgrade, a replica
+//! leaving) gets every byte once.
+//!
+//! Sequence numbers are an owner's own: the next one numbers the same
+//! output afresh, in a later generation. What both owners share is the
+//! workload's output itself, counted in bytes from its first byte (a pod's
+//! container log). So the owner that leaves records, for its newest
+//! frames, the byte at which each ended ([`OutputMarks`]), and the owner
+//! that takes over cuts the output it rebuilds at those bytes: its frame
+//! ending at the same byte stands for the old frame, and a client that says
+//! it has the old one is served from there. The bytes just before the last
+//! mark travel too, and the marks count only if this owner's output has
+//! the same bytes there; otherwise (a rotated log, output the previous
+//! owner never saw) a resuming client is told of a gap as before.
+
+use super::channel::{AppChannel, Carried};
+pub use crate::backend_session::OutputMarks;
+
+/// How many of its newest frames an owner leaving marks: a client that was
+/// keeping up has one of them.
+pub const MARKED_FRAMES: usize = 64;
+/// How many bytes before the last mark are compared.
+pub const CHECKED_BYTES: usize = 64;
+
+/// Where a subscriber that asked for output after a given seq starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResumeAt {
+    /// After this seq of the current numbering.
+    After(u64),
+    /// Not known yet: the output the resume point lies in is still being
+    /// rebuilt.
+    Pending,
+}
+
+impl AppChannel {
+    /// The end of the next mark past what was recorded, while lining up.
+    pub(super) fn next_mark_end(&self) -> Option<u64> {
+        match &self.carried {
+            Carried::LiningUp { marks, .. } => marks
+                .points
+                .iter()
+                .map(|&(_, end)| end)
+                .find(|&end| end > self.written),
+            _ => None,
+        }
+    }
+
+    /// After a frame `id` was recorded (ending at `self.written`): pairs it
+    /// with the old frame that ended at the same byte, and once the last
+    /// mark is passed, checks the bytes before it.
+    pub(super) fn line_up(&mut self, id: u64) {
+        let written = self.written;
+        let Carried::LiningUp { marks, found } = &mut self.carried else {
+            return;
+        };
+        for &(seq, end) in &marks.points {
+            if end == written {
+                found.push((seq, id));
+            }
+        }
+        let last = marks.points.last().map_or(0, |&(_, end)| end);
+        if written < last {
+            return;
+        }
+        let tail = marks.tail.clone();
+        let lined_up = written == last && self.exact && newest_bytes(self, tail.len()) == tail;
+        self.carried = match std::mem::take(&mut self.carried) {
+            Carried::LiningUp { found, .. } if lined_up => Carried::LinedUp(found),
+            _ => Carried::Failed,
+        };
+    }
+
+    /// Where a subscriber asking for output after `after` starts: a seq of
+    /// the previous owner's is translated through the marks.
+    pub(crate) fn resume_at(&self, after: u64) -> ResumeAt {
+        if after == 0 || after >= self.output_first_id() {
+            return ResumeAt::After(after);
+        }
+        match &self.carried {
+            Carried::LiningUp { marks, .. } if marks.points.iter().any(|&(s, _)| s == after) => {
+                ResumeAt::Pending
+            }
+            Carried::LinedUp(pairs) => match pairs.iter().find(|&&(old, _)| old == after) {
+                Some(&(_, new)) => ResumeAt::After(new),
+                None => ResumeAt::After(after),
+            },
+            _ => ResumeAt::After(after),
+        }
+    }
+
+    /// Marks of the newest frames, for the next owner; `None` when this
+    /// channel's byte count is not the output's (something was lost, or
+    /// the runner wrote into it).
+    pub(crate) fn marks(&self) -> Option<OutputMarks> {
+        if !self.exact || self.written == 0 {
+            return None;
+        }
+        let mut end = self.written;
+        let mut points = Vec::new();
+        for (id, chunk) in self.output.newest_first().take(MARKED_FRAMES) {
+            points.push((id, end));
+            end -= chunk.bytes.len() as u64;
+        }
+        points.reverse();
+        Some(OutputMarks {
+            app: self.name.clone(),
+            points,
+            tail: newest_bytes(self, CHECKED_BYTES),
+        })
+    }
+}
+
+/// The newest `want` bytes the channel holds (fewer if it holds fewer).
+fn newest_bytes(channel: &AppChannel, want: usize) -> Vec<u8> {
+    let mut pieces = Vec::new();
+    let mut have = 0;
+    for (_, chunk) in channel.output.newest_first() {
+        if have >= want {
+            break;
+        }
+        let take = (want - have).min(chunk.bytes.len());
+        pieces.push(&chunk.bytes[chunk.bytes.len() - take..]);
+        have += take;
+    }
+    pieces
+        .iter()
+        .rev()
+        .flat_map(|p| p.iter().copied())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use runner_api::watch::StreamTag;
+
+    use super::*;
+    use crate::session::{OUTPUT_SEQ_GENERATION, SessionApp};
+
+    fn channel(generation: u64) -> AppChannel {
+        AppChannel::new(
+            &SessionApp::default_app(Vec::new()),
+            1 << 20,
+            generation * OUTPUT_SEQ_GENERATION + 1,
+        )
+    }
+
+    fn record(channel: &mut AppChannel, text: &str) -> u64 {
+        channel.record(StreamTag::Tty, Bytes::from(text.to_owned()))
+    }
+
+    /// What a client that has `after` reads from `channel`.
+    fn resumed(channel: &AppChannel, after: u64) -> (bool, String) {
+        let ResumeAt::After(position) = channel.resume_at(after) else {
+            panic!("still pending");
+        };
+        let replay = channel.output.replay(position);
+        let text = replay
+            .entries
+            .iter()
+            .map(|(_, chunk)| String::from_utf8_lossy(&chunk.bytes).into_owned())
+            .collect();
+        (replay.has_gap, text)
+    }
+
+    #[test]
+    fn a_client_resuming_from_the_previous_owners_frame_gets_every_byte_once() {
+        let mut before = channel(0);
+        record(&mut before, "one\r\n");
+        let kept = record(&mut before, "two\r\n");
+        record(&mut before, "three\r\n");
+        let marks = before.marks().unwrap();
+        assert_eq!(marks.points, vec![(1, 5), (2, 10), (3, 17)]);
+
+        let mut after = channel(1);
+        after.carry(marks);
+        assert_eq!(after.resume_at(kept), ResumeAt::Pending);
+        // The log, read whole, then what the workload writes next.
+        record(&mut after, "one\r\ntwo\r\nthree\r\nfo");
+        record(&mut after, "ur\r\n");
+        assert_eq!(resumed(&after, kept), (false, "three\r\nfour\r\n".into()));
+        assert_eq!(resumed(&after, 3), (false, "four\r\n".into()));
+        // A client that asks for everything gets everything.
+        let (gap, text) = resumed(&after, 0);
+        assert!(!gap);
+        assert_eq!(text, "one\r\ntwo\r\nthree\r\nfour\r\n");
+    }
+
+    #[test]
+    fn marks_that_do_not_fit_the_output_leave_a_gap() {
+        let mut before = channel(0);
+        record(&mut before, "one\r\n");
+        let kept = record(&mut before, "two\r\n");
+        let marks = before.marks().unwrap();
+        // A log that was rotated: other bytes where the marks point.
+        let mut after = channel(1);
+        after.carry(marks);
+        record(&mut after, "xxxxx\r\nyyy\r\n");
+        assert!(matches!(after.carried, Carried::Failed));
+        let (gap, text) = resumed(&after, kept);
+        assert!(gap, "a client the marks cannot place is told");
+        assert_eq!(text, "xxxxx\r\nyyy\r\n");
+    }
+
+    #[test]
+    fn a_channel_that_lost_output_or_carries_the_runners_text_has_no_marks() {
+        let mut lost = channel(0);
+        record(&mut lost, "one\r\n");
+        lost.lose_count();
+        assert!(lost.marks().is_none());
+        assert!(
+            channel(0).marks().is_none(),
+            "nothing recorded, nothing marked"
+        );
+    }
+
+    #[test]
+    fn only_the_newest_frames_are_marked_and_large_output_is_still_split() {
+        let mut before = channel(0);
+        for n in 0..(MARKED_FRAMES + 10) {
+            record(&mut before, &format!("line {n}\n"));
+        }
+        let marks = before.marks().unwrap();
+        assert_eq!(marks.points.len(), MARKED_FRAMES);
+        assert_eq!(marks.points.last().unwrap().1, before.written);
+        assert_eq!(marks.tail.len(), CHECKED_BYTES);
+
+        let mut big = channel(0);
+        let last = big.record(
+            StreamTag::Tty,
+            Bytes::from(vec![b'x'; crate::session::MAX_OUTPUT_CHUNK_BYTES * 2 + 1]),
+        );
+        assert_eq!(last, 3);
+    }
+}
