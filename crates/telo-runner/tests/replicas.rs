@@ -443,6 +443,68 @@ fn line_numbers(text: &str) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_is_charged_to_the_clients_rate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "alice-token name=alice\n").unwrap();
+    let tiers = dir.path().join("tiers.json");
+    std::fs::write(
+        &tiers,
+        r#"{"tiers": {"default": {"requestsPerMinute": 6}}}"#,
+    )
+    .unwrap();
+    let install = Installation::start_with(
+        2,
+        &[
+            ("RUNNER_AUTH_TOKENS_FILE", tokens.to_str().unwrap()),
+            ("RUNNER_TIERS_FILE", tiers.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let client = runner_core::http_client::client();
+    let created: Value = client
+        .post(format!("{}/v1/sessions", install.base(0)))
+        .bearer_auth("alice-token")
+        .json(&test_support::bundle::start_body(json!({"echo": true})))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    // Six reads of the session on the replica that does not own it, each
+    // forwarded: that replica's whole budget for her.
+    for _ in 0..6 {
+        let answer = client
+            .get(format!("{}/v1/sessions/{id}", install.base(1)))
+            .bearer_auth("alice-token")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    }
+    // The owner charged none of them (before, it charged each again, and
+    // this read was her eighth there): she has five left there.
+    let owner = client
+        .get(format!("{}/v1/sessions/{id}", install.base(0)))
+        .bearer_auth("alice-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(owner.status(), reqwest::StatusCode::OK);
+    let refused = client
+        .get(format!("{}/v1/sessions/{id}", install.base(1)))
+        .bearer_auth("alice-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    drop(install.relay);
+    install.sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_limit_holds_for_the_installation() {
     let install = Installation::start_with(2, &[("RUNNER_MAX_SESSIONS", "2")]).await;
     let client = runner_core::http_client::client();

@@ -267,9 +267,10 @@ fn run_loops(
     }
     if let Some(every_ms) = script.line_every_ms {
         let count = script.lines;
+        let padding = script.line_padding;
         let endings = last_line_ends.then(|| endings.clone());
         spawn("lines", move || {
-            print_periodic_lines(every_ms, count);
+            print_periodic_lines(every_ms, count, padding);
             if let Some(endings) = endings {
                 let _ = endings.send(Ending::LastLinePrinted);
             }
@@ -328,15 +329,24 @@ pub fn trim_line_ending(line: &[u8]) -> &[u8] {
 }
 
 /// Prints `line <i> <unix-millis>` every `every_ms`, `count` times (forever
-/// when `None`). Deadlines are computed from the start, so a slow write does
+/// when `None`), each followed by a space and `padding` dots when `padding`
+/// is not 0. Deadlines are computed from the start, so a slow write does
 /// not push every later line back.
-fn print_periodic_lines(every_ms: u64, count: Option<u64>) {
+fn print_periodic_lines(every_ms: u64, count: Option<u64>, padding: usize) {
     let started = Instant::now();
+    let dots = if padding == 0 {
+        String::new()
+    } else {
+        format!(" {}", ".".repeat(padding))
+    };
     let mut index: u64 = 1;
     while count.is_none_or(|count| index <= count) {
         let due = started + Duration::from_millis(every_ms.saturating_mul(index));
         thread::sleep(due.saturating_duration_since(Instant::now()));
-        output::stdout_line(&periodic_line(index, SystemTime::now()));
+        output::stdout_line(&format!(
+            "{}{dots}",
+            periodic_line(index, SystemTime::now())
+        ));
         index += 1;
     }
 }

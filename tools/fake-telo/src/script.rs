@@ -49,6 +49,9 @@ pub struct Script {
     pub print_size: bool,
     pub line_every_ms: Option<u64>,
     pub lines: Option<u64>,
+    /// Dots after each periodic line, to make a stream of a given rate.
+    #[serde(default)]
+    pub line_padding: usize,
     #[serde(default)]
     pub wait_for_input: bool,
     /// On SIGTERM or SIGINT: print this line and exit 0, as a real kernel's
@@ -131,7 +134,9 @@ pub enum ScriptError {
         #[source]
         source: serde_yaml_ng::Error,
     },
-    #[error("invalid fakeTelo block in document {document}: `lines` needs `lineEveryMs`")]
+    #[error(
+        "invalid fakeTelo block in document {document}: `lines` and `linePadding` need `lineEveryMs`"
+    )]
     LinesWithoutInterval { document: usize },
     #[error("invalid fakeTelo block in document {document}: `stdoutHex` entry {entry} is not hex")]
     BadHex { document: usize, entry: usize },
@@ -170,7 +175,7 @@ pub fn find_script(manifest: &str) -> Result<Option<Script>, ScriptError> {
                 source,
             })?
         };
-        if script.lines.is_some() && script.line_every_ms.is_none() {
+        if (script.lines.is_some() || script.line_padding > 0) && script.line_every_ms.is_none() {
             return Err(ScriptError::LinesWithoutInterval {
                 document: document_number,
             });
@@ -239,6 +244,7 @@ fakeTelo:
   printSize: true
   lineEveryMs: 10
   lines: 5
+  linePadding: 4
   waitForInput: true
   stopLine: bye
   ignoreSigterm: true
@@ -262,6 +268,7 @@ fakeTelo:
             print_size: true,
             line_every_ms: Some(10),
             lines: Some(5),
+            line_padding: 4,
             wait_for_input: true,
             stop_line: Some("bye".to_owned()),
             ignore_sigterm: true,

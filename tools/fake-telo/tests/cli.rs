@@ -95,7 +95,14 @@ fn an_invalid_entry_fails_with_exit_one_and_says_why() {
             "unknown field `exitAfterMS`",
         ),
         ("fakeTelo: { exitCode: nope }\n", "invalid fakeTelo block"),
-        ("fakeTelo: { lines: 3 }\n", "`lines` needs `lineEveryMs`"),
+        (
+            "fakeTelo: { lines: 3 }\n",
+            "`lines` and `linePadding` need `lineEveryMs`",
+        ),
+        (
+            "fakeTelo: { linePadding: 10 }\n",
+            "`lines` and `linePadding` need `lineEveryMs`",
+        ),
     ];
     for (manifest, reason) in cases {
         let mut fake = launch(manifest).spawn();

@@ -205,7 +205,13 @@ pub async fn require_token(
             return unauthorized(&reason);
         }
     };
-    if let Err(refusal) = state.access.tenancy.take_request(&principal) {
+    // A peer's forwarded call was charged by the replica the client
+    // reached; charging it again here would halve the client's budget.
+    let forwarded = request
+        .extensions()
+        .get::<super::peer::FromPeer>()
+        .is_some();
+    if !forwarded && let Err(refusal) = state.access.tenancy.take_request(&principal) {
         state.registry.metrics().access_refused("rate_limited");
         state.access.audit.record(
             AuditRecord::new(AuditAction::RateLimited, Outcome::Refused)
