@@ -235,6 +235,8 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
         &[
             ("RUNNER_WATCH_SESSIONS", "true"),
             ("RUNNER_MAX_SESSIONS", "100"),
+            // Room for the whole history of the fast stream below.
+            ("RUNNER_REPLAY_BUFFER_BYTES", "67108864"),
         ],
     )
     .await;
@@ -256,6 +258,27 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
     let sessions = futures_util::future::join_all(starts).await;
     for (index, id) in sessions.iter().enumerate() {
         assert_eq!(install.owner(id), install.ids[index % 3]);
+    }
+    // A session on the replica that will be killed streams about 1 MB/s to
+    // a client reading all of it.
+    let mut fast = Vec::new();
+    for _ in 0..1 {
+        let base = install.base(0);
+        let id = create(
+            &base,
+            json!({"stdout": ["fast"], "lineEveryMs": 1, "linePadding": 1000, "echo": true}),
+        )
+        .await;
+        until_running(&base, &id).await;
+        let ws_base = base.replacen("http", "ws", 1);
+        let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+        let first = ws::read_until_output(&mut socket, "line 100 ").await;
+        let reader = tokio::spawn(async move {
+            let mut frames = first;
+            frames.extend(ws::read_until_close(&mut socket).await);
+            frames
+        });
+        fast.push((id, reader));
     }
     // A watch session on the replica that will be killed, with a file its
     // user just wrote.
@@ -327,6 +350,43 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
         ws::read_until_output(&mut socket, &format!("hello {index}")).await;
         ws::send_stdin(&mut socket, format!("typed {index}\n").as_bytes()).await;
         ws::read_until_output(&mut socket, &format!("typed {index}")).await;
+    }
+
+    // The fast stream's client, cut off by the crash, resumes through the
+    // Service with its last seq. Nobody could say where that seq lay in
+    // the output (a crash leaves no marks), so it is told of a gap and
+    // gets the whole history again: every line, none missing.
+    let relay = install.relay.addr();
+    for (id, reader) in fast {
+        let frames = reader.await.unwrap();
+        let seen = line_numbers(&String::from_utf8_lossy(&ws::output_of(&frames)));
+        let last = *seen.last().unwrap();
+        assert_eq!(
+            seen,
+            (1..=last).collect::<Vec<_>>(),
+            "lost before the crash"
+        );
+        let last_seq = ws::last_seq(&frames).unwrap();
+        install.served_again(&id, victim).await;
+        let mut resumed = ws::connect(
+            &format!("ws://{relay}/v1/sessions/{id}/io?lastSeq={last_seq}"),
+            None,
+        )
+        .await;
+        let after = ws::read_until_output(&mut resumed, &format!("line {} ", last + 500)).await;
+        assert!(
+            after
+                .iter()
+                .any(|f| matches!(f, IoFrame::Text(t) if t["type"] == "gap")),
+            "a client resuming after a crash is told of a gap"
+        );
+        let history = line_numbers(&String::from_utf8_lossy(&ws::output_of(&after)));
+        let newest = *history.last().unwrap();
+        assert_eq!(
+            history,
+            (1..=newest).collect::<Vec<_>>(),
+            "lost in the crash"
+        );
     }
 
     // The watch session runs on where it was, its newest file with it.
@@ -501,6 +561,115 @@ async fn a_forwarded_request_is_charged_to_the_clients_rate_once() {
         .unwrap();
     assert_eq!(refused.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
     drop(install.relay);
+    install.sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicas_suspended_session_is_kept_and_resumed_by_a_survivor() {
+    let mut install = Installation::start_with(
+        2,
+        &[
+            ("RUNNER_WATCH_SESSIONS", "true"),
+            ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+        ],
+    )
+    .await;
+    let client = runner_core::http_client::client();
+    let base = install.base(0);
+    let (status, created) = common::watch::request_at(
+        &client,
+        &base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(common::watch::watch_body(
+            json!({"stdout": ["watching"], "echo": true}),
+        )),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    until_running(&base, &id).await;
+    let (status, written) = common::watch::request_at(
+        &client,
+        &base,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "notes.txt", "content": "kept"}]})),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+    // Nobody follows it: it is suspended, its files checkpointed.
+    let status_at = |base: String| {
+        let client = client.clone();
+        let id = id.clone();
+        async move {
+            let (status, session) = common::watch::request_at(
+                &client,
+                &base,
+                reqwest::Method::GET,
+                &format!("/v1/sessions/{id}"),
+                None,
+            )
+            .await;
+            (
+                status,
+                session["status"]["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        }
+    };
+    tokio::time::timeout(test_support::WAIT, async {
+        while status_at(base.clone()).await.1 != "suspended" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the idle watch session was suspended");
+
+    let mut killed = install.replicas[0].take().unwrap();
+    signal(&killed, nix::sys::signal::Signal::SIGKILL);
+    let _ = killed.child.wait();
+    // The survivor takes its record over once the Lease lapses, and keeps
+    // it suspended.
+    let survivor = install.base(1);
+    tokio::time::timeout(test_support::WAIT, async {
+        while install.watch_owner(&id) != "replica-1"
+            || status_at(survivor.clone()).await != (reqwest::StatusCode::OK, "suspended".into())
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the survivor keeps the suspended session");
+    let (status, resumed) = common::watch::request_at(
+        &client,
+        &survivor,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/resume"),
+        None,
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{resumed}");
+    // Followed from here on, so it is not suspended again meanwhile.
+    let mut events = SseStream::connect(&format!("{survivor}/v1/sessions/{id}/events"), &[]).await;
+    events
+        .events_until(|f| f.status_kind().as_deref() == Some("running"))
+        .await;
+    let (status, file) = common::watch::request_at(
+        &client,
+        &survivor,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=notes.txt"),
+        None,
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{file}");
+    assert_eq!(file["content"], "kept");
+    drop(events);
+    drop(install.relay);
+    install.replicas.clear();
     install.sim.shutdown().await;
 }
 
