@@ -222,6 +222,10 @@ pub struct SuspendedSession {
     pub running: bool,
     /// Its share links as the last runner kept them.
     pub links: Vec<KeptLink>,
+    /// Where the last runner's newest output frames ended, when it handed
+    /// the session over as it ran (none after a crash, none once
+    /// suspended).
+    pub output_marks: Vec<crate::backend_session::OutputMarks>,
 }
 
 /// A share link as a backend keeps it: what makes its URL again (with the

@@ -494,6 +494,81 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_resume_exactl
     install.sim.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over() {
+    let mut install = Installation::start_with(2, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
+    let client = runner_core::http_client::client();
+    let base = install.base(0);
+    let (status, created) = common::watch::request_at(
+        &client,
+        &base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(common::watch::watch_body(
+            json!({"stdout": ["watching"], "lineEveryMs": 10, "echo": true}),
+        )),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    until_running(&base, &id).await;
+    let ws_base = base.replacen("http", "ws", 1);
+    let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
+    let mut frames = ws::read_until_output(&mut socket, "line 20 ").await;
+
+    let stopping = install.replicas[0].take().unwrap();
+    signal(&stopping, nix::sys::signal::Signal::SIGTERM);
+    frames.extend(ws::read_until_close(&mut socket).await);
+    let last_seq = ws::last_seq(&frames).unwrap();
+    let before = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+    let last_line = line_numbers(&before).last().copied().unwrap();
+    // The peer claims the record and takes the pod over as it runs.
+    let survivor = install.base(1);
+    tokio::time::timeout(test_support::WAIT, async {
+        loop {
+            if install.watch_owner(&id) == "replica-1" {
+                let (status, session) = common::watch::request_at(
+                    &client,
+                    &survivor,
+                    reqwest::Method::GET,
+                    &format!("/v1/sessions/{id}"),
+                    None,
+                )
+                .await;
+                if status == reqwest::StatusCode::OK && session["status"]["kind"] == "running" {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await
+    .expect("the peer serves the watch session");
+    let ws_base = survivor.replacen("http", "ws", 1);
+    let mut resumed = ws::connect(
+        &format!("{ws_base}/v1/sessions/{id}/io?lastSeq={last_seq}"),
+        None,
+    )
+    .await;
+    let after = ws::read_until_output(&mut resumed, &format!("line {} ", last_line + 30)).await;
+    assert!(
+        !after
+            .iter()
+            .any(|f| matches!(f, IoFrame::Text(t) if t["type"] == "gap")),
+        "told of a gap: {after:?}"
+    );
+    frames.extend(after);
+    let numbers = line_numbers(&String::from_utf8_lossy(&ws::output_of(&frames)));
+    let expected: Vec<u64> = (numbers[0]..numbers[0] + numbers.len() as u64).collect();
+    assert_eq!(
+        numbers, expected,
+        "lines lost or repeated across the hand-over"
+    );
+    drop(stopping);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}
+
 /// The numbers of the `line <n> <millis>` lines in `text`.
 fn line_numbers(text: &str) -> Vec<u64> {
     text.split("\n")

@@ -227,6 +227,7 @@ impl SessionRegistry {
             generation,
             running,
             links,
+            output_marks,
         } = record;
         let id = spec.session_id.clone();
         if self.get(&id).is_some() {
@@ -260,6 +261,7 @@ impl SessionRegistry {
         super::lock(&self.inner.sessions).insert(id, session.clone());
         if running {
             // Its workload outlived the last runner: taken over as it runs.
+            session.carry_output(output_marks);
             if let Some(mut state) = session.watch_state() {
                 state.busy = true;
             }

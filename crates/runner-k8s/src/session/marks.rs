@@ -1,10 +1,10 @@
-//! A session's output marks on its pod: written by a runner handing the
-//! session over, read by the runner that adopts it (`runner_core`'s
+//! A session's output marks on its pod (a watch session's: on its record):
+//! written by a runner handing the session over, read by the runner that
+//! adopts it (`runner_core`'s
 //! `session::carry` says what they are for).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use runner_core::session::OutputMarks;
@@ -62,14 +62,18 @@ pub(crate) fn decode(annotations: Option<&BTreeMap<String, String>>) -> Vec<Outp
         .collect()
 }
 
-/// Leaves `marks` on pod `name`.
-pub(crate) async fn leave(
-    pods: &Api<Pod>,
+/// Leaves `marks` on `name` of `api`: a run session's pod, or a watch
+/// session's record.
+pub(crate) async fn leave<K>(
+    api: &Api<K>,
     name: &str,
     marks: &[OutputMarks],
-) -> Result<(), kube::Error> {
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let patch = json!({"metadata": {"annotations": {OUTPUT_MARKS_ANNOTATION: encode(marks)}}});
-    pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
 }

@@ -911,6 +911,20 @@ impl BackendSession for KubeWatch {
         }
     }
 
+    /// The pod is left running for the next runner (it adopts it from the
+    /// record); the marks go on the record, which that runner claims.
+    async fn hand_over(&self, marks: Vec<runner_core::session::OutputMarks>) {
+        if marks.is_empty() {
+            return;
+        }
+        let name = checkpoint::secret_name(&self.id);
+        if let Err(err) =
+            crate::session::marks::leave(self.wctx.checkpoints.api(), &name, &marks).await
+        {
+            warn!(session_id = %self.id, error = %api_reason(&err), "could not leave the output marks on the watch record; a client resuming the session is told of a gap");
+        }
+    }
+
     /// Takes the pod down in the background and reports `stopped` once it
     /// is gone; the checkpoint goes with the session.
     async fn stop(&self) -> Result<(), StopError> {
@@ -1052,12 +1066,17 @@ pub async fn recover_suspended(
             // Created by this runner since it booted: not a leftover.
             continue;
         }
-        if let Some(replicas) = &wctx.replicas
-            && replicas.claim(wctx.checkpoints.api(), &meta).await != crate::replica::Claim::Mine
-        {
-            // A live peer's, or claimed by another survivor first.
-            continue;
-        }
+        // Claimed, the record is read as written: with the output marks
+        // its previous owner left when it handed the session over.
+        let meta = match &wctx.replicas {
+            Some(replicas) => match replicas.claim_object(wctx.checkpoints.api(), &meta).await {
+                Some(claimed) => claimed.metadata,
+                // A live peer's, or claimed by another survivor first.
+                None => continue,
+            },
+            None => meta,
+        };
+        let output_marks = crate::session::marks::decode(meta.annotations.as_ref());
         let live = ctx
             .pod_informer
             .pods()
@@ -1118,6 +1137,8 @@ pub async fn recover_suspended(
             spec: record.spec,
             running,
             links,
+            // Only a workload that still runs continues the same output.
+            output_marks: if running { output_marks } else { Vec::new() },
         });
     }
     // Watch pods without a record, or not the pod their session's record

@@ -130,6 +130,7 @@ pub(crate) fn kept_sessions(
             spec: record.spec,
             generation: record.generation,
             running: false,
+            output_marks: Vec::new(),
         });
     }
     kept
