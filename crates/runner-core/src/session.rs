@@ -901,6 +901,7 @@ impl Session {
             rx: self.events_seq.subscribe(),
             position: after,
             resolve: None,
+            settle_by: tokio::time::Instant::now(),
             read: Box::new(|session: &Session, after| session.replay_events(after)),
         }
     }
@@ -928,6 +929,7 @@ impl Session {
             session: self.clone(),
             rx,
             position: after,
+            settle_by: tokio::time::Instant::now() + SETTLE_WITHIN,
             // A seq of the previous owner's is translated once the output
             // it lies in has been rebuilt here.
             resolve: Some(Box::new(move |session: &Session, after| {
@@ -1087,8 +1089,16 @@ pub struct Cursor<T> {
     position: u64,
     /// Until the first position is settled.
     resolve: Option<ResolveFn>,
+    /// When the cursor stops waiting for its position to settle.
+    settle_by: tokio::time::Instant,
     read: ReadFn<T>,
 }
+
+/// How long a cursor on a seq of the previous owner's waits for the output
+/// it lies in to be rebuilt (a log read: well under a second). Past it, or
+/// when that output never reaches the seq (a session that ended first), the
+/// subscriber is told of a gap and gets what is held.
+pub const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What a subscriber reads next.
 pub struct Batch<T> {
@@ -1107,6 +1117,10 @@ impl<T> Cursor<T> {
             match resolve(&self.session, self.position) {
                 ResumeAt::After(position) => {
                     self.position = position;
+                    self.resolve = None;
+                }
+                // Given up on: read as an unknown seq (a gap, then all).
+                ResumeAt::Pending if tokio::time::Instant::now() >= self.settle_by => {
                     self.resolve = None;
                 }
                 ResumeAt::Pending => {
@@ -1137,6 +1151,13 @@ impl<T> Cursor<T> {
             // The sender lives in the session this cursor holds, so the
             // channel cannot close under it; an error would only mean there is
             // nothing more to wait for.
+            if self.resolve.is_some() {
+                // Still settling: until then, or until output comes.
+                match tokio::time::timeout_at(self.settle_by, self.rx.changed()).await {
+                    Ok(Err(_)) => return batch,
+                    Ok(Ok(())) | Err(_) => continue,
+                }
+            }
             if self.rx.changed().await.is_err() {
                 return batch;
             }

@@ -215,6 +215,37 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_point_the_output_never_reaches_is_given_up_with_a_gap() {
+        use std::sync::Arc;
+
+        use crate::session::Session;
+        let session = Arc::new(Session::new(
+            "s1".into(),
+            "2026-01-01T00:00:00Z".into(),
+            1 << 20,
+            1,
+            None,
+            Arc::new(crate::metrics::Metrics::new()),
+        ));
+        session.carry_output(vec![OutputMarks {
+            app: runner_api::watch::DEFAULT_APP_NAME.into(),
+            points: vec![(5, 100)],
+            tail: Vec::new(),
+        }]);
+        let mut cursor = session.subscribe_output(5);
+        let first = cursor.try_next();
+        assert!(
+            !first.gap && first.entries.is_empty(),
+            "waits for the history"
+        );
+        // A log shorter than the marks say (rotated, say): it never gets there.
+        session.push_output(None, StreamTag::Tty, Bytes::from_static(b"short"));
+        let batch = cursor.next().await;
+        assert!(batch.gap);
+        assert_eq!(&batch.entries[0].1.bytes[..], b"short");
+    }
+
     #[test]
     fn only_the_newest_frames_are_marked_and_large_output_is_still_split() {
         let mut before = channel(0);
