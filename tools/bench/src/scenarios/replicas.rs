@@ -1,8 +1,9 @@
 //! Several runner replicas on one kube-sim behind a round-robin relay (the
 //! Service): session starts per second and POST → `running` at C = 50 with
-//! one and with three replicas; the time from a replica's SIGKILL until
-//! each of its sessions is served again through the relay; and the
-//! apiserver requests an idle replica makes per minute.
+//! one and with three replicas; the time from a replica's SIGTERM (a
+//! rolling update's step: its sessions handed over) and from another's
+//! SIGKILL until each of its sessions is served again through the relay;
+//! and the apiserver requests an idle replica makes per minute.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -211,7 +212,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         if count == 3 {
             let (idle, failover) = idle_and_failover(install, &mut report).await?;
             results["idle_requests_per_minute_per_replica"] = json!(idle);
-            results["failover"] = failover;
+            results["failover"] = failover["failover"].clone();
+            results["hand_over"] = failover["hand_over"].clone();
         } else {
             install.stop().await?;
         }
@@ -220,7 +222,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-/// The idle replicas' apiserver requests, then a SIGKILL.
+/// The idle replicas' apiserver requests, then a SIGTERM (a hand-over)
+/// and a SIGKILL.
 async fn idle_and_failover(
     install: Installation,
     report: &mut Report,
@@ -253,43 +256,34 @@ async fn idle_and_failover(
         sse.wait_status("running").await?;
         ids.push(created.id);
     }
+    // A rolling update's step first: one replica stopped (SIGTERM), its
+    // sessions handed over; then another killed (SIGKILL).
+    let (leaving, leaving_proc, _) = more.remove(1);
+    let owned = owned_by(&stack, &ids, &leaving).await?;
+    let stopped_at = Instant::now();
+    let (stopped, handed) = tokio::join!(
+        leaving_proc.stop(),
+        served_again(&stack, &owned, &leaving, stopped_at)
+    );
+    stopped?;
+    let handed = handed?;
+    report.row(
+        format!(
+            "hand-over: SIGTERM → each of its {} sessions served again, p50 / p99",
+            owned.len()
+        ),
+        format!(
+            "{:.0} / {:.0} ms",
+            ms(handed.percentile(50.0)),
+            ms(handed.percentile(99.0))
+        ),
+    );
+
     let (victim, victim_proc, _) = more.remove(0);
-    let mut owned = Vec::new();
-    for id in &ids {
-        if let Some((owner, _)) = replica_of(&stack, id).await?
-            && owner == victim
-        {
-            owned.push(id.clone());
-        }
-    }
+    let owned = owned_by(&stack, &ids, &victim).await?;
     let killed_at = Instant::now();
     victim_proc.kill()?;
-    let mut samples = Samples::default();
-    let waits = owned.iter().map(|id| {
-        let stack = stack.clone();
-        let victim = victim.clone();
-        async move {
-            loop {
-                if let Some((owner, status)) = replica_of(&stack, id).await?
-                    && owner != victim
-                    && !owner.is_empty()
-                    && status == "running"
-                {
-                    return anyhow::Ok(killed_at.elapsed());
-                }
-                if killed_at.elapsed() > Duration::from_secs(LEASE_SECONDS * 4) {
-                    bail!(
-                        "session {id} was not served again within {}s",
-                        LEASE_SECONDS * 4
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    });
-    for took in try_join_all(waits).await? {
-        samples.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
-    }
+    let samples = served_again(&stack, &owned, &victim, killed_at).await?;
     report.row(
         format!(
             "failover: SIGKILL → each of its {} sessions served again, p50 / p99 (Lease {LEASE_SECONDS} s)",
@@ -316,5 +310,54 @@ async fn idle_and_failover(
     }
     .stop()
     .await?;
-    Ok((per_minute, samples.json()))
+    Ok((
+        per_minute,
+        json!({"failover": samples.json(), "hand_over": handed.json()}),
+    ))
+}
+
+/// The sessions of `ids` that `replica` owns now.
+async fn owned_by(stack: &Stack, ids: &[String], replica: &str) -> anyhow::Result<Vec<String>> {
+    let mut owned = Vec::new();
+    for id in ids {
+        if let Some((owner, _)) = replica_of(stack, id).await?
+            && owner == replica
+        {
+            owned.push(id.clone());
+        }
+    }
+    Ok(owned)
+}
+
+/// For each of `owned`, the time from `since` until another replica than
+/// `gone` serves it `running`.
+async fn served_again(
+    stack: &Arc<Stack>,
+    owned: &[String],
+    gone: &str,
+    since: Instant,
+) -> anyhow::Result<Samples> {
+    let waits = owned.iter().map(|id| async move {
+        loop {
+            if let Some((owner, status)) = replica_of(stack, id).await?
+                && owner != gone
+                && !owner.is_empty()
+                && status == "running"
+            {
+                return anyhow::Ok(since.elapsed());
+            }
+            if since.elapsed() > Duration::from_secs(LEASE_SECONDS * 4) {
+                bail!(
+                    "session {id} was not served again within {}s",
+                    LEASE_SECONDS * 4
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut samples = Samples::default();
+    for took in try_join_all(waits).await? {
+        samples.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+    }
+    Ok(samples)
 }
