@@ -339,7 +339,9 @@ async fn served_again(
 ) -> anyhow::Result<Samples> {
     let waits = owned.iter().map(|id| async move {
         loop {
-            if let Some((owner, status)) = replica_of(stack, id).await?
+            // A request that meets the leaving replica's connection as it
+            // closes is asked again, as a client would.
+            if let Ok(Some((owner, status))) = replica_of(stack, id).await
                 && owner != gone
                 && !owner.is_empty()
                 && status == "running"
