@@ -880,6 +880,13 @@ impl Session {
 
     /// Output the backend knows it lost, at this point of app `app`.
     fn leave_output_hole(&self, app: Option<&str>) {
+        self.record_inexact(app, |channel| channel.output.leave_hole());
+    }
+
+    /// Records on app `app`'s channel with `record` (which returns the new
+    /// newest seq), unless the session has ended or left this runner;
+    /// the channel's byte count no longer follows the workload's output.
+    fn record_inexact(&self, app: Option<&str>, record: impl FnOnce(&mut AppChannel) -> u64) {
         let (seq, last) = {
             let mut state = lock(&self.state);
             if state.status.is_terminal() || state.handed_over {
@@ -889,7 +896,7 @@ impl Session {
                 return;
             };
             channel.lose_count();
-            (channel.seq.clone(), channel.output.leave_hole())
+            (channel.seq.clone(), record(channel))
         };
         seq.send_replace(last);
     }
@@ -969,21 +976,9 @@ impl Session {
     /// `None`): shown like output, but it is not the workload's, so the
     /// byte count no longer matches the workload's output.
     fn push_note(&self, app: Option<&str>, tag: StreamTag, text: Bytes) {
-        if text.is_empty() {
-            return;
+        if !text.is_empty() {
+            self.record_inexact(app, |channel| channel.record(tag, text));
         }
-        let (seq, last) = {
-            let mut state = lock(&self.state);
-            if state.status.is_terminal() || state.handed_over {
-                return;
-            }
-            let Some(channel) = channel_mut(&mut state.channels, app) else {
-                return;
-            };
-            channel.lose_count();
-            (channel.seq.clone(), channel.record(tag, text))
-        };
-        seq.send_replace(last);
     }
 
     /// A receiver that changes whenever a lifecycle event is recorded.

@@ -198,6 +198,37 @@ async fn until_running(base: &str, id: &str) {
         .await;
 }
 
+/// A watch session of `script` started at `base`, running.
+async fn watch_session(base: &str, script: Value) -> String {
+    let client = runner_core::http_client::client();
+    let (status, created) = common::watch::request_at(
+        &client,
+        base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(common::watch::watch_body(script)),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    until_running(base, &id).await;
+    id
+}
+
+/// Writes `notes.txt` ("kept") into watch session `id`'s workspace, as
+/// its user would.
+async fn write_notes(base: &str, id: &str) {
+    let (status, written) = common::watch::request_at(
+        &runner_core::http_client::client(),
+        base,
+        reqwest::Method::POST,
+        &format!("/v1/sessions/{id}/workspace"),
+        Some(json!({"write": [{"path": "notes.txt", "content": "kept"}]})),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+}
+
 /// A session of `script` started at `base`, running, with a terminal
 /// client attached that has seen `first`.
 async fn attached(base: &str, script: Value, first: &str) -> (String, ws::Socket) {
@@ -284,28 +315,8 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
     // user just wrote.
     let watch_base = install.base(0);
     let client = runner_core::http_client::client();
-    let (status, created) = common::watch::request_at(
-        &client,
-        &watch_base,
-        reqwest::Method::POST,
-        "/v1/sessions",
-        Some(common::watch::watch_body(
-            json!({"stdout": ["watching"], "echo": true}),
-        )),
-    )
-    .await;
-    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
-    let watch_id = created["sessionId"].as_str().unwrap().to_owned();
-    until_running(&watch_base, &watch_id).await;
-    let (status, written) = common::watch::request_at(
-        &client,
-        &watch_base,
-        reqwest::Method::POST,
-        &format!("/v1/sessions/{watch_id}/workspace"),
-        Some(json!({"write": [{"path": "notes.txt", "content": "kept"}]})),
-    )
-    .await;
-    assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+    let watch_id = watch_session(&watch_base, json!({"stdout": ["watching"], "echo": true})).await;
+    write_notes(&watch_base, &watch_id).await;
     assert_eq!(install.watch_owner(&watch_id), "replica-0");
 
     let victim = 0;
@@ -456,36 +467,11 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_resume_exactl
         }),
         "the socket ended without its close frame"
     );
-    let last_seq = ws::last_seq(&frames).expect("output before the hand-over");
     // The Lease is deleted on the way out: the peer takes the session over
     // without waiting for it to lapse.
     let owner = install.served_again(&id, 0).await;
     assert_eq!(owner, 1);
-    // The client resumes where it was, as the editor does: every line
-    // once, none missing, no gap.
-    let before = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
-    let last_line = line_numbers(&before).last().copied().unwrap();
-    let ws_base = install.base(1).replacen("http", "ws", 1);
-    let mut resumed = ws::connect(
-        &format!("{ws_base}/v1/sessions/{id}/io?lastSeq={last_seq}"),
-        None,
-    )
-    .await;
-    let after = ws::read_until_output(&mut resumed, &format!("line {} ", last_line + 30)).await;
-    assert!(
-        !after
-            .iter()
-            .any(|f| matches!(f, IoFrame::Text(t) if t["type"] == "gap")),
-        "told of a gap: {after:?}"
-    );
-    frames.extend(after);
-    let text = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
-    let numbers = line_numbers(&text);
-    let expected: Vec<u64> = (numbers[0]..numbers[0] + numbers.len() as u64).collect();
-    assert_eq!(
-        numbers, expected,
-        "lines lost or repeated across the hand-over"
-    );
+    let (mut resumed, text) = resume_exactly(&install.base(1), &id, frames).await;
     assert!(text.starts_with("before the hand-over"));
     ws::send_stdin(&mut resumed, b"typed after\n").await;
     ws::read_until_output(&mut resumed, "typed after").await;
@@ -499,19 +485,11 @@ async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over
     let mut install = Installation::start_with(2, &[("RUNNER_WATCH_SESSIONS", "true")]).await;
     let client = runner_core::http_client::client();
     let base = install.base(0);
-    let (status, created) = common::watch::request_at(
-        &client,
+    let id = watch_session(
         &base,
-        reqwest::Method::POST,
-        "/v1/sessions",
-        Some(common::watch::watch_body(
-            json!({"stdout": ["watching"], "lineEveryMs": 10, "echo": true}),
-        )),
+        json!({"stdout": ["watching"], "lineEveryMs": 10, "echo": true}),
     )
     .await;
-    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
-    let id = created["sessionId"].as_str().unwrap().to_owned();
-    until_running(&base, &id).await;
     let ws_base = base.replacen("http", "ws", 1);
     let mut socket = ws::connect(&format!("{ws_base}/v1/sessions/{id}/io"), None).await;
     let mut frames = ws::read_until_output(&mut socket, "line 20 ").await;
@@ -519,9 +497,6 @@ async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over
     let stopping = install.replicas[0].take().unwrap();
     signal(&stopping, nix::sys::signal::Signal::SIGTERM);
     frames.extend(ws::read_until_close(&mut socket).await);
-    let last_seq = ws::last_seq(&frames).unwrap();
-    let before = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
-    let last_line = line_numbers(&before).last().copied().unwrap();
     // The peer claims the record and takes the pod over as it runs.
     let survivor = install.base(1);
     tokio::time::timeout(test_support::WAIT, async {
@@ -544,7 +519,21 @@ async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over
     })
     .await
     .expect("the peer serves the watch session");
-    let ws_base = survivor.replacen("http", "ws", 1);
+    resume_exactly(&survivor, &id, frames).await;
+    drop(stopping);
+    install.replicas.clear();
+    install.sim.shutdown().await;
+}
+
+/// A client that read `frames` of session `id` before its replica handed
+/// it over resumes at `base` with its last seq, as the editor does: it
+/// must be told of no gap, and get every line once, none missing. Returns
+/// its socket and all the output it has.
+async fn resume_exactly(base: &str, id: &str, mut frames: Vec<IoFrame>) -> (ws::Socket, String) {
+    let last_seq = ws::last_seq(&frames).expect("output before the hand-over");
+    let before = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+    let last_line = line_numbers(&before).last().copied().unwrap();
+    let ws_base = base.replacen("http", "ws", 1);
     let mut resumed = ws::connect(
         &format!("{ws_base}/v1/sessions/{id}/io?lastSeq={last_seq}"),
         None,
@@ -558,15 +547,14 @@ async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over
         "told of a gap: {after:?}"
     );
     frames.extend(after);
-    let numbers = line_numbers(&String::from_utf8_lossy(&ws::output_of(&frames)));
+    let text = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+    let numbers = line_numbers(&text);
     let expected: Vec<u64> = (numbers[0]..numbers[0] + numbers.len() as u64).collect();
     assert_eq!(
         numbers, expected,
         "lines lost or repeated across the hand-over"
     );
-    drop(stopping);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    (resumed, text)
 }
 
 /// The numbers of the `line <n> <millis>` lines in `text`.
@@ -608,33 +596,24 @@ async fn a_forwarded_request_is_charged_to_the_clients_rate_once() {
         .await
         .unwrap();
     let id = created["sessionId"].as_str().unwrap().to_owned();
+    let read_at = |index: usize| {
+        client
+            .get(format!("{}/v1/sessions/{id}", install.base(index)))
+            .bearer_auth("alice-token")
+            .send()
+    };
     // Six reads of the session on the replica that does not own it, each
     // forwarded: that replica's whole budget for her.
     for _ in 0..6 {
-        let answer = client
-            .get(format!("{}/v1/sessions/{id}", install.base(1)))
-            .bearer_auth("alice-token")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), reqwest::StatusCode::OK);
+        assert_eq!(read_at(1).await.unwrap().status(), reqwest::StatusCode::OK);
     }
     // The owner charged none of them (before, it charged each again, and
     // this read was her eighth there): she has five left there.
-    let owner = client
-        .get(format!("{}/v1/sessions/{id}", install.base(0)))
-        .bearer_auth("alice-token")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(owner.status(), reqwest::StatusCode::OK);
-    let refused = client
-        .get(format!("{}/v1/sessions/{id}", install.base(1)))
-        .bearer_auth("alice-token")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(read_at(0).await.unwrap().status(), reqwest::StatusCode::OK);
+    assert_eq!(
+        read_at(1).await.unwrap().status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
     drop(install.relay);
     install.sim.shutdown().await;
 }
@@ -651,28 +630,8 @@ async fn a_killed_replicas_suspended_session_is_kept_and_resumed_by_a_survivor()
     .await;
     let client = runner_core::http_client::client();
     let base = install.base(0);
-    let (status, created) = common::watch::request_at(
-        &client,
-        &base,
-        reqwest::Method::POST,
-        "/v1/sessions",
-        Some(common::watch::watch_body(
-            json!({"stdout": ["watching"], "echo": true}),
-        )),
-    )
-    .await;
-    assert_eq!(status, reqwest::StatusCode::CREATED, "{created}");
-    let id = created["sessionId"].as_str().unwrap().to_owned();
-    until_running(&base, &id).await;
-    let (status, written) = common::watch::request_at(
-        &client,
-        &base,
-        reqwest::Method::POST,
-        &format!("/v1/sessions/{id}/workspace"),
-        Some(json!({"write": [{"path": "notes.txt", "content": "kept"}]})),
-    )
-    .await;
-    assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+    let id = watch_session(&base, json!({"stdout": ["watching"], "echo": true})).await;
+    write_notes(&base, &id).await;
     // Nobody follows it: it is suspended, its files checkpointed.
     let status_at = |base: String| {
         let client = client.clone();
