@@ -534,6 +534,18 @@ impl SessionRegistry {
             None => (None, SessionKind::Run),
         };
         let resources = self.inner.backend.session_resources(kind);
+        // Counted from the shared caches before the lock is taken (it goes
+        // over every pod and record): what other replicas hold is only as
+        // fresh as those caches anyway.
+        let elsewhere = if recovered.is_none() {
+            self.inner
+                .backend
+                .replicas()
+                .map(|replicas| replicas.elsewhere())
+                .unwrap_or_default()
+        } else {
+            crate::replicas::Elsewhere::default()
+        };
         let mut evicted = None;
         let session = {
             let mut sessions = lock(&self.inner.sessions);
@@ -562,12 +574,6 @@ impl SessionRegistry {
                 });
                 return Ok(session);
             }
-            let elsewhere = self
-                .inner
-                .backend
-                .replicas()
-                .map(|replicas| replicas.elsewhere())
-                .unwrap_or_default();
             if self.inner.closing.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(AdmissionError::ShuttingDown);
             }

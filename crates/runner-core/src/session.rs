@@ -1162,4 +1162,10 @@ impl<T> Cursor<T> {
     pub fn position(&self) -> u64 {
         self.position
     }
+
+    /// Whether the cursor is on a seq of the previous owner's whose place in
+    /// the rebuilt output is not known yet.
+    pub fn is_settling(&self) -> bool {
+        self.resolve.is_some()
+    }
 }
