@@ -433,6 +433,44 @@ async fn text(response: Response<Incoming>) -> String {
     String::from_utf8(body.to_vec()).unwrap()
 }
 
+/// A streamed body's length and SHA-256, read frame by frame.
+async fn length_and_hash(response: Response<Incoming>) -> (usize, String) {
+    let mut body = response.into_body();
+    let mut hash = Sha256::new();
+    let mut total = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            total += data.len();
+            hash.update(&data);
+        }
+    }
+    (total, hex::encode(hash.finalize()))
+}
+
+async fn json_of(response: Response<Incoming>) -> serde_json::Value {
+    serde_json::from_str(&text(response).await).unwrap()
+}
+
+/// An app that accepts connections and never answers, for as long as
+/// `held` runs.
+async fn silent_app(held: &mut JoinSet<()>) -> SocketAddr {
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    held.spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            open.push(tcp);
+        }
+    });
+    address
+}
+
+/// An address nothing listens on.
+async fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
 /// Writes `request` as is and reads the answer until the edge closes.
 async fn raw(edge: SocketAddr, request: &[u8]) -> String {
     let mut tcp = TcpStream::connect(edge).await.unwrap();
@@ -586,17 +624,10 @@ async fn streams_a_large_upload_and_download() {
             )
             .await;
         assert_eq!(response.status(), StatusCode::OK);
-        let mut body = response.into_body();
-        let mut hash = Sha256::new();
-        let mut total = 0;
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.unwrap().into_data() {
-                total += data.len();
-                hash.update(&data);
-            }
-        }
-        assert_eq!(total, BIG_CHUNKS * CHUNK);
-        assert_eq!(hex::encode(hash.finalize()), expected);
+        assert_eq!(
+            length_and_hash(response).await,
+            (BIG_CHUNKS * CHUNK, expected)
+        );
         server.edge.until_idle(ID).await;
     })
     .await;
@@ -698,7 +729,7 @@ async fn forwarded_headers_are_added_and_hop_by_hop_ones_dropped() {
         let response = clients.send(server.address, request).await;
         assert_eq!(response.status(), StatusCode::OK);
         let headers = response.headers().clone();
-        let seen: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let seen: serde_json::Value = json_of(response).await;
         let seen = &seen["headers"];
         for gone in [
             "x-secret",
@@ -753,16 +784,8 @@ async fn connections_to_an_app_are_kept_alive() {
 #[tokio::test]
 async fn a_silent_app_times_out_with_504() {
     within(async {
-        // Accepts connections and never answers.
-        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = silent.local_addr().unwrap();
         let mut held = JoinSet::new();
-        held.spawn(async move {
-            let mut open = Vec::new();
-            while let Ok((tcp, _)) = silent.accept().await {
-                open.push(tcp);
-            }
-        });
+        let address = silent_app(&mut held).await;
         let server = EdgeServer::start([(host(8845, ID), Ok(address))], quick()).await;
         let mut clients = Clients::default();
         let started = Instant::now();
@@ -771,7 +794,7 @@ async fn a_silent_app_times_out_with_504() {
             .await;
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
         assert!(started.elapsed() < Duration::from_secs(10));
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "upstream_timeout");
         server.edge.until_idle(ID).await;
     })
@@ -816,7 +839,7 @@ async fn a_connection_that_is_never_accepted_times_out_with_504() {
             .await;
         assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
         assert!(started.elapsed() < Duration::from_secs(10));
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "upstream_timeout");
         drop((queued, socket));
     })
@@ -826,10 +849,7 @@ async fn a_connection_that_is_never_accepted_times_out_with_504() {
 #[tokio::test]
 async fn nothing_listening_is_502_with_retry_after() {
     within(async {
-        let closed = {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            listener.local_addr().unwrap()
-        };
+        let closed = closed_port().await;
         let server = EdgeServer::start([(host(8845, ID), Ok(closed))], quick()).await;
         let mut clients = Clients::default();
         let response = clients
@@ -837,7 +857,7 @@ async fn nothing_listening_is_502_with_retry_after() {
             .await;
         assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "port_not_listening");
     })
     .await;
@@ -992,7 +1012,7 @@ async fn refusals_are_html_for_browsers_and_json_otherwise() {
             .await;
         assert_eq!(response.status(), StatusCode::GONE);
         assert_eq!(content_type(response.headers()), "application/json");
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "session_ended");
 
         let response = clients
@@ -1005,7 +1025,7 @@ async fn refusals_are_html_for_browsers_and_json_otherwise() {
             .get(server.address, &session_host_header(4000, ID), "/")
             .await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(
             body["message"],
             format!("session {ID} does not publish port 4000")
@@ -1015,7 +1035,7 @@ async fn refusals_are_html_for_browsers_and_json_otherwise() {
             .get(server.address, &session_host_header(5000, OTHER_ID), "/")
             .await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "unknown_session");
 
         let misdirected = Request::get("/")
@@ -1102,7 +1122,7 @@ async fn a_private_port_opens_only_with_a_grant_cookie_or_token() {
             assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method}");
         }
         let response = clients.get(server.address, &session, "/headers").await;
-        let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let body: serde_json::Value = json_of(response).await;
         assert_eq!(body["error"], "unauthorized");
         assert_eq!(server.resolves(), 0);
         assert_eq!(upstream.requests(), 0);
@@ -1135,7 +1155,7 @@ async fn a_private_port_opens_only_with_a_grant_cookie_or_token() {
             )
             .await;
         assert_eq!(response.status(), StatusCode::OK);
-        let seen: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+        let seen: serde_json::Value = json_of(response).await;
         assert_eq!(seen["headers"]["cookie"], serde_json::json!(["theme=dark"]));
         assert_eq!(seen["uri"], "/headers");
         // A grant on a request that is no navigation passes it on at once,
@@ -1594,17 +1614,10 @@ async fn bodies_stream_both_ways_on_a_kept_client_connection() {
             sender.ready().await.unwrap();
             let response = sender.send_request(request).await.unwrap();
             assert_eq!(response.status(), StatusCode::OK);
-            let mut body = response.into_body();
-            let mut hash = Sha256::new();
-            let mut total = 0;
-            while let Some(frame) = body.frame().await {
-                if let Ok(data) = frame.unwrap().into_data() {
-                    total += data.len();
-                    hash.update(&data);
-                }
-            }
-            assert_eq!(total, CHUNKS * CHUNK);
-            assert_eq!(hex::encode(hash.finalize()), expected);
+            assert_eq!(
+                length_and_hash(response).await,
+                (CHUNKS * CHUNK, expected.clone())
+            );
         }
         assert_eq!(upstream.requests(), 6);
         assert_eq!(upstream.connections(), 2);
@@ -1616,20 +1629,9 @@ async fn bodies_stream_both_ways_on_a_kept_client_connection() {
 #[tokio::test]
 async fn a_kept_client_connection_gets_the_same_timeouts_and_refusals() {
     within(async {
-        // Accepts connections and never answers.
-        let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let silent_address = silent.local_addr().unwrap();
         let mut held = JoinSet::new();
-        held.spawn(async move {
-            let mut open = Vec::new();
-            while let Ok((tcp, _)) = silent.accept().await {
-                open.push(tcp);
-            }
-        });
-        let closed = {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            listener.local_addr().unwrap()
-        };
+        let silent_address = silent_app(&mut held).await;
+        let closed = closed_port().await;
         let server = EdgeServer::start(
             [
                 (host(8845, ID), Ok(silent_address)),
@@ -1645,12 +1647,12 @@ async fn a_kept_client_connection_gets_the_same_timeouts_and_refusals() {
             let response = get_on(&mut sender, &session_host_header(8845, ID), "/hello").await;
             assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
             assert!(started.elapsed() < Duration::from_secs(10));
-            let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+            let body: serde_json::Value = json_of(response).await;
             assert_eq!(body["error"], "upstream_timeout");
 
             let response = get_on(&mut sender, &session_host_header(8846, ID), "/hello").await;
             assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
-            let body: serde_json::Value = serde_json::from_str(&text(response).await).unwrap();
+            let body: serde_json::Value = json_of(response).await;
             assert_eq!(body["error"], "port_not_listening");
         }
         server.edge.until_idle(ID).await;

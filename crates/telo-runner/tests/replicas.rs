@@ -63,6 +63,22 @@ impl Installation {
         }
     }
 
+    /// Stops every replica (the relay first, so nothing reconnects), then
+    /// the simulator with what it runs.
+    async fn shut_down(self) {
+        let Installation {
+            sim,
+            dir,
+            replicas,
+            relay,
+            ..
+        } = self;
+        drop(relay);
+        drop(replicas);
+        sim.shutdown().await;
+        drop(dir);
+    }
+
     fn base(&self, index: usize) -> String {
         self.replicas[index].as_ref().unwrap().base.clone()
     }
@@ -227,6 +243,19 @@ async fn write_notes(base: &str, id: &str) {
     )
     .await;
     assert_eq!(status, reqwest::StatusCode::OK, "{written}");
+}
+
+/// Reads back what [`write_notes`] wrote, from watch session `id` at
+/// `base`.
+async fn read_notes(base: &str, id: &str) -> (reqwest::StatusCode, Value) {
+    common::watch::request_at(
+        &runner_core::http_client::client(),
+        base,
+        reqwest::Method::GET,
+        &format!("/v1/sessions/{id}/workspace/file?path=notes.txt"),
+        None,
+    )
+    .await
 }
 
 /// A session of `script` started at `base`, running, with a terminal
@@ -407,14 +436,7 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
             if let Some(index) = install.ids.iter().position(|id| *id == owner)
                 && index != victim
             {
-                let (status, file) = common::watch::request_at(
-                    &client,
-                    &install.base(index),
-                    reqwest::Method::GET,
-                    &format!("/v1/sessions/{watch_id}/workspace/file?path=notes.txt"),
-                    None,
-                )
-                .await;
+                let (status, file) = read_notes(&install.base(index), &watch_id).await;
                 if status == reqwest::StatusCode::OK {
                     assert_eq!(file["content"], "kept");
                     return index;
@@ -435,11 +457,7 @@ async fn a_killed_replicas_sessions_are_taken_over_once_each_by_the_survivors() 
     .await;
     assert_eq!(session["status"]["kind"], "running", "{session}");
 
-    drop(install.relay);
-    install.replicas.clear();
-    install.sim.shutdown().await;
-    drop(install.dir);
-    let _ = install.token_file;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,8 +494,7 @@ async fn a_stopped_replica_hands_its_sessions_over_and_its_clients_resume_exactl
     ws::send_stdin(&mut resumed, b"typed after\n").await;
     ws::read_until_output(&mut resumed, "typed after").await;
     drop(stopping);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,8 +538,7 @@ async fn a_watch_sessions_client_resumes_exactly_after_its_replica_hands_it_over
     .expect("the peer serves the watch session");
     resume_exactly(&survivor, &id, frames).await;
     drop(stopping);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 /// A client that read `frames` of session `id` before its replica handed
@@ -614,8 +630,7 @@ async fn a_forwarded_request_is_charged_to_the_clients_rate_once() {
         read_at(1).await.unwrap().status(),
         reqwest::StatusCode::TOO_MANY_REQUESTS
     );
-    drop(install.relay);
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,20 +706,11 @@ async fn a_killed_replicas_suspended_session_is_kept_and_resumed_by_a_survivor()
     events
         .events_until(|f| f.status_kind().as_deref() == Some("running"))
         .await;
-    let (status, file) = common::watch::request_at(
-        &client,
-        &survivor,
-        reqwest::Method::GET,
-        &format!("/v1/sessions/{id}/workspace/file?path=notes.txt"),
-        None,
-    )
-    .await;
+    let (status, file) = read_notes(&survivor, &id).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{file}");
     assert_eq!(file["content"], "kept");
     drop(events);
-    drop(install.relay);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -728,8 +734,7 @@ async fn the_session_limit_holds_for_the_installation() {
         let body: Value = refused.json().await.unwrap();
         assert_eq!(body["error"], "too_many_sessions", "{body}");
     }
-    drop(install.relay);
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -752,8 +757,7 @@ async fn a_client_of_a_spewing_session_gets_a_close_frame_when_its_replica_stops
     ws::send_stdin(&mut fresh, b"still here\n").await;
     ws::read_until_output(&mut fresh, "still here").await;
     drop(stopping);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -795,8 +799,7 @@ async fn a_replica_that_joins_leaves_its_peers_sessions_alone() {
         ws::send_stdin(&mut socket, b"still mine\n").await;
         ws::read_until_output(&mut socket, "still mine").await;
     }
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1003,15 +1006,28 @@ async fn any_replica_serves_any_session_through_the_service() {
         let rest = events.events_until_end().await;
         assert_eq!(rest.last().unwrap().json()["status"]["kind"], "stopped");
     }
-    drop(install.relay);
-    install.sim.shutdown().await;
+    install.shut_down().await;
+}
+
+/// What went wrong for the steady load's clients.
+#[derive(Clone, Default)]
+struct Failures(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Failures {
+    fn record(&self, what: impl Into<String>) {
+        self.0.lock().unwrap().push(what.into());
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
 }
 
 /// One request of the steady load: retried only after a 503 that says
 /// when (`Retry-After`), as a client is told to.
 async fn with_retries(
     send: impl Fn() -> reqwest::RequestBuilder,
-    failures: &std::sync::Mutex<Vec<String>>,
+    failures: &Failures,
 ) -> Option<reqwest::Response> {
     for _ in 0..100 {
         match send().send().await {
@@ -1024,15 +1040,12 @@ async fn with_retries(
             }
             Ok(answer) => return Some(answer),
             Err(err) => {
-                failures
-                    .lock()
-                    .unwrap()
-                    .push(format!("request failed: {err}"));
+                failures.record(format!("request failed: {err}"));
                 return None;
             }
         }
     }
-    failures.lock().unwrap().push("503 for too long".to_owned());
+    failures.record("503 for too long");
     None
 }
 
@@ -1040,7 +1053,7 @@ async fn with_retries(
 async fn a_rolling_restart_under_steady_load_fails_no_request() {
     let mut install = Installation::start(3).await;
     let service = install.relay.base();
-    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failures = Failures::default();
     let stop = tokio_util::sync::CancellationToken::new();
     let completed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut load = tokio::task::JoinSet::new();
@@ -1072,10 +1085,7 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
                     continue;
                 };
                 if created.status() != reqwest::StatusCode::CREATED {
-                    failures
-                        .lock()
-                        .unwrap()
-                        .push(format!("create: {}", created.status()));
+                    failures.record(format!("create: {}", created.status()));
                     continue;
                 }
                 let id = created.json::<Value>().await.unwrap()["sessionId"]
@@ -1094,10 +1104,7 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
                         break;
                     };
                     if answer.status() != reqwest::StatusCode::OK {
-                        failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("get {id}: {}", answer.status()));
+                        failures.record(format!("get {id}: {}", answer.status()));
                         break;
                     }
                     let session: Value = answer.json().await.unwrap();
@@ -1105,10 +1112,7 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
                         break;
                     }
                     if tokio::time::Instant::now() > deadline {
-                        failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("{id} never ran: {session}"));
+                        failures.record(format!("{id} never ran: {session}"));
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1123,10 +1127,7 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
                         completed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     Some(answer) => {
-                        failures
-                            .lock()
-                            .unwrap()
-                            .push(format!("delete {id}: {}", answer.status()));
+                        failures.record(format!("delete {id}: {}", answer.status()));
                     }
                     None => {}
                 }
@@ -1161,10 +1162,8 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
     }
     stop.cancel();
     while load.join_next().await.is_some() {}
-    let failures = failures.lock().unwrap().clone();
+    let failures = failures.all();
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(completed.load(std::sync::atomic::Ordering::Relaxed) > 0);
-    drop(install.relay);
-    install.replicas.clear();
-    install.sim.shutdown().await;
+    install.shut_down().await;
 }

@@ -272,11 +272,7 @@ async fn idle_and_failover(
             "hand-over: SIGTERM → each of its {} sessions served again, p50 / p99",
             owned.len()
         ),
-        format!(
-            "{:.0} / {:.0} ms",
-            ms(handed.percentile(50.0)),
-            ms(handed.percentile(99.0))
-        ),
+        p50_p99(&handed),
     );
 
     let (victim, victim_proc, _) = more.remove(0);
@@ -289,11 +285,7 @@ async fn idle_and_failover(
             "failover: SIGKILL → each of its {} sessions served again, p50 / p99 (Lease {LEASE_SECONDS} s)",
             owned.len()
         ),
-        format!(
-            "{:.0} / {:.0} ms",
-            ms(samples.percentile(50.0)),
-            ms(samples.percentile(99.0))
-        ),
+        p50_p99(&samples),
     );
     report.target(
         "failover p99",
@@ -314,6 +306,15 @@ async fn idle_and_failover(
         per_minute,
         json!({"failover": samples.json(), "hand_over": handed.json()}),
     ))
+}
+
+/// `samples`' p50 and p99 in whole milliseconds.
+fn p50_p99(samples: &Samples) -> String {
+    format!(
+        "{:.0} / {:.0} ms",
+        ms(samples.percentile(50.0)),
+        ms(samples.percentile(99.0))
+    )
 }
 
 /// The sessions of `ids` that `replica` owns now.
