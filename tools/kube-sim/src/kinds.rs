@@ -148,6 +148,9 @@ pub static RESOURCES: &[ResourceInfo] = &[
     resource!("apps", &["v1"], "Deployment", "deployments", "deployment", namespaced: true,
         short: &["deploy"], subresources: &["status"], generation: true,
         names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: ALL),
+    resource!("apps", &["v1"], "ReplicaSet", "replicasets", "replicaset", namespaced: true,
+        short: &["rs"], subresources: &["status"], generation: true,
+        names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: ALL),
     resource!("networking.k8s.io", &["v1"], "Ingress", "ingresses", "ingress", namespaced: true,
         short: &["ing"], subresources: &["status"], generation: true,
         names: NameRule::Dns1123Subdomain, fields: FieldSet::Meta, gateway: false, categories: NONE),
@@ -217,7 +220,7 @@ pub fn find_kind(api_version: &str, kind: &str) -> Option<ResourceId> {
 /// Well-known ids, looked up once.
 pub fn id(plural: &str) -> ResourceId {
     let group = match plural {
-        "deployments" => "apps",
+        "deployments" | "replicasets" => "apps",
         "ingresses" | "ingressclasses" | "networkpolicies" => "networking.k8s.io",
         "roles" | "rolebindings" | "clusterroles" | "clusterrolebindings" => {
             "rbac.authorization.k8s.io"

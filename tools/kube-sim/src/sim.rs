@@ -251,7 +251,6 @@ impl KubeSimBuilder {
             addr: self.listen,
             source,
         })?;
-        let identity = Arc::new(ServingIdentity::generate(addr.ip())?);
         let root = tempfile::Builder::new()
             .prefix("kube-sim-")
             .tempdir()
@@ -293,6 +292,32 @@ impl KubeSimBuilder {
             );
         }
         let network = start_network(self.pod_network, engine.as_deref()).await?;
+        // Pods of an isolated network reach the apiserver at the node's
+        // address, as in-cluster clients reach the `kubernetes` Service:
+        // the same server listens there too.
+        let pod_listener = match &network {
+            Some(bridge) if !addr.ip().is_unspecified() => {
+                let gateway = std::net::IpAddr::V4(bridge.gateway());
+                let bound = match tokio::net::TcpListener::bind((gateway, addr.port())).await {
+                    Ok(l) => Ok(l),
+                    Err(_) => tokio::net::TcpListener::bind((gateway, 0)).await,
+                };
+                Some(bound.map_err(|source| StartError::Bind {
+                    addr: SocketAddr::new(gateway, addr.port()),
+                    source,
+                })?)
+            }
+            _ => None,
+        };
+        let pod_api_addr = match &pod_listener {
+            Some(l) => l.local_addr().map_err(|source| StartError::Bind { addr, source })?,
+            None => addr,
+        };
+        let identity = Arc::new(ServingIdentity::generate_for(&[
+            addr.ip(),
+            pod_api_addr.ip(),
+        ])?);
+        let token = BearerToken::random();
         if let Some(bridge) = &network {
             // The node's address is where its pods reach it.
             let ip = bridge.gateway().to_string();
@@ -323,6 +348,11 @@ impl KubeSimBuilder {
                 latency: self.latency,
                 engine,
                 network,
+                api: Some(crate::kubelet::PodApiAccess {
+                    server: format!("https://{pod_api_addr}"),
+                    ca_pem: identity.ca_pem().to_owned(),
+                    token: token.as_str().to_owned(),
+                }),
             },
             shutdown.clone(),
         )
@@ -338,7 +368,7 @@ impl KubeSimBuilder {
             server_address: addr.to_string(),
             bookmark_interval: self.bookmark_interval,
             attach_delay: self.attach_delay,
-            token: BearerToken::random(),
+            token,
             shutdown: shutdown.clone(),
         });
         let ingress = Switch::new(self.ingress_controller);
@@ -357,6 +387,10 @@ impl KubeSimBuilder {
                 ingress.clone(),
                 shutdown.clone(),
             )),
+            tokio::spawn(controllers::workloads::run(
+                registry.clone(),
+                shutdown.clone(),
+            )),
         ];
         if self.gateway_api {
             tasks.push(tokio::spawn(controllers::gateway::run(
@@ -366,6 +400,14 @@ impl KubeSimBuilder {
             )));
         }
         let app = router(ctx.clone());
+        if let Some(pod_listener) = pod_listener {
+            tasks.push(tokio::spawn(crate::apiserver::tls::serve(
+                pod_listener,
+                identity.acceptor(),
+                app.clone(),
+                shutdown.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(crate::apiserver::tls::serve(
             listener,
             identity.acceptor(),

@@ -57,6 +57,12 @@ impl ServingIdentity {
     /// A fresh CA and a certificate for `localhost`, `127.0.0.1`, `::1`
     /// and `bound` (the address the simulator listens on).
     pub fn generate(bound: IpAddr) -> Result<Self, TlsError> {
+        Self::generate_for(&[bound])
+    }
+
+    /// [`Self::generate`] for every address in `bound` (the one clients on
+    /// this machine use and the one pods reach, say).
+    pub fn generate_for(bound: &[IpAddr]) -> Result<Self, TlsError> {
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
         ca_params
@@ -73,8 +79,10 @@ impl ServingIdentity {
             "127.0.0.1".to_owned(),
             "::1".to_owned(),
         ];
-        if !bound.is_unspecified() && !names.contains(&bound.to_string()) {
-            names.push(bound.to_string());
+        for ip in bound {
+            if !ip.is_unspecified() && !names.contains(&ip.to_string()) {
+                names.push(ip.to_string());
+            }
         }
         let mut leaf_params = rcgen::CertificateParams::new(names)?;
         leaf_params

@@ -1,11 +1,13 @@
 //! Simulated controllers: garbage collection, namespace deletion, quota
 //! accounting (its admission and usage live in `storage::quota`), and the
-//! Ingress and Gateway API controllers.
+//! Ingress and Gateway API controllers, and the Deployment and ReplicaSet
+//! controllers.
 
 pub mod gateway;
 pub mod gc;
 pub mod ingress;
 pub mod namespace;
+pub mod workloads;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

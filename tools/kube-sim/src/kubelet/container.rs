@@ -12,6 +12,9 @@ pub(super) struct Target<'a> {
     pub name: &'a str,
     /// The event `fieldPath`: `spec.containers{name}`.
     pub fp: &'a str,
+    /// Whether a readiness probe decides when it is ready (else it is
+    /// ready once it runs).
+    pub probed: bool,
 }
 
 /// How a launched container ended.
@@ -41,6 +44,7 @@ impl Kubelet {
             idx,
             name: &c.name,
             fp: &fp,
+            probed: !init && c.readiness_probe.is_some(),
         };
         // The kubelet retries a container whose config is not there yet
         // (a missing Secret, say) from the pull on, as it would a new one.
@@ -92,10 +96,18 @@ impl Kubelet {
             }
         }
         let mut started_at = meta::now_timestamp();
-        let (exit_code, reason) = match self
-            .execute(&t, launch, &streams, &container_id, &mut started_at)
-            .await
-        {
+        let execute = self.execute(&t, launch, &streams, &container_id, &mut started_at);
+        let outcome = match c.readiness_probe.clone().filter(|_| !init) {
+            None => execute.await,
+            Some(probe) => {
+                let probing = self.probe_readiness(&w, idx, ctx.ip, &c, probe);
+                tokio::select! {
+                    outcome = execute => outcome,
+                    never = probing => match never {},
+                }
+            }
+        };
+        let (exit_code, reason) = match outcome {
             Outcome::Exited(code) => (code, None),
             Outcome::ExitedWith(code, reason) => (code, Some(reason)),
             Outcome::StartFailed => return 128,
@@ -256,7 +268,7 @@ impl Kubelet {
                     let _ = running.exit.await;
                     return Outcome::Abandoned;
                 }
-                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
+                self.mark_started(t, container_id, started_at);
                 let code = running.exit.await.unwrap_or(137);
                 // Let the output readers drain the pipes before closing.
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -268,7 +280,7 @@ impl Kubelet {
                 if !w.admit(name, |slot| slot.stop = Some(stop.clone())) {
                     return Outcome::Abandoned;
                 }
-                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
+                self.mark_started(t, container_id, started_at);
                 let out = tokio::select! {
                     out = bundle_fetch::run(&plan, &mounts, &self.http) => Some(out),
                     _ = stop.cancelled() => None,
@@ -289,7 +301,7 @@ impl Kubelet {
                 if !w.admit(name, |slot| slot.stop = Some(stop.clone())) {
                     return Outcome::Abandoned;
                 }
-                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, name);
+                self.mark_started(t, container_id, started_at);
                 // One line, as a kernel prints when it starts: a runner
                 // that waits for a session's first output sees it.
                 streams.push(
@@ -387,23 +399,14 @@ impl Kubelet {
         self.publish(t.w);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn mark_started(
-        &self,
-        w: &PodWorker,
-        init: bool,
-        idx: usize,
-        container_id: &str,
-        started_at: &str,
-        fp: &str,
-        name: &str,
-    ) {
-        self.container_model(w, init, idx, |m| {
+    pub(super) fn mark_started(&self, t: &Target<'_>, container_id: &str, started_at: &str) {
+        let (w, init, fp, name) = (t.w, t.init, t.fp, t.name);
+        self.container_model(w, init, t.idx, |m| {
             m.container_id = Some(container_id.to_string());
             m.state = ContainerState::Running {
                 started_at: started_at.to_string(),
             };
-            m.ready = !init;
+            m.ready = !init && !t.probed;
         });
         if !init {
             self.with_model(w, |m| {

@@ -161,7 +161,7 @@ impl Kubelet {
             // followed): started.
             _ = &mut start => {
                 *started_at = meta::now_timestamp();
-                self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, t.name);
+                self.mark_started(t, container_id, started_at);
                 marked = true;
                 (&mut exit).await
             }
@@ -204,7 +204,7 @@ impl Kubelet {
             Some(s) => {
                 if !marked {
                     *started_at = meta::now_timestamp();
-                    self.mark_started(w, t.init, t.idx, container_id, started_at, t.fp, t.name);
+                    self.mark_started(t, container_id, started_at);
                 }
                 if s.oom_killed {
                     Outcome::ExitedWith(s.exit_code, "OOMKilled")

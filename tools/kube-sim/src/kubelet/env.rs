@@ -80,9 +80,47 @@ impl Kubelet {
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or(v)
         })?;
+        if let Some(api) = &self.api
+            && ctx.pod.spec.automount_service_account_token != Some(false)
+        {
+            self.give_api_access(api, ctx, &mut env)?;
+        }
         // Processes bind to the pod IP (fake-telo's `HOST` rule).
         env.set("HOST", ctx.ip.to_string());
         Ok(env.0)
+    }
+
+    /// The pod's service account access: a kubeconfig with the
+    /// apiserver's address, CA and token in the pod's sandbox, named by
+    /// `KUBECONFIG` unless the container sets it itself.
+    fn give_api_access(
+        &self,
+        api: &PodApiAccess,
+        ctx: &PodCtx,
+        env: &mut Env,
+    ) -> Result<(), LaunchError> {
+        let dir = ctx.sandbox.join("serviceaccount");
+        let path = dir.join("kubeconfig");
+        let namespace = ctx.pod.metadata.namespace.as_deref().unwrap_or("default");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| {
+                crate::kubeconfig::write(&path, &api.server, namespace, &api.ca_pem, &api.token)
+            })
+            .map_err(|e| {
+                LaunchError::Create(format!("could not write the service account volume: {e}"))
+            })?;
+        if !env.0.iter().any(|(k, _)| k == "KUBECONFIG") {
+            env.set("KUBECONFIG", path.to_string_lossy().into_owned());
+        }
+        if let Some((host, port)) = api
+            .server
+            .strip_prefix("https://")
+            .and_then(|a| a.rsplit_once(':'))
+        {
+            env.set("KUBERNETES_SERVICE_HOST", host.to_owned());
+            env.set("KUBERNETES_SERVICE_PORT", port.to_owned());
+        }
+        Ok(())
     }
 
     /// A real container's environment (the docker runtime): only what the

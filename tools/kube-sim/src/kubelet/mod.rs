@@ -17,6 +17,7 @@ mod launch;
 mod lifecycle;
 pub mod paths;
 pub mod podnet;
+mod probes;
 pub mod process;
 mod pull;
 mod spec;
@@ -97,6 +98,21 @@ pub struct KubeletConfig {
     pub engine: Option<Arc<Engine>>,
     /// The pods' bridge (isolated pod network); `None`: the host network.
     pub network: Option<Arc<podnet::Bridge>>,
+    /// How a pod's processes reach the apiserver (their service account
+    /// token); `None`: they are given no access.
+    pub api: Option<PodApiAccess>,
+}
+
+/// The apiserver as a pod's processes reach it: what a kubelet mounts as
+/// the service account volume, given to a process here as a kubeconfig
+/// (`KUBECONFIG`) beside `KUBERNETES_SERVICE_HOST`/`_PORT`, because a
+/// process runs in the host's file system.
+#[derive(Clone)]
+pub struct PodApiAccess {
+    /// `https://<address pods reach>:<port>`.
+    pub server: String,
+    pub ca_pem: String,
+    pub token: String,
 }
 
 /// One container's streams: the current instance and the previous one
@@ -209,6 +225,7 @@ pub struct Kubelet {
     network: Option<Arc<podnet::Bridge>>,
     /// The node's address as its pods reach it (`status.hostIP`).
     node_ip: Ipv4Addr,
+    api: Option<PodApiAccess>,
     pub processes: Arc<ProcessRegistry>,
     workers: Mutex<HashMap<String, Arc<PodWorker>>>,
     /// Every pod's task, so that stopping the kubelet waits for each pod to
@@ -253,6 +270,7 @@ impl Kubelet {
                 .as_ref()
                 .map_or(Ipv4Addr::LOCALHOST, |b| b.gateway()),
             network: config.network,
+            api: config.api,
             processes: Arc::new(ProcessRegistry::default()),
             workers: Mutex::new(HashMap::new()),
             pods: Mutex::new(JoinSet::new()),

@@ -324,6 +324,33 @@ pub fn apply_on_create(
         "Deployment" => {
             if let Some(s) = obj.get_mut("spec").and_then(Value::as_object_mut) {
                 set_default(s, "replicas", json!(1));
+                set_default(s, "revisionHistoryLimit", json!(10));
+                set_default(s, "progressDeadlineSeconds", json!(600));
+                set_default(
+                    s,
+                    "strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+                );
+                if let Some(strategy) = s.get_mut("strategy").and_then(Value::as_object_mut)
+                    && strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+                {
+                    set_default(strategy, "rollingUpdate", json!({}));
+                    if let Some(rolling) = strategy
+                        .get_mut("rollingUpdate")
+                        .and_then(Value::as_object_mut)
+                    {
+                        set_default(rolling, "maxSurge", json!("25%"));
+                        set_default(rolling, "maxUnavailable", json!("25%"));
+                    }
+                }
+            }
+            if let Some(o) = obj.as_object_mut() {
+                o.insert("status".into(), json!({}));
+            }
+        }
+        "ReplicaSet" => {
+            if let Some(s) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                set_default(s, "replicas", json!(1));
             }
             if let Some(o) = obj.as_object_mut() {
                 o.insert("status".into(), json!({}));
