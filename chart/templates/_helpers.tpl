@@ -26,7 +26,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The address session init containers fetch their bundle from. */}}
 {{- define "telo-runner.selfUrl" -}}
+{{- if .Values.runner.selfUrl -}}
+{{ trimSuffix "/" .Values.runner.selfUrl }}
+{{- else -}}
 http://{{ include "telo-runner.name" . }}.{{ .Release.Namespace }}.svc:{{ .Values.runner.port }}
+{{- end -}}
 {{- end -}}
 
 {{/*

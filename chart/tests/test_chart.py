@@ -622,6 +622,18 @@ def test_every_runner_setting_reaches_the_deployment(cluster):
     assert service["spec"]["ports"][0]["port"] == 9000
 
 
+def test_a_self_url_replaces_the_services_address_where_pods_reach_the_runner(cluster):
+    cluster.install({"runner": {"selfUrl": "http://10.0.0.1:8062/"},
+                     "sessionRouting": {"mode": "ingress", "baseDomain": "run.example.com",
+                                        "ingress": {"nginxTokenAuth": True}}})
+    env = env_values(cluster)
+    assert env["RUNNER_SELF_URL"] == "http://10.0.0.1:8062"
+    annotations = json.loads(env["SESSION_INGRESS_ANNOTATIONS"])
+    assert annotations["nginx.ingress.kubernetes.io/auth-url"] == (
+        "http://10.0.0.1:8062/internal/sessions/{sessionId}/access"
+    )
+
+
 def test_telo_image_values_are_rendered_only_when_set(cluster):
     cluster.install({"session": {"teloImages": {"unreleased": "registry.example.com/telo:dev"}}})
     env = env_values(cluster)

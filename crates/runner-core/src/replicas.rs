@@ -23,8 +23,13 @@ pub struct Peer {
 /// Who serves a session now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
-    /// This replica (or nobody else claims it).
+    /// No record names an owner: a session created a moment ago (its pod or
+    /// record still on its way), or none at all.
     Here,
+    /// The record names this replica: a session it holds, or one it has
+    /// just claimed and is still adopting (not yet in its registry), for
+    /// which a request is answered 503 with `Retry-After`.
+    Recorded,
     /// A live peer: requests for the session are forwarded to it.
     Peer(Peer),
     /// A replica whose Lease has lapsed: its sessions are being taken over,
@@ -69,7 +74,8 @@ pub trait Replicas: Send + Sync {
     fn replica_id(&self) -> &str;
 
     /// Who owns `session_id` by the shared record (its pod or watch
-    /// record); [`Owner::Here`] for a session no record names.
+    /// record); [`Owner::Here`] for a session no record names,
+    /// [`Owner::Recorded`] for one it names this replica for.
     fn owner(&self, session_id: &str) -> Owner;
 
     /// The peers whose Leases are current.

@@ -76,7 +76,7 @@ impl Replicas for TestReplicas {
             return Owner::Here;
         };
         if owner == self.id {
-            return Owner::Here;
+            return Owner::Recorded;
         }
         let url = self.table.urls.lock().unwrap()[&owner].clone();
         Owner::Peer(Peer { id: owner, url })
@@ -630,6 +630,28 @@ async fn a_moving_session_is_answered_with_retry_after() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["error"], "session_moving");
     assert_eq!(headers[header::RETRY_AFTER], "1");
+}
+
+#[tokio::test]
+async fn a_session_this_replica_is_still_adopting_is_answered_with_retry_after() {
+    let replicas = cluster(2).await;
+    // Its record names replica 0, which claimed it and has not added it
+    // to its registry yet: neither replica says it does not exist.
+    replicas[0].believe("adopting", Owner::Recorded);
+    replicas[1].believe(
+        "adopting",
+        Owner::Peer(Peer {
+            id: "r0".into(),
+            url: format!("http://{}", replicas[0].address),
+        }),
+    );
+    for replica in &replicas {
+        let (status, headers, body) =
+            call(replica.address, Method::GET, "/v1/sessions/adopting").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["error"], "session_moving");
+        assert_eq!(headers[header::RETRY_AFTER], "1");
+    }
 }
 
 #[tokio::test]

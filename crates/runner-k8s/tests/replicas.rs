@@ -169,7 +169,7 @@ async fn a_live_peer_keeps_its_sessions_and_requests_go_to_it() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(b.replicas.owner("peerowned01"), Owner::Here);
+    assert_eq!(b.replicas.owner("peerowned01"), Owner::Recorded);
     drop((a, b));
     sim.shutdown().await;
 }

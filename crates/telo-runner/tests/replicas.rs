@@ -1049,23 +1049,26 @@ async fn with_retries(
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolling_restart_under_steady_load_fails_no_request() {
-    let mut install = Installation::start(3).await;
-    let service = install.relay.base();
-    let failures = Failures::default();
-    let stop = tokio_util::sync::CancellationToken::new();
-    let completed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// Clients starting, polling and stopping sessions through `service`
+/// until `stop`, each on a connection per request (the Service spreads
+/// connections); what goes wrong is in `failures`, each finished round
+/// counted in `completed`.
+fn steady_load(
+    service: &str,
+    workers: usize,
+    failures: &Failures,
+    stop: &tokio_util::sync::CancellationToken,
+    completed: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinSet<()> {
     let mut load = tokio::task::JoinSet::new();
-    for worker in 0..3 {
+    for worker in 0..workers {
         let (service, failures, stop, completed) = (
-            service.clone(),
+            service.to_owned(),
             failures.clone(),
             stop.clone(),
             completed.clone(),
         );
         load.spawn(async move {
-            // A connection per request: the Service spreads connections.
             let client = reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .build()
@@ -1134,6 +1137,17 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
             }
         });
     }
+    load
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_steady_load_fails_no_request() {
+    let mut install = Installation::start(3).await;
+    let service = install.relay.base();
+    let failures = Failures::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let completed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut load = steady_load(&service, 3, &failures, &stop, &completed);
     // Each replica in turn is replaced by a new one, as a rolling update
     // with maxUnavailable 0 does: the new pod first, then the old one
     // stopped.
@@ -1166,4 +1180,332 @@ async fn a_rolling_restart_under_steady_load_fails_no_request() {
     assert!(failures.is_empty(), "{failures:#?}");
     assert!(completed.load(std::sync::atomic::Ordering::Relaxed) > 0);
     install.shut_down().await;
+}
+
+/// The chart's release namespace, its runner Deployment and port.
+const RELEASE_NAMESPACE: &str = "telo-runner";
+const DEPLOYMENT: &str = "telo-k8s-runner";
+const RUNNER_PORT: u16 = 8062;
+/// The image the chart is told to run: the runner binary under test.
+const CHART_IMAGE: &str = "registry.test/telo-runner";
+
+/// Keeps `relay`'s targets to the ready, not terminating runner pods, as a
+/// Service's endpoints follow a Deployment's pods. Runs until aborted.
+fn follow_endpoints(sim: &KubeSim, relay: &Relay) -> tokio::task::JoinHandle<()> {
+    use futures_util::StreamExt as _;
+    use kube::runtime::watcher;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(sim.client(), RELEASE_NAMESPACE);
+    let config = watcher::Config::default().labels(&format!("app.kubernetes.io/name={DEPLOYMENT}"));
+    let targets = relay.targets();
+    tokio::spawn(async move {
+        let mut seen: std::collections::HashMap<String, Pod> = Default::default();
+        let mut listed = false;
+        let mut stream = std::pin::pin!(watcher(pods, config));
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                    seen.insert(pod.metadata.name.clone().unwrap(), pod);
+                }
+                Ok(watcher::Event::Delete(pod)) => {
+                    seen.remove(pod.metadata.name.as_ref().unwrap());
+                }
+                Ok(watcher::Event::Init) => seen.clear(),
+                Ok(watcher::Event::InitDone) => listed = true,
+                Err(_) => continue,
+            }
+            if !listed {
+                continue;
+            }
+            let ready = seen
+                .values()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_is_ready(p))
+                .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
+                .map(|ip: std::net::IpAddr| std::net::SocketAddr::new(ip, RUNNER_PORT))
+                .collect();
+            targets.set(ready);
+        }
+    })
+}
+
+/// Each runner pod's state and the end of its log, for a failure message.
+async fn runner_pods_report(sim: &KubeSim) -> String {
+    let pods: kube::Api<Pod> = kube::Api::namespaced(sim.client(), RELEASE_NAMESPACE);
+    let mut report = String::new();
+    for pod in pods.list(&Default::default()).await.unwrap().items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone());
+        let log = pods
+            .logs(
+                &name,
+                &kube::api::LogParams {
+                    tail_lines: Some(15),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|err| format!("(no log: {err})"));
+        report.push_str(&format!(
+            "pod {name}: ready {}, deleting {:?}\n{statuses:?}\n{log}\n",
+            pod_is_ready(&pod),
+            pod.metadata.deletion_timestamp
+        ));
+    }
+    report
+}
+
+fn pod_is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until the runner Deployment has rolled out `generation` on
+/// `replicas` ready pods and no pod of an older template is left.
+async fn rolled_out(sim: &KubeSim, generation: i64, replicas: i32) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let rollout = test_support::WAIT * 6;
+    let waited = sim
+        .wait_for::<Deployment>(
+            RELEASE_NAMESPACE,
+            DEPLOYMENT,
+            |d| {
+                let status = d.status.clone().unwrap_or_default();
+                status.observed_generation == Some(generation)
+                    && status.updated_replicas == Some(replicas)
+                    && status.replicas == Some(replicas)
+                    && status.available_replicas == Some(replicas)
+            },
+            rollout,
+        )
+        .await;
+    let deployment = match waited {
+        Ok(deployment) => deployment,
+        Err(err) => panic!(
+            "the runner Deployment did not roll out: {err}\n{}",
+            runner_pods_report(sim).await
+        ),
+    };
+    let pods: kube::Api<Pod> = kube::Api::namespaced(sim.client(), RELEASE_NAMESPACE);
+    let current = deployment.status.unwrap_or_default();
+    tokio::time::timeout(rollout, async {
+        loop {
+            let listed = pods
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&format!("app.kubernetes.io/name={DEPLOYMENT}")),
+                )
+                .await
+                .unwrap()
+                .items;
+            if listed.len() == usize::try_from(replicas).unwrap() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("old runner pods were never gone ({current:?})"));
+}
+
+/// How far a [`follow_output`] client has read, and how far it is to read.
+#[derive(Clone)]
+struct Progress {
+    /// The last line number read.
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Stop once this line was read.
+    until: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            read: Default::default(),
+            until: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX)),
+        }
+    }
+
+    /// Asks for `more` lines past what was read so far.
+    fn read_more(&self, more: u64) {
+        let read = self.read.load(std::sync::atomic::Ordering::SeqCst);
+        self.until
+            .store(read + more, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn done(&self) -> bool {
+        self.read.load(std::sync::atomic::Ordering::SeqCst)
+            >= self.until.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A terminal client of session `id` through `service` that reconnects
+/// with its last seq whenever its socket is closed, until it has read the
+/// line `progress` asks for. Returns every frame it read and how many
+/// times its connection ended without a close frame.
+async fn follow_output(service: String, id: String, progress: Progress) -> (Vec<IoFrame>, usize) {
+    let ws_base = service.replacen("http", "ws", 1);
+    let mut frames = Vec::new();
+    let mut dropped = 0;
+    loop {
+        let url = match ws::last_seq(&frames) {
+            Some(seq) => format!("{ws_base}/v1/sessions/{id}/io?lastSeq={seq}"),
+            None => format!("{ws_base}/v1/sessions/{id}/io"),
+        };
+        let mut socket = ws::connect_when_served(&url).await;
+        loop {
+            match ws::next_frame(&mut socket).await {
+                Some(frame @ IoFrame::Close { .. }) => {
+                    frames.push(frame);
+                    break;
+                }
+                Some(frame) => {
+                    if let IoFrame::Output { bytes, .. } = &frame
+                        && let Some(last) = line_numbers(&String::from_utf8_lossy(bytes)).last()
+                    {
+                        progress
+                            .read
+                            .store(*last, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    frames.push(frame);
+                    if progress.done() {
+                        return (frames, dropped);
+                    }
+                }
+                None => {
+                    dropped += 1;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_helm_upgrade_of_three_replicas_under_load_loses_nothing() {
+    common::helm::assert_python_packages_present();
+    let sim = common::cluster()
+        .fake_telo(test_support::fake_telo::fake_telo_path())
+        .pod_network(kube_sim::PodNetwork::Isolated)
+        .image(
+            &format!("{CHART_IMAGE}:*"),
+            kube_sim::ImageBehaviour::Entrypoint(env!("CARGO_BIN_EXE_telo-runner").into()),
+        )
+        .start()
+        .await
+        .expect("kube-sim starts with a pod network of its own (run as root)");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    // The Service: the ready runner pods, as their endpoints.
+    let relay = Relay::start(sim.node_ip().into(), Vec::new()).await;
+    let endpoints = follow_endpoints(&sim, &relay);
+    let service = relay.base();
+    let mut values = json!({
+        "replicaCount": 3,
+        "image": {"repository": CHART_IMAGE, "tag": "1"},
+        "runner": {"selfUrl": service, "maxSessions": 100},
+        "session": {"baseImages": {"enabled": false}},
+        "replication": {"leaseDurationSeconds": 5},
+    });
+    common::helm::release("install", &kubeconfig, RELEASE_NAMESPACE, "telo", &values);
+    rolled_out(&sim, 1, 3).await;
+
+    // Two sessions printing 100 lines a second, each followed by a client
+    // that reconnects with its last seq as the editor does.
+    let mut followers = Vec::new();
+    let mut streaming = Vec::new();
+    for index in 0..2 {
+        let id = create(
+            &service,
+            json!({"stdout": [format!("stream {index}")], "lineEveryMs": 10, "echo": true}),
+        )
+        .await;
+        until_running(&service, &id).await;
+        let progress = Progress::new();
+        followers.push((
+            progress.clone(),
+            tokio::spawn(follow_output(service.clone(), id.clone(), progress)),
+        ));
+        streaming.push(id);
+    }
+    let failures = Failures::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let completed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut load = steady_load(&service, 3, &failures, &stop, &completed);
+    let until_completed = |count: usize| {
+        let completed = completed.clone();
+        async move {
+            tokio::time::timeout(test_support::WAIT * 3, async {
+                while completed.load(std::sync::atomic::Ordering::Relaxed) < count {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .expect("the steady load makes progress");
+        }
+    };
+    until_completed(3).await;
+    let old_pods: Vec<String> = streaming.iter().map(|id| install_owner(&sim, id)).collect();
+
+    // A new revision of the pod template: every replica is replaced.
+    values["runner"]["logLevel"] = json!("debug");
+    common::helm::release("upgrade", &kubeconfig, RELEASE_NAMESPACE, "telo", &values);
+    rolled_out(&sim, 2, 3).await;
+    let after = completed.load(std::sync::atomic::Ordering::Relaxed);
+    until_completed(after + 3).await;
+    stop.cancel();
+    while load.join_next().await.is_some() {}
+
+    let failures = failures.all();
+    assert!(failures.is_empty(), "{failures:#?}");
+    // The streaming sessions live on, now owned by pods of the new
+    // revision, and their clients have every line once.
+    for (id, old_pod) in streaming.iter().zip(&old_pods) {
+        let owner = install_owner(&sim, id);
+        assert_ne!(&owner, old_pod, "session {id} was never handed over");
+        let pod: Pod = sim.get(RELEASE_NAMESPACE, &owner).unwrap();
+        assert!(pod.metadata.deletion_timestamp.is_none());
+    }
+    // Some more output after the last hand-over, then the clients stop.
+    for (progress, _) in &followers {
+        progress.read_more(50);
+    }
+    for (_, follower) in followers {
+        let (frames, dropped) = follower.await.unwrap();
+        assert_eq!(dropped, 0, "a connection ended without a close frame");
+        for frame in &frames {
+            match frame {
+                IoFrame::Close { code, .. } => assert_eq!(*code, 1001, "{frame:?}"),
+                IoFrame::Text(text) => assert_ne!(text["type"], "gap", "told of a gap"),
+                IoFrame::Output { .. } => {}
+            }
+        }
+        let closes = frames
+            .iter()
+            .filter(|f| matches!(f, IoFrame::Close { .. }))
+            .count();
+        assert!(closes >= 1, "the client was never handed over");
+        let text = String::from_utf8_lossy(&ws::output_of(&frames)).into_owned();
+        let numbers = line_numbers(&text);
+        let expected: Vec<u64> = (1..=numbers.len() as u64).collect();
+        assert_eq!(
+            numbers, expected,
+            "lines lost or repeated across the upgrade"
+        );
+    }
+    endpoints.abort();
+    let _ = endpoints.await;
+    drop(relay);
+    sim.shutdown().await;
+}
+
+/// The runner pod that owns run session `id`.
+fn install_owner(sim: &KubeSim, id: &str) -> String {
+    let pod: Pod = sim
+        .get(NAMESPACE, &format!("telo-run-{id}"))
+        .unwrap_or_else(|| panic!("no pod for session {id}"));
+    annotation(&pod, "telo.run/replica")
 }

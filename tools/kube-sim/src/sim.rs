@@ -310,7 +310,9 @@ impl KubeSimBuilder {
             _ => None,
         };
         let pod_api_addr = match &pod_listener {
-            Some(l) => l.local_addr().map_err(|source| StartError::Bind { addr, source })?,
+            Some(l) => l
+                .local_addr()
+                .map_err(|source| StartError::Bind { addr, source })?,
             None => addr,
         };
         let identity = Arc::new(ServingIdentity::generate_for(&[

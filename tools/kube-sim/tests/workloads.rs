@@ -72,22 +72,26 @@ fn rolling(surge: Value, unavailable: Value) -> Value {
 }
 
 async fn rolled_out(sim: &KubeSim, replicas: i32) -> Deployment {
-    let rolled = sim.wait_for::<Deployment>(
-        NS,
-        "web",
-        |d| {
-            let status = d.status.clone().unwrap_or_default();
-            status.observed_generation == d.metadata.generation
-                && status.updated_replicas == Some(replicas)
-                && status.replicas == Some(replicas)
-                && status.available_replicas == Some(replicas)
-        },
-        WAIT,
-    )
-    .await;
+    let rolled = sim
+        .wait_for::<Deployment>(
+            NS,
+            "web",
+            |d| {
+                let status = d.status.clone().unwrap_or_default();
+                status.observed_generation == d.metadata.generation
+                    && status.updated_replicas == Some(replicas)
+                    && status.replicas == Some(replicas)
+                    && status.available_replicas == Some(replicas)
+            },
+            WAIT,
+        )
+        .await;
     match rolled {
         Ok(d) => d,
-        Err(err) => panic!("the deployment did not roll out ({err}):\n{}", state(sim).await),
+        Err(err) => panic!(
+            "the deployment did not roll out ({err}):\n{}",
+            state(sim).await
+        ),
     }
 }
 
@@ -120,7 +124,9 @@ async fn state(sim: &KubeSim) -> String {
             is_ready(&pod),
             pod.metadata.deletion_timestamp,
             pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
-            pod.status.as_ref().and_then(|s| s.container_statuses.clone()),
+            pod.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.clone()),
         ));
     }
     let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(sim.client(), NS)
@@ -128,7 +134,10 @@ async fn state(sim: &KubeSim) -> String {
         .await
         .map(|l| l.items)
         .unwrap_or_default();
-    for event in events.iter().filter(|e| e.type_.as_deref() == Some("Warning")) {
+    for event in events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+    {
         out.push_str(&format!(
             "event {:?} {:?}: {:?} x{:?}\n",
             event.involved_object.name, event.reason, event.message, event.count
@@ -173,7 +182,13 @@ async fn a_deployment_runs_its_replicas_and_counts_them_ready_by_their_probe() {
     let mut ips = Vec::new();
     for pod in &pods {
         assert!(is_ready(pod));
-        assert!(pod.metadata.name.as_ref().unwrap().starts_with(&format!("web-{hash}-")));
+        assert!(
+            pod.metadata
+                .name
+                .as_ref()
+                .unwrap()
+                .starts_with(&format!("web-{hash}-"))
+        );
         assert_eq!(
             pod.metadata.labels.as_ref().unwrap()["pod-template-hash"],
             hash
@@ -189,7 +204,9 @@ async fn a_deployment_runs_its_replicas_and_counts_them_ready_by_their_probe() {
         .delete(&victim, &Default::default())
         .await
         .unwrap();
-    sim.wait_for_deletion("pods", NS, &victim, WAIT).await.unwrap();
+    sim.wait_for_deletion("pods", NS, &victim, WAIT)
+        .await
+        .unwrap();
     rolled_out(&sim, 3).await;
     sim.shutdown().await;
 }
@@ -222,7 +239,13 @@ async fn a_container_whose_probe_fails_is_never_ready_and_says_why() {
         .items;
     assert_eq!(pods.len(), 1);
     assert!(!is_ready(&pods[0]));
-    let running = pods[0].status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+    let running = pods[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
         .state
         .as_ref()
         .unwrap()
@@ -296,7 +319,9 @@ async fn a_rolling_update_keeps_its_replicas_ready_and_within_the_surge() {
         .patch(
             "web",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}})),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}),
+            ),
         )
         .await
         .unwrap();
@@ -322,23 +347,26 @@ async fn a_rolling_update_keeps_its_replicas_ready_and_within_the_surge() {
     }
     watching.abort();
     let _ = watching.await;
-    let extremes = extremes.lock().unwrap();
-    assert_eq!(extremes.fewest_ready, Some(3), "maxUnavailable 0");
-    assert_eq!(extremes.most_pods, 4, "maxSurge 1");
+    let (fewest_ready, most_pods) = {
+        let extremes = extremes.lock().unwrap();
+        (extremes.fewest_ready, extremes.most_pods)
+    };
+    assert_eq!(fewest_ready, Some(3), "maxUnavailable 0");
+    assert_eq!(most_pods, 4, "maxSurge 1");
     let sets: Api<ReplicaSet> = Api::namespaced(sim.client(), NS);
     let sets = sets.list(&ListParams::default()).await.unwrap().items;
     let mut revisions: Vec<(String, i32)> = sets
         .iter()
         .map(|s| {
             (
-                s.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"].clone(),
+                s.metadata.annotations.as_ref().unwrap()["deployment.kubernetes.io/revision"]
+                    .clone(),
                 s.spec.as_ref().unwrap().replicas.unwrap(),
             )
         })
         .collect();
     revisions.sort();
     assert_eq!(revisions, [("1".to_owned(), 0), ("2".to_owned(), 3)]);
-    drop(extremes);
     sim.shutdown().await;
 }
 
@@ -355,7 +383,9 @@ async fn recreate_stops_every_old_pod_before_a_new_one_starts() {
         .patch(
             "web",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}})),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}),
+            ),
         )
         .await
         .unwrap();
@@ -383,7 +413,7 @@ async fn a_pod_with_a_service_account_token_reaches_the_apiserver_and_others_do_
     let sim = cluster().await;
     let script = "curl -sS -o /dev/null -w '%{http_code}' -k \
                   -H \"Authorization: Bearer $(sed -n 's/^ *token: //p' \"$KUBECONFIG\")\" \
-                  \"https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/telo-runner/pods\"; \
+                  \"$(sed -n 's/^ *server: //p' \"$KUBECONFIG\")/api/v1/namespaces/telo-runner/pods\"; \
                   echo; echo \"kubeconfig=${KUBECONFIG:-none}\"";
     for (name, automount) in [("with-token", true), ("without-token", false)] {
         sim.seed_value(json!({

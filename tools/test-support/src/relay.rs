@@ -53,7 +53,13 @@ impl Relay {
 
     /// Replaces the targets (connections already open stay).
     pub fn set_targets(&self, targets: Vec<SocketAddr>) {
-        *self.targets.lock().unwrap() = targets;
+        self.targets().set(targets);
+    }
+
+    /// A handle that replaces the targets from elsewhere (a task that
+    /// follows a Service's endpoints).
+    pub fn targets(&self) -> Targets {
+        Targets(self.targets.clone())
     }
 
     /// Closes every relayed connection and refuses new ones until
@@ -64,6 +70,17 @@ impl Relay {
 
     pub fn restore(&self) {
         self.cut.send_replace(false);
+    }
+}
+
+/// Where a [`Relay`] sends new connections, shared with it.
+#[derive(Clone)]
+pub struct Targets(Arc<Mutex<Vec<SocketAddr>>>);
+
+impl Targets {
+    /// Replaces the targets (connections already open stay).
+    pub fn set(&self, targets: Vec<SocketAddr>) {
+        *self.0.lock().unwrap() = targets;
     }
 }
 

@@ -79,6 +79,35 @@ pub async fn connect_with(url: &str, origin: Option<&str>, format: FrameFormat) 
     }
 }
 
+/// [`connect`], trying again while the runner answers the upgrade `503`
+/// with `Retry-After` (a session moving between replicas), as the editor
+/// does; for up to [`WAIT`].
+pub async fn connect_when_served(url: &str) -> Socket {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let request = url.into_client_request().expect("valid ws url");
+        let connected = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("ws connect timed out");
+        match connected {
+            Ok((stream, _)) => {
+                return Socket {
+                    stream,
+                    format: FrameFormat::Tagged,
+                };
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Http(answer))
+                if answer.status() == 503
+                    && answer.headers().contains_key("retry-after")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("ws connect failed: {err}"),
+        }
+    }
+}
+
 /// The next meaningful frame; `None` when the connection ended without a close frame.
 pub async fn next_frame_within(socket: &mut Socket, timeout: Duration) -> Option<IoFrame> {
     loop {

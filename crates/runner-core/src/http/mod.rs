@@ -9,6 +9,7 @@ pub mod idempotency;
 mod links;
 pub mod openapi;
 mod peer;
+mod peer_socket;
 mod routes;
 mod sse;
 pub mod subscribers;
@@ -230,11 +231,14 @@ pub static ROUTES: &[ApiRoute] = &[
 pub fn router(state: AppState, extra: Router) -> Router {
     let cors_origins = Arc::new(state.options.cors.clone());
     let gate = auth::gate_is_on(&state).then(|| state.clone());
-    let peers = state
-        .registry
-        .backend()
-        .replicas()
-        .map(|replicas| Arc::new(peer::Peers::new(replicas, state.registry.clone())));
+    let peers = state.registry.backend().replicas().map(|replicas| {
+        Arc::new(peer::Peers::new(
+            replicas,
+            state.registry.clone(),
+            state.going_away.clone(),
+            state.sockets.clone(),
+        ))
+    });
     let v1 = ROUTES
         .iter()
         .fold(Router::new(), |v1, route| {

@@ -79,6 +79,12 @@ pub(crate) struct Peers {
     metrics: Arc<Metrics>,
     client: Client<HttpConnector, RequestBody<Body>>,
     tasks: OwnedTasks,
+    /// Fired when the service is about to exit: relayed terminal sockets
+    /// are closed with 1001, as this replica's own are.
+    going_away: tokio_util::sync::CancellationToken,
+    /// Every open terminal socket (relayed ones too), so shutdown can let
+    /// each send its close frame.
+    sockets: tokio_util::task::TaskTracker,
 }
 
 impl Drop for Peers {
@@ -88,7 +94,12 @@ impl Drop for Peers {
 }
 
 impl Peers {
-    pub(crate) fn new(replicas: Arc<dyn Replicas>, registry: SessionRegistry) -> Self {
+    pub(crate) fn new(
+        replicas: Arc<dyn Replicas>,
+        registry: SessionRegistry,
+        going_away: tokio_util::sync::CancellationToken,
+        sockets: tokio_util::task::TaskTracker,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         // Event frames and terminal output are small writes, sent as they
@@ -106,6 +117,8 @@ impl Peers {
             registry,
             client,
             tasks: OwnedTasks::new(),
+            going_away,
+            sockets,
         }
     }
 }
@@ -325,7 +338,7 @@ pub(crate) async fn serve_for_owner(
             match peers.replicas.owner(&id) {
                 Owner::Here if from_peer => next.run(request).await,
                 Owner::Here => match holder_among_peers(&peers, &id).await {
-                    Holder::Peer(peer) => forward(&peers, &peer, request).await,
+                    Holder::Peer(peer) => forward(&peers, &peer, request, Relay::Api).await,
                     Holder::Nobody => next.run(request).await,
                     Holder::Unsure => {
                         peers.metrics.peer_forward("unavailable");
@@ -337,6 +350,13 @@ pub(crate) async fn serve_for_owner(
                     debug!(session = %id, from = %from, "a request for a session being taken over");
                     moving(&id)
                 }
+                Owner::Recorded => {
+                    // Claimed by this replica, whose registry does not have
+                    // it yet: it is being adopted here.
+                    peers.metrics.peer_forward("moving");
+                    debug!(session = %id, "a request for a session this replica is adopting");
+                    moving(&id)
+                }
                 Owner::Peer(peer) if from_peer => {
                     // The forwarding replica thinks this one holds it, and
                     // this one thinks `peer` does: the record is changing.
@@ -344,7 +364,7 @@ pub(crate) async fn serve_for_owner(
                     debug!(session = %id, owner = %peer.id, "a peer's request for a session held elsewhere");
                     moving(&id)
                 }
-                Owner::Peer(peer) => forward(&peers, &peer, request).await,
+                Owner::Peer(peer) => forward(&peers, &peer, request, Relay::Api).await,
             }
         }
     }
@@ -361,14 +381,18 @@ async fn serve_session_host(
 ) -> Response {
     let wants_html = prefers_html(request.headers());
     let refusal = match peers.replicas.owner(&host.session_id) {
-        Owner::Peer(peer) if !from_peer => return forward(peers, &peer, request).await,
-        Owner::Peer(_) | Owner::Moving { .. } => {
+        Owner::Peer(peer) if !from_peer => {
+            return forward(peers, &peer, request, Relay::SessionHost).await;
+        }
+        Owner::Peer(_) | Owner::Moving { .. } | Owner::Recorded => {
             peers.metrics.peer_forward("moving");
             EdgeRefusal::Starting
         }
         Owner::Here if from_peer => EdgeRefusal::UnknownSession,
         Owner::Here => match holder_among_peers(peers, &host.session_id).await {
-            Holder::Peer(peer) => return forward(peers, &peer, request).await,
+            Holder::Peer(peer) => {
+                return forward(peers, &peer, request, Relay::SessionHost).await;
+            }
             Holder::Nobody => EdgeRefusal::UnknownSession,
             Holder::Unsure => EdgeRefusal::Starting,
         },
@@ -442,7 +466,18 @@ fn peer_token_value(peers: &Peers) -> Option<HeaderValue> {
 
 /// Forwards `request` to `peer` and returns its answer, streamed; an
 /// upgrade is spliced both ways.
-async fn forward(peers: &Peers, peer: &Peer, mut request: Request) -> Response {
+/// What a forwarded request is, for how an upgrade is relayed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Relay {
+    /// The runner's own API: its WebSockets are relayed message by message
+    /// ([`super::peer_socket`]), so they end with a close frame.
+    Api,
+    /// A session's app through the edge: whatever protocol it upgrades
+    /// to passes as bytes.
+    SessionHost,
+}
+
+async fn forward(peers: &Peers, peer: &Peer, mut request: Request, relay: Relay) -> Response {
     if check_framing(request.headers_mut()).is_err() || request.method() == Method::CONNECT {
         return ApiError::new(
             ErrorCode::InvalidRequest,
@@ -512,15 +547,28 @@ async fn forward(peers: &Peers, peer: &Peer, mut request: Request) -> Response {
             return unavailable(peer, "switched protocols unasked");
         };
         let upstream_upgrade = hyper::upgrade::on(&mut response);
+        let messages = relay == Relay::Api
+            && upgrade
+                .as_ref()
+                .is_some_and(|protocol| protocol.as_bytes().eq_ignore_ascii_case(b"websocket"));
         let parts = switched_head(response.into_parts().0, upgrade);
-        peers.tasks.spawn(async move {
+        let leaving = peers.going_away.clone();
+        peers.tasks.spawn(peers.sockets.track_future(async move {
             match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                Ok((client, upstream)) if messages => {
+                    super::peer_socket::relay(
+                        TokioIo::new(client),
+                        TokioIo::new(upstream),
+                        leaving,
+                    )
+                    .await;
+                }
                 Ok((client, upstream)) => {
                     splice(TokioIo::new(client), TokioIo::new(upstream)).await;
                 }
                 Err(err) => debug!(error = %err, "an upgrade through a peer did not complete"),
             }
-        });
+        }));
         return Response::from_parts(parts, Body::empty());
     }
 
@@ -581,7 +629,7 @@ async fn merged_list(peers: &Peers, request: Request, next: Next) -> Response {
     let mut lists = vec![(peers.replicas.replica_id().to_owned(), own)];
     lists.extend(fetched.into_iter().flatten());
     let merged = merge(lists, |id| match peers.replicas.owner(id) {
-        Owner::Here => Some(peers.replicas.replica_id().to_owned()),
+        Owner::Here | Owner::Recorded => Some(peers.replicas.replica_id().to_owned()),
         Owner::Peer(peer) => Some(peer.id),
         Owner::Moving { .. } => None,
     });

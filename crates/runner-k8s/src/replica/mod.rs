@@ -633,7 +633,7 @@ impl Replicas for KubeReplicas {
             return Owner::Here;
         };
         if owner == self.id {
-            return Owner::Here;
+            return Owner::Recorded;
         }
         match self.live_peers().into_iter().find(|peer| peer.id == owner) {
             Some(peer) => Owner::Peer(peer),

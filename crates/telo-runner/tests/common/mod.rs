@@ -1,6 +1,7 @@
 //! A real runner on an ephemeral loopback port, with fake-telo as its kernel.
 #![allow(dead_code)]
 
+pub mod helm;
 pub mod watch;
 
 use std::collections::HashMap;

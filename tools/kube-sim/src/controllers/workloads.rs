@@ -161,17 +161,12 @@ fn sync_replica_set(registry: &Registry, set: &ObjRef, pods: &[ObjRef]) -> SetVi
         });
         let extra = usize::try_from(count - desired).unwrap_or(0);
         for pod in active.drain(..extra) {
-            let _ = registry.delete(
-                kinds::pods(),
-                ns,
-                pod.name(),
-                &DeleteOptions::default(),
-            );
+            let _ = registry.delete(kinds::pods(), ns, pod.name(), &DeleteOptions::default());
         }
     }
     let replicas = i64::try_from(active.len()).unwrap_or(i64::MAX);
-    let ready = i64::try_from(active.iter().filter(|p| is_ready(&p.value)).count())
-        .unwrap_or(i64::MAX);
+    let ready =
+        i64::try_from(active.iter().filter(|p| is_ready(&p.value)).count()).unwrap_or(i64::MAX);
     let generation = meta::metadata(value)
         .and_then(|m| m.get("generation"))
         .cloned()
@@ -257,7 +252,10 @@ fn pod_for(set: &Value) -> Value {
         .cloned()
         .unwrap_or_default();
     metadata.remove("name");
-    metadata.insert("generateName".into(), json!(format!("{}-", meta::name(set))));
+    metadata.insert(
+        "generateName".into(),
+        json!(format!("{}-", meta::name(set))),
+    );
     metadata.insert("namespace".into(), json!(meta::namespace(set)));
     metadata.insert(
         "ownerReferences".into(),
@@ -328,7 +326,10 @@ fn sync_deployment(registry: &Registry, deployment: &ObjRef, sets: &[&SetView]) 
         .cloned()
         .unwrap_or(json!({}));
     let hash = template_hash(&template);
-    let mut new = sets.iter().find(|s| s.hash.as_deref() == Some(&hash)).copied();
+    let mut new = sets
+        .iter()
+        .find(|s| s.hash.as_deref() == Some(&hash))
+        .copied();
     let mut olds: Vec<&SetView> = sets
         .iter()
         .filter(|s| s.hash.as_deref() != Some(&hash))
@@ -339,7 +340,11 @@ fn sync_deployment(registry: &Registry, deployment: &ObjRef, sets: &[&SetView]) 
     let created;
     if new.is_none() {
         let revision = sets.iter().map(|s| s.revision).max().unwrap_or(0) + 1;
-        let initial = if recreate || !sets.is_empty() { 0 } else { desired };
+        let initial = if recreate || !sets.is_empty() {
+            0
+        } else {
+            desired
+        };
         let Some(set) = create_set(registry, value, &template, &hash, revision, initial) else {
             return;
         };
@@ -359,8 +364,11 @@ fn sync_deployment(registry: &Registry, deployment: &ObjRef, sets: &[&SetView]) 
     } else {
         let rolling = meta::path(value, "spec.strategy.rollingUpdate");
         let surge = scaled(rolling.and_then(|r| r.get("maxSurge")), desired, true);
-        let mut unavailable =
-            scaled(rolling.and_then(|r| r.get("maxUnavailable")), desired, false);
+        let mut unavailable = scaled(
+            rolling.and_then(|r| r.get("maxUnavailable")),
+            desired,
+            false,
+        );
         if surge == 0 && unavailable == 0 {
             unavailable = 1;
         }
@@ -416,15 +424,18 @@ fn sync_deployment(registry: &Registry, deployment: &ObjRef, sets: &[&SetView]) 
         .and_then(|m| m.get("generation"))
         .cloned()
         .unwrap_or(json!(1));
-    let complete = updated == desired
-        && replicas == desired
-        && ready == desired
-        && new.spec == desired;
+    let complete =
+        updated == desired && replicas == desired && ready == desired && new.spec == desired;
     let rolling = meta::path(value, "spec.strategy.rollingUpdate");
     let min_available = if recreate {
         desired
     } else {
-        desired - scaled(rolling.and_then(|r| r.get("maxUnavailable")), desired, false)
+        desired
+            - scaled(
+                rolling.and_then(|r| r.get("maxUnavailable")),
+                desired,
+                false,
+            )
     };
     registry.mutate(kinds::id("deployments"), ns, deployment.name(), |v| {
         if meta::uid(v) != deployment.uid() {
@@ -478,7 +489,12 @@ fn sync_deployment(registry: &Registry, deployment: &ObjRef, sets: &[&SetView]) 
             status.insert("unavailableReplicas".into(), json!(missing));
         }
         status.insert("conditions".into(), Value::Array(conditions));
-        for key in ["replicas", "updatedReplicas", "readyReplicas", "availableReplicas"] {
+        for key in [
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+        ] {
             if status.get(key) == Some(&json!(0)) {
                 status.remove(key);
             }
@@ -497,10 +513,9 @@ fn condition(previous: &[Value], kind: &str, on: bool, reason: &str, message: &s
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind));
     let transition = match kept {
-        Some(c) if c.get("status").and_then(Value::as_str) == Some(status) => c
-            .get("lastTransitionTime")
-            .cloned()
-            .unwrap_or(json!(now)),
+        Some(c) if c.get("status").and_then(Value::as_str) == Some(status) => {
+            c.get("lastTransitionTime").cloned().unwrap_or(json!(now))
+        }
         _ => json!(now),
     };
     let update = match kept {
@@ -541,7 +556,9 @@ fn create_set(
         .cloned()
         .unwrap_or(json!({}));
     *meta::path_mut(&mut selector, &format!("matchLabels.{TEMPLATE_HASH_LABEL}")) = json!(hash);
-    let labels = meta::path(&template, "metadata.labels").cloned().unwrap_or(json!({}));
+    let labels = meta::path(&template, "metadata.labels")
+        .cloned()
+        .unwrap_or(json!({}));
     let name = format!("{}-{hash}", meta::name(deployment));
     let body = json!({
         "apiVersion": "apps/v1",
@@ -556,7 +573,12 @@ fn create_set(
         "spec": {"replicas": replicas, "selector": selector, "template": template},
     });
     let set = registry
-        .create(kinds::id("replicasets"), meta::namespace(deployment), body, false)
+        .create(
+            kinds::id("replicasets"),
+            meta::namespace(deployment),
+            body,
+            false,
+        )
         .ok()?;
     Some(SetView {
         namespace: set.namespace().to_owned(),

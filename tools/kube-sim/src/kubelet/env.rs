@@ -109,16 +109,10 @@ impl Kubelet {
             .map_err(|e| {
                 LaunchError::Create(format!("could not write the service account volume: {e}"))
             })?;
+        // Not `KUBERNETES_SERVICE_HOST`: a client seeing it reads the
+        // in-cluster files, which a host process does not have.
         if !env.0.iter().any(|(k, _)| k == "KUBECONFIG") {
             env.set("KUBECONFIG", path.to_string_lossy().into_owned());
-        }
-        if let Some((host, port)) = api
-            .server
-            .strip_prefix("https://")
-            .and_then(|a| a.rsplit_once(':'))
-        {
-            env.set("KUBERNETES_SERVICE_HOST", host.to_owned());
-            env.set("KUBERNETES_SERVICE_PORT", port.to_owned());
         }
         Ok(())
     }

@@ -25,6 +25,11 @@ pub enum ImageBehaviour {
     /// looked up there by its file name. The runner's own image, built from
     /// the same binary the tests run.
     Binaries(PathBuf),
+    /// An image whose `ENTRYPOINT` is this host program: a container's
+    /// `args` follow it; a `command` replaces it and is looked up beside
+    /// it, as in [`Self::Binaries`]. The runner's image as a Deployment
+    /// runs it (`args: ["serve"]`).
+    Entrypoint(PathBuf),
     /// No process at all: the container prints one line when it starts
     /// and runs until it is killed. For scale benchmarks.
     Virtual,
@@ -46,11 +51,13 @@ impl ImageBehaviour {
                     Ok(Self::FakeTeloEntry(PathBuf::from(path)))
                 } else if let Some(dir) = other.strip_prefix("bin:") {
                     Ok(Self::Binaries(PathBuf::from(dir)))
+                } else if let Some(program) = other.strip_prefix("entrypoint:") {
+                    Ok(Self::Entrypoint(PathBuf::from(program)))
                 } else if let Some(msg) = other.strip_prefix("pull-error:") {
                     Ok(Self::PullError(msg.to_string()))
                 } else {
                     Err(format!(
-                        "unknown image behaviour {other:?}: expected fake-telo, fake-telo:<entry>, bundle-fetcher, host, bin:<dir>, virtual or pull-error[:<message>]"
+                        "unknown image behaviour {other:?}: expected fake-telo, fake-telo:<entry>, bundle-fetcher, host, bin:<dir>, entrypoint:<program>, virtual or pull-error[:<message>]"
                     ))
                 }
             }

@@ -107,6 +107,21 @@ impl Kubelet {
                 // The kernel image's entrypoint is `telo`.
                 spawn(fake_telo, argv.iter().map(|a| mounts.map_arg(a)).collect())
             }
+            ImageBehaviour::Entrypoint(program) if !has_command => spawn(
+                program.clone(),
+                argv.iter().map(|a| mounts.map_arg(a)).collect(),
+            ),
+            ImageBehaviour::Entrypoint(program) => match argv.split_first() {
+                Some((prog, rest)) if !is_shell(prog) => {
+                    let file = Path::new(prog).file_name().unwrap_or(prog.as_ref());
+                    let dir = program.parent().unwrap_or(Path::new("/"));
+                    spawn(
+                        dir.join(file),
+                        rest.iter().map(|a| mounts.map_arg(a)).collect(),
+                    )
+                }
+                _ => generic(&argv),
+            },
             ImageBehaviour::Binaries(dir) => match argv.split_first() {
                 Some((prog, rest)) if !is_shell(prog) => {
                     let file = Path::new(prog).file_name().unwrap_or(prog.as_ref());

@@ -105,8 +105,7 @@ pub struct KubeletConfig {
 
 /// The apiserver as a pod's processes reach it: what a kubelet mounts as
 /// the service account volume, given to a process here as a kubeconfig
-/// (`KUBECONFIG`) beside `KUBERNETES_SERVICE_HOST`/`_PORT`, because a
-/// process runs in the host's file system.
+/// (`KUBECONFIG`), because a process runs in the host's file system.
 #[derive(Clone)]
 pub struct PodApiAccess {
     /// `https://<address pods reach>:<port>`.
