@@ -123,6 +123,12 @@ struct RegistryInner {
     departed_seconds: Mutex<HashMap<String, (i64, u64)>>,
     /// Where sessions announce their lifecycle (set once by the server).
     webhooks: std::sync::OnceLock<crate::webhooks::Webhooks>,
+    /// With several replicas: where sessions publish their output (after
+    /// sending its marks to the peers), and the marks the peers sent.
+    mark_stream: std::sync::OnceLock<(
+        crate::session::shipping::OutputShipper,
+        Arc<crate::session::shipping::PeerMarks>,
+    )>,
     /// The session edge's base, when the runner serves session traffic.
     preview: std::sync::OnceLock<crate::edge::Preview>,
     /// How long the edge holds a request for a session coming up.
@@ -178,6 +184,7 @@ impl SessionRegistry {
                 checkpoint_slots: Arc::new(tokio::sync::Semaphore::new(CHECKPOINTS_AT_ONCE)),
                 departed_seconds: Mutex::new(HashMap::new()),
                 webhooks: std::sync::OnceLock::new(),
+                mark_stream: std::sync::OnceLock::new(),
                 preview: std::sync::OnceLock::new(),
                 wake_timeout: std::sync::OnceLock::new(),
                 adopting: tokio::sync::Mutex::new(()),
@@ -328,6 +335,47 @@ impl SessionRegistry {
 
     /// Whether `mode: "watch"` is offered: the operator enabled it and the
     /// backend runs watch sessions.
+    /// Publish every session's output through `shipper` from now on, and
+    /// carry a session adopted after a crash with the `marks` its peers
+    /// sent.
+    pub(crate) fn set_mark_stream(
+        &self,
+        shipper: crate::session::shipping::OutputShipper,
+        marks: Arc<crate::session::shipping::PeerMarks>,
+    ) {
+        let _ = self.inner.mark_stream.set((shipper, marks));
+    }
+
+    /// The marks a session adopted here starts from: those its previous
+    /// owner left on its objects (a hand-over), else those it sent ahead
+    /// to this replica (a crash).
+    pub(crate) fn carried_marks(
+        &self,
+        session_id: &str,
+        left: &[crate::backend_session::OutputMarks],
+    ) -> Vec<crate::backend_session::OutputMarks> {
+        if !left.is_empty() {
+            return left.to_vec();
+        }
+        // Taken: this replica owns the session now, and its own frames'
+        // marks go to its peers.
+        self.inner
+            .mark_stream
+            .get()
+            .map(|(_, marks)| {
+                let kept = marks.marks_of(session_id);
+                marks.forget(session_id);
+                tracing::debug!(
+                    session_id,
+                    apps = kept.len(),
+                    marks = kept.iter().map(|m| m.points.len()).sum::<usize>(),
+                    "carrying the output marks the previous owner sent ahead"
+                );
+                kept
+            })
+            .unwrap_or_default()
+    }
+
     /// Announce every session's lifecycle to `webhooks` from now on.
     pub fn set_webhooks(&self, webhooks: crate::webhooks::Webhooks) {
         let _ = self.inner.webhooks.set(webhooks);
@@ -368,6 +416,9 @@ impl SessionRegistry {
         }
         if let Some(replicas) = self.inner.backend.replicas() {
             let _ = session.replica.set(Arc::from(replicas.replica_id()));
+        }
+        if let Some((shipper, _)) = self.inner.mark_stream.get() {
+            let _ = session.shipper.set(shipper.clone());
         }
         if let Some(preview) = self.inner.preview.get() {
             let _ = session.preview.set(preview.clone());
@@ -560,7 +611,9 @@ impl SessionRegistry {
                     None,
                     self.inner.metrics.clone(),
                 ));
-                session.carry_output(recovered.output_marks.clone());
+                session.carry_output(
+                    self.carried_marks(&recovered.session_id, &recovered.output_marks),
+                );
                 session.tenancy.set(
                     recovered.owner.clone(),
                     self.inner.backend.session_resources(SessionKind::Run),

@@ -41,6 +41,7 @@ mod edge_tests;
 pub mod links;
 #[cfg(test)]
 mod retention_tests;
+pub(crate) mod shipping;
 mod sink;
 mod tenancy;
 mod watch_session;
@@ -133,6 +134,9 @@ pub struct Session {
     /// The id of the replica that holds the session, when the runner runs
     /// several (reported as `replica`).
     pub(crate) replica: std::sync::OnceLock<Arc<str>>,
+    /// With several replicas: where output is published, once its marks
+    /// are on their way to the peers ([`shipping`]).
+    pub(crate) shipper: std::sync::OnceLock<shipping::OutputShipper>,
     /// The session edge's base (`RUNNER_PREVIEW_BASE_URL`): its tcp
     /// endpoints then carry their edge `url`.
     pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
@@ -272,6 +276,7 @@ impl Session {
             tenancy: tenancy::SessionTenancy::default(),
             webhooks: std::sync::OnceLock::new(),
             replica: std::sync::OnceLock::new(),
+            shipper: std::sync::OnceLock::new(),
             preview: std::sync::OnceLock::new(),
             links: links::ShareLinks::default(),
             port_router: Mutex::new(None),
@@ -870,7 +875,15 @@ impl Session {
                 resolutions: scan.resolutions,
                 app_output: scan.app_output,
             };
+            let before = channel.newest_seq();
             let last = channel.record(tag, chunk);
+            if let Some(shipper) = self.shipper.get() {
+                // Published by the shipper, in order, once the frames'
+                // marks are on their way to the peers.
+                shipper.ship(self.shipment(channel, before, last));
+                self.metrics.output_buffered(bytes);
+                return Some(scan);
+            }
             (channel.seq.clone(), last, scan)
         };
         seq.send_replace(last);
@@ -896,9 +909,34 @@ impl Session {
                 return;
             };
             channel.lose_count();
-            (channel.seq.clone(), record(channel))
+            let before = channel.newest_seq();
+            let last = record(channel);
+            if let Some(shipper) = self.shipper.get() {
+                shipper.ship(self.shipment(channel, before, last));
+                return;
+            }
+            (channel.seq.clone(), last)
         };
         seq.send_replace(last);
+    }
+
+    /// What `channel` recorded after seq `before`, up to `last`, for the
+    /// shipper: its frames' marks when its byte count is exact.
+    fn shipment(&self, channel: &AppChannel, before: u64, last: u64) -> shipping::Shipment {
+        let points = channel.points_after(before);
+        let tail = if points.is_empty() {
+            Vec::new()
+        } else {
+            channel.checked_tail()
+        };
+        shipping::Shipment {
+            session: Arc::from(self.id.as_str()),
+            app: Arc::from(channel.name.as_str()),
+            points,
+            tail,
+            seq: channel.seq.clone(),
+            publish: last,
+        }
     }
 
     /// Lifecycle events after `after`, then live ones.
@@ -1126,7 +1164,12 @@ impl<T> Cursor<T> {
                 }
             }
         }
-        let replay = (self.read)(&self.session, self.position);
+        let mut replay = (self.read)(&self.session, self.position);
+        // Only what is published: with several replicas output is recorded
+        // before its marks are on their way to the peers, and published
+        // after.
+        let published = *self.rx.borrow();
+        replay.entries.retain(|(id, _)| *id <= published);
         if let Some((id, _)) = replay.entries.last() {
             self.position = *id;
         }

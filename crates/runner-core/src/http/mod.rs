@@ -9,6 +9,7 @@ pub mod idempotency;
 mod links;
 pub mod openapi;
 mod peer;
+mod peer_marks;
 mod peer_socket;
 mod routes;
 mod sse;

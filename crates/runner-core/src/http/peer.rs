@@ -85,6 +85,8 @@ pub(crate) struct Peers {
     /// Every open terminal socket (relayed ones too), so shutdown can let
     /// each send its close frame.
     sockets: tokio_util::task::TaskTracker,
+    /// The output marks peers send this replica ([`super::peer_marks`]).
+    marks: Arc<crate::session::shipping::PeerMarks>,
 }
 
 impl Drop for Peers {
@@ -111,14 +113,26 @@ impl Peers {
             .pool_idle_timeout(IDLE_TIMEOUT)
             .pool_max_idle_per_host(MAX_IDLE_PER_PEER)
             .build(connector);
+        let tasks = OwnedTasks::new();
+        // Sessions publish their output through the mark stream from now
+        // on; the stream ends with these tasks.
+        let (shipper, shipments) = crate::session::shipping::OutputShipper::channel();
+        let marks = Arc::new(crate::session::shipping::PeerMarks::default());
+        registry.set_mark_stream(shipper, marks.clone());
+        tasks.spawn(super::peer_marks::ship(
+            shipments,
+            replicas.clone(),
+            client.clone(),
+        ));
         Self {
             metrics: registry.metrics().clone(),
             replicas,
             registry,
             client,
-            tasks: OwnedTasks::new(),
+            tasks,
             going_away,
             sockets,
+            marks,
         }
     }
 }
@@ -198,6 +212,13 @@ pub(crate) async fn identify_peer(
         .is_some_and(|presented| peers.replicas.peer_token().matches(presented.as_bytes()));
     // A peer asking whether this replica holds a session (it has no record
     // of it yet: the session is being created here).
+    // A peer opening its mark stream to this replica.
+    if request.uri().path() == super::peer_marks::MARKS_PATH {
+        if !from_peer {
+            return StatusCode::NOT_FOUND.into_response();
+        }
+        return super::peer_marks::accept(request, peers.marks.clone(), &peers.tasks);
+    }
     if let Some(id) = request.uri().path().strip_prefix(HOLDS_PREFIX) {
         let held = from_peer && peers.registry.get(id).is_some();
         return if held {
@@ -464,8 +485,6 @@ fn peer_token_value(peers: &Peers) -> Option<HeaderValue> {
     HeaderValue::from_str(peers.replicas.peer_token().as_str()).ok()
 }
 
-/// Forwards `request` to `peer` and returns its answer, streamed; an
-/// upgrade is spliced both ways.
 /// What a forwarded request is, for how an upgrade is relayed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Relay {
@@ -477,6 +496,8 @@ enum Relay {
     SessionHost,
 }
 
+/// Forwards `request` to `peer` and returns its answer, streamed; an
+/// upgrade is relayed both ways.
 async fn forward(peers: &Peers, peer: &Peer, mut request: Request, relay: Relay) -> Response {
     if check_framing(request.headers_mut()).is_err() || request.method() == Method::CONNECT {
         return ApiError::new(

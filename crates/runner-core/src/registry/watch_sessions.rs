@@ -261,7 +261,7 @@ impl SessionRegistry {
         super::lock(&self.inner.sessions).insert(id, session.clone());
         if running {
             // Its workload outlived the last runner: taken over as it runs.
-            session.carry_output(output_marks);
+            session.carry_output(self.carried_marks(&session.id, &output_marks));
             if let Some(mut state) = session.watch_state() {
                 state.busy = true;
             }

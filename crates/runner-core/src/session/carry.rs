@@ -65,6 +65,15 @@ impl AppChannel {
         }
         let tail = marks.tail.clone();
         let lined_up = written == last && self.exact && newest_bytes(self, tail.len()) == tail;
+        if !lined_up {
+            tracing::debug!(
+                app = %self.name,
+                written,
+                last,
+                exact = self.exact,
+                "the previous owner's marks do not line up with the output rebuilt here"
+            );
+        }
         self.carried = match std::mem::take(&mut self.carried) {
             Carried::LiningUp { found, .. } if lined_up => Carried::LinedUp(found),
             _ => Carried::Failed,
@@ -77,6 +86,7 @@ impl AppChannel {
         if after == 0 || after >= self.output_first_id() {
             return ResumeAt::After(after);
         }
+
         match &self.carried {
             Carried::LiningUp { marks, .. } if marks.points.iter().any(|&(s, _)| s == after) => {
                 ResumeAt::Pending
@@ -108,6 +118,37 @@ impl AppChannel {
             points,
             tail: newest_bytes(self, CHECKED_BYTES),
         })
+    }
+}
+
+impl AppChannel {
+    /// The newest frame's seq (the one before the first when none).
+    pub(crate) fn newest_seq(&self) -> u64 {
+        self.output.last_id()
+    }
+
+    /// `(seq, end)` of the frames recorded after seq `after`, ascending;
+    /// none when this channel's byte count is not the output's.
+    pub(crate) fn points_after(&self, after: u64) -> Vec<(u64, u64)> {
+        if !self.exact {
+            return Vec::new();
+        }
+        let mut end = self.written;
+        let mut points = Vec::new();
+        for (id, chunk) in self.output.newest_first() {
+            if id <= after {
+                break;
+            }
+            points.push((id, end));
+            end -= chunk.bytes.len() as u64;
+        }
+        points.reverse();
+        points
+    }
+
+    /// The bytes a mark's check compares: the newest [`CHECKED_BYTES`].
+    pub(crate) fn checked_tail(&self) -> Vec<u8> {
+        newest_bytes(self, CHECKED_BYTES)
     }
 }
 

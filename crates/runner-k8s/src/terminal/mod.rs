@@ -60,6 +60,8 @@ const STDIN_QUEUE: usize = 256;
 /// How much of the log is read at most to rebuild the history. The replay
 /// buffer keeps far less; this only bounds a pathological log.
 const MAX_HISTORY_BYTES: usize = 64 * 1024 * 1024;
+/// The buffer a log is read into, a read at a time.
+const LOG_READ_BYTES: usize = 64 * 1024;
 /// Attempts at an attach before the terminal is given up on (the output is
 /// still read from the log); a blip of the apiserver costs a retry, not the
 /// session's terminal.
@@ -752,14 +754,10 @@ async fn read_log_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> Op
     let mut attempt = 1;
     loop {
         let failure = match pods.log_stream(pod_name, &params).await {
-            Ok(stream) => {
-                let mut history = Vec::new();
-                let mut limited = stream.take(MAX_HISTORY_BYTES as u64);
-                match limited.read_to_end(&mut history).await {
-                    Ok(_) => return Some(history),
-                    Err(err) => err.to_string(),
-                }
-            }
+            Ok(stream) => match read_log_bytes(stream).await {
+                Ok(history) => return Some(history),
+                Err(err) => err.to_string(),
+            },
             Err(err) if crate::cluster::api_error::is_not_found(&err) => return Some(Vec::new()),
             Err(err) if !crate::cluster::api_error::is_transient(&err) => {
                 debug!(pod = pod_name, error = %err, "container log unavailable");
@@ -774,6 +772,24 @@ async fn read_log_inline(pods: &Api<Pod>, pod_name: &str, container: &str) -> Op
         debug!(pod = pod_name, error = %failure, attempt, "container log read failed; retrying");
         tokio::time::sleep(ATTACH_RETRY_DELAY * attempt).await;
         attempt += 1;
+    }
+}
+
+/// A log's bytes, up to [`MAX_HISTORY_BYTES`], read a [`LOG_READ_BYTES`]
+/// buffer at a time. Not `read_to_end`: each time the stream has nothing
+/// ready, it zero-fills the whole spare capacity of its buffer again, and a
+/// fast stream's log arrives a line per chunk — a few megabytes took tens
+/// of seconds.
+async fn read_log_bytes(stream: impl futures_util::AsyncRead) -> std::io::Result<Vec<u8>> {
+    let mut limited = std::pin::pin!(stream.take(MAX_HISTORY_BYTES as u64));
+    let mut history = Vec::new();
+    let mut buf = vec![0_u8; LOG_READ_BYTES];
+    loop {
+        let n = limited.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(history);
+        }
+        history.extend_from_slice(&buf[..n]);
     }
 }
 
