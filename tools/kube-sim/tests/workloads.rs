@@ -67,6 +67,20 @@ fn deployment(replicas: i32, strategy: Value, listen: bool) -> Value {
     })
 }
 
+/// Changes the Deployment's pod template: a new revision to roll out.
+async fn new_revision(sim: &KubeSim) {
+    Api::<Deployment>::namespaced(sim.client(), NS)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
 fn rolling(surge: Value, unavailable: Value) -> Value {
     json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}})
 }
@@ -314,17 +328,7 @@ async fn a_rolling_update_keeps_its_replicas_ready_and_within_the_surge() {
         .into_iter()
         .map(|p| p.metadata.name.unwrap())
         .collect();
-    let deployments: Api<Deployment> = Api::namespaced(sim.client(), NS);
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    new_revision(&sim).await;
     // Rolled out once the new template's three pods are what is left.
     let replaced = tokio::time::timeout(WAIT, async {
         loop {
@@ -378,17 +382,7 @@ async fn recreate_stops_every_old_pod_before_a_new_one_starts() {
     rolled_out(&sim, 2).await;
     let pods: Api<Pod> = Api::namespaced(sim.client(), NS);
     let old: Vec<Pod> = pods.list(&ListParams::default()).await.unwrap().items;
-    let deployments: Api<Deployment> = Api::namespaced(sim.client(), NS);
-    deployments
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"template": {"metadata": {"annotations": {"revision": "2"}}}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    new_revision(&sim).await;
     for pod in &old {
         sim.wait_for_deletion("pods", NS, pod.metadata.name.as_ref().unwrap(), WAIT)
             .await
