@@ -333,8 +333,6 @@ impl SessionRegistry {
         Ok(self.launch_run(session, build_spec))
     }
 
-    /// Whether `mode: "watch"` is offered: the operator enabled it and the
-    /// backend runs watch sessions.
     /// Publish every session's output through `shipper` from now on, and
     /// carry a session adopted after a crash with the `marks` its peers
     /// sent.
@@ -418,7 +416,7 @@ impl SessionRegistry {
             let _ = session.replica.set(Arc::from(replicas.replica_id()));
         }
         if let Some((shipper, _)) = self.inner.mark_stream.get() {
-            let _ = session.shipper.set(shipper.clone());
+            let _ = session.shipper.set(shipper.for_session(&session.id));
         }
         if let Some(preview) = self.inner.preview.get() {
             let _ = session.preview.set(preview.clone());
@@ -444,6 +442,8 @@ impl SessionRegistry {
             .unwrap_or_default()
     }
 
+    /// Whether `mode: "watch"` is offered: the operator enabled it and the
+    /// backend runs watch sessions.
     pub fn offers_watch(&self) -> bool {
         self.inner.limits.watch.enabled && self.inner.backend.watch_sessions().is_some()
     }

@@ -136,7 +136,7 @@ pub struct Session {
     pub(crate) replica: std::sync::OnceLock<Arc<str>>,
     /// With several replicas: where output is published, once its marks
     /// are on their way to the peers ([`shipping`]).
-    pub(crate) shipper: std::sync::OnceLock<shipping::OutputShipper>,
+    pub(crate) shipper: std::sync::OnceLock<shipping::SessionShipper>,
     /// The session edge's base (`RUNNER_PREVIEW_BASE_URL`): its tcp
     /// endpoints then carry their edge `url`.
     pub(crate) preview: std::sync::OnceLock<crate::edge::Preview>,
@@ -877,17 +877,13 @@ impl Session {
             };
             let before = channel.newest_seq();
             let last = channel.record(tag, chunk);
-            if let Some(shipper) = self.shipper.get() {
-                // Published by the shipper, in order, once the frames'
-                // marks are on their way to the peers.
-                shipper.ship(self.shipment(channel, before, last));
-                self.metrics.output_buffered(bytes);
+            self.metrics.output_buffered(bytes);
+            if self.ship(channel, before, last) {
                 return Some(scan);
             }
             (channel.seq.clone(), last, scan)
         };
         seq.send_replace(last);
-        self.metrics.output_buffered(bytes);
         Some(scan)
     }
 
@@ -911,8 +907,7 @@ impl Session {
             channel.lose_count();
             let before = channel.newest_seq();
             let last = record(channel);
-            if let Some(shipper) = self.shipper.get() {
-                shipper.ship(self.shipment(channel, before, last));
+            if self.ship(channel, before, last) {
                 return;
             }
             (channel.seq.clone(), last)
@@ -920,23 +915,30 @@ impl Session {
         seq.send_replace(last);
     }
 
-    /// What `channel` recorded after seq `before`, up to `last`, for the
-    /// shipper: its frames' marks when its byte count is exact.
-    fn shipment(&self, channel: &AppChannel, before: u64, last: u64) -> shipping::Shipment {
+    /// With several replicas, hands what `channel` recorded after seq
+    /// `before`, up to `last`, to the shipper, which publishes it in order
+    /// once its frames' marks (when the byte count is exact) are on their
+    /// way to the peers. Called with the state locked, so shipments keep
+    /// the order of recording. `false`: no shipper, publish it here.
+    fn ship(&self, channel: &AppChannel, before: u64, last: u64) -> bool {
+        let Some(shipper) = self.shipper.get() else {
+            return false;
+        };
         let points = channel.points_after(before);
         let tail = if points.is_empty() {
             Vec::new()
         } else {
             channel.checked_tail()
         };
-        shipping::Shipment {
-            session: Arc::from(self.id.as_str()),
-            app: Arc::from(channel.name.as_str()),
+        shipper.ship(shipping::Shipment {
+            session: shipper.session.clone(),
+            app: channel.shared_name.clone(),
             points,
             tail,
             seq: channel.seq.clone(),
             publish: last,
-        }
+        });
+        true
     }
 
     /// Lifecycle events after `after`, then live ones.

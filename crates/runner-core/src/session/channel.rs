@@ -25,6 +25,8 @@ pub struct OutputChunk {
 
 pub struct AppChannel {
     pub(crate) name: String,
+    /// `name`, shared by the shipments of its output (several replicas).
+    pub(crate) shared_name: Arc<str>,
     pub(crate) io: IoMode,
     pub(crate) ports: Vec<PortMapping>,
     pub(crate) output: ReplayBuffer<OutputChunk>,
@@ -46,6 +48,7 @@ impl AppChannel {
     pub(crate) fn new(app: &SessionApp, replay_buffer_bytes: usize, first_output: u64) -> Self {
         Self {
             name: app.name.clone(),
+            shared_name: Arc::from(app.name.as_str()),
             io: app.io,
             ports: app.ports.clone(),
             output: ReplayBuffer::starting_at(replay_buffer_bytes, first_output),

@@ -56,9 +56,25 @@ impl OutputShipper {
         (Self(tx), rx)
     }
 
+    /// The shipper of session `id`.
+    pub(crate) fn for_session(&self, id: &str) -> SessionShipper {
+        SessionShipper {
+            tx: self.0.clone(),
+            session: Arc::from(id),
+        }
+    }
+}
+
+/// One session's way to the shipper, its id shared by every shipment.
+pub(crate) struct SessionShipper {
+    tx: mpsc::UnboundedSender<Shipment>,
+    pub(crate) session: Arc<str>,
+}
+
+impl SessionShipper {
     /// Hands `shipment` over; published at once when the sender is gone.
     pub(crate) fn ship(&self, shipment: Shipment) {
-        if let Err(mpsc::error::SendError(shipment)) = self.0.send(shipment) {
+        if let Err(mpsc::error::SendError(shipment)) = self.tx.send(shipment) {
             shipment.publish();
         }
     }
