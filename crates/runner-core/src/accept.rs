@@ -56,8 +56,6 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How long the loop pauses after an accept error that is about the
 /// process (out of file descriptors), not the peer.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-/// A header block of at most this many header lines.
-const MAX_HEADERS: usize = 100;
 /// Connections kept for `/livez` and `/readyz` past the connection limit:
 /// a kubelet whose probe gets a 503 restarts the runner, so a client that
 /// holds every slot (thousands of event streams) must not be able to take
@@ -218,8 +216,13 @@ pub async fn serve_with_edge(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .max_buf_size(limits.max_header_bytes)
-        .max_headers(MAX_HEADERS);
+        // The head alone is bounded: a body is read in chunks as large as
+        // hyper's adaptive buffer grows (a cap here would also cut every
+        // upload into reads of this size).
+        .max_header_size(limits.max_header_bytes);
+    // A header block has at most 100 lines (more is 431): hyper's own
+    // bound. Setting the same bound explicitly would have hyper fill its
+    // parse arrays for every request.
     let table = Table::new(max_connections, per_client);
     let full = Refusal {
         error: ErrorCode::TooManyConnections,

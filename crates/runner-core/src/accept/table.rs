@@ -233,21 +233,31 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        loop {
-            ready!(this.tcp.poll_read_ready(cx))?;
-            match this.tcp.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    if n > 0 && !this.sent {
-                        this.sent = true;
-                        this.ticket.sent();
+        let before = buf.filled().len();
+        // Once the table let go of the socket (its first byte came, or it
+        // was never idle), the socket's own reads: they take the buffer
+        // uninitialised and take a short read as the end of what is there,
+        // without a read that would block to find out.
+        if let Some(tcp) = Arc::get_mut(&mut this.tcp) {
+            ready!(Pin::new(tcp).poll_read(cx, buf))?;
+        } else {
+            loop {
+                ready!(this.tcp.poll_read_ready(cx))?;
+                match this.tcp.try_read(buf.initialize_unfilled()) {
+                    Ok(n) => {
+                        buf.advance(n);
+                        break;
                     }
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(err) => return Poll::Ready(Err(err)),
                 }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                Err(err) => return Poll::Ready(Err(err)),
             }
         }
+        if !this.sent && buf.filled().len() > before {
+            this.sent = true;
+            this.ticket.sent();
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -257,9 +267,13 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(tcp) = Arc::get_mut(&mut this.tcp) {
+            return Pin::new(tcp).poll_write(cx, buf);
+        }
         loop {
-            ready!(self.tcp.poll_write_ready(cx))?;
-            match self.tcp.try_write(buf) {
+            ready!(this.tcp.poll_write_ready(cx))?;
+            match this.tcp.try_write(buf) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
                 written => return Poll::Ready(written),
             }
@@ -271,9 +285,13 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let Some(tcp) = Arc::get_mut(&mut this.tcp) {
+            return Pin::new(tcp).poll_write_vectored(cx, bufs);
+        }
         loop {
-            ready!(self.tcp.poll_write_ready(cx))?;
-            match self.tcp.try_write_vectored(bufs) {
+            ready!(this.tcp.poll_write_ready(cx))?;
+            match this.tcp.try_write_vectored(bufs) {
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
                 written => return Poll::Ready(written),
             }
