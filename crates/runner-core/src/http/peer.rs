@@ -210,8 +210,6 @@ pub(crate) async fn identify_peer(
     let from_peer = presented
         .as_ref()
         .is_some_and(|presented| peers.replicas.peer_token().matches(presented.as_bytes()));
-    // A peer asking whether this replica holds a session (it has no record
-    // of it yet: the session is being created here).
     // A peer opening its mark stream to this replica.
     if request.uri().path() == super::peer_marks::MARKS_PATH {
         if !from_peer {
@@ -219,6 +217,8 @@ pub(crate) async fn identify_peer(
         }
         return super::peer_marks::accept(request, peers.marks.clone(), &peers.tasks);
     }
+    // A peer asking whether this replica holds a session (it has no record
+    // of it yet: the session is being created here).
     if let Some(id) = request.uri().path().strip_prefix(HOLDS_PREFIX) {
         let held = from_peer && peers.registry.get(id).is_some();
         return if held {

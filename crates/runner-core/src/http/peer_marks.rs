@@ -10,6 +10,7 @@
 //! for longer, and that peer only lacks some marks, so a client resuming
 //! there after a crash may be told of a gap.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,15 +48,18 @@ const BATCH: usize = 1024;
 /// How often the peers are looked at when no output flows.
 const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
-/// One line of the stream: the marks of one app's newest frames.
+/// One line of the stream: the marks of one app's newest frames. Written
+/// borrowing the shipment's fields, read owning them.
 #[derive(Serialize, Deserialize)]
-struct Line {
+struct Line<'a> {
     /// The session.
-    s: String,
+    #[serde(borrow)]
+    s: Cow<'a, str>,
     /// The app.
-    a: String,
+    #[serde(borrow)]
+    a: Cow<'a, str>,
     /// `(seq, end)` of each frame, ascending.
-    p: Vec<(u64, u64)>,
+    p: Cow<'a, [(u64, u64)]>,
     /// The bytes before the last end, hex.
     t: String,
 }
@@ -114,12 +118,18 @@ impl Streams {
         }
     }
 
-    /// Writes `lines` to every open stream; one that does not take them
-    /// within [`WRITE_BOUND`] is dropped (and dialled again later).
-    async fn write(&mut self, lines: &[u8]) {
-        if lines.is_empty() || self.open.is_empty() {
+    /// Writes the marks of `batch` to every open stream; one that does not
+    /// take them within [`WRITE_BOUND`] is dropped (and dialled again
+    /// later). Nothing is encoded while no stream is open.
+    async fn write(&mut self, batch: &[Shipment]) {
+        if self.open.is_empty() {
             return;
         }
+        let lines = encode(batch);
+        if lines.is_empty() {
+            return;
+        }
+        let lines = &lines[..];
         let writes = self.open.iter_mut().map(|(id, stream)| async move {
             let written = tokio::time::timeout(WRITE_BOUND, stream.write_all(lines)).await;
             (id.clone(), matches!(written, Ok(Ok(()))))
@@ -172,7 +182,7 @@ pub(crate) async fn ship(
                 continue;
             }
         }
-        streams.write(&encode(&batch)).await;
+        streams.write(&batch).await;
         for shipment in batch.drain(..) {
             shipment.publish();
         }
@@ -187,9 +197,9 @@ fn encode(batch: &[Shipment]) -> Vec<u8> {
             continue;
         }
         let line = Line {
-            s: shipment.session.to_string(),
-            a: shipment.app.to_string(),
-            p: shipment.points.clone(),
+            s: Cow::Borrowed(&shipment.session),
+            a: Cow::Borrowed(&shipment.app),
+            p: Cow::Borrowed(&shipment.points),
             t: hex::encode(&shipment.tail),
         };
         if serde_json::to_writer(&mut out, &line).is_ok() {
@@ -226,8 +236,7 @@ async fn dial(client: &PeerClient, url: &str, token: &str) -> Option<Upgraded> {
         return None;
     }
     let upgraded = hyper::upgrade::on(response).await.ok()?;
-    let stream = TokioIo::new(upgraded);
-    Some(stream)
+    Some(TokioIo::new(upgraded))
 }
 
 /// A peer's `GET` of [`MARKS_PATH`] (the caller checked the peer token):

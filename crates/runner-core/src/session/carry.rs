@@ -86,7 +86,6 @@ impl AppChannel {
         if after == 0 || after >= self.output_first_id() {
             return ResumeAt::After(after);
         }
-
         match &self.carried {
             Carried::LiningUp { marks, .. } if marks.points.iter().any(|&(s, _)| s == after) => {
                 ResumeAt::Pending
@@ -106,12 +105,7 @@ impl AppChannel {
         if !self.exact || self.written == 0 {
             return None;
         }
-        let mut end = self.written;
-        let mut points = Vec::new();
-        for (id, chunk) in self.output.newest_first().take(MARKED_FRAMES) {
-            points.push((id, end));
-            end -= chunk.bytes.len() as u64;
-        }
+        let mut points: Vec<_> = self.points_newest_first().take(MARKED_FRAMES).collect();
         points.reverse();
         Some(OutputMarks {
             app: self.name.clone(),
@@ -119,9 +113,7 @@ impl AppChannel {
             tail: newest_bytes(self, CHECKED_BYTES),
         })
     }
-}
 
-impl AppChannel {
     /// The newest frame's seq (the one before the first when none).
     pub(crate) fn newest_seq(&self) -> u64 {
         self.output.last_id()
@@ -133,17 +125,23 @@ impl AppChannel {
         if !self.exact {
             return Vec::new();
         }
-        let mut end = self.written;
-        let mut points = Vec::new();
-        for (id, chunk) in self.output.newest_first() {
-            if id <= after {
-                break;
-            }
-            points.push((id, end));
-            end -= chunk.bytes.len() as u64;
-        }
+        let mut points: Vec<_> = self
+            .points_newest_first()
+            .take_while(|&(id, _)| id > after)
+            .collect();
         points.reverse();
         points
+    }
+
+    /// `(seq, end)` of the frames held, newest first: each frame's seq and
+    /// the byte of the output at which it ends.
+    fn points_newest_first(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut end = self.written;
+        self.output.newest_first().map(move |(id, chunk)| {
+            let point = (id, end);
+            end -= chunk.bytes.len() as u64;
+            point
+        })
     }
 
     /// The bytes a mark's check compares: the newest [`CHECKED_BYTES`].
