@@ -416,7 +416,6 @@ fn per_connection(
                 refused = Some(proxied.refusal.response());
             }
         }
-        request.extensions_mut().insert(ConnectInfo(client));
         // A session host goes to the edge; a malformed one under the base
         // is refused there and never reaches the API either.
         let routed = edge
@@ -433,18 +432,22 @@ fn per_connection(
                 // Another replica holds the session: the router's replica
                 // layer forwards the request to it.
                 Some((_, Ok(Some(host)))) => {
-                    let mut request = request;
-                    request
-                        .extensions_mut()
-                        .insert(crate::edge::ElsewhereSession(host));
-                    router.oneshot(request).await
+                    let extensions = request.extensions_mut();
+                    extensions.insert(ConnectInfo(client));
+                    extensions.insert(crate::edge::ElsewhereSession(host));
+                    Box::pin(router.oneshot(request)).await
                 }
                 Some((_, Err(refusal))) => Ok(crate::edge::refusal_response(
                     &refusal,
                     crate::edge::prefers_html(request.headers()),
                     None,
                 )),
-                _ => router.oneshot(request).await,
+                // The API's future is boxed: the edge's requests, which
+                // come by the thousand, do not carry its size around.
+                _ => {
+                    request.extensions_mut().insert(ConnectInfo(client));
+                    Box::pin(router.oneshot(request)).await
+                }
             }
         }
     }))

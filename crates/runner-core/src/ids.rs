@@ -36,12 +36,22 @@ pub fn new_link_id() -> String {
 
 /// Whether `id` has the shape of an id this runner generates.
 pub fn is_session_id(id: &str) -> bool {
-    id.len() == SESSION_ID_LEN && id.bytes().all(|b| ALPHABET.contains(&b))
+    id.len() == SESSION_ID_LEN && id.bytes().all(|b| matches!(b, b'a'..=b'z' | b'2'..=b'7'))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_id_shape_is_the_alphabet_and_the_length() {
+        for b in 0..=u8::MAX {
+            let id = format!("abcdefghijk{}", b as char);
+            assert_eq!(is_session_id(&id), ALPHABET.contains(&b), "{b}");
+        }
+        assert!(!is_session_id("abcdefghijk"));
+        assert!(!is_session_id("abcdefghijklm"));
+    }
 
     #[test]
     fn ids_are_twelve_base32_characters() {

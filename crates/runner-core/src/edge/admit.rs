@@ -138,7 +138,13 @@ fn trade_for_cookie<B>(
 /// `telo_access` cookies out of `Cookie`, and reads a bearer token.
 fn take_presented<B>(request: &mut Request<B>) -> Result<Presented, EdgeRefusal> {
     let mut presented = Presented::default();
-    if let Some(query) = request.uri().query() {
+    // Most requests carry neither the parameter nor the cookie: one search
+    // each tells, before anything is split or copied.
+    if let Some(query) = request
+        .uri()
+        .query()
+        .filter(|query| query.contains(ACCESS_PARAM))
+    {
         let mut kept = Vec::new();
         for pair in query.split('&') {
             match pair.split_once('=') {
@@ -164,8 +170,15 @@ fn take_presented<B>(request: &mut Request<B>) -> Result<Presented, EdgeRefusal>
         }
     }
     let headers = request.headers_mut();
-    let cookie_values: Vec<HeaderValue> = headers.get_all(header::COOKIE).iter().cloned().collect();
-    if !cookie_values.is_empty() {
+    let carries_ours = headers.get_all(header::COOKIE).iter().any(|value| {
+        value
+            .as_bytes()
+            .windows(ACCESS_PARAM.len())
+            .any(|w| w == ACCESS_PARAM.as_bytes())
+    });
+    if carries_ours {
+        let cookie_values: Vec<HeaderValue> =
+            headers.get_all(header::COOKIE).iter().cloned().collect();
         let mut kept = Vec::new();
         for value in &cookie_values {
             let Ok(text) = value.to_str() else {
@@ -229,6 +242,13 @@ mod tests {
         take_presented(&mut req).expect("taken");
         assert_eq!(req.uri().to_string(), "/");
         assert!(req.headers().get(header::COOKIE).is_none());
+
+        let mut req = request("/p?a=1&b", &["theme=dark;  lang=en", "x=1"]);
+        let presented = take_presented(&mut req).expect("taken");
+        assert!(presented.param.is_none() && presented.cookies.is_empty());
+        assert_eq!(req.uri().to_string(), "/p?a=1&b");
+        let cookies: Vec<_> = req.headers().get_all(header::COOKIE).iter().collect();
+        assert_eq!(cookies, ["theme=dark;  lang=en", "x=1"]);
 
         let mut req = request("http://8080-abc.run.example.com/p?q=1", &[]);
         let presented = take_presented(&mut req).expect("taken");

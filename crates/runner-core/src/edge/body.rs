@@ -17,15 +17,21 @@ pub(crate) struct RequestBody<B = Incoming> {
 }
 
 impl<B: HttpBody> RequestBody<B> {
-    pub(crate) fn new(inner: B, sent: oneshot::Sender<()>) -> Self {
-        let mut body = Self {
-            inner,
-            sent: Some(sent),
-        };
-        if body.inner.is_end_stream() {
-            body.done();
+    /// `inner` on its way upstream, and what fires once it has been sent:
+    /// `None` when there is nothing to send (the wait for the response's
+    /// head starts at once).
+    pub(crate) fn new(inner: B) -> (Self, Option<oneshot::Receiver<()>>) {
+        if inner.is_end_stream() {
+            return (Self { inner, sent: None }, None);
         }
-        body
+        let (sent, sent_rx) = oneshot::channel();
+        (
+            Self {
+                inner,
+                sent: Some(sent),
+            },
+            Some(sent_rx),
+        )
     }
 
     fn done(&mut self) {

@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt as _;
@@ -210,7 +212,10 @@ impl Edge {
         tls: bool,
     ) -> Response<Body> {
         let wants_html = prefers_html(request.headers());
-        match self.try_forward(link, &host, request, client, tls).await {
+        match self
+            .try_forward(link, &host, request, client, tls, wants_html)
+            .await
+        {
             Ok(response) => response,
             Err(refusal) => {
                 debug!(session = %host.session_id, port = host.port, ?refusal, "edge refused a request");
@@ -244,17 +249,9 @@ impl Edge {
                 },
             }
         }
-        let connecting = upstream.reach.connect(upstream.port);
-        let stream = match tokio::time::timeout(self.inner.config.connect_timeout, connecting).await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => return Err(classify_connect(&err)),
-            Err(_) => return Err(EdgeRefusal::Timeout),
-        };
-        let mut sender = link.open(TokioIo::new(stream)).await.map_err(|err| {
-            debug!(error = %err, "the handshake with a session's app failed");
-            EdgeRefusal::UpstreamFailed
-        })?;
+        // Dialing is once per client connection and app: boxed, its state
+        // does not weigh on every request's.
+        let mut sender = Box::pin(self.dial_for(link, upstream)).await?;
         match sender.send_request(request).await {
             Ok(response) => {
                 link.put(key, sender);
@@ -267,6 +264,25 @@ impl Edge {
         }
     }
 
+    /// A new connection of `link` to `upstream`.
+    async fn dial_for(
+        &self,
+        link: &EdgeLink,
+        upstream: &super::Upstream,
+    ) -> Result<SendRequest<RequestBody>, EdgeRefusal> {
+        let connecting = upstream.reach.connect(upstream.port);
+        let stream = match tokio::time::timeout(self.inner.config.connect_timeout, connecting).await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(err)) => return Err(classify_connect(&err)),
+            Err(_) => return Err(EdgeRefusal::Timeout),
+        };
+        link.open(TokioIo::new(stream)).await.map_err(|err| {
+            debug!(error = %err, "the handshake with a session's app failed");
+            EdgeRefusal::UpstreamFailed
+        })
+    }
+
     async fn try_forward(
         &self,
         link: Option<&EdgeLink>,
@@ -274,6 +290,7 @@ impl Edge {
         mut request: Request<Incoming>,
         client: SocketAddr,
         tls: bool,
+        wants_html: bool,
     ) -> Result<Response<Body>, EdgeRefusal> {
         check_framing(request.headers_mut())?;
         if request.method() == Method::CONNECT {
@@ -312,17 +329,18 @@ impl Edge {
             self.inner.config.max_connections_per_session,
         )
         .ok_or(EdgeRefusal::TooManyConnections)?;
-        let navigation =
-            request.method() == Method::GET && !upgrading && prefers_html(request.headers());
-        let resolving = self.inner.resolver.resolve(host);
-        let upstream = if navigation {
-            // The wake goes on without this request; the page's reload
-            // waits on it again.
-            tokio::time::timeout(self.inner.config.waking_page_after, resolving)
-                .await
-                .map_err(|_| EdgeRefusal::Waking)??
-        } else {
-            resolving.await?
+        let navigation = request.method() == Method::GET && !upgrading && wants_html;
+        let upstream = match self.inner.resolver.resolve_now(host) {
+            Some(upstream) => upstream?,
+            None if navigation => {
+                // The wake goes on without this request; the page's reload
+                // waits on it again.
+                let resolving = self.inner.resolver.resolve(host);
+                tokio::time::timeout(self.inner.config.waking_page_after, resolving)
+                    .await
+                    .map_err(|_| EdgeRefusal::Waking)??
+            }
+            None => self.inner.resolver.resolve(host).await?,
         };
         let hold = self.inner.resolver.hold(host);
         // An upgrade goes through the pooled client, which hands over the
@@ -345,7 +363,16 @@ impl Edge {
                 )
             }
         };
-        let original_host = request_host(&request);
+        // The client's own value where it is one (a shared slice of what
+        // the connection read); rebuilt only from an absolute-form target.
+        let original_host = match request.uri().authority() {
+            Some(_) => request_host(&request).and_then(|h| HeaderValue::from_str(&h).ok()),
+            None => request
+                .headers()
+                .get(header::HOST)
+                .filter(|value| value.to_str().is_ok())
+                .cloned(),
+        };
         let upgrade = upgrade_protocol(request.headers());
         let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
 
@@ -367,16 +394,17 @@ impl Edge {
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             headers.insert(header::UPGRADE, protocol.clone());
         }
-        if let Some(original) = original_host.and_then(|h| HeaderValue::from_str(&h).ok()) {
+        if let Some(original) = original_host {
             headers.insert(header::HOST, original.clone());
             headers.insert(X_FORWARDED_HOST, original);
         }
-        let client_ip = client.ip().to_canonical().to_string();
-        let forwarded_for = match prior_forwarded_for {
-            Some(prior) => format!("{prior}, {client_ip}"),
-            None => client_ip,
+        let client_ip = client.ip().to_canonical();
+        let forwarded_for = match (prior_forwarded_for, link) {
+            (Some(prior), _) => HeaderValue::from_str(&format!("{prior}, {client_ip}")).ok(),
+            (None, Some(link)) => link.address_value(client_ip),
+            (None, None) => address_value(client_ip),
         };
-        if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        if let Some(value) = forwarded_for {
             headers.insert(X_FORWARDED_FOR, value);
         }
         headers.insert(
@@ -384,25 +412,25 @@ impl Edge {
             HeaderValue::from_static(if tls { "https" } else { "http" }),
         );
         let via = match prior_via {
-            Some(prior) => format!("{prior}, {VIA}"),
-            None => VIA.to_owned(),
+            Some(prior) => HeaderValue::from_str(&format!("{prior}, {VIA}")).ok(),
+            None => Some(HeaderValue::from_static(VIA)),
         };
-        if let Ok(value) = HeaderValue::from_str(&via) {
+        if let Some(value) = via {
             headers.insert(header::VIA, value);
         }
 
-        let (sent_tx, sent_rx) = oneshot::channel();
-        let body = RequestBody::new(body, sent_tx);
+        let (body, sent_rx) = RequestBody::new(body);
         let request = Request::from_parts(parts, body);
         let timeout = self.inner.config.response_header_timeout;
         let mut response = match link {
             Some(link) => {
-                let sending = self.send_on(link, &upstream, request);
-                await_response(sending, sent_rx, timeout).await?
+                let sending = pin!(self.send_on(link, &upstream, request));
+                await_response(sending, sent_rx, timeout, Some(link)).await?
             }
             None => {
                 let sending = self.inner.client.request(request);
-                await_response(async { sending.await.map_err(classify) }, sent_rx, timeout).await?
+                let sending = pin!(async { sending.await.map_err(classify) });
+                await_response(sending, sent_rx, timeout, None).await?
             }
         };
 
@@ -440,6 +468,11 @@ impl Edge {
     }
 }
 
+/// An address as a header value (`X-Forwarded-For`).
+pub(crate) fn address_value(ip: IpAddr) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(Bytes::from(ip.to_string())).ok()
+}
+
 /// Every value of `name`, joined with `, `, or `None` when there is none.
 pub(crate) fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
     let values: Vec<&str> = headers
@@ -455,20 +488,28 @@ pub(crate) fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<Str
 /// Waits for the app's response header: without a limit while the request
 /// body is still being sent (an upload takes as long as it takes), then at
 /// most `timeout`.
-pub(crate) async fn await_response(
-    sending: impl Future<Output = Result<Response<Incoming>, EdgeRefusal>>,
-    sent: oneshot::Receiver<()>,
+/// The wait is timed by `link`'s timer when there is one. `sending` is
+/// pinned where the caller keeps it (one copy of its state, not two).
+pub(crate) async fn await_response<F>(
+    mut sending: Pin<&mut F>,
+    sent: Option<oneshot::Receiver<()>>,
     timeout: Duration,
-) -> Result<Response<Incoming>, EdgeRefusal> {
-    tokio::pin!(sending);
-    tokio::select! {
-        result = &mut sending => return result,
-        _ = sent => {}
+    link: Option<&EdgeLink>,
+) -> Result<Response<Incoming>, EdgeRefusal>
+where
+    F: Future<Output = Result<Response<Incoming>, EdgeRefusal>>,
+{
+    if let Some(sent) = sent {
+        tokio::select! {
+            result = &mut sending => return result,
+            _ = sent => {}
+        }
     }
-    match tokio::time::timeout(timeout, sending).await {
-        Ok(result) => result,
-        Err(_) => Err(EdgeRefusal::Timeout),
-    }
+    let answered = match link {
+        Some(link) => link.within(timeout, sending).await,
+        None => tokio::time::timeout(timeout, sending).await.ok(),
+    };
+    answered.unwrap_or(Err(EdgeRefusal::Timeout))
 }
 
 /// What a failed connection to an app means to its client.
@@ -520,10 +561,15 @@ where
     }
 }
 
+/// Past this many sessions counted, those holding nothing are forgotten.
+const SLOTS_PRUNE_PAST: usize = 64;
+
 /// The count of each session's requests in flight and upgraded connections.
+/// A session's counter stays while the session is in use; a guard gives
+/// its slot back without taking the table's lock.
 #[derive(Default)]
 struct Slots {
-    counts: Mutex<HashMap<String, usize>>,
+    counts: Mutex<HashMap<String, Arc<AtomicUsize>>>,
     /// Fires whenever a slot is given back.
     released: Notify,
 }
@@ -531,20 +577,34 @@ struct Slots {
 impl Slots {
     fn acquire(slots: &Arc<Slots>, session_id: &str, max: usize) -> Option<SlotGuard> {
         let mut counts = slots.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(session_id.to_owned()).or_insert(0);
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
+        let count = match counts.get(session_id) {
+            Some(count) => count.clone(),
+            None => {
+                if counts.len() >= SLOTS_PRUNE_PAST {
+                    counts.retain(|_, count| count.load(Ordering::Acquire) > 0);
+                }
+                let count = Arc::new(AtomicUsize::new(0));
+                counts.insert(session_id.to_owned(), count.clone());
+                count
+            }
+        };
+        // Taken under the lock: a counter is forgotten only at zero.
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held < max).then_some(held + 1)
+            })
+            .ok()?;
         Some(SlotGuard {
             slots: slots.clone(),
-            session_id: session_id.to_owned(),
+            count,
         })
     }
 
     fn count(&self, session_id: &str) -> usize {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts.get(session_id).copied().unwrap_or(0)
+        counts
+            .get(session_id)
+            .map_or(0, |count| count.load(Ordering::Acquire))
     }
 }
 
@@ -552,23 +612,12 @@ impl Slots {
 /// the spliced connection has ended).
 struct SlotGuard {
     slots: Arc<Slots>,
-    session_id: String,
+    count: Arc<AtomicUsize>,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        let mut counts = self
-            .slots
-            .counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.session_id) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.session_id);
-            }
-        }
-        drop(counts);
+        self.count.fetch_sub(1, Ordering::AcqRel);
         self.slots.released.notify_waiters();
     }
 }
@@ -620,6 +669,21 @@ mod tests {
         assert!(Slots::acquire(&slots, "a", 2).is_some());
         drop((second, other));
         assert_eq!(slots.count("a"), 0);
-        assert!(slots.counts.lock().expect("counts").is_empty());
+        assert_eq!(slots.count("b"), 0);
+    }
+
+    #[test]
+    fn counters_of_sessions_holding_nothing_are_forgotten() {
+        let slots = Arc::new(Slots::default());
+        let held = Slots::acquire(&slots, "held", 1).expect("held");
+        for n in 0..SLOTS_PRUNE_PAST {
+            drop(Slots::acquire(&slots, &format!("s{n}"), 1).expect("a slot"));
+        }
+        let remembered = slots.counts.lock().expect("counts").len();
+        assert!(remembered < SLOTS_PRUNE_PAST, "{remembered} counters kept");
+        assert_eq!(slots.count("held"), 1);
+        assert!(Slots::acquire(&slots, "held", 1).is_none());
+        drop(held);
+        assert!(Slots::acquire(&slots, "held", 1).is_some());
     }
 }

@@ -1,39 +1,81 @@
 //! Header rules of the edge: which headers are the connection's own
 //! (hop-by-hop), which framing is ambiguous, and which host a request names.
 
+use std::borrow::Cow;
+
 use http::Request;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use super::EdgeRefusal;
 
-/// Headers that describe one connection, never passed on (RFC 9110 section 7.6.1,
-/// and the non-standard `Keep-Alive` and `Proxy-Connection`).
-const HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
+/// Whether `name` describes one connection and is never passed on (RFC 9110
+/// section 7.6.1, and the non-standard `Keep-Alive` and `Proxy-Connection`).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    // The standard names compare as numbers.
+    [
+        header::CONNECTION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+    ]
+    .contains(name)
+        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+}
+
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
 ];
 
-/// Removes the hop-by-hop headers: the fixed ones and every header
-/// `Connection` names.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+/// The options of `Connection`, trimmed.
+fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
         .get_all(header::CONNECTION)
-        .iter()
+        .into_iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+        .map(str::trim)
+}
+
+/// Removes the hop-by-hop headers: the fixed ones and every header
+/// `Connection` names. Most requests and responses carry few headers and
+/// none or one of these, so each pass looks through the names for the next
+/// to remove rather than looking each candidate up.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // `Connection: keep-alive` (or `close`, or `upgrade`) names no header
+    // that is not removed anyway.
+    let names_others = connection_options(headers).any(|option| {
+        !option.eq_ignore_ascii_case("close")
+            && !HOP_BY_HOP
+                .iter()
+                .any(|name| option.eq_ignore_ascii_case(name))
+    });
+    if names_others {
+        let named_by_connection = |headers: &HeaderMap| {
+            headers
+                .keys()
+                .find(|name| {
+                    !is_hop_by_hop(name)
+                        && connection_options(headers)
+                            .any(|option| option.eq_ignore_ascii_case(name.as_str()))
+                })
+                .cloned()
+        };
+        while let Some(name) = named_by_connection(headers) {
+            headers.remove(name);
+        }
     }
-    for name in HOP_BY_HOP {
+    while let Some(name) = headers.keys().find(|name| is_hop_by_hop(name)).cloned() {
         headers.remove(name);
     }
 }
@@ -62,12 +104,7 @@ pub(crate) fn switched_head(
 /// The protocol a request asks to switch to: its `Upgrade`, when
 /// `Connection` carries the `upgrade` option.
 pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
-    let asks = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(','))
-        .any(|option| option.trim().eq_ignore_ascii_case("upgrade"));
+    let asks = connection_options(headers).any(|option| option.eq_ignore_ascii_case("upgrade"));
     asks.then(|| headers.get(header::UPGRADE).cloned())
         .flatten()
 }
@@ -115,18 +152,21 @@ fn bad_length() -> EdgeRefusal {
 
 /// The host a request names: the authority of an absolute-form target
 /// (which a server must prefer, RFC 9112 section 3.2.2), else its `Host` header.
-pub fn request_host<B>(request: &Request<B>) -> Option<String> {
+pub fn request_host<B>(request: &Request<B>) -> Option<Cow<'_, str>> {
     if let Some(authority) = request.uri().authority() {
-        return Some(match authority.port() {
+        if !authority.as_str().contains('@') {
+            return Some(Cow::Borrowed(authority.as_str()));
+        }
+        return Some(Cow::Owned(match authority.port() {
             Some(port) => format!("{}:{}", authority.host(), port.as_str()),
             None => authority.host().to_owned(),
-        });
+        }));
     }
     request
         .headers()
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
+        .map(Cow::Borrowed)
 }
 
 #[cfg(test)]
@@ -167,6 +207,63 @@ mod tests {
         left.sort_unstable();
         assert_eq!(left, ["authorization", "x-kept"]);
     }
+
+    #[test]
+    fn a_connection_naming_only_hop_by_hop_options_keeps_the_rest() {
+        let mut h = headers(&[
+            ("Connection", "Keep-Alive"),
+            ("keep-alive", "timeout=5"),
+            ("content-type", "text/plain"),
+            ("x-kept", "1"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-type", "x-kept"]);
+    }
+
+    proptest::proptest! {
+        /// Whatever the names and the options of `Connection`, what is left
+        /// is exactly the headers that are neither fixed hop-by-hop ones
+        /// nor named by `Connection`.
+        #[test]
+        fn stripping_leaves_exactly_the_end_to_end_headers(
+            present in proptest::sample::subsequence(POOL.to_vec(), 0..POOL.len()),
+            options in proptest::collection::vec(
+                proptest::sample::select(POOL.iter().map(|n| n.to_uppercase()).chain(["close".into(), " x-a ".into()]).collect::<Vec<String>>()),
+                0..4,
+            ),
+        ) {
+            let mut pairs: Vec<(&str, &str)> = present.iter().map(|name| (*name, "v")).collect();
+            let connection = options.join(",");
+            if !options.is_empty() {
+                pairs.push(("connection", &connection));
+            }
+            let mut h = headers(&pairs);
+            strip_hop_by_hop(&mut h);
+            let named: Vec<String> = options.iter().map(|o| o.trim().to_ascii_lowercase()).collect();
+            let mut expected: Vec<&str> = present
+                .iter()
+                .copied()
+                .filter(|name| !HOP_BY_HOP.contains(name) && !named.iter().any(|n| n == name))
+                .collect();
+            expected.sort_unstable();
+            let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+            left.sort_unstable();
+            proptest::prop_assert_eq!(left, expected);
+        }
+    }
+
+    const POOL: [&str; 8] = [
+        "keep-alive",
+        "te",
+        "upgrade",
+        "x-a",
+        "x-b",
+        "content-type",
+        "authorization",
+        "proxy-authorization",
+    ];
 
     #[test]
     fn finds_upgrades() {

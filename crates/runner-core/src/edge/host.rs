@@ -207,12 +207,12 @@ fn parse_session_label(label: &str) -> Option<SessionHost> {
     if label.len() > MAX_SESSION_LABEL || !label.is_ascii() {
         return None;
     }
-    let label = label.to_ascii_lowercase();
     let (port, id) = label.split_once('-')?;
     let port = parse_port(port)?;
-    is_session_id(id).then(|| SessionHost {
+    let id = id.to_ascii_lowercase();
+    is_session_id(&id).then_some(SessionHost {
         port,
-        session_id: id.to_owned(),
+        session_id: id,
     })
 }
 

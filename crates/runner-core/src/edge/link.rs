@@ -7,13 +7,15 @@
 //! it, or once idle for the edge's idle timeout.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
+use http::HeaderValue;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, Sleep};
@@ -60,6 +62,10 @@ struct State {
     idle: Vec<Idle>,
     /// Fires when the oldest idle connection has been idle too long.
     expiry: Option<Pin<Box<Sleep>>>,
+    /// Whether `expiry` has been polled since it was set: then it holds
+    /// the task's waker (the same on every pass) and needs polling again
+    /// only once it has fired.
+    expiry_polled: bool,
     /// The task polling the connections, woken when one is added.
     waker: Option<Waker>,
     /// The client connection is gone: nothing more is kept.
@@ -71,6 +77,13 @@ struct Shared {
     state: Mutex<State>,
     /// Whether the client connection has sent a request to an app before.
     reused: AtomicBool,
+    /// The client's address as `X-Forwarded-For` gets it, made once.
+    address: OnceLock<(IpAddr, Option<HeaderValue>)>,
+    /// The limit on the wait for an app's response head. The client's
+    /// requests come one at a time, so one timer serves them all: moving a
+    /// registered timer to a later deadline is a store, where a timer per
+    /// request is registered and removed each time.
+    deadline: Mutex<Option<Pin<Box<Sleep>>>>,
 }
 
 /// The upstream connections of one client connection. Cheap to clone:
@@ -96,6 +109,43 @@ impl EdgeLink {
     /// time; one that keeps its connection gets its own from the second.
     pub(super) fn reused(&self) -> bool {
         self.shared.reused.swap(true, Ordering::Relaxed)
+    }
+
+    /// `ip` as a header value; the client connection's own address is made
+    /// into one once (its clones share the bytes).
+    pub(super) fn address_value(&self, ip: IpAddr) -> Option<HeaderValue> {
+        let (known, value) = self
+            .shared
+            .address
+            .get_or_init(|| (ip, super::forward::address_value(ip)));
+        if *known == ip {
+            value.clone()
+        } else {
+            super::forward::address_value(ip)
+        }
+    }
+
+    /// `work`'s output, or `None` once `timeout` has passed (counted from
+    /// now) without it.
+    pub(super) async fn within<T>(
+        &self,
+        timeout: Duration,
+        work: impl Future<Output = T>,
+    ) -> Option<T> {
+        let deadline = Instant::now() + timeout;
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(output));
+            }
+            let mut timer = lock(&self.shared.deadline);
+            let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
+            timer.as_mut().poll(cx).map(|()| None)
+        })
+        .await
     }
 
     /// An idle connection to `key` that can take a request now; those that
@@ -127,6 +177,7 @@ impl EdgeLink {
             state.expiry = Some(Box::pin(tokio::time::sleep_until(
                 since + self.idle_timeout,
             )));
+            state.expiry_polled = false;
         }
         state.idle.push(Idle { key, sender, since });
     }
@@ -163,13 +214,25 @@ impl EdgeLink {
             .is_some_and(|waker| waker.will_wake(cx.waker()))
         {
             state.waker = Some(cx.waker().clone());
+            // The timer must learn the new waker.
+            state.expiry_polled = false;
         }
         state
             .driving
             .retain_mut(|connection| connection.as_mut().poll(cx).is_pending());
-        if let Some(expiry) = state.expiry.as_mut()
-            && expiry.as_mut().poll(cx).is_ready()
-        {
+        let State {
+            expiry,
+            expiry_polled,
+            ..
+        } = &mut *state;
+        let fired = match expiry {
+            Some(expiry) if !*expiry_polled || expiry.is_elapsed() => {
+                *expiry_polled = true;
+                expiry.as_mut().poll(cx).is_ready()
+            }
+            _ => false,
+        };
+        if fired {
             let now = Instant::now();
             let timeout = self.idle_timeout;
             // Dropping a connection's sender closes it once it is idle.
@@ -213,30 +276,72 @@ fn wake(state: &mut State) {
 /// task yields.
 const MAX_PASSES: usize = 32;
 
-/// The waker the client connection and its upstream connections are
-/// polled with. A wake while [`Linked`] is polling them (one of them
-/// handing a request, a response or a body chunk to another) only asks
-/// for one more pass: going through the scheduler for it would put the
-/// task back on the run queue and wake an idle worker to steal it. Any
-/// other wake (a socket's readiness, a timer, another task) wakes the
-/// task.
-struct PassWaker {
+/// What the wakers of a [`Linked`] task share: the task's own waker, and
+/// whether the task is polling now.
+struct Passes {
     task: AtomicWaker,
     polling: AtomicBool,
+}
+
+/// The waker one side of a [`Linked`] task (the client connection, or its
+/// upstream connections) is polled with. A wake while the task is polling
+/// (one side handing a request, a response or a body chunk to the other)
+/// only asks for one more pass over the side woken: going through the
+/// scheduler for it would put the task back on the run queue and wake an
+/// idle worker to steal it. Any other wake (a socket's readiness, a timer,
+/// another task) wakes the task, and its next poll passes over the sides
+/// woken, not the others.
+struct SideWaker {
+    passes: Arc<Passes>,
     woken: AtomicBool,
 }
 
-impl Wake for PassWaker {
+impl SideWaker {
+    fn take(&self) -> bool {
+        self.woken.swap(false, Ordering::SeqCst)
+    }
+}
+
+impl Wake for SideWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::SeqCst);
-        if !self.polling.load(Ordering::SeqCst) {
-            self.task.wake();
+        if !self.passes.polling.load(Ordering::SeqCst) {
+            self.passes.task.wake();
         }
     }
+}
+
+/// One side's waker, and the flag it sets.
+struct Side {
+    flag: Arc<SideWaker>,
+    waker: Waker,
+}
+
+impl Side {
+    fn new(passes: &Arc<Passes>) -> Self {
+        let flag = Arc::new(SideWaker {
+            passes: passes.clone(),
+            woken: AtomicBool::new(false),
+        });
+        Self {
+            waker: Waker::from(flag.clone()),
+            flag,
+        }
+    }
+}
+
+/// The upstream connections a [`Linked`] task polls, and its wakers.
+struct Polled {
+    link: EdgeLink,
+    passes: Arc<Passes>,
+    downstream: Side,
+    upstreams: Side,
+    /// Not polled yet: both sides are.
+    fresh: bool,
 }
 
 /// A client connection, with the upstream connections of its [`EdgeLink`]
@@ -244,7 +349,7 @@ impl Wake for PassWaker {
 /// the upstream connections are closed then.
 pub struct Linked<F> {
     downstream: Pin<Box<F>>,
-    link: Option<(EdgeLink, Arc<PassWaker>, Waker)>,
+    link: Option<Polled>,
 }
 
 impl<F: Future> Linked<F> {
@@ -252,13 +357,17 @@ impl<F: Future> Linked<F> {
         Self {
             downstream: Box::pin(downstream),
             link: link.map(|link| {
-                let passes = Arc::new(PassWaker {
+                let passes = Arc::new(Passes {
                     task: AtomicWaker::new(),
                     polling: AtomicBool::new(false),
-                    woken: AtomicBool::new(false),
                 });
-                let waker = Waker::from(passes.clone());
-                (link, passes, waker)
+                Polled {
+                    link,
+                    downstream: Side::new(&passes),
+                    upstreams: Side::new(&passes),
+                    passes,
+                    fresh: true,
+                }
             }),
         }
     }
@@ -274,36 +383,62 @@ impl<F: Future> Future for Linked<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        let Some((link, passes, waker)) = &this.link else {
+        let Some(polled_link) = &mut this.link else {
             return this.downstream.as_mut().poll(cx);
         };
+        let Polled {
+            link,
+            passes,
+            downstream,
+            upstreams,
+            fresh,
+        } = polled_link;
         passes.task.register(cx.waker());
         passes.polling.store(true, Ordering::SeqCst);
-        let mut inner = Context::from_waker(waker);
+        let mut down = downstream.flag.take() || *fresh;
+        let mut up = upstreams.flag.take() || *fresh;
+        *fresh = false;
         let mut polled = Poll::Pending;
         for _ in 0..MAX_PASSES {
-            passes.woken.store(false, Ordering::SeqCst);
+            if !down && !up {
+                break;
+            }
             // The apps' answers are read first, for the client connection
-            // to pass them on; then the requests it made are written.
-            link.poll_upstreams(&mut inner);
-            polled = this.downstream.as_mut().poll(&mut inner);
-            if polled.is_ready() {
-                break;
+            // to pass them on; the requests it makes are written on the
+            // next pass.
+            if up {
+                link.poll_upstreams(&mut Context::from_waker(&upstreams.waker));
             }
-            link.poll_upstreams(&mut inner);
-            if !passes.woken.load(Ordering::SeqCst) {
-                break;
+            if down {
+                polled = this
+                    .downstream
+                    .as_mut()
+                    .poll(&mut Context::from_waker(&downstream.waker));
+                if polled.is_ready() {
+                    break;
+                }
             }
+            down = downstream.flag.take();
+            up = upstreams.flag.take();
         }
         passes.polling.store(false, Ordering::SeqCst);
         if polled.is_ready() {
-            if let Some((link, ..)) = this.link.take() {
-                link.close();
+            if let Some(polled_link) = this.link.take() {
+                polled_link.link.close();
             }
             return polled;
         }
-        // Woken during the last pass (or from elsewhere while it ran).
-        if passes.woken.load(Ordering::SeqCst) {
+        // Sides still woken after the last pass, or woken from elsewhere
+        // while it ran, are polled on the task's next poll.
+        if down {
+            downstream.flag.woken.store(true, Ordering::SeqCst);
+        }
+        if up {
+            upstreams.flag.woken.store(true, Ordering::SeqCst);
+        }
+        if downstream.flag.woken.load(Ordering::SeqCst)
+            || upstreams.flag.woken.load(Ordering::SeqCst)
+        {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
@@ -312,8 +447,8 @@ impl<F: Future> Future for Linked<F> {
 
 impl<F> Drop for Linked<F> {
     fn drop(&mut self) {
-        if let Some((link, ..)) = self.link.take() {
-            link.close();
+        if let Some(polled) = self.link.take() {
+            polled.link.close();
         }
     }
 }
@@ -384,6 +519,64 @@ mod tests {
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
         assert_eq!(task.0.load(Ordering::SeqCst), 1);
         assert_eq!(linked.downstream.polls, MAX_PASSES);
+    }
+
+    /// Counts its polls and keeps the waker of the last; never done.
+    #[derive(Clone, Default)]
+    struct Watching {
+        polls: Arc<AtomicUsize>,
+        waker: Arc<Mutex<Option<Waker>>>,
+    }
+
+    impl Watching {
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::SeqCst)
+        }
+
+        fn wake(&self) {
+            lock(&self.waker).take().expect("polled").wake();
+        }
+    }
+
+    impl Future for Watching {
+        type Output = usize;
+
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            *lock(&self.waker) = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_wake_has_only_the_side_woken_polled_again() {
+        let task = Arc::new(CountingWaker::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        let link = EdgeLink::new(Duration::from_secs(1));
+        let upstream = Watching::default();
+        let watched = upstream.clone();
+        lock(&link.shared.state).driving.push(Box::pin(async move {
+            watched.await;
+        }));
+        let downstream = Watching::default();
+        let mut linked = Linked::new(downstream.clone(), Some(link));
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!((downstream.polls(), upstream.polls()), (1, 1));
+
+        downstream.wake();
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!((downstream.polls(), upstream.polls()), (2, 1));
+
+        upstream.wake();
+        assert_eq!(task.0.load(Ordering::SeqCst), 2);
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!((downstream.polls(), upstream.polls()), (2, 2));
+
+        // A poll nothing of it asked for polls nothing.
+        assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
+        assert_eq!((downstream.polls(), upstream.polls()), (2, 2));
     }
 
     #[test]

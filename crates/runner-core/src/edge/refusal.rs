@@ -200,7 +200,7 @@ pub fn prefers_html(headers: &HeaderMap) -> bool {
         };
         for range in value.split(',') {
             let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let media = parts.next().unwrap_or("").trim();
             let mut q = 1.0f32;
             for param in parts {
                 if let Some((name, value)) = param.split_once('=')
@@ -214,19 +214,19 @@ pub fn prefers_html(headers: &HeaderMap) -> bool {
             } else {
                 0.0
             };
-            rank(&mut html, &media, "text", "html", q);
-            rank(&mut json, &media, "application", "json", q);
+            rank(&mut html, media, "text", "html", q);
+            rank(&mut json, media, "application", "json", q);
         }
     }
     html.1 > 0.0 && html.1 > json.1
 }
 
 /// Keeps, for the type `kind/sub`, the quality of the most specific range
-/// that matches it.
+/// that matches it (media types are case-insensitive).
 fn rank(best: &mut (u8, f32), media: &str, kind: &str, sub: &str, q: f32) {
     let specificity = match media.split_once('/') {
-        Some((k, s)) if k == kind && s == sub => 3,
-        Some((k, "*")) if k == kind => 2,
+        Some((k, s)) if k.eq_ignore_ascii_case(kind) && s.eq_ignore_ascii_case(sub) => 3,
+        Some((k, "*")) if k.eq_ignore_ascii_case(kind) => 2,
         Some(("*", "*")) => 1,
         _ => return,
     };
@@ -275,6 +275,8 @@ mod tests {
         assert!(!prefers_html(&accept("text/html;q=0")));
         assert!(!prefers_html(&accept("text/html;q=nan")));
         assert!(prefers_html(&accept("application/json;q=0.4, text/html")));
+        assert!(prefers_html(&accept("Text/HTML")));
+        assert!(!prefers_html(&accept("TEXT/html;q=0.2, Application/JSON")));
     }
 
     #[tokio::test]

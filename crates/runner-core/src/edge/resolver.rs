@@ -18,6 +18,12 @@ pub struct Upstream {
 pub trait EdgeResolver: Send + Sync + 'static {
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal>;
 
+    /// What [`Self::resolve`] gives when it can tell at once, without
+    /// waiting (a running session); `None` sends the edge to `resolve`.
+    fn resolve_now(&self, _host: &SessionHost) -> Option<Result<Upstream, EdgeRefusal>> {
+        None
+    }
+
     /// Whether this runner serves the session's traffic itself; `false`
     /// when another replica holds it (its traffic is forwarded there).
     fn serves_here(&self, _host: &SessionHost) -> bool {

@@ -37,7 +37,6 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use super::error::{ApiError, ErrorCode};
@@ -294,7 +293,7 @@ async fn holder_among(peers: &Peers, asked: Vec<Peer>, id: &str) -> Holder {
     let asks = asked.into_iter().map(|peer| async move {
         let uri = peer_uri(&peer, &format!("{HOLDS_PREFIX}{id}"))?;
         let mut request = http::Request::get(uri)
-            .body(RequestBody::new(Body::empty(), oneshot::channel().0))
+            .body(RequestBody::new(Body::empty()).0)
             .ok()?;
         request.headers_mut().insert(
             HeaderName::from_static(PEER_TOKEN_HEADER),
@@ -549,11 +548,10 @@ async fn forward(peers: &Peers, peer: &Peer, mut request: Request, relay: Relay)
     }
     headers.insert(HeaderName::from_static(PEER_TOKEN_HEADER), token);
 
-    let (sent_tx, sent_rx) = oneshot::channel();
-    let body = RequestBody::new(body, sent_tx);
+    let (body, sent_rx) = RequestBody::new(body);
     let sending = peers.client.request(http::Request::from_parts(parts, body));
-    let sending = async { sending.await.map_err(crate::edge::classify) };
-    let mut response = match await_response(sending, sent_rx, RESPONSE_HEADER_TIMEOUT).await {
+    let sending = std::pin::pin!(async { sending.await.map_err(crate::edge::classify) });
+    let mut response = match await_response(sending, sent_rx, RESPONSE_HEADER_TIMEOUT, None).await {
         Ok(response) => response,
         Err(refusal) => {
             peers.metrics.peer_forward("unavailable");
@@ -667,7 +665,7 @@ fn list_request(
 ) -> Option<http::Request<RequestBody<Body>>> {
     let uri = peer_uri(peer, target)?;
     let mut request = http::Request::get(uri)
-        .body(RequestBody::new(Body::empty(), oneshot::channel().0))
+        .body(RequestBody::new(Body::empty()).0)
         .ok()?;
     let headers = request.headers_mut();
     if let Some(authorization) = authorization {

@@ -215,10 +215,7 @@ async fn dial(client: &PeerClient, url: &str, token: &str) -> Option<Upgraded> {
         .parse()
         .ok()?;
     let mut request = http::Request::get(uri)
-        .body(RequestBody::new(
-            Body::empty(),
-            tokio::sync::oneshot::channel().0,
-        ))
+        .body(RequestBody::new(Body::empty()).0)
         .ok()?;
     let headers = request.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));

@@ -25,7 +25,18 @@ const PORT_RETRY: Duration = Duration::from_millis(25);
 #[async_trait::async_trait]
 impl EdgeResolver for SessionRegistry {
     fn serves_here(&self, host: &SessionHost) -> bool {
-        self.get(&host.session_id).is_some() || self.inner.backend.replicas().is_none()
+        self.inner.backend.replicas().is_none() || self.get(&host.session_id).is_some()
+    }
+
+    fn resolve_now(&self, host: &SessionHost) -> Option<Result<Upstream, EdgeRefusal>> {
+        let Some(session) = self.get(&host.session_id) else {
+            return Some(Err(EdgeRefusal::UnknownSession));
+        };
+        if !session.is_running() {
+            return None;
+        }
+        session.note_activity();
+        Some(upstream_of(&session, host))
     }
 
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
