@@ -330,19 +330,22 @@ impl Edge {
         )
         .ok_or(EdgeRefusal::TooManyConnections)?;
         let navigation = request.method() == Method::GET && !upgrading && wants_html;
-        let upstream = match self.inner.resolver.resolve_now(host) {
-            Some(upstream) => upstream?,
-            None if navigation => {
-                // The wake goes on without this request; the page's reload
-                // waits on it again.
+        let (upstream, hold) = match self.inner.resolver.resolve_now(host) {
+            Some(resolved) => resolved?,
+            None => {
                 let resolving = self.inner.resolver.resolve(host);
-                tokio::time::timeout(self.inner.config.waking_page_after, resolving)
-                    .await
-                    .map_err(|_| EdgeRefusal::Waking)??
+                let upstream = if navigation {
+                    // The wake goes on without this request; the page's
+                    // reload waits on it again.
+                    tokio::time::timeout(self.inner.config.waking_page_after, resolving)
+                        .await
+                        .map_err(|_| EdgeRefusal::Waking)??
+                } else {
+                    resolving.await?
+                };
+                (upstream, self.inner.resolver.hold(host))
             }
-            None => self.inner.resolver.resolve(host).await?,
         };
-        let hold = self.inner.resolver.hold(host);
         // An upgrade goes through the pooled client, which hands over the
         // upgraded connection for the splice.
         let link = link.filter(|link| link.reused() && !upgrading);
@@ -628,7 +631,7 @@ struct Guarded {
     inner: Incoming,
     // Dropped before the slot: once a session's slots are all back, nothing
     // of the edge keeps it in use.
-    _hold: Option<Box<dyn std::any::Any + Send + Sync>>,
+    _hold: Option<super::Hold>,
     _guard: SlotGuard,
 }
 

@@ -44,7 +44,7 @@ pub(crate) use headers::{check_framing, strip_hop_by_hop, switched_head, upgrade
 pub use host::{PreviewBase, Scheme, SessionHost};
 pub use link::{EdgeLink, Linked};
 pub use refusal::{EdgeRefusal, prefers_html, refusal_response};
-pub use resolver::{EdgeResolver, Upstream};
+pub use resolver::{EdgeResolver, Hold, Upstream};
 
 /// Marks a request for a session host that another replica serves: it goes
 /// through the API router, whose replica layer forwards it to the owner,

@@ -12,6 +12,10 @@ pub struct Upstream {
     pub port: u16,
 }
 
+/// What keeps a session in use while a request or connection to it is
+/// open through the edge.
+pub type Hold = Box<dyn std::any::Any + Send + Sync>;
+
 /// Where the edge may send a session's traffic: only the session's own
 /// workload and a port it published.
 #[async_trait::async_trait]
@@ -19,8 +23,12 @@ pub trait EdgeResolver: Send + Sync + 'static {
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal>;
 
     /// What [`Self::resolve`] gives when it can tell at once, without
-    /// waiting (a running session); `None` sends the edge to `resolve`.
-    fn resolve_now(&self, _host: &SessionHost) -> Option<Result<Upstream, EdgeRefusal>> {
+    /// waiting (a running session), with the session's [`Self::hold`];
+    /// `None` sends the edge to `resolve`.
+    fn resolve_now(
+        &self,
+        _host: &SessionHost,
+    ) -> Option<Result<(Upstream, Option<Hold>), EdgeRefusal>> {
         None
     }
 
@@ -33,7 +41,7 @@ pub trait EdgeResolver: Send + Sync + 'static {
     /// Something to keep while a request or upgraded connection to the
     /// session is open through the edge: the session counts as in use (not
     /// idle) for as long as it is held.
-    fn hold(&self, _host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+    fn hold(&self, _host: &SessionHost) -> Option<Hold> {
         None
     }
 

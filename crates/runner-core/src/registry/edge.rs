@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::SessionRegistry;
-use crate::edge::{EdgeRefusal, EdgeResolver, SessionHost, Upstream};
+use crate::edge::{EdgeRefusal, EdgeResolver, Hold, SessionHost, Upstream};
 use crate::session::{EdgeAccess, Session};
 
 /// How often a woken session's port is tried until it accepts.
@@ -28,7 +28,10 @@ impl EdgeResolver for SessionRegistry {
         self.inner.backend.replicas().is_none() || self.get(&host.session_id).is_some()
     }
 
-    fn resolve_now(&self, host: &SessionHost) -> Option<Result<Upstream, EdgeRefusal>> {
+    fn resolve_now(
+        &self,
+        host: &SessionHost,
+    ) -> Option<Result<(Upstream, Option<Hold>), EdgeRefusal>> {
         let Some(session) = self.get(&host.session_id) else {
             return Some(Err(EdgeRefusal::UnknownSession));
         };
@@ -36,7 +39,7 @@ impl EdgeResolver for SessionRegistry {
             return None;
         }
         session.note_activity();
-        Some(upstream_of(&session, host))
+        Some(upstream_of(&session, host).map(|upstream| (upstream, Some(hold_of(&session)))))
     }
 
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
@@ -63,11 +66,8 @@ impl EdgeResolver for SessionRegistry {
         Ok(upstream)
     }
 
-    fn hold(&self, host: &SessionHost) -> Option<Box<dyn std::any::Any + Send + Sync>> {
-        // Held like a subscriber: a watch session is not idle while a
-        // request or a proxied WebSocket to it is open.
-        let session = self.get(&host.session_id)?;
-        Some(Box::new(session.subscriber()))
+    fn hold(&self, host: &SessionHost) -> Option<Hold> {
+        self.get(&host.session_id).map(|session| hold_of(&session))
     }
 
     fn token_guarded(&self, host: &SessionHost) -> Result<bool, EdgeRefusal> {
@@ -90,6 +90,12 @@ impl EdgeResolver for SessionRegistry {
         self.get(&host.session_id)
             .is_some_and(|session| session.links.is_live(link_id, crate::edge::unix_now()))
     }
+}
+
+/// Held like a subscriber: a watch session is not idle while a request or
+/// a proxied WebSocket to it is open.
+fn hold_of(session: &Arc<Session>) -> Hold {
+    Box::new(session.subscriber())
 }
 
 /// `host.port` of `session`'s workload: a tcp port it publishes, or its
