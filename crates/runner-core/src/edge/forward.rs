@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,7 +30,7 @@ use super::admit::{Admission, admit};
 use super::body::RequestBody;
 use super::connector::Connector;
 use super::headers::{
-    check_framing, request_host, strip_hop_by_hop, switched_head, upgrade_protocol,
+    address_value, check_framing, request_host, strip_hop_by_hop, switched_head, upgrade_protocol,
 };
 use super::link::{AppKey, EdgeLink};
 use super::refusal::{prefers_html, refusal_response};
@@ -469,11 +469,6 @@ impl Edge {
         };
         Ok(Response::from_parts(parts, Body::new(body)))
     }
-}
-
-/// An address as a header value (`X-Forwarded-For`).
-pub(crate) fn address_value(ip: IpAddr) -> Option<HeaderValue> {
-    HeaderValue::from_maybe_shared(Bytes::from(ip.to_string())).ok()
 }
 
 /// Every value of `name`, joined with `, `, or `None` when there is none.

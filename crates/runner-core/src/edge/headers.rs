@@ -2,7 +2,9 @@
 //! (hop-by-hop), which framing is ambiguous, and which host a request names.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 
+use bytes::Bytes;
 use http::Request;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -148,6 +150,11 @@ pub(crate) fn check_framing(headers: &mut HeaderMap) -> Result<(), EdgeRefusal> 
 
 fn bad_length() -> EdgeRefusal {
     EdgeRefusal::BadRequest("Content-Length must be a whole number")
+}
+
+/// An address as a header value (`X-Forwarded-For`).
+pub(crate) fn address_value(ip: IpAddr) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(Bytes::from(ip.to_string())).ok()
 }
 
 /// The host a request names: the authority of an absolute-form target

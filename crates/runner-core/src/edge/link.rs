@@ -117,11 +117,11 @@ impl EdgeLink {
         let (known, value) = self
             .shared
             .address
-            .get_or_init(|| (ip, super::forward::address_value(ip)));
+            .get_or_init(|| (ip, super::headers::address_value(ip)));
         if *known == ip {
             value.clone()
         } else {
-            super::forward::address_value(ip)
+            super::headers::address_value(ip)
         }
     }
 
