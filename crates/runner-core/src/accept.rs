@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-mod stop;
 mod table;
 
 use crate::client_addr::TrustedProxies;
@@ -35,7 +34,6 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::counter::Counter;
-use stop::Ended;
 use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -341,17 +339,12 @@ pub async fn serve_with_edge(
             // A connection error is the peer's business (reset, timed out
             // headers, a malformed request hyper already answered).
             let mut connection = connection;
-            let stop = async {
-                tokio::select! {
-                    () = shed.cancelled() => Stop::Shed,
-                    () = closing.cancelled() => Stop::Closing,
-                }
-            };
-            match stop::until_stopped(&mut connection, stop).await {
+            tokio::select! {
+                _ = &mut connection => {}
                 // Shed for a newer connection: it has sent nothing, so
                 // there is nothing to answer.
-                Ended::Done(_) | Ended::Stopped(Stop::Shed) => {}
-                Ended::Stopped(Stop::Closing) => {
+                () = shed.cancelled() => {}
+                () = closing.cancelled() => {
                     // Finish the request in flight, take no other.
                     connection.downstream().graceful_shutdown();
                     let _ = connection.await;
@@ -367,14 +360,6 @@ pub async fn serve_with_edge(
     }
     tasks.shutdown().await;
     Ok(())
-}
-
-/// What stops a connection before it ends.
-enum Stop {
-    /// Shed for a newer connection.
-    Shed,
-    /// The service is shutting down.
-    Closing,
 }
 
 /// Errors of one incoming connection, not of the listener.
