@@ -27,6 +27,9 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || matches!(name.as_str(), "keep-alive" | "proxy-connection")
 }
 
+/// The same names as text, for the options of `Connection`, which a
+/// client may write in any case ([`is_hop_by_hop`] compares the standard
+/// ones as numbers, the common case on every request and response).
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
