@@ -646,6 +646,21 @@ async fn logs_of_a_container_that_has_not_started_are_a_400() {
     );
 }
 
+/// Whether `ip:port` answers as a fake-telo `listen` port does (`ok
+/// <port>`) within `within`. A connection alone proves nothing: once the
+/// pods' bridge is gone, a pod IP routes to the host's default gateway,
+/// and on some networks that accepts any TCP connection.
+async fn answers_as_the_app(ip: &str, port: u16, within: Duration) -> bool {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
+        stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        Some(String::from_utf8_lossy(&answer).ends_with(&format!("ok {port}")))
+    };
+    matches!(tokio::time::timeout(within, exchange).await, Ok(Some(true)))
+}
+
 #[tokio::test]
 async fn dropping_the_simulator_kills_every_process() {
     let sim = sim().await;
@@ -655,36 +670,24 @@ async fn dropping_the_simulator_kills_every_process() {
         .await
         .unwrap();
     let ip = p.status.unwrap().pod_ip.unwrap();
-    let mut up = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect((ip.as_str(), 18082))
-            .await
-            .is_ok()
-        {
-            up = true;
-            break;
-        }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !answers_as_the_app(&ip, 18082, WAIT).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the app never answered"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert!(up);
     drop(sim);
-    let mut down = false;
-    // Bounded by time, not by attempts: a connection the process still
-    // accepts returns at once, and on a loaded machine the kill and the
-    // network's removal may take longer than a fixed number of those.
+    // Bounded by time, not by attempts: on a loaded machine the kill may
+    // take longer than a fixed number of refused connections. A live
+    // process on the bridge answers at once, so an answer missing for a
+    // second is down too (the pod's veth may be gone before the bridge,
+    // leaving a connection neither answered nor refused).
     let deadline = tokio::time::Instant::now() + WAIT;
+    let mut down = false;
     while tokio::time::Instant::now() < deadline {
-        // With an isolated pod network the guardian may have removed the
-        // pod's veth but not yet the bridge: a connection is then neither
-        // answered nor refused until its SYN retries run out (about two
-        // minutes). Unanswered for a moment is down too: a live process
-        // on the bridge answers at once.
-        let reached = tokio::time::timeout(
-            Duration::from_millis(500),
-            tokio::net::TcpStream::connect((ip.as_str(), 18082)),
-        )
-        .await;
-        if !matches!(reached, Ok(Ok(_))) {
+        if !answers_as_the_app(&ip, 18082, Duration::from_secs(1)).await {
             down = true;
             break;
         }
