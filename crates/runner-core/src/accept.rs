@@ -32,7 +32,6 @@ use axum::response::{IntoResponse as _, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::counter::Counter;
 use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
@@ -386,23 +385,26 @@ struct Proxied {
 /// its address. The client is the peer, or for a trusted proxy the one its
 /// `X-Forwarded-For` names, whose connection cap is applied here: past it
 /// the request is refused and the connection closed.
+///
+/// A hyper service, not a tower one behind hyper-util's adapter: the
+/// adapter clones the service for each request and moves the request and
+/// its future through a state machine of its own, copies that every edge
+/// request paid for.
 fn per_connection(
     router: Router,
     peer: SocketAddr,
     edge: Option<(crate::edge::Edge, crate::edge::EdgeLink)>,
     proxied: Option<Proxied>,
-) -> TowerToHyperService<
-    impl tower::Service<
-        Request<Incoming>,
-        Response = axum::response::Response,
-        Error = std::convert::Infallible,
-        Future: Send,
-    > + Clone
-    + Send
-    + 'static,
-> {
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send,
+> + Clone
++ Send
++ 'static {
     let proxied = proxied.map(Arc::new);
-    TowerToHyperService::new(tower::service_fn(move |mut request: Request<Incoming>| {
+    hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let router = router.clone();
         let mut client = peer;
         let mut refused = None;
@@ -450,7 +452,7 @@ fn per_connection(
                 }
             }
         }
-    }))
+    })
 }
 
 /// What a connection past the limit gets: a probe is served on one of the

@@ -4,6 +4,12 @@
 const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 pub const SESSION_ID_LEN: usize = 12;
 
+/// A map keyed by session id. Every edge request looks its session up
+/// (the registry, the edge's per-session slots): a fast seeded hash rather
+/// than SipHash, which cost more than the lookup itself. The keys are the
+/// runner's own random ids, so no client chooses what collides.
+pub(crate) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+
 pub fn new_session_id() -> String {
     let bytes: [u8; SESSION_ID_LEN] = rand::random();
     // 256 is a multiple of 32, so `% 32` is unbiased.

@@ -27,7 +27,7 @@ mod replicas;
 mod watch_sessions;
 mod watch_supervisor;
 
-use crate::ids::new_session_id;
+use crate::ids::{IdMap, new_session_id};
 use crate::metrics::Metrics;
 use crate::start_gate::GateSignal;
 use crate::sync::lock;
@@ -99,7 +99,7 @@ const HAND_OVER_BOUND: Duration = Duration::from_secs(5);
 const CHECKPOINTS_AT_ONCE: usize = 2;
 
 struct RegistryInner {
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<IdMap<Arc<Session>>>,
     limits: RegistryLimits,
     backend: Arc<dyn Backend>,
     tasks: TaskTracker,
@@ -172,7 +172,7 @@ impl SessionRegistry {
     ) -> Self {
         Self {
             inner: Arc::new(RegistryInner {
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(IdMap::default()),
                 limits,
                 backend,
                 tasks: TaskTracker::new(),
@@ -455,7 +455,7 @@ impl SessionRegistry {
         self.usage_locked(&sessions, tenant)
     }
 
-    fn usage_locked(&self, sessions: &HashMap<String, Arc<Session>>, tenant: &str) -> Usage {
+    fn usage_locked(&self, sessions: &IdMap<Arc<Session>>, tenant: &str) -> Usage {
         let day = crate::tenancy::utc_day();
         let mut usage = Usage {
             session_seconds_today: lock(&self.inner.departed_seconds)

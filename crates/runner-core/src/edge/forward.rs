@@ -3,7 +3,6 @@
 //! pooled client; bodies streamed both ways, upgrades spliced, and a bound
 //! on what one session may hold open.
 
-use std::collections::HashMap;
 use std::error::Error as _;
 use std::io;
 use std::net::SocketAddr;
@@ -36,6 +35,7 @@ use super::link::{AppKey, EdgeLink};
 use super::refusal::{prefers_html, refusal_response};
 use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, PreviewBase, SessionHost};
+use crate::ids::IdMap;
 use crate::tasks::OwnedTasks;
 
 pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -567,7 +567,7 @@ const SLOTS_PRUNE_PAST: usize = 64;
 /// its slot back without taking the table's lock.
 #[derive(Default)]
 struct Slots {
-    counts: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    counts: Mutex<IdMap<Arc<AtomicUsize>>>,
     /// Fires whenever a slot is given back.
     released: Notify,
 }
