@@ -437,7 +437,8 @@ async fn active_deadline_fails_the_pod_with_deadline_exceeded() {
 #[tokio::test]
 async fn deleting_a_pod_kills_its_process() {
     let sim = sim().await;
-    let pods = run_app(&sim, "srv", "  listen: [18080]\n", false).await;
+    let port = test_support::free_port();
+    let pods = run_app(&sim, "srv", &format!("  listen: [{port}]\n"), false).await;
     let running = sim
         .wait_for::<Pod>("default", "srv", |p| phase(p) == "Running", WAIT)
         .await
@@ -445,7 +446,7 @@ async fn deleting_a_pod_kills_its_process() {
     let ip = running.status.unwrap().pod_ip.unwrap();
     let mut connected = false;
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect((ip.as_str(), 18080))
+        if tokio::net::TcpStream::connect((ip.as_str(), port))
             .await
             .is_ok()
         {
@@ -462,7 +463,7 @@ async fn deleting_a_pod_kills_its_process() {
         .unwrap();
     assert_eq!(sim.stats().processes, 0);
     assert!(
-        tokio::net::TcpStream::connect((ip.as_str(), 18080))
+        tokio::net::TcpStream::connect((ip.as_str(), port))
             .await
             .is_err()
     );
@@ -471,8 +472,10 @@ async fn deleting_a_pod_kills_its_process() {
 #[tokio::test]
 async fn two_pods_may_listen_on_the_same_port() {
     let sim = sim().await;
-    run_app(&sim, "a", "  listen: [18081]\n", false).await;
-    let cm: ConfigMap = serde_json::from_value(app_configmap("b", "  listen: [18081]\n")).unwrap();
+    let port = test_support::free_port();
+    let script = format!("  listen: [{port}]\n");
+    run_app(&sim, "a", &script, false).await;
+    let cm: ConfigMap = serde_json::from_value(app_configmap("b", &script)).unwrap();
     Api::<ConfigMap>::namespaced(sim.client(), "default")
         .create(&PostParams::default(), &cm)
         .await
@@ -490,14 +493,14 @@ async fn two_pods_may_listen_on_the_same_port() {
         let ip = p.status.unwrap().pod_ip.unwrap();
         let mut body = String::new();
         for _ in 0..200 {
-            if let Ok(mut s) = tokio::net::TcpStream::connect((ip.as_str(), 18081)).await {
+            if let Ok(mut s) = tokio::net::TcpStream::connect((ip.as_str(), port)).await {
                 s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
                 s.read_to_string(&mut body).await.unwrap();
                 break;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        assert!(body.ends_with("ok 18081"), "{name}: {body:?}");
+        assert!(body.ends_with(&format!("ok {port}")), "{name}: {body:?}");
     }
 }
 
@@ -664,14 +667,15 @@ async fn answers_as_the_app(ip: &str, port: u16, within: Duration) -> bool {
 #[tokio::test]
 async fn dropping_the_simulator_kills_every_process() {
     let sim = sim().await;
-    run_app(&sim, "held", "  listen: [18082]\n", false).await;
+    let port = test_support::free_port();
+    run_app(&sim, "held", &format!("  listen: [{port}]\n"), false).await;
     let p = sim
         .wait_for::<Pod>("default", "held", |p| phase(p) == "Running", WAIT)
         .await
         .unwrap();
     let ip = p.status.unwrap().pod_ip.unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while !answers_as_the_app(&ip, 18082, WAIT).await {
+    while !answers_as_the_app(&ip, port, WAIT).await {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the app never answered"
@@ -687,7 +691,7 @@ async fn dropping_the_simulator_kills_every_process() {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut down = false;
     while tokio::time::Instant::now() < deadline {
-        if !answers_as_the_app(&ip, 18082, Duration::from_secs(1)).await {
+        if !answers_as_the_app(&ip, port, Duration::from_secs(1)).await {
             down = true;
             break;
         }
