@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Backend, Runner, RunnerProcess};
+use common::{Backend, Runner, RunnerProcess, namespaces_of};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -186,18 +186,6 @@ async fn a_workload_reaches_the_hosts_network_but_no_loopback_service_or_other_s
     runner.stop().await;
 }
 
-fn namespaces_of(pid: u32) -> Vec<String> {
-    std::fs::read_dir("/run/netns")
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .filter(|name| name.starts_with(&format!("telo-{pid}-")))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
     let dir = tempfile::tempdir().unwrap();
@@ -239,6 +227,66 @@ async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
     let next = RunnerProcess::spawn(Backend::Local, next_dir.path(), None, &[]).await;
     assert_eq!(namespaces_of(pid), Vec::<String>::new());
     drop(next);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_stopped_with_a_watch_session_kept_leaves_no_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runner = RunnerProcess::spawn(
+        Backend::Local,
+        dir.path(),
+        None,
+        &[("RUNNER_WATCH_SESSIONS", "true")],
+    )
+    .await;
+    let client = test_support::http_client();
+    let mut body = test_support::bundle::start_body(json!({"listen": [0]}));
+    body["mode"] = json!("watch");
+    let (_, created) = common::watch::request_at(
+        &client,
+        &runner.base,
+        reqwest::Method::POST,
+        "/v1/sessions",
+        Some(body),
+    )
+    .await;
+    let id = created["sessionId"].as_str().unwrap().to_owned();
+    let pid = runner.child.id();
+    let deadline = Instant::now() + test_support::WAIT;
+    let status = format!("{}/v1/sessions/{id}", runner.base);
+    loop {
+        let session: Value = client
+            .get(&status)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if session["status"]["kind"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{session}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!namespaces_of(pid).is_empty());
+    // SIGTERM: the watch session is suspended for the next runner, and
+    // neither its network nor the ones kept ready for new sessions stay.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let exited = tokio::task::spawn_blocking(move || {
+        let status = runner.child.wait().unwrap();
+        (runner, status)
+    });
+    let (_runner, status) = tokio::time::timeout(test_support::WAIT, exited)
+        .await
+        .expect("the runner exits on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
 }
 
 #[test]

@@ -379,6 +379,7 @@ impl Backend for LocalBackend {
         self.tasks.shutdown(TASKS_SHUTDOWN_BOUND).await;
         self.kernel.shutdown(TASKS_SHUTDOWN_BOUND).await;
         self.kernel_cache.shutdown(TASKS_SHUTDOWN_BOUND).await;
+        self.networks.close();
     }
 
     fn telo_versions(&self) -> Option<&dyn TeloVersions> {

@@ -72,8 +72,10 @@ pub struct Networks {
 
 struct Isolation {
     tools: Tools,
-    /// Starts the name of every namespace this runner makes: its pid's, so
-    /// a runner sweeps what dead runners left and never a live one's.
+    /// Starts the name of every namespace this backend makes: its
+    /// process's pid, so a runner sweeps what dead runners left and never
+    /// a live one's, then the backend's number in the process, so that a
+    /// backend shutting down removes its own and never another's.
     prefix: String,
     ready: Mutex<Vec<Namespace>>,
     refilling: AtomicBool,
@@ -81,8 +83,7 @@ struct Isolation {
 
 impl Isolation {
     async fn create(&self) -> Result<Namespace, NamespaceError> {
-        // Counted per process, not per backend: two backends of one
-        // process (a restart in place) never take the same name.
+        // One count for the process; the prefix tells backends apart.
         static MADE: AtomicU64 = AtomicU64::new(0);
         let n = MADE.fetch_add(1, Ordering::Relaxed);
         Namespace::create(&self.tools, format!("{}{n}", self.prefix)).await
@@ -115,8 +116,8 @@ impl Networks {
             pasta: find("pasta", "passt")?,
         };
         sweep_dead_runners();
-        let prefix = format!("{NAME_START}{}-", std::process::id());
-        Namespace::create_blocking(&tools, format!("{prefix}check-{}", check_number()))
+        let prefix = format!("{NAME_START}{}-{}-", std::process::id(), backend_number());
+        Namespace::create_blocking(&tools, format!("{prefix}check"))
             .map_err(NetworkError::Unusable)?;
         info!("sessions get a network namespace each (pasta for outbound traffic)");
         let networks = Self {
@@ -155,6 +156,23 @@ impl Networks {
             namespace: Arc::new(namespace),
             nsenter: isolation.tools.nsenter.clone(),
         })
+    }
+
+    /// Removes every namespace this runner made, and makes no more: the
+    /// runner is shutting down (its tasks, the refill among them, already
+    /// stopped, and its sessions stopped or suspended). That is the ones
+    /// kept ready and the ones sessions still hold: a suspended watch
+    /// session keeps its network while this runner lives, and the next
+    /// runner resumes it in a new one. Removed by name here, not when the
+    /// last reference goes, which may be never before the process exits.
+    pub(crate) fn close(&self) {
+        if let Some(isolation) = &self.isolation {
+            // Marked as under way for good: no refill starts after this.
+            isolation.refilling.store(true, Ordering::SeqCst);
+            let ready = std::mem::take(&mut *lock(&isolation.ready));
+            drop(ready);
+            remove_where(|name| name.starts_with(&isolation.prefix));
+        }
     }
 
     /// Makes namespaces until [`READY`] are ready, unless that is under way.
@@ -225,13 +243,15 @@ impl SessionNetwork {
     }
 }
 
-/// Tells apart the boot checks of backends of one process.
-fn check_number() -> u64 {
-    static CHECKS: AtomicU64 = AtomicU64::new(0);
-    CHECKS.fetch_add(1, Ordering::Relaxed)
+/// Tells apart the backends of one process (a restart in place, or tests
+/// running several runners).
+fn backend_number() -> u64 {
+    static BACKENDS: AtomicU64 = AtomicU64::new(0);
+    BACKENDS.fetch_add(1, Ordering::Relaxed)
 }
 
-/// How the names of the runner's namespaces start: `telo-<pid>-`.
+/// How the names of the runner's namespaces start: `telo-<pid>-`, then
+/// the backend's number and the namespace's (`telo-<pid>-<backend>-<n>`).
 const NAME_START: &str = "telo-";
 
 /// The pid of the runner that made namespace `name`.
@@ -243,19 +263,24 @@ fn maker_of(name: &str) -> Option<i32> {
 /// Removes every namespace a runner made that is no longer alive (killed
 /// before it could remove them).
 fn sweep_dead_runners() {
+    remove_where(|name| {
+        maker_of(name).is_some_and(|pid| {
+            matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            )
+        })
+    });
+}
+
+/// Removes every named network namespace whose name `matches`.
+fn remove_where(matches: impl Fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(namespace::NETNS_DIR) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = maker_of(&name) else {
-            continue;
-        };
-        let alive = !matches!(
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
-            Err(nix::errno::Errno::ESRCH)
-        );
-        if !alive {
+        if matches(&name) {
             namespace::remove(&name);
         }
     }

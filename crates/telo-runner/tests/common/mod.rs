@@ -488,7 +488,43 @@ impl RunnerProcess {
 
 impl Drop for RunnerProcess {
     fn drop(&mut self) {
+        let pid = self.child.id();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A killed runner cannot remove its sessions' network namespaces.
+        // The next runner to start on the machine does, but the last of a
+        // test run has no next one.
+        for name in namespaces_of(pid) {
+            remove_namespace(&name);
+        }
+    }
+}
+
+/// The network namespaces the runner `pid` made (`telo-<pid>-…`).
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("telo-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes the named network namespace `name` with iproute2's `ip`, as
+/// a runner sweeping a dead one's does (quietly: it may be gone already).
+fn remove_namespace(name: &str) {
+    for ip in ["ip", "/usr/sbin/ip", "/sbin/ip"] {
+        let removed = std::process::Command::new(ip)
+            .args(["netns", "del", name])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        if removed.is_ok() {
+            return;
+        }
     }
 }
