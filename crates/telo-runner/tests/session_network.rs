@@ -186,24 +186,21 @@ async fn a_workload_reaches_the_hosts_network_but_no_loopback_service_or_other_s
     runner.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut killed = RunnerProcess::spawn(Backend::Local, dir.path(), None, &[]).await;
+/// Starts a session of `body` on `runner` and waits until it runs with
+/// namespaces of the runner's in place.
+async fn start_until_running(runner: &RunnerProcess, body: Value) {
     let client = test_support::http_client();
-    let body = test_support::bundle::start_body(json!({"echo": true}));
     let (_, created) = common::watch::request_at(
         &client,
-        &killed.base,
+        &runner.base,
         reqwest::Method::POST,
         "/v1/sessions",
         Some(body),
     )
     .await;
     let id = created["sessionId"].as_str().unwrap().to_owned();
-    let pid = killed.child.id();
     let deadline = Instant::now() + test_support::WAIT;
-    let status = format!("{}/v1/sessions/{id}", killed.base);
+    let status = format!("{}/v1/sessions/{id}", runner.base);
     loop {
         let session: Value = client
             .get(&status)
@@ -213,12 +210,24 @@ async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
             .json()
             .await
             .unwrap();
-        if session["status"]["kind"] == "running" && !namespaces_of(pid).is_empty() {
-            break;
+        if session["status"]["kind"] == "running" && !namespaces_of(runner.child.id()).is_empty() {
+            return;
         }
         assert!(Instant::now() < deadline, "{session}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespaces_of_a_killed_runner_are_removed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut killed = RunnerProcess::spawn(Backend::Local, dir.path(), None, &[]).await;
+    start_until_running(
+        &killed,
+        test_support::bundle::start_body(json!({"echo": true})),
+    )
+    .await;
+    let pid = killed.child.id();
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
     assert!(!namespaces_of(pid).is_empty(), "a SIGKILL leaves them");
@@ -239,37 +248,10 @@ async fn a_runner_stopped_with_a_watch_session_kept_leaves_no_namespace() {
         &[("RUNNER_WATCH_SESSIONS", "true")],
     )
     .await;
-    let client = test_support::http_client();
     let mut body = test_support::bundle::start_body(json!({"listen": [0]}));
     body["mode"] = json!("watch");
-    let (_, created) = common::watch::request_at(
-        &client,
-        &runner.base,
-        reqwest::Method::POST,
-        "/v1/sessions",
-        Some(body),
-    )
-    .await;
-    let id = created["sessionId"].as_str().unwrap().to_owned();
+    start_until_running(&runner, body).await;
     let pid = runner.child.id();
-    let deadline = Instant::now() + test_support::WAIT;
-    let status = format!("{}/v1/sessions/{id}", runner.base);
-    loop {
-        let session: Value = client
-            .get(&status)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if session["status"]["kind"] == "running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{session}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(!namespaces_of(pid).is_empty());
     // SIGTERM: the watch session is suspended for the next runner, and
     // neither its network nor the ones kept ready for new sessions stay.
     nix::sys::signal::kill(
