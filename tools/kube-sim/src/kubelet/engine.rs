@@ -103,6 +103,11 @@ pub struct ImageInfo {
     pub size: u64,
 }
 
+/// How long a SIGKILLed container's exit waits for the engine's OOM mark.
+const OOM_MARK_WAIT: Duration = Duration::from_secs(1);
+/// How often the exit is read again meanwhile.
+const OOM_MARK_POLL: Duration = Duration::from_millis(50);
+
 /// A container's state after its client exited (`docker inspect .State`).
 #[derive(Debug, Clone, Default)]
 pub struct ContainerExit {
@@ -601,6 +606,22 @@ impl Engine {
                 .remove(name)
         {
             let _ = tx.send(());
+        }
+    }
+
+    /// [`Self::exit_state`], with the engine's out-of-memory mark settled.
+    /// The engine takes a container's exit and its cgroup's OOM kill as two
+    /// events, and may show the exit first: a container SIGKILLed (137)
+    /// and not marked is read again for up to [`OOM_MARK_WAIT`].
+    pub async fn settled_exit_state(&self, name: &str) -> Option<ContainerExit> {
+        let deadline = tokio::time::Instant::now() + OOM_MARK_WAIT;
+        loop {
+            let state = self.exit_state(name).await?;
+            let unmarked_kill = !state.running && state.exit_code == 137 && !state.oom_killed;
+            if !unmarked_kill || tokio::time::Instant::now() >= deadline {
+                return Some(state);
+            }
+            tokio::time::sleep(OOM_MARK_POLL).await;
         }
     }
 

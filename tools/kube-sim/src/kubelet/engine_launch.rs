@@ -178,7 +178,7 @@ impl Kubelet {
             slot.pgid = None;
             slot.engine = None;
         }
-        let state = engine.exit_state(&run.name).await;
+        let state = engine.settled_exit_state(&run.name).await;
         let outcome = match state {
             // The client was killed (shutdown) while the container ran.
             Some(s) if s.running => Outcome::Exited(137),
