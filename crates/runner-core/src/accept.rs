@@ -12,6 +12,7 @@
 //! it, the runner itself for the workspace service) speaks it, and a
 //! cleartext HTTP/2 preface would only be one more thing to bound.
 
+use std::future::Future as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod stops;
 mod table;
 
 use crate::client_addr::TrustedProxies;
@@ -33,6 +35,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
+use stops::{Stop, Stops};
 use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -333,17 +336,23 @@ pub async fn serve_with_edge(
                 .with_upgrades(),
             link,
         );
-        let closing = closing.clone();
+        let mut stops = Stops::new(shed, closing.clone());
         tasks.spawn(async move {
             // A connection error is the peer's business (reset, timed out
             // headers, a malformed request hyper already answered).
             let mut connection = connection;
-            tokio::select! {
-                _ = &mut connection => {}
-                // Shed for a newer connection: it has sent nothing, so
-                // there is nothing to answer.
-                () = shed.cancelled() => {}
-                () = closing.cancelled() => {
+            let stop = std::future::poll_fn(|cx| {
+                if Pin::new(&mut connection).poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                stops.poll_stop(cx).map(Some)
+            })
+            .await;
+            match stop {
+                // Ended by its client, or shed for a newer connection: it
+                // has sent nothing, so there is nothing to answer.
+                None | Some(Stop::Shed) => {}
+                Some(Stop::Closing) => {
                     // Finish the request in flight, take no other.
                     connection.downstream().graceful_shutdown();
                     let _ = connection.await;
