@@ -763,6 +763,44 @@ async fn forwarded_headers_are_added_and_hop_by_hop_ones_dropped() {
 }
 
 #[tokio::test]
+async fn a_repeated_host_reaches_the_app_once_and_a_peer_secret_never() {
+    within(async {
+        let upstream = Upstream::start().await;
+        let server = EdgeServer::start([(host(8845, ID), Ok(upstream.address))], quick()).await;
+        let mut clients = Clients::default();
+        let original = session_host_header(8845, ID);
+        // A small header block and one past the size searched name by name.
+        for extra in [0, 24] {
+            let mut request = Request::get("/headers")
+                .header(header::HOST, &original)
+                .header(header::HOST, "other.example")
+                .header(
+                    runner_core::replicas::PEER_TOKEN_HEADER,
+                    "a replica's secret",
+                );
+            for n in 0..extra {
+                request = request.header(format!("x-extra-{n}"), "1");
+            }
+            let request = request.body(Empty::<Bytes>::new()).unwrap();
+            let response = clients.send(server.address, request).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let seen: serde_json::Value = json_of(response).await;
+            let seen = &seen["headers"];
+            assert_eq!(seen["host"], serde_json::json!([original]), "{seen}");
+            assert_eq!(seen["x-forwarded-host"], serde_json::json!([original]));
+            assert!(
+                seen.get(runner_core::replicas::PEER_TOKEN_HEADER).is_none(),
+                "the peer secret reached the app: {seen}"
+            );
+            if extra > 0 {
+                assert_eq!(seen["x-extra-23"], serde_json::json!(["1"]));
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn connections_to_an_app_are_kept_alive() {
     within(async {
         let upstream = Upstream::start().await;

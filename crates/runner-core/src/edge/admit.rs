@@ -7,6 +7,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 
 use super::access::{ACCESS_PARAM, AccessPolicy, COOKIE_TTL, Pass, PassKind, PreviewAccess};
+use super::headers::carries;
 use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, Scheme, SessionHost};
 
@@ -170,12 +171,13 @@ fn take_presented<B>(request: &mut Request<B>) -> Result<Presented, EdgeRefusal>
         }
     }
     let headers = request.headers_mut();
-    let carries_ours = headers.get_all(header::COOKIE).iter().any(|value| {
-        value
-            .as_bytes()
-            .windows(ACCESS_PARAM.len())
-            .any(|w| w == ACCESS_PARAM.as_bytes())
-    });
+    let carries_ours = carries(headers, &header::COOKIE)
+        && headers.get_all(header::COOKIE).iter().any(|value| {
+            value
+                .as_bytes()
+                .windows(ACCESS_PARAM.len())
+                .any(|w| w == ACCESS_PARAM.as_bytes())
+        });
     if carries_ours {
         let cookie_values: Vec<HeaderValue> =
             headers.get_all(header::COOKIE).iter().cloned().collect();
@@ -201,6 +203,9 @@ fn take_presented<B>(request: &mut Request<B>) -> Result<Presented, EdgeRefusal>
         {
             headers.insert(header::COOKIE, value);
         }
+    }
+    if !carries(headers, &header::AUTHORIZATION) {
+        return Ok(presented);
     }
     presented.bearer = headers
         .get(header::AUTHORIZATION)

@@ -29,7 +29,8 @@ use super::admit::{Admission, admit};
 use super::body::RequestBody;
 use super::connector::Connector;
 use super::headers::{
-    address_value, check_framing, request_host, strip_hop_by_hop, switched_head, upgrade_protocol,
+    address_value, carries, check_framing, request_host, strip_hop_by_hop, switched_head,
+    upgrade_protocol,
 };
 use super::link::{AppKey, EdgeLink};
 use super::refusal::{prefers_html, refusal_response};
@@ -41,6 +42,7 @@ use crate::tasks::OwnedTasks;
 pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static PEER_TOKEN: HeaderName = HeaderName::from_static(crate::replicas::PEER_TOKEN_HEADER);
 /// What the edge adds to `Via`.
 const VIA: &str = "1.1 telo-runner";
 /// Idle keep-alive connections kept to one app address.
@@ -153,6 +155,7 @@ impl Edge {
     /// Returns once `session_id` holds no request or connection through the
     /// edge.
     pub async fn until_idle(&self, session_id: &str) {
+        let _watching = Watching::new(&self.inner.slots);
         loop {
             let released = self.inner.slots.released.notified();
             tokio::pin!(released);
@@ -298,7 +301,8 @@ impl Edge {
         }
         // Asked before anything else of the session: a request without
         // access wakes nothing and holds no slot.
-        let upgrading = upgrade_protocol(request.headers()).is_some();
+        let upgrade = upgrade_protocol(request.headers());
+        let upgrading = upgrade.is_some();
         match admit(
             &self.inner.policy,
             &*self.inner.resolver,
@@ -368,6 +372,7 @@ impl Edge {
         };
         // The client's own value where it is one (a shared slice of what
         // the connection read); rebuilt only from an absolute-form target.
+        let absolute = request.uri().authority().is_some();
         let original_host = match request.uri().authority() {
             Some(_) => request_host(&request).and_then(|h| HeaderValue::from_str(&h).ok()),
             None => request
@@ -376,8 +381,7 @@ impl Edge {
                 .filter(|value| value.to_str().is_ok())
                 .cloned(),
         };
-        let upgrade = upgrade_protocol(request.headers());
-        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
+        let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
 
         let (mut parts, body) = request.into_parts();
         if let Some(uri) = uri {
@@ -392,13 +396,21 @@ impl Edge {
         strip_hop_by_hop(headers);
         // A peer replica's secret, on a request it forwarded here, is the
         // installation's, never the app's.
-        headers.remove(crate::replicas::PEER_TOKEN_HEADER);
+        if carries(headers, &PEER_TOKEN) {
+            headers.remove(&PEER_TOKEN);
+        }
         if let Some(protocol) = &upgrade {
             headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             headers.insert(header::UPGRADE, protocol.clone());
         }
+        // The edge's own headers, made room for at once.
+        headers.reserve(4);
         if let Some(original) = original_host {
-            headers.insert(header::HOST, original.clone());
+            // An origin-form request's one `Host` already is this value;
+            // an absolute target's, or repeated ones, are replaced by it.
+            if absolute || headers.len() != headers.keys_len() {
+                headers.insert(header::HOST, original.clone());
+            }
             headers.insert(X_FORWARDED_HOST, original);
         }
         let client_ip = client.ip().to_canonical();
@@ -473,6 +485,9 @@ impl Edge {
 
 /// Every value of `name`, joined with `, `, or `None` when there is none.
 pub(crate) fn joined(headers: &http::HeaderMap, name: &HeaderName) -> Option<String> {
+    if !carries(headers, name) {
+        return None;
+    }
     let values: Vec<&str> = headers
         .get_all(name)
         .iter()
@@ -568,8 +583,31 @@ const SLOTS_PRUNE_PAST: usize = 64;
 #[derive(Default)]
 struct Slots {
     counts: Mutex<IdMap<Arc<AtomicUsize>>>,
-    /// Fires whenever a slot is given back.
+    /// Fires whenever a slot is given back while someone watches.
     released: Notify,
+    /// How many [`Edge::until_idle`] calls are waiting. A slot given back
+    /// while none is (every request, nearly always) notifies nobody and
+    /// takes no lock.
+    watchers: AtomicUsize,
+}
+
+/// One [`Edge::until_idle`] call, counted while it waits.
+struct Watching<'a>(&'a Slots);
+
+impl<'a> Watching<'a> {
+    fn new(slots: &'a Slots) -> Self {
+        // Counted before the first look at the count: a slot given back
+        // after that look sees the watcher and notifies it (both sides are
+        // SeqCst, so one of them sees the other's change).
+        slots.watchers.fetch_add(1, Ordering::SeqCst);
+        Self(slots)
+    }
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Slots {
@@ -602,7 +640,7 @@ impl Slots {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         counts
             .get(session_id)
-            .map_or(0, |count| count.load(Ordering::Acquire))
+            .map_or(0, |count| count.load(Ordering::SeqCst))
     }
 }
 
@@ -615,8 +653,10 @@ struct SlotGuard {
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
-        self.slots.released.notify_waiters();
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        if self.slots.watchers.load(Ordering::SeqCst) > 0 {
+            self.slots.released.notify_waiters();
+        }
     }
 }
 

@@ -10,21 +10,41 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use super::EdgeRefusal;
 
-/// Whether `name` describes one connection and is never passed on (RFC 9110
-/// section 7.6.1, and the non-standard `Keep-Alive` and `Proxy-Connection`).
+/// The names that describe one connection and are never passed on (RFC
+/// 9110 section 7.6.1, and the non-standard `Keep-Alive` and
+/// `Proxy-Connection`). A static, so that looking through it builds no
+/// names: two standard names compare as numbers, and a standard name never
+/// equals a custom one, so no name is spelled out.
+static HOP_BY_HOP_NAMES: [HeaderName; 9] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
+/// Whether `name` describes one connection and is never passed on.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    // The standard names compare as numbers.
-    [
-        header::CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-    ]
-    .contains(name)
-        || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+    HOP_BY_HOP_NAMES.contains(name)
+}
+
+/// Header blocks up to this many names are searched name by name, which
+/// costs less than hashing the name for a lookup.
+const SCAN_NAMES: usize = 16;
+
+/// Whether `headers` carry `name`. Most requests and responses carry a few
+/// headers and none of the ones the edge looks for: telling that costs a
+/// few comparisons, where a lookup would hash the name first.
+pub(crate) fn carries(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.keys_len() <= SCAN_NAMES {
+        headers.keys().any(|carried| carried == name)
+    } else {
+        headers.contains_key(name)
+    }
 }
 
 /// The same names as text, for the options of `Connection`, which a
@@ -57,6 +77,9 @@ fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// none or one of these, so each pass looks through the names for the next
 /// to remove rather than looking each candidate up.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // `Connection: keep-alive` (or `close`, or `upgrade`) names no header
     // that is not removed anyway.
     let names_others = connection_options(headers).any(|option| {
@@ -109,6 +132,9 @@ pub(crate) fn switched_head(
 /// The protocol a request asks to switch to: its `Upgrade`, when
 /// `Connection` carries the `upgrade` option.
 pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+    if !carries(headers, &header::CONNECTION) {
+        return None;
+    }
     let asks = connection_options(headers).any(|option| option.eq_ignore_ascii_case("upgrade"));
     asks.then(|| headers.get(header::UPGRADE).cloned())
         .flatten()
@@ -119,8 +145,8 @@ pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
 /// `Content-Length` values that differ. Identical repeats are folded into
 /// one header.
 pub(crate) fn check_framing(headers: &mut HeaderMap) -> Result<(), EdgeRefusal> {
-    let has_length = headers.contains_key(header::CONTENT_LENGTH);
-    if has_length && headers.contains_key(header::TRANSFER_ENCODING) {
+    let has_length = carries(headers, &header::CONTENT_LENGTH);
+    if has_length && carries(headers, &header::TRANSFER_ENCODING) {
         return Err(EdgeRefusal::BadRequest(
             "a request may not carry both Content-Length and Transfer-Encoding",
         ));
@@ -192,6 +218,34 @@ mod tests {
             );
         }
         headers
+    }
+
+    #[test]
+    fn carries_tells_a_name_in_small_and_large_blocks() {
+        let small = headers(&[("host", "a"), ("x-forwarded-for", "10.0.0.1")]);
+        assert!(carries(&small, &header::HOST));
+        assert!(carries(&small, &HeaderName::from_static("x-forwarded-for")));
+        assert!(!carries(&small, &header::CONNECTION));
+        assert!(!carries(
+            &small,
+            &HeaderName::from_static("x-forwarded-host")
+        ));
+        let names: Vec<String> = (0..SCAN_NAMES + 4).map(|n| format!("x-h-{n}")).collect();
+        let mut pairs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+        pairs.push(("connection", "close"));
+        let large = headers(&pairs);
+        assert!(large.keys_len() > SCAN_NAMES);
+        assert!(carries(&large, &header::CONNECTION));
+        assert!(carries(&large, &HeaderName::from_static("x-h-3")));
+        assert!(!carries(&large, &header::UPGRADE));
+    }
+
+    #[test]
+    fn a_block_without_hop_by_hop_headers_is_left_as_it_is() {
+        let mut h = headers(&[("content-type", "text/plain"), ("x-kept", "1")]);
+        let before = h.clone();
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h, before);
     }
 
     #[test]

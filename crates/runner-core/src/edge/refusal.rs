@@ -192,6 +192,9 @@ pub fn refusal_response(
 /// Whether `Accept` ranks `text/html` above `application/json` (a browser's
 /// navigation); no `Accept`, or one that does not say, means JSON.
 pub fn prefers_html(headers: &HeaderMap) -> bool {
+    if !super::headers::carries(headers, &header::ACCEPT) {
+        return false;
+    }
     let mut html = (0u8, 0.0f32);
     let mut json = (0u8, 0.0f32);
     for value in headers.get_all(header::ACCEPT) {
