@@ -40,6 +40,8 @@ pub mod sync;
 pub mod tasks;
 pub mod tenancy;
 pub mod terms;
+#[cfg(test)]
+mod test_waker;
 pub mod time;
 pub mod watch;
 pub mod webhooks;

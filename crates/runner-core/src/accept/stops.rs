@@ -97,39 +97,20 @@ impl Stops {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-
-    /// A task waker that counts its wake-ups.
-    #[derive(Default)]
-    struct Counting(AtomicUsize);
-
-    impl Wake for Counting {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn task() -> (Arc<Counting>, Waker) {
-        let counting = Arc::new(Counting::default());
-        (counting.clone(), Waker::from(counting))
-    }
+    use crate::test_waker::CountingWaker;
 
     #[test]
     fn nothing_fired_is_pending_and_a_later_signal_wakes_the_task() {
         let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
         let mut stops = Stops::new(shed.clone(), closing.clone());
-        let (woken, waker) = task();
+        let (woken, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Pending);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Pending);
-        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+        assert_eq!(woken.wakes(), 0);
 
         closing.cancel();
-        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert_eq!(woken.wakes(), 1);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Ready(Stop::Closing));
     }
 
@@ -137,7 +118,7 @@ mod tests {
     fn shedding_is_told_before_closing() {
         let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
         let mut stops = Stops::new(shed.clone(), closing.clone());
-        let (_, waker) = task();
+        let (_, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Pending);
         closing.cancel();
@@ -150,7 +131,7 @@ mod tests {
         let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
         shed.cancel();
         let mut stops = Stops::new(shed, closing);
-        let (_, waker) = task();
+        let (_, waker) = CountingWaker::waker();
         assert_eq!(
             stops.poll_stop(&mut Context::from_waker(&waker)),
             Poll::Ready(Stop::Shed)
@@ -161,8 +142,8 @@ mod tests {
     fn a_new_task_waker_is_the_one_woken() {
         let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
         let mut stops = Stops::new(shed.clone(), closing);
-        let (first, first_waker) = task();
-        let (second, second_waker) = task();
+        let (first, first_waker) = CountingWaker::waker();
+        let (second, second_waker) = CountingWaker::waker();
         assert_eq!(
             stops.poll_stop(&mut Context::from_waker(&first_waker)),
             Poll::Pending
@@ -172,8 +153,8 @@ mod tests {
             Poll::Pending
         );
         shed.cancel();
-        assert_eq!(first.0.load(Ordering::SeqCst), 0);
-        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(first.wakes(), 0);
+        assert_eq!(second.wakes(), 1);
         assert_eq!(
             stops.poll_stop(&mut Context::from_waker(&second_waker)),
             Poll::Ready(Stop::Shed)

@@ -456,6 +456,7 @@ impl<F> Drop for Linked<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_waker::CountingWaker;
     use std::sync::atomic::AtomicUsize;
 
     /// Wakes itself on each of its first `passes` polls, then is done.
@@ -477,23 +478,9 @@ mod tests {
         }
     }
 
-    #[derive(Default)]
-    struct CountingWaker(AtomicUsize);
-
-    impl Wake for CountingWaker {
-        fn wake(self: Arc<Self>) {
-            self.wake_by_ref();
-        }
-
-        fn wake_by_ref(self: &Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn wakes_while_polling_take_another_pass_not_the_scheduler() {
-        let task = Arc::new(CountingWaker::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         let link = EdgeLink::new(Duration::from_secs(1));
         let mut linked = Linked::new(
@@ -504,7 +491,7 @@ mod tests {
             Some(link.clone()),
         );
         assert_eq!(Pin::new(&mut linked).poll(&mut cx), Poll::Ready(6));
-        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+        assert_eq!(task.wakes(), 0);
         // The client connection ended: nothing more is kept.
         assert!(lock(&link.shared.state).closed);
 
@@ -517,7 +504,7 @@ mod tests {
             Some(EdgeLink::new(Duration::from_secs(1))),
         );
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
-        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert_eq!(task.wakes(), 1);
         assert_eq!(linked.downstream.polls, MAX_PASSES);
     }
 
@@ -550,8 +537,7 @@ mod tests {
 
     #[test]
     fn a_wake_has_only_the_side_woken_polled_again() {
-        let task = Arc::new(CountingWaker::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         let link = EdgeLink::new(Duration::from_secs(1));
         let upstream = Watching::default();
@@ -565,12 +551,12 @@ mod tests {
         assert_eq!((downstream.polls(), upstream.polls()), (1, 1));
 
         downstream.wake();
-        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert_eq!(task.wakes(), 1);
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
         assert_eq!((downstream.polls(), upstream.polls()), (2, 1));
 
         upstream.wake();
-        assert_eq!(task.0.load(Ordering::SeqCst), 2);
+        assert_eq!(task.wakes(), 2);
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
         assert_eq!((downstream.polls(), upstream.polls()), (2, 2));
 
@@ -581,8 +567,7 @@ mod tests {
 
     #[test]
     fn without_a_link_the_connection_is_polled_as_it_is() {
-        let task = Arc::new(CountingWaker::default());
-        let waker = Waker::from(task.clone());
+        let (task, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         let mut linked = Linked::new(
             SelfWaking {
@@ -592,7 +577,7 @@ mod tests {
             None,
         );
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
-        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        assert_eq!(task.wakes(), 1);
         assert_eq!(Pin::new(&mut linked).poll(&mut cx), Poll::Ready(2));
     }
 }
