@@ -1196,8 +1196,14 @@ async fn a_starting_simulator_removes_the_containers_of_dead_ones() {
     require_engine();
     // A container as a simulator that has ended (its guardian killed with
     // it) left it: labelled with a pid of this pid namespace nobody has.
-    let mut ended = Command::new("true").spawn().unwrap();
-    ended.wait().unwrap();
+    // The pid's process ends only once the container runs: a simulator
+    // another test starts meanwhile sweeps a dead owner's containers, and
+    // could remove this one between its create and its start. (`cat` on a
+    // pipe ends with this test, should the test fail first.)
+    let mut ended = Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
     let ns = ns.to_str().unwrap();
     let ns = &ns["pid:[".len()..ns.len() - 1];
@@ -1215,6 +1221,8 @@ async fn a_starting_simulator_removes_the_containers_of_dead_ones() {
         "3600",
     ])
     .unwrap();
+    ended.kill().unwrap();
+    ended.wait().unwrap();
     let left = left.trim();
     let mut events = tokio::process::Command::new(client())
         .args(["events", "--format", "{{.Action}}"])

@@ -238,10 +238,15 @@ async fn a_starting_simulator_removes_what_dead_ones_left() {
     if isolated().await.is_none() {
         return;
     }
-    // A pid nobody has: a process that has ended.
-    let mut gone = Command::new("true").spawn().unwrap();
-    gone.wait().unwrap();
-    let dead = gone.id();
+    // The leftovers are made while their process still lives: a simulator
+    // another test starts meanwhile sweeps a dead process's network, and
+    // could take a piece from under `ip` half-way through making it.
+    // `cat` on a pipe ends with this test, should the test fail first.
+    let mut owner = Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dead = owner.id();
     let ip = |args: &[&str]| {
         let out = Command::new("ip").args(args).output().unwrap();
         assert!(out.status.success(), "ip {args:?}: {out:?}");
@@ -255,6 +260,8 @@ async fn a_starting_simulator_removes_what_dead_ones_left() {
         "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
     ]);
     ip(&["link", "set", &veth, "master", &bridge]);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
     // (Not counted here: a simulator another test starts meanwhile may
     // sweep them first, as any starting simulator does.)
     let sim = isolated().await.unwrap();
