@@ -33,7 +33,7 @@ use super::headers::{
     upgrade_protocol,
 };
 use super::link::{AppKey, EdgeLink};
-use super::refusal::{prefers_html, refusal_response};
+use super::refusal::{Preference, refusal_response};
 use super::resolver::EdgeResolver;
 use super::{EdgeRefusal, PreviewBase, SessionHost};
 use crate::ids::IdMap;
@@ -214,15 +214,15 @@ impl Edge {
         client: SocketAddr,
         tls: bool,
     ) -> Response<Body> {
-        let wants_html = prefers_html(request.headers());
+        let preference = Preference::of(request.headers());
         match self
-            .try_forward(link, &host, request, client, tls, wants_html)
+            .try_forward(link, &host, request, client, tls, &preference)
             .await
         {
             Ok(response) => response,
             Err(refusal) => {
                 debug!(session = %host.session_id, port = host.port, ?refusal, "edge refused a request");
-                refusal_response(&refusal, wants_html, Some(&host))
+                refusal_response(&refusal, preference.html(), Some(&host))
             }
         }
     }
@@ -293,7 +293,7 @@ impl Edge {
         mut request: Request<Incoming>,
         client: SocketAddr,
         tls: bool,
-        wants_html: bool,
+        preference: &Preference,
     ) -> Result<Response<Body>, EdgeRefusal> {
         check_framing(request.headers_mut())?;
         if request.method() == Method::CONNECT {
@@ -333,10 +333,10 @@ impl Edge {
             self.inner.config.max_connections_per_session,
         )
         .ok_or(EdgeRefusal::TooManyConnections)?;
-        let navigation = request.method() == Method::GET && !upgrading && wants_html;
         let (upstream, hold) = match self.inner.resolver.resolve_now(host) {
             Some(resolved) => resolved?,
             None => {
+                let navigation = request.method() == Method::GET && !upgrading && preference.html();
                 let resolving = self.inner.resolver.resolve(host);
                 let upstream = if navigation {
                     // The wake goes on without this request; the page's

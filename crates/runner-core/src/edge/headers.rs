@@ -12,26 +12,25 @@ use super::EdgeRefusal;
 
 /// The names that describe one connection and are never passed on (RFC
 /// 9110 section 7.6.1, and the non-standard `Keep-Alive` and
-/// `Proxy-Connection`). A static, so that looking through it builds no
-/// names: two standard names compare as numbers, and a standard name never
-/// equals a custom one, so no name is spelled out. The options of
-/// `Connection`, which a client may write in any case, are compared with
-/// their text.
-static HOP_BY_HOP_NAMES: [HeaderName; 9] = [
-    header::CONNECTION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
+/// `Proxy-Connection`), as a `HeaderName` spells them: in lower case. The
+/// options of `Connection`, which a client may write in any case, are
+/// compared with them ignoring case.
+const HOP_BY_HOP_NAMES: [&str; 9] = [
+    "connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "keep-alive",
+    "proxy-connection",
 ];
 
-/// Whether `name` describes one connection and is never passed on.
+/// Whether `name` describes one connection and is never passed on. Its
+/// text is compared: a name of another length costs one comparison.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP_NAMES.contains(name)
+    HOP_BY_HOP_NAMES.contains(&name.as_str())
 }
 
 /// Header blocks up to this many names are searched name by name, which
@@ -61,19 +60,20 @@ fn connection_options(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 
 /// Removes the hop-by-hop headers: the fixed ones and every header
 /// `Connection` names. Most requests and responses carry few headers and
-/// none or one of these, so each pass looks through the names for the next
-/// to remove rather than looking each candidate up.
+/// none or one of these (`Connection: keep-alive`), so one pass finds the
+/// first, and each next pass looks through the names for the next to
+/// remove rather than looking each candidate up.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
+    let Some(first) = headers.keys().find(|name| is_hop_by_hop(name)).cloned() else {
         return;
-    }
+    };
     // `Connection: keep-alive` (or `close`, or `upgrade`) names no header
     // that is not removed anyway.
     let names_others = connection_options(headers).any(|option| {
         !option.eq_ignore_ascii_case("close")
             && !HOP_BY_HOP_NAMES
                 .iter()
-                .any(|name| option.eq_ignore_ascii_case(name.as_str()))
+                .any(|name| option.eq_ignore_ascii_case(name))
     });
     if names_others {
         let named_by_connection = |headers: &HeaderMap| {
@@ -90,6 +90,7 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+    headers.remove(first);
     while let Some(name) = headers.keys().find(|name| is_hop_by_hop(name)).cloned() {
         headers.remove(name);
     }
@@ -297,7 +298,7 @@ mod tests {
                 .iter()
                 .copied()
                 .filter(|name| {
-                    !HOP_BY_HOP_NAMES.iter().any(|hop| hop.as_str() == *name)
+                    !HOP_BY_HOP_NAMES.contains(name)
                         && !named.iter().any(|n| n == name)
                 })
                 .collect();

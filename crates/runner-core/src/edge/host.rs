@@ -146,8 +146,10 @@ impl PreviewBase {
             // An IPv6 literal is never under a DNS name.
             return Ok(None);
         }
-        let (name, port) = match host.rsplit_once(':') {
-            Some((name, port)) => (name, Some(port)),
+        // Found byte by byte: a host is short, and a searcher costs more
+        // to set up than the search.
+        let (name, port) = match host.bytes().rposition(|b| b == b':') {
+            Some(colon) => (&host[..colon], Some(&host[colon + 1..])),
             None => (host, None),
         };
         let name = name.strip_suffix('.').unwrap_or(name);
@@ -207,7 +209,8 @@ fn parse_session_label(label: &str) -> Option<SessionHost> {
     if label.len() > MAX_SESSION_LABEL || !label.is_ascii() {
         return None;
     }
-    let (port, id) = label.split_once('-')?;
+    let dash = label.bytes().position(|b| b == b'-')?;
+    let (port, id) = (&label[..dash], &label[dash + 1..]);
     let port = parse_port(port)?;
     let id = id.to_ascii_lowercase();
     is_session_id(&id).then_some(SessionHost {

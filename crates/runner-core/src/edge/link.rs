@@ -140,10 +140,19 @@ impl EdgeLink {
             }
             let mut timer = lock(&self.shared.deadline);
             let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if timer.deadline() != deadline {
+            // A timer set for an earlier request's deadline is left to
+            // fire, and only then set again: every request moves the
+            // deadline on, and setting a timer costs more than polling it.
+            if timer.deadline() > deadline {
                 timer.as_mut().reset(deadline);
             }
-            timer.as_mut().poll(cx).map(|()| None)
+            loop {
+                match timer.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) if timer.deadline() >= deadline => return Poll::Ready(None),
+                    Poll::Ready(()) => timer.as_mut().reset(deadline),
+                }
+            }
         })
         .await
     }
@@ -579,5 +588,39 @@ mod tests {
         assert!(Pin::new(&mut linked).poll(&mut cx).is_pending());
         assert_eq!(task.wakes(), 1);
         assert_eq!(Pin::new(&mut linked).poll(&mut cx), Poll::Ready(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_counts_from_its_own_request_whatever_the_timer_holds() {
+        let link = EdgeLink::new(Duration::from_secs(60));
+        let timeout = Duration::from_secs(10);
+        let began = Instant::now();
+        // A first request, answered in 2 s, leaves its timer set for 10 s.
+        let answered = link
+            .within(timeout, tokio::time::sleep(Duration::from_secs(2)))
+            .await;
+        assert_eq!(answered, Some(()));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // One sent at 5 s that is never answered times out at 15 s, not
+        // when the first one's timer fires.
+        let sent = Instant::now();
+        assert_eq!(
+            link.within(timeout, std::future::pending::<()>()).await,
+            None
+        );
+        assert_eq!(sent - began, Duration::from_secs(5));
+        assert_eq!(Instant::now() - sent, timeout);
+        // After the timer fired, and after a pause longer than a timeout,
+        // one answered in time is answered.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let answered = link
+            .within(timeout, tokio::time::sleep(Duration::from_secs(9)))
+            .await;
+        assert_eq!(answered, Some(()));
+        // A shorter timeout than the one the timer holds is kept too.
+        let sent = Instant::now();
+        let short = Duration::from_secs(1);
+        assert_eq!(link.within(short, std::future::pending::<()>()).await, None);
+        assert_eq!(Instant::now() - sent, short);
     }
 }

@@ -195,9 +195,44 @@ pub fn prefers_html(headers: &HeaderMap) -> bool {
     if !super::headers::carries(headers, &header::ACCEPT) {
         return false;
     }
+    ranks_html_first(headers.get_all(header::ACCEPT))
+}
+
+/// What a request prefers, kept for when a refusal needs it: most
+/// requests are forwarded, and never have their `Accept` read.
+#[derive(Debug, Clone)]
+pub(crate) enum Preference {
+    Known(bool),
+    /// The request's one `Accept`, read when asked.
+    Accept(HeaderValue),
+}
+
+impl Preference {
+    pub(crate) fn of(headers: &HeaderMap) -> Preference {
+        if !super::headers::carries(headers, &header::ACCEPT) {
+            return Preference::Known(false);
+        }
+        let mut values = headers.get_all(header::ACCEPT).into_iter();
+        match (values.next(), values.next()) {
+            (Some(one), None) => Preference::Accept(one.clone()),
+            _ => Preference::Known(prefers_html(headers)),
+        }
+    }
+
+    /// [`prefers_html`] of the request this was taken of.
+    pub(crate) fn html(&self) -> bool {
+        match self {
+            Preference::Known(html) => *html,
+            Preference::Accept(value) => ranks_html_first([value]),
+        }
+    }
+}
+
+/// [`prefers_html`] of these `Accept` values.
+fn ranks_html_first<'a>(values: impl IntoIterator<Item = &'a HeaderValue>) -> bool {
     let mut html = (0u8, 0.0f32);
     let mut json = (0u8, 0.0f32);
-    for value in headers.get_all(header::ACCEPT) {
+    for value in values {
         let Ok(value) = value.to_str() else {
             continue;
         };
@@ -280,6 +315,29 @@ mod tests {
         assert!(prefers_html(&accept("application/json;q=0.4, text/html")));
         assert!(prefers_html(&accept("Text/HTML")));
         assert!(!prefers_html(&accept("TEXT/html;q=0.2, Application/JSON")));
+    }
+
+    #[test]
+    fn a_kept_preference_is_what_the_headers_said() {
+        let browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+        for value in [
+            browser,
+            "*/*",
+            "application/json, text/html;q=0.5",
+            "Text/HTML",
+        ] {
+            let headers = accept(value);
+            let kept = Preference::of(&headers);
+            assert!(matches!(kept, Preference::Accept(_)), "{value}");
+            assert_eq!(kept.html(), prefers_html(&headers), "{value}");
+        }
+        assert!(!Preference::of(&HeaderMap::new()).html());
+        // Several `Accept` headers are read at once, as one list.
+        let mut headers = accept("application/json;q=0.5");
+        headers.append(header::ACCEPT, HeaderValue::from_static("text/html"));
+        let kept = Preference::of(&headers);
+        assert!(matches!(kept, Preference::Known(true)));
+        assert!(prefers_html(&headers));
     }
 
     #[tokio::test]
