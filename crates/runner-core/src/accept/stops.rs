@@ -99,10 +99,16 @@ mod tests {
     use super::*;
     use crate::test_waker::CountingWaker;
 
+    /// Two signals that have not fired, and the connection's `Stops`.
+    fn unfired() -> (CancellationToken, CancellationToken, Stops) {
+        let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
+        let stops = Stops::new(shed.clone(), closing.clone());
+        (shed, closing, stops)
+    }
+
     #[test]
     fn nothing_fired_is_pending_and_a_later_signal_wakes_the_task() {
-        let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
-        let mut stops = Stops::new(shed.clone(), closing.clone());
+        let (_shed, closing, mut stops) = unfired();
         let (woken, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Pending);
@@ -116,8 +122,7 @@ mod tests {
 
     #[test]
     fn shedding_is_told_before_closing() {
-        let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
-        let mut stops = Stops::new(shed.clone(), closing.clone());
+        let (shed, closing, mut stops) = unfired();
         let (_, waker) = CountingWaker::waker();
         let mut cx = Context::from_waker(&waker);
         assert_eq!(stops.poll_stop(&mut cx), Poll::Pending);
@@ -140,8 +145,7 @@ mod tests {
 
     #[test]
     fn a_new_task_waker_is_the_one_woken() {
-        let (shed, closing) = (CancellationToken::new(), CancellationToken::new());
-        let mut stops = Stops::new(shed.clone(), closing);
+        let (shed, _closing, mut stops) = unfired();
         let (first, first_waker) = CountingWaker::waker();
         let (second, second_waker) = CountingWaker::waker();
         assert_eq!(

@@ -373,13 +373,14 @@ impl Edge {
         // The client's own value where it is one (a shared slice of what
         // the connection read); rebuilt only from an absolute-form target.
         let absolute = request.uri().authority().is_some();
-        let original_host = match request.uri().authority() {
-            Some(_) => request_host(&request).and_then(|h| HeaderValue::from_str(&h).ok()),
-            None => request
+        let original_host = if absolute {
+            request_host(&request).and_then(|h| HeaderValue::from_str(&h).ok())
+        } else {
+            request
                 .headers()
                 .get(header::HOST)
                 .filter(|value| value.to_str().is_ok())
-                .cloned(),
+                .cloned()
         };
         let client_upgrade = upgrading.then(|| hyper::upgrade::on(&mut request));
 
