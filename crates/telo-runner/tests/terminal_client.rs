@@ -281,6 +281,16 @@ async fn session_kind(runner: &Runner, id: &str) -> String {
         .to_owned()
 }
 
+/// Waits on the session's event stream until its status is `running`.
+async fn until_running(runner: &Runner, id: &str) {
+    let mut events = runner.events(id, &[]).await;
+    events
+        .events_until(|frame| {
+            frame.event.as_deref() == Some("status") && frame.json()["status"]["kind"] == "running"
+        })
+        .await;
+}
+
 /// A running echo session that printed `line` (exiting with `exit_code` on
 /// `exit`), and a terminal socket that has seen the line.
 async fn echo_session_that_printed(
@@ -293,6 +303,7 @@ async fn echo_session_that_printed(
         .await;
     let mut socket = runner.io(&id, "").await;
     test_support::ws::read_until_output(&mut socket, line).await;
+    until_running(runner, &id).await;
     (id, socket)
 }
 
@@ -722,6 +733,7 @@ async fn ctrl_c_ends_logs_follow_and_leaves_the_session_running() {
     let id = runner
         .create(json!({ "stdout": ["still running"], "echo": true }))
         .await;
+    until_running(&runner, &id).await;
     let mut logs = Piped::spawn(&["logs", "-f", &id, "--runner", &runner.base]);
     logs.wait_stdout("still running\n");
     let pid = nix::unistd::Pid::from_raw(logs.child.id() as i32);

@@ -22,6 +22,7 @@ use runner_api::io::{
     CLOSE_SESSION_NOT_FOUND, CLOSE_UNAUTHORIZED, FrameFormat, ServerMessage, is_final_close,
     parse_server_message,
 };
+use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
@@ -51,10 +52,19 @@ pub async fn logs(api: RunnerApi, id: String, follow: bool) -> u8 {
         notice(&known_error_line(&api, &id, &err));
         return EXIT_CLIENT_ERROR;
     }
+    // The handler is in place before the first byte is printed: a Ctrl-C
+    // from someone who saw output always ends this client with its code.
+    let mut interrupt = match signal(SignalKind::interrupt()) {
+        Ok(interrupt) => interrupt,
+        Err(e) => {
+            notice(&format!("telo-runner: could not watch signals: {e}"));
+            return EXIT_CLIENT_ERROR;
+        }
+    };
     let mut output = Output::stdout();
     let outcome = tokio::select! {
         outcome = read_output(&api, &id, follow, &mut output) => outcome,
-        _ = tokio::signal::ctrl_c() => Ok(Ending::Interrupted),
+        _ = interrupt.recv() => Ok(Ending::Interrupted),
     };
     output.finish();
     match outcome {
