@@ -12,7 +12,7 @@
 //! it, the runner itself for the workspace service) speaks it, and a
 //! cleartext HTTP/2 preface would only be one more thing to bound.
 
-use std::future::Future as _;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod lanes;
 mod stops;
 mod table;
 
@@ -34,14 +35,17 @@ use axum::response::{IntoResponse as _, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use lanes::Lanes;
 use prometheus_client::metrics::counter::Counter;
 use stops::{Stop, Stops};
 use table::{Refused, Table, Ticket, Watched};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tower::ServiceExt as _;
 use tracing::{info, warn};
 
@@ -225,27 +229,36 @@ pub async fn serve_with_edge(
     // A header block has at most 100 lines (more is 431): hyper's own
     // bound. Setting the same bound explicitly would have hyper fill its
     // parse arrays for every request.
-    let table = Table::new(max_connections, per_client);
-    let full = Refusal {
-        error: ErrorCode::TooManyConnections,
-        message: name.refusal(max_connections).into(),
-    };
-    let client_full = Refusal {
-        error: ErrorCode::TooManyConnectionsFromClient,
-        message: name.client_refusal(per_client).into(),
-    };
-    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
-    let probes = Arc::new(Semaphore::new(PROBE_SLOTS));
+    let door = Arc::new(Door {
+        http,
+        table: Table::new(max_connections, per_client),
+        full: Refusal {
+            error: ErrorCode::TooManyConnections,
+            message: name.refusal(max_connections).into(),
+        },
+        client_full: Refusal {
+            error: ErrorCode::TooManyConnectionsFromClient,
+            message: name.client_refusal(per_client).into(),
+        },
+        refusals: Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT)),
+        probes: Arc::new(Semaphore::new(PROBE_SLOTS)),
+        router,
+        edge,
+        trusted_proxies: limits.trusted_proxies.clone(),
+        counters,
+        max_connections,
+        main: Handle::current(),
+        last_shed_warning: std::sync::Mutex::new(None),
+    });
     let closing = CancellationToken::new();
-    let mut tasks = JoinSet::new();
+    let lane_count = limits.connection_threads.unwrap_or_else(lane_count);
+    let mut lanes = Lanes::start(lane_count, door, closing.clone())?;
     let mut last_accept_warning: Option<Instant> = None;
-    let mut last_shed_warning: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = stop.cancelled() => break,
         };
-        while tasks.try_join_next().is_some() {}
         let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(err) if is_peer_error(&err) => continue,
@@ -262,6 +275,54 @@ pub async fn serve_with_edge(
                 }
             }
         };
+        lanes.hand(tcp, peer);
+    }
+    drop(listener);
+    closing.cancel();
+    if !lanes.finish().await {
+        warn!("connections still open after shutdown; closing them");
+    }
+    Ok(())
+}
+
+/// How many threads serve connections: one per core.
+fn lane_count() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// What the connection threads share: how a connection is admitted, served
+/// or refused.
+struct Door {
+    http: http1::Builder,
+    table: Arc<Table>,
+    full: Refusal,
+    client_full: Refusal,
+    refusals: Arc<Semaphore>,
+    probes: Arc<Semaphore>,
+    router: Router,
+    edge: Option<crate::edge::Edge>,
+    trusted_proxies: TrustedProxies,
+    counters: ConnectionCounters,
+    max_connections: usize,
+    /// The runtime the service was started on: the API's handlers run
+    /// there, never on a connection thread.
+    main: Handle,
+    last_shed_warning: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Door {
+    /// Admits `tcp` on the connection thread it was handed to and spawns
+    /// its serving on `tasks` (or its refusal, past the limit); `open` is
+    /// held until it ends. Connections handed to different threads at the
+    /// same moment are admitted in either order.
+    fn take(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        open: lanes::Open,
+        tasks: &mut JoinSet<()>,
+        closing: &CancellationToken,
+    ) {
         // Frames are written as they happen (SSE events, terminal output);
         // with Nagle's algorithm on, a small write waits for the previous
         // one's delayed ACK — up to 40 ms on Linux.
@@ -271,68 +332,66 @@ pub async fn serve_with_edge(
         // A trusted proxy's connection is counted against the client of
         // each request it carries, once its header block names it.
         let peer_ip = peer.ip().to_canonical();
-        let proxied = limits.trusted_proxies.trusts(peer_ip);
+        let proxied = self.trusted_proxies.trusts(peer_ip);
         let tcp = Arc::new(tcp);
-        let shed_before = table.shed_count();
-        let admitted = table.admit(&tcp, (!proxied).then_some(peer_ip));
-        let shed_now = table.shed_count() - shed_before;
-        if shed_now > 0 {
-            counters.shed.inc_by(shed_now);
-        }
-        if shed_now > 0 && last_shed_warning.is_none_or(|at| at.elapsed() > Duration::from_secs(10))
-        {
-            warn!(
-                max_connections,
-                shed = table.shed_count(),
-                "at the connection limit: closing connections that have sent nothing to admit new ones"
-            );
-            last_shed_warning = Some(Instant::now());
-        }
-        let ticket = match admitted {
+        let ticket = match self.table.admit(&tcp, (!proxied).then_some(peer_ip)) {
             Ok(ticket) => ticket,
             Err(refused) => {
                 match refused {
-                    Refused::Full => counters.full.inc(),
-                    Refused::ClientFull => counters.client_full.inc(),
+                    Refused::Full => self.counters.full.inc(),
+                    Refused::ClientFull => self.counters.client_full.inc(),
                 };
                 let Ok(tcp) = Arc::try_unwrap(tcp) else {
-                    continue;
+                    return;
                 };
-                if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                if let Ok(refusal) = self.refusals.clone().try_acquire_owned() {
                     let past = PastTheLimit {
                         refusal: match refused {
-                            Refused::Full => full.clone(),
-                            Refused::ClientFull => client_full.clone(),
+                            Refused::Full => self.full.clone(),
+                            Refused::ClientFull => self.client_full.clone(),
                         },
-                        probes: probes.clone(),
-                        http: http.clone(),
-                        service: per_connection(router.clone(), peer, None, None),
+                        probes: self.probes.clone(),
+                        http: self.http.clone(),
+                        service: per_connection(
+                            self.router.clone(),
+                            self.main.clone(),
+                            peer,
+                            None,
+                            None,
+                        ),
                     };
                     tasks.spawn(async move {
                         past.answer(tcp).await;
                         drop(refusal);
+                        drop(open);
                     });
                 }
-                continue;
+                return;
             }
         };
+        if ticket.shed_another() {
+            self.counters.shed.inc();
+            self.warn_of_shedding();
+        }
         let shed = ticket.shed().clone();
         // The edge's connections to the apps this client asks for, polled
         // on the client connection's task.
-        let link = edge.as_ref().map(crate::edge::Edge::link);
+        let link = self.edge.as_ref().map(crate::edge::Edge::link);
         let service = per_connection(
-            router.clone(),
+            self.router.clone(),
+            self.main.clone(),
             peer,
-            edge.clone().zip(link.clone()),
+            self.edge.clone().zip(link.clone()),
             proxied.then(|| Proxied {
                 ticket: ticket.clone(),
-                proxies: limits.trusted_proxies.clone(),
-                refusal: client_full.clone(),
-                refused: counters.client_full.clone(),
+                proxies: self.trusted_proxies.clone(),
+                refusal: self.client_full.clone(),
+                refused: self.counters.client_full.clone(),
             }),
         );
         let connection = crate::edge::Linked::new(
-            http.serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
+            self.http
+                .serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
                 .with_upgrades(),
             link,
         );
@@ -358,16 +417,25 @@ pub async fn serve_with_edge(
                     let _ = connection.await;
                 }
             }
+            drop(open);
         });
     }
-    drop(listener);
-    closing.cancel();
-    let finished = async { while tasks.join_next().await.is_some() {} };
-    if tokio::time::timeout(CLOSE_GRACE, finished).await.is_err() {
-        warn!("connections still open after shutdown; closing them");
+
+    /// At most one warning in ten seconds that connections are being shed.
+    fn warn_of_shedding(&self) {
+        let mut last = self
+            .last_shed_warning
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+            warn!(
+                max_connections = self.max_connections,
+                shed = self.table.shed_count(),
+                "at the connection limit: closing connections that have sent nothing to admit new ones"
+            );
+            *last = Some(Instant::now());
+        }
     }
-    tasks.shutdown().await;
-    Ok(())
 }
 
 /// Errors of one incoming connection, not of the listener.
@@ -401,6 +469,7 @@ struct Proxied {
 /// request paid for.
 fn per_connection(
     router: Router,
+    main: Handle,
     peer: SocketAddr,
     edge: Option<(crate::edge::Edge, crate::edge::EdgeLink)>,
     proxied: Option<Proxied>,
@@ -415,6 +484,7 @@ fn per_connection(
     let proxied = proxied.map(Arc::new);
     hyper::service::service_fn(move |mut request: Request<Incoming>| {
         let router = router.clone();
+        let main = main.clone();
         let mut client = peer;
         let mut refused = None;
         if let Some(proxied) = &proxied {
@@ -446,22 +516,44 @@ fn per_connection(
                     let extensions = request.extensions_mut();
                     extensions.insert(ConnectInfo(client));
                     extensions.insert(crate::edge::ElsewhereSession(host));
-                    Box::pin(router.oneshot(request)).await
+                    on_main(&main, router.oneshot(request)).await
                 }
                 Some((_, Err(refusal))) => Ok(crate::edge::refusal_response(
                     &refusal,
                     crate::edge::prefers_html(request.headers()),
                     None,
                 )),
-                // The API's future is boxed: the edge's requests, which
-                // come by the thousand, do not carry its size around.
                 _ => {
                     request.extensions_mut().insert(ConnectInfo(client));
-                    Box::pin(router.oneshot(request)).await
+                    on_main(&main, router.oneshot(request)).await
                 }
             }
         }
     })
+}
+
+/// Runs an API request's handling on `main`, the runtime the service was
+/// started on, and gives its response to the connection thread: whatever
+/// a handler spawns (a session's supervision, a terminal socket's relay)
+/// belongs to that runtime and outlives no owner of it. The handling is
+/// aborted if the connection goes away first, as it was when it ran on
+/// the connection's own task.
+async fn on_main(
+    main: &Handle,
+    handling: impl Future<Output = Result<Response, std::convert::Infallible>> + Send + 'static,
+) -> Result<Response, std::convert::Infallible> {
+    match AbortOnDropHandle::new(main.spawn(handling)).await {
+        Ok(answer) => answer,
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // The runtime is shutting down under the request.
+            Err(_) => Ok(Refusal {
+                error: ErrorCode::ShuttingDown,
+                message: "The service is shutting down; try again shortly.".into(),
+            }
+            .response()),
+        },
+    }
 }
 
 /// What a connection past the limit gets: a probe is served on one of the
@@ -604,6 +696,126 @@ async fn refuse(mut tcp: TcpStream, refusal: &Refusal) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
+    use axum::routing::get;
+
+    /// The thread this code runs on, by name.
+    fn thread_name() -> String {
+        std::thread::current().name().unwrap_or_default().to_owned()
+    }
+
+    /// A service on `threads` connection threads whose one route answers
+    /// with the thread its handler ran on (a header) and the thread its body
+    /// was written from (the body). `marker` is held by the router.
+    async fn thread_telling_service(
+        threads: usize,
+        marker: Arc<()>,
+    ) -> (
+        SocketAddr,
+        CancellationToken,
+        tokio::task::JoinHandle<io::Result<()>>,
+    ) {
+        let router = Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    let body =
+                        futures_util::stream::once(async { Ok::<_, io::Error>(thread_name()) });
+                    (
+                        [("x-handler-thread", thread_name())],
+                        Body::from_stream(body),
+                    )
+                }),
+            )
+            .layer(axum::Extension(marker));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let limits = ConnectionLimits {
+            connection_threads: Some(threads),
+            ..ConnectionLimits::default()
+        };
+        let name = ServiceName {
+            name: "test",
+            limit_setting: None,
+            client_limit_setting: None,
+        };
+        let served = tokio::spawn(serve(
+            listener,
+            router,
+            limits,
+            name,
+            ConnectionCounters::default(),
+            stop.clone(),
+        ));
+        (addr, stop, served)
+    }
+
+    /// Sends `GET /` on `tcp` (kept alive) and returns the handler's thread
+    /// and the body's.
+    async fn threads_of_a_request(tcp: &mut TcpStream) -> (String, String) {
+        tcp.write_all(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut read = Vec::new();
+        let mut buf = [0_u8; 1024];
+        // Chunked: the response ends with its last chunk.
+        while !read.ends_with(b"0\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&read));
+            read.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&read).into_owned();
+        let handler = text
+            .lines()
+            .find_map(|line| line.strip_prefix("x-handler-thread: "))
+            .expect("the handler's thread")
+            .to_owned();
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .and_then(|chunks| chunks.lines().nth(1))
+            .expect("the body's thread")
+            .to_owned();
+        (handler, body)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_is_served_on_its_own_thread_and_the_api_on_the_main_runtime() {
+        let marker = Arc::new(());
+        let (addr, stop, served) = thread_telling_service(2, marker.clone()).await;
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let (handler, body) = threads_of_a_request(&mut first).await;
+        assert!(!handler.starts_with("connections-"), "{handler}");
+        assert!(body.starts_with("connections-"), "{body}");
+        // Kept alive, the connection stays on its thread.
+        assert_eq!(threads_of_a_request(&mut first).await.1, body);
+        // The next connection goes to the thread serving fewer.
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        let (_, second_body) = threads_of_a_request(&mut second).await;
+        assert!(second_body.starts_with("connections-"), "{second_body}");
+        assert_ne!(second_body, body);
+        stop.cancel();
+        served.await.unwrap().unwrap();
+        // Every thread has let go of the service: they were joined.
+        assert_eq!(Arc::strong_count(&marker), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_service_dropped_without_stopping_closes_its_connections() {
+        let (addr, _stop, served) = thread_telling_service(2, Arc::new(())).await;
+        let mut kept = TcpStream::connect(addr).await.unwrap();
+        threads_of_a_request(&mut kept).await;
+        served.abort();
+        let mut buf = [0_u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), kept.read(&mut buf))
+            .await
+            .expect("the connection closed");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
 
     #[test]
     fn only_a_get_of_livez_or_readyz_is_a_probe() {

@@ -181,6 +181,8 @@ pub struct ConnectionLimits {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_header_bytes: usize,
+    /// Threads serving connections; `None` is one per core.
+    pub connection_threads: Option<usize>,
 }
 
 impl Default for ConnectionLimits {
@@ -192,6 +194,7 @@ impl Default for ConnectionLimits {
             header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
             body_timeout: Duration::from_secs(DEFAULT_BODY_TIMEOUT_SECONDS),
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES as usize,
+            connection_threads: None,
         }
     }
 }
@@ -232,6 +235,7 @@ fn load_connection_limits(env: &Env) -> Result<ConnectionLimits, ConfigError> {
         header_timeout: Duration::from_secs(header_timeout),
         body_timeout: Duration::from_secs(body_timeout),
         max_header_bytes: usize::try_from(max_header_bytes).unwrap_or(usize::MAX),
+        connection_threads: None,
     })
 }
 
@@ -417,6 +421,7 @@ mod tests {
                     header_timeout: Duration::from_secs(10),
                     body_timeout: Duration::from_secs(30),
                     max_header_bytes: 16_384,
+                    connection_threads: None,
                 },
                 io_frames: FrameFormat::Tagged,
                 watch: WatchConfig::default(),
@@ -496,6 +501,7 @@ mod tests {
                 header_timeout: Duration::from_secs(2),
                 body_timeout: Duration::from_secs(3),
                 max_header_bytes: 8192,
+                connection_threads: None,
             }
         );
         for (name, raw, message) in [

@@ -34,6 +34,8 @@ pub fn connection_limits() -> ConnectionLimits {
         header_timeout: Duration::from_secs(DEFAULT_HEADER_TIMEOUT_SECONDS),
         body_timeout: BODY_TIMEOUT,
         max_header_bytes: usize::try_from(DEFAULT_MAX_HEADER_BYTES).unwrap_or(usize::MAX),
+        // The pod's one client, the runner, is served on one thread.
+        connection_threads: Some(1),
     }
 }
 

@@ -128,7 +128,8 @@ impl Table {
         {
             return Err(Refused::ClientFull);
         }
-        if inner.open.len() >= self.limit && !inner.shed_oldest_idle() {
+        let full = inner.open.len() >= self.limit;
+        if full && !inner.shed_oldest_idle() {
             return Err(Refused::Full);
         }
         let id = inner.next_id;
@@ -147,6 +148,7 @@ impl Table {
             table: self.clone(),
             id,
             shed,
+            shed_another: full,
         }))
     }
 }
@@ -157,9 +159,16 @@ pub(super) struct Ticket {
     table: Arc<Table>,
     id: u64,
     shed: CancellationToken,
+    /// Another connection was shed to admit this one.
+    shed_another: bool,
 }
 
 impl Ticket {
+    /// Whether another connection was shed to admit this one.
+    pub(super) fn shed_another(&self) -> bool {
+        self.shed_another
+    }
+
     /// Fires when the connection was shed to admit another.
     pub(super) fn shed(&self) -> &CancellationToken {
         &self.shed
@@ -344,6 +353,7 @@ mod tests {
         assert!(a.shed().is_cancelled());
         assert!(!b.shed().is_cancelled());
         assert!(!c.shed().is_cancelled());
+        assert!(!a.shed_another() && !b.shed_another() && c.shed_another());
         assert_eq!(table.shed_count(), 1);
         // The shed one's count went with it.
         assert_eq!(table.lock().held_by(ip("192.0.2.1")), 1);

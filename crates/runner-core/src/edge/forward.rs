@@ -21,7 +21,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt as _;
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 use tracing::debug;
 
 use super::access::AccessPolicy;
@@ -103,6 +105,8 @@ struct Inner {
     slots: Arc<Slots>,
     /// The spliced upgraded connections.
     tasks: OwnedTasks,
+    /// The runtime the edge was made on, where a session is woken.
+    main: Option<Handle>,
 }
 
 impl Drop for Inner {
@@ -135,6 +139,7 @@ impl Edge {
                 connector,
                 slots: Arc::new(Slots::default()),
                 tasks: OwnedTasks::new(),
+                main: Handle::try_current().ok(),
             }),
         }
     }
@@ -224,6 +229,29 @@ impl Edge {
                 debug!(session = %host.session_id, port = host.port, ?refusal, "edge refused a request");
                 refusal_response(&refusal, preference.html(), Some(&host))
             }
+        }
+    }
+
+    /// The resolver's answer once it has one (a session woken, or found
+    /// started), waited for on the runtime the edge was made on: a wake
+    /// starts the session's processes and tasks, which belong there and
+    /// not on the connection thread the request came in on. Given up with
+    /// the request, as the resolver's own future would be.
+    async fn resolve_on_main(&self, host: &SessionHost) -> Result<super::Upstream, EdgeRefusal> {
+        let Some(main) = &self.inner.main else {
+            return self.inner.resolver.resolve(host).await;
+        };
+        let resolver = self.inner.resolver.clone();
+        let host = host.clone();
+        let resolving = main.spawn(async move { resolver.resolve(&host).await });
+        match AbortOnDropHandle::new(resolving).await {
+            Ok(resolved) => resolved,
+            Err(err) => match err.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // The runtime is shutting down: a retry finds the runner
+                // that takes over.
+                Err(_) => Err(EdgeRefusal::Starting),
+            },
         }
     }
 
@@ -337,7 +365,7 @@ impl Edge {
             Some(resolved) => resolved?,
             None => {
                 let navigation = request.method() == Method::GET && !upgrading && preference.html();
-                let resolving = self.inner.resolver.resolve(host);
+                let resolving = self.resolve_on_main(host);
                 let upstream = if navigation {
                     // The wake goes on without this request; the page's
                     // reload waits on it again.
