@@ -45,7 +45,6 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 use tower::ServiceExt as _;
 use tracing::{info, warn};
 
@@ -542,18 +541,16 @@ async fn on_main(
     main: &Handle,
     handling: impl Future<Output = Result<Response, std::convert::Infallible>> + Send + 'static,
 ) -> Result<Response, std::convert::Infallible> {
-    match AbortOnDropHandle::new(main.spawn(handling)).await {
-        Ok(answer) => answer,
-        Err(err) => match err.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // The runtime is shutting down under the request.
-            Err(_) => Ok(Refusal {
+    // `None`: the runtime is shutting down under the request.
+    crate::tasks::run_on(main, handling)
+        .await
+        .unwrap_or_else(|| {
+            Ok(Refusal {
                 error: ErrorCode::ShuttingDown,
                 message: "The service is shutting down; try again shortly.".into(),
             }
-            .response()),
-        },
-    }
+            .response())
+        })
 }
 
 /// What a connection past the limit gets: a probe is served on one of the

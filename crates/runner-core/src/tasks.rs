@@ -6,9 +6,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::warn;
 
 #[derive(Clone, Default)]
@@ -68,9 +69,48 @@ impl OwnedTasks {
     }
 }
 
+/// Runs `work` on `runtime` and waits for it from wherever this is awaited
+/// (a connection thread): what `work` spawns belongs to `runtime`. The
+/// work is aborted if this future is dropped first, as it would be were it
+/// polled here; a panic in it is resumed here. `None` when `runtime` shut
+/// down under it.
+pub async fn run_on<T: Send + 'static>(
+    runtime: &Handle,
+    work: impl Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    match AbortOnDropHandle::new(runtime.spawn(work)).await {
+        Ok(done) => Some(done),
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn work_run_on_a_runtime_answers_and_is_aborted_with_its_waiter() {
+        let runtime = Handle::current();
+        assert_eq!(run_on(&runtime, async { 7 }).await, Some(7));
+        let (mut held, dropped) = tokio::sync::oneshot::channel::<()>();
+        let waiting = run_on(&runtime, async move {
+            let _dropped = dropped;
+            std::future::pending::<()>().await;
+        });
+        // The waiter gives up: the work is dropped, not left running, so
+        // its receiver goes with it.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1), waiting)
+                .await
+                .is_err()
+        );
+        tokio::time::timeout(Duration::from_secs(10), held.closed())
+            .await
+            .expect("the aborted work was dropped");
+    }
 
     #[tokio::test]
     async fn shutdown_stops_and_joins_every_task() {

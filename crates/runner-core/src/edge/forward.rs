@@ -23,7 +23,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt as _;
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot};
-use tokio_util::task::AbortOnDropHandle;
 use tracing::debug;
 
 use super::access::AccessPolicy;
@@ -243,16 +242,11 @@ impl Edge {
         };
         let resolver = self.inner.resolver.clone();
         let host = host.clone();
-        let resolving = main.spawn(async move { resolver.resolve(&host).await });
-        match AbortOnDropHandle::new(resolving).await {
-            Ok(resolved) => resolved,
-            Err(err) => match err.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // The runtime is shutting down: a retry finds the runner
-                // that takes over.
-                Err(_) => Err(EdgeRefusal::Starting),
-            },
-        }
+        crate::tasks::run_on(main, async move { resolver.resolve(&host).await })
+            .await
+            // The runtime is shutting down: a retry finds the runner that
+            // takes over.
+            .unwrap_or(Err(EdgeRefusal::Starting))
     }
 
     /// Sends `request` to `upstream` over one of `link`'s connections: an
