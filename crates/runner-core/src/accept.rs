@@ -498,9 +498,12 @@ fn per_connection(
         }
         // A session host goes to the edge; a malformed one under the base
         // is refused there and never reaches the API either.
-        let routed = edge
-            .as_ref()
-            .map(|(edge, link)| ((edge.clone(), link.clone()), edge.base().route(&request)));
+        let routed = edge.as_ref().map(|(edge, link)| {
+            (
+                (edge.clone(), link.clone()),
+                link.route(edge.base(), &request),
+            )
+        });
         async move {
             if let Some(response) = refused {
                 return Ok(response);

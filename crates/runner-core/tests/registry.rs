@@ -12,8 +12,12 @@ use runner_core::backend::{
     Backend, BackendCapabilities, BackendSession, ProbeConfig, StartError, StartSpec, StartStage,
     StopError,
 };
+use runner_core::edge::{EdgeRefusal, EdgeResolver, SessionHost};
+use runner_core::reach::Reach;
 use runner_core::registry::{RegistryLimits, SessionRegistry, SessionSink};
-use runner_core::types::{AvailabilityReport, PullPolicy, RunBundle, RunStatus, SessionConfig};
+use runner_core::types::{
+    AvailabilityReport, PortMapping, PortProtocol, PullPolicy, RunBundle, RunStatus, SessionConfig,
+};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, oneshot};
 
@@ -69,18 +73,25 @@ impl Backend for GatedBackend {
     }
     async fn start(
         &self,
-        _spec: StartSpec,
+        spec: StartSpec,
         sink: SessionSink,
     ) -> Result<Arc<dyn BackendSession>, StartError> {
         let gate = self.gates.lock().await.remove(0);
         gate.await.expect("gate kept")?;
+        sink.reach_at(Reach::LOOPBACK);
         // Like a kernel, it says something once it is up: that is what
         // makes the runner announce `running`.
         sink.output(Bytes::from_static(b"up\r\n"));
-        sink.status(RunStatus::Running {
-            endpoints: None,
-            inspect_url: None,
-            agent: None,
+        // The ports it was asked for are its endpoints, as a backend
+        // without a routing layer reports them.
+        sink.status(if spec.ports.is_empty() {
+            RunStatus::Running {
+                endpoints: None,
+                inspect_url: None,
+                agent: None,
+            }
+        } else {
+            RunStatus::running_unrouted(&spec.ports)
         });
         Ok(Arc::new(GatedSession {
             sink,
@@ -283,4 +294,49 @@ async fn output_after_the_terminal_status_is_not_recorded() {
     // An escaped process still writing into the finished session.
     handle.write_stdin(Bytes::from_static(b"after\r\n"));
     assert_eq!(session.replay_output(0).entries.len(), recorded);
+}
+
+fn spec_publishing_8080(id: &str, created_at: &str) -> StartSpec {
+    StartSpec {
+        ports: vec![PortMapping {
+            port: 8080,
+            protocol: PortProtocol::Tcp,
+        }],
+        ..spec(id, created_at)
+    }
+}
+
+/// A request through the edge holds its session in use: it is not idle
+/// while the answer is open, and its idle time starts when the answer
+/// ends. A request for a port it does not publish is activity too.
+#[tokio::test]
+async fn an_edge_request_keeps_its_session_in_use_until_its_answer_ends() {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(spec_publishing_8080).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    let session = once_up(&registry, &created.session_id).await;
+    let host = |port| SessionHost {
+        port,
+        session_id: created.session_id.clone(),
+    };
+
+    let before = tokio::time::Instant::now();
+    let (upstream, hold) = registry
+        .resolve_now(&host(8080))
+        .expect("a running session is told at once")
+        .expect("its published port");
+    assert_eq!(upstream.port, 8080);
+    assert_eq!(
+        session.idle_since(),
+        None,
+        "in use while the answer is open"
+    );
+    drop(hold);
+    let idle = session.idle_since().expect("idle once the answer ended");
+    assert!(idle >= before, "idle from the answer's end");
+
+    let before = tokio::time::Instant::now();
+    let refused = registry.resolve_now(&host(9999)).expect("told at once");
+    assert!(matches!(refused, Err(EdgeRefusal::PortNotPublished)));
+    assert!(session.idle_since().expect("idle") >= before);
 }

@@ -15,13 +15,14 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use http::HeaderValue;
+use http::{HeaderValue, Request, header};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, Sleep};
 use tracing::debug;
 
 use super::body::RequestBody;
+use super::{EdgeRefusal, PreviewBase, SessionHost};
 use crate::reach::Reach;
 use crate::sync::lock;
 
@@ -79,6 +80,10 @@ struct Shared {
     reused: AtomicBool,
     /// The client's address as `X-Forwarded-For` gets it, made once.
     address: OnceLock<(IpAddr, Option<HeaderValue>)>,
+    /// The session host the last request's `Host` named, with that value:
+    /// a client sends the same `Host` on each request of a connection, and
+    /// comparing it costs less than parsing it again.
+    last_host: Mutex<Option<(HeaderValue, SessionHost)>>,
     /// The limit on the wait for an app's response head. The client's
     /// requests come one at a time, so one timer serves them all: moving a
     /// registered timer to a later deadline is a store, where a timer per
@@ -123,6 +128,33 @@ impl EdgeLink {
         } else {
             super::headers::address_value(ip)
         }
+    }
+
+    /// What [`PreviewBase::route`] says of `request`, remembered for the
+    /// `Host` value it came from (an origin-form request's, the usual
+    /// kind): the next request with the same value is routed without
+    /// parsing it.
+    pub fn route<B>(
+        &self,
+        base: &PreviewBase,
+        request: &Request<B>,
+    ) -> Result<Option<SessionHost>, EdgeRefusal> {
+        // An absolute-form target's authority wins over `Host`: not kept.
+        let value = match request.uri().authority() {
+            None => request.headers().get(header::HOST),
+            Some(_) => None,
+        };
+        if let Some(value) = value
+            && let Some((seen, host)) = &*lock(&self.shared.last_host)
+            && seen == value
+        {
+            return Ok(Some(host.clone()));
+        }
+        let routed = base.route(request);
+        if let (Some(value), Ok(Some(host))) = (value, &routed) {
+            *lock(&self.shared.last_host) = Some((value.clone(), host.clone()));
+        }
+        routed
     }
 
     /// `work`'s output, or `None` once `timeout` has passed (counted from
@@ -622,5 +654,68 @@ mod tests {
         let short = Duration::from_secs(1);
         assert_eq!(link.within(short, std::future::pending::<()>()).await, None);
         assert_eq!(Instant::now() - sent, short);
+    }
+
+    #[test]
+    fn a_connection_routes_each_host_it_names_and_keeps_only_the_last() {
+        let base = PreviewBase::parse("http://run.example").expect("base");
+        let link = EdgeLink::new(Duration::from_secs(1));
+        let get = |host: &str, target: &str| {
+            Request::get(target)
+                .header(header::HOST, host)
+                .body(())
+                .expect("request")
+        };
+        let first = SessionHost {
+            port: 8080,
+            session_id: "abcdefgh2345".to_owned(),
+        };
+        let routed = |request: &Request<()>| link.route(&base, request);
+        // The same host twice (the second from what was kept), mixed case
+        // included: a host is case-insensitive, and it is parsed again.
+        let request = get("8080-abcdefgh2345.run.example", "/");
+        assert_eq!(routed(&request), Ok(Some(first.clone())));
+        assert_eq!(routed(&request), Ok(Some(first.clone())));
+        assert_eq!(
+            routed(&get("8080-ABCDEFGH2345.Run.Example", "/")),
+            Ok(Some(first.clone()))
+        );
+        // Another host on the same connection is its own.
+        assert_eq!(
+            routed(&get("9000-abcdefgh2345.run.example", "/")),
+            Ok(Some(SessionHost {
+                port: 9000,
+                session_id: "abcdefgh2345".to_owned()
+            }))
+        );
+        // Refusals and the API's hosts are told each time, never kept.
+        assert_eq!(
+            routed(&get("8080-abcdefgh2345.run.example:81", "/")),
+            Err(EdgeRefusal::MisdirectedHost)
+        );
+        assert_eq!(routed(&get("run.example", "/")), Ok(None));
+        assert_eq!(
+            routed(&get("8080-abcdefgh2345.run.example", "/")),
+            Ok(Some(first))
+        );
+        // An absolute-form target names its own host, whatever `Host` was
+        // seen before or says now.
+        assert_eq!(
+            routed(&get(
+                "8080-abcdefgh2345.run.example",
+                "http://7000-abcdefgh2345.run.example/x"
+            )),
+            Ok(Some(SessionHost {
+                port: 7000,
+                session_id: "abcdefgh2345".to_owned()
+            }))
+        );
+        assert_eq!(
+            routed(&get(
+                "8080-abcdefgh2345.run.example",
+                "http://localhost:6443/"
+            )),
+            Ok(None)
+        );
     }
 }

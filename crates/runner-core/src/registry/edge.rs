@@ -38,8 +38,16 @@ impl EdgeResolver for SessionRegistry {
         if !session.is_running() {
             return None;
         }
-        session.note_activity();
-        Some(upstream_of(&session, host).map(|upstream| (upstream, Some(hold_of(&session)))))
+        Some(match upstream_of(&session, host) {
+            // Held, the session is in use until the answer is through, and
+            // its idle time starts when the hold is let go: noting the
+            // activity now as well would add nothing.
+            Ok(upstream) => Ok((upstream, Some(hold_of(&session)))),
+            Err(refusal) => {
+                session.note_activity();
+                Err(refusal)
+            }
+        })
     }
 
     async fn resolve(&self, host: &SessionHost) -> Result<Upstream, EdgeRefusal> {
