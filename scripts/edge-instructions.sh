@@ -5,7 +5,7 @@
 # machine's other load, so it tells a change to the edge's per-request work
 # apart from the noise of a shared machine.
 #
-#   scripts/edge-instructions.sh RUNNER FAKE_TELO [REQUESTS]
+#   scripts/edge-instructions.sh RUNNER FAKE_TELO [REQUESTS [CLIENTS]]
 #
 # RUNNER is a telo-runner binary. Valgrind 3.19 (Debian 12) cannot read
 # the symbols of a binary linked by lld, rustc's default linker, so build
@@ -19,12 +19,19 @@
 # session whose body publishes that port, sends 300 requests to warm up,
 # then REQUESTS (default 2000) GETs on one keep-alive connection (curl),
 # and prints the instructions counted over those requests, per request.
+# With CLIENTS (more than 1), the load is instead `wrk` with CLIENTS
+# keep-alive connections for 10 seconds (after 3 to warm up), and the
+# count is over the requests wrk reports: under callgrind the runner is
+# far slower, so what this shows is the work per request when each
+# wake-up finds many connections ready, not a rate.
 # Everything it starts is stopped when it ends.
 set -euo pipefail
 
-runner=${1:?usage: edge-instructions.sh RUNNER FAKE_TELO [REQUESTS]}
-fake_telo=${2:?usage: edge-instructions.sh RUNNER FAKE_TELO [REQUESTS]}
+usage="usage: edge-instructions.sh RUNNER FAKE_TELO [REQUESTS [CLIENTS]]"
+runner=${1:?$usage}
+fake_telo=${2:?$usage}
 requests=${3:-2000}
+clients=${4:-1}
 for tool in valgrind callgrind_control nginx curl python3; do
   command -v "$tool" >/dev/null || { echo "edge-instructions.sh: $tool is not on the PATH" >&2; exit 2; }
 done
@@ -87,9 +94,16 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 
-curl -sf -o /dev/null -H "Host: $host" "$api/small?[1-300]"
-callgrind_control -z "$runner_pid" >/dev/null 2>&1
-curl -sf -o /dev/null -H "Host: $host" "$api/small?[1-$requests]"
+if [ "$clients" -gt 1 ]; then
+  command -v wrk >/dev/null || { echo "edge-instructions.sh: wrk is not on the PATH" >&2; exit 2; }
+  wrk -t1 -c"$clients" -d3s -H "Host: $host" "$api/small" >/dev/null
+  callgrind_control -z "$runner_pid" >/dev/null 2>&1
+  requests=$(wrk -t1 -c"$clients" -d10s -H "Host: $host" "$api/small" | awk '/requests in/ {print $1}')
+else
+  curl -sf -o /dev/null -H "Host: $host" "$api/small?[1-300]"
+  callgrind_control -z "$runner_pid" >/dev/null 2>&1
+  curl -sf -o /dev/null -H "Host: $host" "$api/small?[1-$requests]"
+fi
 callgrind_control -d "$runner_pid" >/dev/null 2>&1
 for _ in $(seq 100); do
   compgen -G "$work/callgrind.*.1" >/dev/null && grep -q '^summary:' "$work"/callgrind.*.1 && break
@@ -97,4 +111,4 @@ for _ in $(seq 100); do
 done
 dump=$(ls "$work"/callgrind.*.1)
 instructions=$(awk '/^summary:/ {print $2; exit}' "$dump")
-echo "$requests requests through the edge: $((instructions / requests)) instructions per request (runner, user space)"
+echo "$requests requests through the edge ($clients client(s)): $((instructions / requests)) instructions per request (runner, user space)"
