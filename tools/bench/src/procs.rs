@@ -18,12 +18,14 @@ use tokio::process::{Child, Command};
 const STARTUP: Duration = Duration::from_secs(60);
 const SHUTDOWN: Duration = Duration::from_secs(60);
 
-/// The three programs a scenario runs.
+/// The three programs a scenario runs, and the edge scenario's plain
+/// hyper proxy (its reference, when it was built).
 #[derive(Debug, Clone)]
 pub struct Binaries {
     pub runner: PathBuf,
     pub kube_sim: PathBuf,
     pub fake_telo: PathBuf,
+    pub hyper_proxy: Option<PathBuf>,
 }
 
 impl Binaries {
@@ -58,6 +60,10 @@ impl Binaries {
                 "fake-telo",
                 "--bin",
                 "fake-telo",
+                "-p",
+                "telo-runner-bench",
+                "--bin",
+                "hyper-proxy",
             ]);
             if let Some(target) = dir.parent() {
                 cmd.env("CARGO_TARGET_DIR", target);
@@ -83,6 +89,7 @@ impl Binaries {
             runner: find("telo-runner")?,
             kube_sim: find("kube-sim")?,
             fake_telo: find("fake-telo")?,
+            hyper_proxy: find("hyper-proxy").ok(),
         })
     }
 }
@@ -95,7 +102,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    async fn spawn(name: &'static str, mut cmd: Command) -> anyhow::Result<(Proc, String)> {
+    pub async fn spawn(name: &'static str, mut cmd: Command) -> anyhow::Result<(Proc, String)> {
         cmd.stdout(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true);

@@ -105,6 +105,12 @@ fn scenario_prints_its_figures(args: &[&str]) {
     let report: Value = serde_json::from_str(line).unwrap();
     assert_eq!(report["scenario"], args[0]);
     assert!(report["results"].as_object().is_some_and(|r| !r.is_empty()));
+    if args[0] == "edge" {
+        // The plain hyper proxy (built with this package) is measured
+        // beside the edge.
+        let hyper = &report["results"]["small"]["1"]["hyper"];
+        assert!(hyper["requests_per_s"].as_f64().is_some(), "{line}");
+    }
 }
 
 /// The real-kernel scenarios need a kernel someone gave: without one they

@@ -16,6 +16,10 @@
 //!   runner shares the host's network, `RUNNER_LOCAL_NETWORK=host`, so the
 //!   three paths reach one upstream). The figures are taken once the
 //!   session's `running` event arrived;
+//! - **hyper** (small requests only): through `hyper-proxy`, this
+//!   package's plainest reverse proxy on hyper (a task per client
+//!   connection and one upstream connection each, headers set as the edge
+//!   sets them, nothing else): what the edge costs beyond hyper itself;
 //! - **nginx**: through Debian's nginx (`nginx-light`), started here with a
 //!   generated configuration doing what the edge does: HTTP/1.1 keep-alive
 //!   to the upstream (`keepalive 64`), no buffering either way,
@@ -34,11 +38,11 @@
 //! get its first response byte.
 //!
 //! Each path's clients connect from their own loopback address (direct
-//! 127.0.0.1, edge 127.0.0.2, nginx 127.0.0.3), so the ports held in
-//! TIME_WAIT by one path do not run short for the next. This process holds
-//! both ends of every WebSocket: its open-file limit is raised to what
-//! they need, past the hard limit where it is allowed to; where it is not,
-//! fewer WebSockets are opened and the table says so.
+//! 127.0.0.1, edge 127.0.0.2, nginx 127.0.0.3, hyper 127.0.0.4), so the
+//! ports held in TIME_WAIT by one path do not run short for the next. This
+//! process holds both ends of every WebSocket: its open-file limit is
+//! raised to what they need, past the hard limit where it is allowed to;
+//! where it is not, fewer WebSockets are opened and the table says so.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -73,7 +77,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::clients::{self, STEP, Sse};
-use crate::procs::{BackendKind, Stack, context_switches_of, cpu_seconds_of, free_port};
+use crate::procs::{BackendKind, Proc, Stack, context_switches_of, cpu_seconds_of, free_port};
 use crate::report::{Report, Samples, mib};
 use crate::scenarios::Ctx;
 
@@ -435,6 +439,7 @@ enum Proxy<'a> {
     None,
     Runner(&'a Stack),
     Nginx(&'a Nginx),
+    Hyper(&'a Proc),
 }
 
 impl Proxy<'_> {
@@ -443,6 +448,7 @@ impl Proxy<'_> {
             Proxy::None => Ok(0.0),
             Proxy::Runner(stack) => stack.runner.cpu_seconds(),
             Proxy::Nginx(nginx) => nginx.cpu_seconds(),
+            Proxy::Hyper(proc) => proc.cpu_seconds(),
         }
     }
 
@@ -451,6 +457,7 @@ impl Proxy<'_> {
             Proxy::None => Ok(0),
             Proxy::Runner(stack) => stack.runner.context_switches(),
             Proxy::Nginx(nginx) => nginx.context_switches(),
+            Proxy::Hyper(proc) => proc.context_switches(),
         }
     }
 
@@ -459,6 +466,7 @@ impl Proxy<'_> {
             Proxy::None => Ok(0),
             Proxy::Runner(stack) => stack.runner.rss_bytes(),
             Proxy::Nginx(nginx) => nginx.rss_bytes(),
+            Proxy::Hyper(proc) => proc.rss_bytes(),
         }
     }
 }
@@ -844,6 +852,17 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         Some(bin) => Some(Nginx::start(bin, upstream, open_files).await?),
         None => None,
     };
+    let hyper = match &ctx.bins.hyper_proxy {
+        Some(bin) => {
+            let mut cmd = tokio::process::Command::new(bin);
+            cmd.args(["--upstream", &format!("127.0.0.1:{upstream}")]);
+            Some(Proc::spawn("hyper-proxy", cmd).await?)
+        }
+        None => {
+            eprintln!("hyper-proxy was not built: the small requests go without it");
+            None
+        }
+    };
     let host = format!("{upstream}-{id}.{BASE_HOST}");
     let mut paths = vec![
         Route {
@@ -867,16 +886,31 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             host,
         });
     }
-    let proxies: Vec<Proxy<'_>> = paths
-        .iter()
-        .map(|p| match p.name {
-            "edge" => Proxy::Runner(&stack),
-            "nginx" => nginx.as_ref().map_or(Proxy::None, Proxy::Nginx),
-            _ => Proxy::None,
-        })
-        .collect();
+    let proxy_of = |route: &Route| match route.name {
+        "edge" => Proxy::Runner(&stack),
+        "nginx" => nginx.as_ref().map_or(Proxy::None, Proxy::Nginx),
+        _ => Proxy::None,
+    };
+    let proxies: Vec<Proxy<'_>> = paths.iter().map(proxy_of).collect();
     let names: Vec<&str> = paths.iter().map(|p| p.name).collect();
     let has_nginx = nginx.is_some();
+    // The small requests go through the plain hyper proxy too, last.
+    let mut small_paths = paths.clone();
+    let mut small_proxies: Vec<Proxy<'_>> = paths.iter().map(proxy_of).collect();
+    if let Some((proc, url)) = &hyper {
+        small_paths.push(Route {
+            name: "hyper",
+            addr: url
+                .trim_start_matches("http://")
+                .parse()
+                .context("hyper-proxy's address")?,
+            source: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4)),
+            host: paths[1].host.clone(),
+        });
+        small_proxies.push(Proxy::Hyper(proc));
+    }
+    let small_names: Vec<&str> = small_paths.iter().map(|p| p.name).collect();
+    let hyper_at = small_names.iter().position(|name| *name == "hyper");
 
     // 1. Small requests at 1, 50 and 500 clients.
     let mut small_json = serde_json::Map::new();
@@ -887,7 +921,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             format!("{clients} clients")
         };
         let per_client = (requests / clients).max(ROUNDS);
-        let figures = small_level(&paths, &proxies, clients, per_client).await?;
+        let figures = small_level(&small_paths, &small_proxies, clients, per_client).await?;
         let direct = &figures[0];
         let (d50, d99) = (
             direct.latency.percentile(50.0),
@@ -908,17 +942,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
             })
             .collect();
         report.row(
-            format!("GET /small, {who}: requests/s ({})", names.join(" / ")),
+            format!(
+                "GET /small, {who}: requests/s ({})",
+                small_names.join(" / ")
+            ),
             rps.join(" / "),
         );
         report.row(
-            format!("GET /small, {who}: p50 / p99 ms ({})", names.join("; ")),
+            format!(
+                "GET /small, {who}: p50 / p99 ms ({})",
+                small_names.join("; ")
+            ),
             lat.join("; "),
         );
         report.row(
             format!(
                 "GET /small, {who}: proxy CPU µs per request ({})",
-                names[1..].join(" / ")
+                small_names[1..].join(" / ")
             ),
             figures[1..]
                 .iter()
@@ -929,7 +969,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.row(
             format!(
                 "GET /small, {who}: proxy context switches per request ({})",
-                names[1..].join(" / ")
+                small_names[1..].join(" / ")
             ),
             figures[1..]
                 .iter()
@@ -949,7 +989,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         report.row(
             format!(
                 "GET /small, {who}: added over direct, p50 / p99 µs ({})",
-                names[1..].join("; ")
+                small_names[1..].join("; ")
             ),
             added
                 .iter()
@@ -958,7 +998,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 .join("; "),
         );
         let mut level = serde_json::Map::new();
-        for ((name, f), i) in names.iter().zip(&figures).zip(0..) {
+        for ((name, f), i) in small_names.iter().zip(&figures).zip(0..) {
             let mut entry = json!({
                 "requests_per_s": f.per_second(),
                 "latency": f.latency.json(),
@@ -993,9 +1033,25 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 p99_gap <= 500,
             );
         }
+        if let Some(at) = hyper_at {
+            let hyper = &figures[at];
+            let ratio = figures[1].per_second() / hyper.per_second().max(1e-9);
+            report.row(
+                format!("GET /small, {who}: edge / hyper"),
+                format!(
+                    "{ratio:.2}× the requests/s, {:.2}× the CPU per request",
+                    figures[1].cpu_us_per_request() / hyper.cpu_us_per_request().max(1e-9)
+                ),
+            );
+            level.insert("edge_over_hyper_rps".into(), json!(ratio));
+        }
         small_json.insert(clients.to_string(), Value::Object(level));
     }
     report.result("small", Value::Object(small_json));
+    drop(small_proxies);
+    if let Some((proc, _)) = hyper {
+        proc.stop().await?;
+    }
 
     // 2. Streams, each path in turn for the download, then for the upload.
     let mut streams_json = serde_json::Map::new();
