@@ -250,22 +250,25 @@ async fn shutdown_reports_every_session_stopped_even_one_still_starting() {
     drop(gates);
 }
 
-/// The session, once its start resolved and its handle is installed.
-async fn once_up(registry: &SessionRegistry, id: &str) -> Arc<runner_core::registry::Session> {
-    let session = registry.get(id).unwrap();
+/// A registry with one session made by `build_spec`, once its start
+/// resolved and its handle is installed.
+async fn one_up(
+    build_spec: fn(&str, &str) -> StartSpec,
+) -> (SessionRegistry, Arc<runner_core::registry::Session>) {
+    let (registry, mut gates, _) = registry(1);
+    let created = registry.create(build_spec).unwrap();
+    gates.remove(0).send(Ok(())).unwrap();
+    let session = registry.get(&created.session_id).unwrap();
     let mut events = session.subscribe_events(0);
     while session.handle().is_none() {
         events.next().await;
     }
-    session
+    (registry, session)
 }
 
 #[tokio::test]
 async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
-    let (registry, mut gates, _) = registry(1);
-    let created = registry.create(spec).unwrap();
-    gates.remove(0).send(Ok(())).unwrap();
-    let session = once_up(&registry, &created.session_id).await;
+    let (_registry, session) = one_up(spec).await;
     let mut slow = session.subscribe_output(0);
     let handle = session.handle().unwrap();
     // 3 MB of output into a 1 MB buffer while the subscriber does not read.
@@ -282,13 +285,10 @@ async fn a_slow_subscriber_learns_of_evicted_output_through_a_gap() {
 
 #[tokio::test]
 async fn output_after_the_terminal_status_is_not_recorded() {
-    let (registry, mut gates, _) = registry(1);
-    let created = registry.create(spec).unwrap();
-    gates.remove(0).send(Ok(())).unwrap();
-    let session = once_up(&registry, &created.session_id).await;
+    let (registry, session) = one_up(spec).await;
     let handle = session.handle().unwrap();
     handle.write_stdin(Bytes::from_static(b"before\r\n"));
-    registry.stop(&created.session_id).await.unwrap();
+    registry.stop(session.id()).await.unwrap();
     assert!(session.is_terminal());
     let recorded = session.replay_output(0).entries.len();
     // An escaped process still writing into the finished session.
@@ -311,13 +311,10 @@ fn spec_publishing_8080(id: &str, created_at: &str) -> StartSpec {
 /// ends. A request for a port it does not publish is activity too.
 #[tokio::test]
 async fn an_edge_request_keeps_its_session_in_use_until_its_answer_ends() {
-    let (registry, mut gates, _) = registry(1);
-    let created = registry.create(spec_publishing_8080).unwrap();
-    gates.remove(0).send(Ok(())).unwrap();
-    let session = once_up(&registry, &created.session_id).await;
+    let (registry, session) = one_up(spec_publishing_8080).await;
     let host = |port| SessionHost {
         port,
-        session_id: created.session_id.clone(),
+        session_id: session.id().to_owned(),
     };
 
     let before = tokio::time::Instant::now();
