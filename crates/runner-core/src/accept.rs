@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod deadlines;
 mod lanes;
 mod stops;
 mod table;
@@ -34,7 +35,7 @@ use axum::http::{Request, header};
 use axum::response::{IntoResponse as _, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use lanes::Lanes;
 use prometheus_client::metrics::counter::Counter;
 use stops::{Stop, Stops};
@@ -218,9 +219,10 @@ pub async fn serve_with_edge(
         header_timeout_s = limits.header_timeout.as_secs(),
         "accepting connections"
     );
+    // Each connection thread adds its own timer for the header deadline
+    // (see `deadlines`).
     let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+    http
         // The head alone is bounded: a body is read in chunks as large as
         // hyper's adaptive buffer grows (a cap here would also cut every
         // upload into reads of this size).
@@ -230,6 +232,7 @@ pub async fn serve_with_edge(
     // parse arrays for every request.
     let door = Arc::new(Door {
         http,
+        header_timeout: limits.header_timeout,
         table: Table::new(max_connections, per_client),
         full: Refusal {
             error: ErrorCode::TooManyConnections,
@@ -292,7 +295,10 @@ fn lane_count() -> usize {
 /// What the connection threads share: how a connection is admitted, served
 /// or refused.
 struct Door {
+    /// How connections are served, less the header deadline, which each
+    /// connection thread keeps itself.
     http: http1::Builder,
+    header_timeout: Duration,
     table: Arc<Table>,
     full: Refusal,
     client_full: Refusal,
@@ -310,12 +316,22 @@ struct Door {
 }
 
 impl Door {
+    /// How a connection thread serves its connections: [`Door::http`] with
+    /// the thread's own header deadlines.
+    fn http_on(&self, deadlines: &deadlines::Deadlines) -> http1::Builder {
+        let mut http = self.http.clone();
+        http.timer(deadlines.clone())
+            .header_read_timeout(self.header_timeout);
+        http
+    }
+
     /// Admits `tcp` on the connection thread it was handed to and spawns
-    /// its serving on `tasks` (or its refusal, past the limit); `open` is
-    /// held until it ends. Connections handed to different threads at the
+    /// its serving with `http` on `tasks` (or its refusal, past the
+    /// limit); `open` is held until it ends. Connections handed to different threads at the
     /// same moment are admitted in either order.
     fn take(
         &self,
+        http: &http1::Builder,
         tcp: TcpStream,
         peer: SocketAddr,
         open: lanes::Open,
@@ -350,7 +366,7 @@ impl Door {
                             Refused::ClientFull => self.client_full.clone(),
                         },
                         probes: self.probes.clone(),
-                        http: self.http.clone(),
+                        http: http.clone(),
                         service: per_connection(
                             self.router.clone(),
                             self.main.clone(),
@@ -389,8 +405,7 @@ impl Door {
             }),
         );
         let connection = crate::edge::Linked::new(
-            self.http
-                .serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
+            http.serve_connection(TokioIo::new(Watched::new(tcp, ticket)), service)
                 .with_upgrades(),
             link,
         );

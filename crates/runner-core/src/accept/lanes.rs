@@ -21,12 +21,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
+use hyper::server::conn::http1;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::warn;
 
+use super::deadlines::Deadlines;
 use super::{CLOSE_GRACE, Door};
 
 /// An accepted connection on its way to a lane.
@@ -187,7 +189,21 @@ impl Serve {
         runtime.block_on(self.serve())
     }
 
-    async fn serve(mut self) -> bool {
+    async fn serve(self) -> bool {
+        let deadlines = Deadlines::default();
+        let http = self.door.http_on(&deadlines);
+        // Kept until the thread's last connection is over.
+        let keeper = tokio::spawn({
+            let deadlines = deadlines.clone();
+            async move { deadlines.keep().await }
+        });
+        let all_closed = self.serve_with(&http).await;
+        keeper.abort();
+        let _ = keeper.await;
+        all_closed
+    }
+
+    async fn serve_with(mut self, http: &http1::Builder) -> bool {
         let mut tasks = JoinSet::new();
         loop {
             let accepted = tokio::select! {
@@ -201,7 +217,9 @@ impl Serve {
             while tasks.try_join_next().is_some() {}
             let open = Open(self.open.clone());
             match TcpStream::from_std(tcp) {
-                Ok(tcp) => self.door.take(tcp, peer, open, &mut tasks, &self.closing),
+                Ok(tcp) => self
+                    .door
+                    .take(http, tcp, peer, open, &mut tasks, &self.closing),
                 Err(err) => warn!(error = %err, "could not take over an accepted connection"),
             }
         }
