@@ -327,8 +327,8 @@ impl Door {
 
     /// Admits `tcp` on the connection thread it was handed to and spawns
     /// its serving with `http` on `tasks` (or its refusal, past the
-    /// limit); `open` is held until it ends. Connections handed to different threads at the
-    /// same moment are admitted in either order.
+    /// limit); `open` is held until it ends. Connections handed to
+    /// different threads at the same moment are admitted in either order.
     fn take(
         &self,
         http: &http1::Builder,
