@@ -148,9 +148,8 @@ impl Future for HeadWait {
         let mut table = lock(&this.shared);
         match this.entry {
             Some(key) => {
-                if let Some(entry) = table.entries.get_mut(key)
-                    && !entry.waker.will_wake(cx.waker())
-                {
+                // A waker that would wake the same task is not replaced.
+                if let Some(entry) = table.entries.get_mut(key) {
                     entry.waker.clone_from(cx.waker());
                 }
                 Poll::Pending
@@ -193,6 +192,21 @@ mod tests {
         tokio::spawn(async move { deadlines.keep().await })
     }
 
+    /// Waits until the keeper's next look is as `wanted` says.
+    async fn until_next_look(
+        deadlines: &Deadlines,
+        wanted: impl Fn(&Option<Instant>) -> bool,
+        what: &str,
+    ) {
+        tokio::time::timeout(WAIT, async {
+            while !wanted(&lock(&deadlines.shared).next_look) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect(what);
+    }
+
     #[tokio::test]
     async fn a_wait_ends_at_its_deadline_and_leaves_the_table() {
         let deadlines = Deadlines::default();
@@ -230,13 +244,7 @@ mod tests {
         // The keeper first sleeps towards an hour from now.
         let mut late = deadlines.sleep(FAR);
         assert!(futures_util::poll!(late.as_mut()).is_pending());
-        tokio::time::timeout(WAIT, async {
-            while lock(&deadlines.shared).next_look.is_none() {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the keeper looked");
+        until_next_look(&deadlines, Option::is_some, "the keeper looked").await;
         let soon = deadlines.sleep(Duration::from_millis(20));
         tokio::time::timeout(WAIT, soon)
             .await
@@ -260,13 +268,12 @@ mod tests {
             .expect("woken at the deadline");
         // Until the connection polls it, its entry stays, marked woken,
         // and the keeper waits for new entries instead of spinning on it.
-        tokio::time::timeout(WAIT, async {
-            while lock(&deadlines.shared).next_look.is_some() {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("the keeper went back to waiting");
+        until_next_look(
+            &deadlines,
+            Option::is_none,
+            "the keeper went back to waiting",
+        )
+        .await;
         assert!(woken_rx.try_recv().is_err());
         assert!(wait.as_mut().poll(&mut cx).is_ready());
         assert_eq!(deadlines.len(), 0);
