@@ -65,9 +65,9 @@ enum Scenario {
     Access,
     /// The session edge as a reverse proxy beside direct and nginx: small
     /// requests at 1/50/500 clients (`--requests` per level, default
-    /// 20,000), 1 GiB streamed each way (`--bytes`), 10,000 idle proxied
-    /// WebSockets (`--websockets`), 20 wakes of a suspended session by a
-    /// request (`--wakes`); local backend.
+    /// 60,000/200,000/100,000), 1 GiB streamed each way (`--bytes`),
+    /// 10,000 idle proxied WebSockets (`--websockets`), 20 wakes of a
+    /// suspended session by a request (`--wakes`); local backend.
     Edge,
     /// One and three replicas behind a round-robin relay on kube-sim:
     /// starts per second and POST → `running` at C = 50 (`--sessions`,
@@ -119,7 +119,8 @@ struct Args {
     #[arg(long)]
     bytes: Option<u64>,
     /// edge: `GET /small` requests per proxy at each client count, shared
-    /// evenly among the clients (default 20,000).
+    /// evenly among the clients (default 60,000 at 1 client, 200,000 at 50,
+    /// 100,000 at 500).
     #[arg(long)]
     requests: Option<usize>,
     /// edge: idle WebSockets held through each proxy (default 10,000).
