@@ -23,23 +23,23 @@
 //! - **nginx**: through Debian's nginx (`nginx-light`), started here with a
 //!   generated configuration doing what the edge does: HTTP/1.1 keep-alive
 //!   to the upstream (`keepalive 1024`: like the edge, it keeps an
-//!   upstream connection per client at every level), no buffering either way,
-//!   `X-Forwarded-*` and `Via` set like the edge sets them, WebSocket
+//!   upstream connection per client at every level), no buffering either
+//!   way, `X-Forwarded-*` and `Via` set like the edge sets them, WebSocket
 //!   upgrades passed on. Without `nginx` on the PATH only direct and edge
 //!   are measured.
 //!
 //! The figures: `GET /small` at 1, 50 and 500 keep-alive clients (each its
 //! own connection, all sending the same number of requests after two that
-//! are not measured, sent by all clients at once; 60,000 requests per path at one client, 200,000 at 50
-//! and 100,000 at 500, so that each path is timed for seconds at every
-//! level), in ten rounds that take the paths in turn so they share the
-//! machine's moments (each ratio is also given round by round); a
-//! streamed download and an upload (default 1 GiB each) with the proxy's
-//! CPU seconds per GB; the proxy's memory per idle proxied WebSocket
-//! (default 10,000, each having echoed one message); and, on a second
-//! runner with watch sessions suspended after one idle second, how long a
-//! plain request through the edge takes to wake a suspended session and
-//! get its first response byte.
+//! are not measured, which all clients send at once; 60,000 requests per
+//! path at one client, 200,000 at 50 and 100,000 at 500, so that each path
+//! is timed for seconds at every level), in ten rounds that take the paths
+//! in turn so they share the machine's moments (each ratio is also given
+//! round by round); a streamed download and an upload (default 1 GiB
+//! each) with the proxy's CPU seconds per GB; the proxy's memory per idle
+//! proxied WebSocket (default 10,000, each having echoed one message); and,
+//! on a second runner with watch sessions suspended after one idle second,
+//! how long a plain request through the edge takes to wake a suspended
+//! session and get its first response byte.
 //!
 //! Each path's clients connect from their own loopback address (direct
 //! 127.0.0.1, edge 127.0.0.2, nginx 127.0.0.3, hyper 127.0.0.4), so the
