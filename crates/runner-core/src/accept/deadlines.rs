@@ -187,9 +187,21 @@ mod tests {
     const FAR: Duration = Duration::from_secs(3600);
     const WAIT: Duration = Duration::from_secs(10);
 
-    fn keeper(deadlines: &Deadlines) -> tokio::task::JoinHandle<()> {
-        let deadlines = deadlines.clone();
-        tokio::spawn(async move { deadlines.keep().await })
+    /// A table with its keeper running; the keeper stops when the guard
+    /// is dropped, a failed assertion included.
+    fn kept() -> (Deadlines, Keeper) {
+        let deadlines = Deadlines::default();
+        let keeping = deadlines.clone();
+        let keeper = Keeper(tokio::spawn(async move { keeping.keep().await }));
+        (deadlines, keeper)
+    }
+
+    struct Keeper(tokio::task::JoinHandle<()>);
+
+    impl Drop for Keeper {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
     }
 
     /// Waits until the keeper's next look is as `wanted` says.
@@ -209,8 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_ends_at_its_deadline_and_leaves_the_table() {
-        let deadlines = Deadlines::default();
-        let keeper = keeper(&deadlines);
+        let (deadlines, _keeper) = kept();
         let started = Instant::now();
         let wait = deadlines.sleep(Duration::from_millis(50));
         tokio::time::timeout(WAIT, wait)
@@ -218,13 +229,11 @@ mod tests {
             .expect("the wait ended");
         assert!(started.elapsed() >= Duration::from_millis(50));
         assert_eq!(deadlines.len(), 0);
-        keeper.abort();
     }
 
     #[tokio::test]
     async fn a_wait_dropped_before_its_deadline_leaves_the_table() {
-        let deadlines = Deadlines::default();
-        let keeper = keeper(&deadlines);
+        let (deadlines, _keeper) = kept();
         let mut waits: Vec<_> = (0..3).map(|_| deadlines.sleep(FAR)).collect();
         for wait in &mut waits {
             assert!(futures_util::poll!(wait.as_mut()).is_pending());
@@ -234,13 +243,11 @@ mod tests {
         assert_eq!(deadlines.len(), 2);
         drop(waits);
         assert_eq!(deadlines.len(), 0);
-        keeper.abort();
     }
 
     #[tokio::test]
     async fn an_earlier_deadline_than_the_keepers_next_look_is_kept() {
-        let deadlines = Deadlines::default();
-        let keeper = keeper(&deadlines);
+        let (deadlines, _keeper) = kept();
         // The keeper first sleeps towards an hour from now.
         let mut late = deadlines.sleep(FAR);
         assert!(futures_util::poll!(late.as_mut()).is_pending());
@@ -251,13 +258,11 @@ mod tests {
             .expect("the earlier wait ended");
         assert!(futures_util::poll!(late.as_mut()).is_pending());
         assert_eq!(deadlines.len(), 1);
-        keeper.abort();
     }
 
     #[tokio::test]
     async fn a_wait_past_its_deadline_is_woken_once_and_ends_when_polled() {
-        let deadlines = Deadlines::default();
-        let keeper = keeper(&deadlines);
+        let (deadlines, _keeper) = kept();
         let (woken_tx, mut woken_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut wait = deadlines.sleep(Duration::from_millis(20));
         let waker = futures_util::task::waker(Arc::new(Sender(woken_tx)));
@@ -277,7 +282,6 @@ mod tests {
         assert!(woken_rx.try_recv().is_err());
         assert!(wait.as_mut().poll(&mut cx).is_ready());
         assert_eq!(deadlines.len(), 0);
-        keeper.abort();
     }
 
     struct Sender(tokio::sync::mpsc::UnboundedSender<()>);
