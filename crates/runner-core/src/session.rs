@@ -1208,13 +1208,26 @@ impl<T> Cursor<T> {
         }
     }
 
-    pub fn position(&self) -> u64 {
-        self.position
+    /// What a new subscriber is greeted with: once the cursor's first
+    /// position is settled (at once, unless it is on a seq of the previous
+    /// owner's whose output is still being rebuilt, and never past
+    /// [`SETTLE_WITHIN`]), everything available then — which may be
+    /// nothing. It waits for no new output.
+    pub async fn settled(&mut self) -> Batch<T> {
+        loop {
+            let batch = self.try_next();
+            if self.resolve.is_none() {
+                return batch;
+            }
+            // Past the deadline, the next `try_next` gives the seq up.
+            let changed = tokio::time::timeout_at(self.settle_by, self.rx.changed()).await;
+            if let Ok(Err(_)) = changed {
+                return batch;
+            }
+        }
     }
 
-    /// Whether the cursor is on a seq of the previous owner's whose place in
-    /// the rebuilt output is not known yet.
-    pub fn is_settling(&self) -> bool {
-        self.resolve.is_some()
+    pub fn position(&self) -> u64 {
+        self.position
     }
 }

@@ -173,18 +173,11 @@ async fn serve(
     let mut cursor = session.subscribe_app_output(&channel.app, last_seq);
     let mut events = session.watch_events();
     events.borrow_and_update();
-    let first = if cursor.is_settling() {
-        // Resuming from a frame of the runner that handed the session over:
-        // its place is known once the history is rebuilt up to it (or
-        // given up on), which a finished session must not be closed before.
-        let settle = crate::session::SETTLE_WITHIN + Duration::from_millis(100);
-        match tokio::time::timeout(settle, cursor.next()).await {
-            Ok(batch) => batch,
-            Err(_) => cursor.try_next(),
-        }
-    } else {
-        cursor.try_next()
-    };
+    // Resuming from a frame of the runner that handed the session over, its
+    // place is known once the history is rebuilt up to it (or given up
+    // on), which a finished session must not be closed before. Anything
+    // else is greeted at once, whether or not there is output yet.
+    let first = cursor.settled().await;
     let terminal_at_connect = session.is_terminal();
     if terminal_at_connect && first.entries.is_empty() && !first.gap {
         close_with(

@@ -285,6 +285,85 @@ mod tests {
         assert_eq!(&batch.entries[0].1.bytes[..], b"short");
     }
 
+    fn session() -> std::sync::Arc<crate::session::Session> {
+        std::sync::Arc::new(crate::session::Session::new(
+            "s1".into(),
+            "2026-01-01T00:00:00Z".into(),
+            1 << 20,
+            1,
+            None,
+            std::sync::Arc::new(crate::metrics::Metrics::new()),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_subscriber_of_a_silent_session_is_greeted_without_waiting() {
+        use futures_util::FutureExt;
+
+        let session = session();
+        let mut cursor = session.subscribe_output(0);
+        let greeting = cursor
+            .settled()
+            .now_or_never()
+            .expect("nothing to rebuild, so nothing to wait for");
+        assert!(!greeting.gap && greeting.entries.is_empty());
+        // Output written later is what it waits for next.
+        session.push_output(None, StreamTag::Tty, Bytes::from_static(b"hi"));
+        let batch = cursor.next().now_or_never().expect("output is there");
+        assert_eq!(&batch.entries[0].1.bytes[..], b"hi");
+        // One that has seen all of it is greeted with nothing, at once.
+        let mut caught_up = session.subscribe_output(cursor.position());
+        let greeting = caught_up.settled().now_or_never().expect("no wait");
+        assert!(!greeting.gap && greeting.entries.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_on_the_previous_owners_seq_is_greeted_once_it_is_placed() {
+        let session = session();
+        let mut before = channel(0);
+        record(&mut before, "one\r\n");
+        let kept = record(&mut before, "two\r\n");
+        session.carry_output(vec![before.marks().unwrap()]);
+        let mut cursor = session.subscribe_output(kept);
+        let start = tokio::time::Instant::now();
+        let settling = tokio::spawn(async move { cursor.settled().await });
+        tokio::task::yield_now().await;
+        assert!(!settling.is_finished(), "the history is not rebuilt yet");
+        // The log, read whole, then what the workload writes next.
+        session.push_output(
+            None,
+            StreamTag::Tty,
+            Bytes::from_static(b"one\r\ntwo\r\nthr"),
+        );
+        let greeting = settling.await.unwrap();
+        assert_eq!(
+            tokio::time::Instant::now(),
+            start,
+            "placed before the deadline"
+        );
+        assert!(!greeting.gap);
+        let text: Vec<_> = greeting.entries.iter().map(|(_, c)| &c.bytes[..]).collect();
+        assert_eq!(text, [&b"thr"[..]], "what follows its frame, once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_cannot_be_placed_is_greeted_at_the_deadline() {
+        let session = session();
+        session.carry_output(vec![OutputMarks {
+            app: runner_api::watch::DEFAULT_APP_NAME.into(),
+            points: vec![(5, 100)],
+            tail: Vec::new(),
+        }]);
+        let mut cursor = session.subscribe_output(5);
+        let start = tokio::time::Instant::now();
+        let greeting = cursor.settled().await;
+        assert_eq!(
+            tokio::time::Instant::now() - start,
+            crate::session::SETTLE_WITHIN
+        );
+        assert!(greeting.entries.is_empty());
+    }
+
     #[test]
     fn only_the_newest_frames_are_marked_and_large_output_is_still_split() {
         let mut before = channel(0);
