@@ -13,6 +13,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use runner_core::StartSpec;
+use runner_core::registry::Session;
 use runner_core::types::{
     AvailabilityReport, BundleFile, PortMapping, PortProtocol, PullPolicy, ReachabilityState,
     RunBundle, RunEvent, RunStatus,
@@ -156,21 +157,38 @@ fn http_hello_spec() -> (StartSpec, u16) {
     (spec, port)
 }
 
+/// Whether `GET /v1/hello?name=World` on `port` of the session answers
+/// `200`, asked where the runner dials the session's ports (inside its
+/// network namespace).
+async fn hello_answers(session: &Session, port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(reach) = session.reach() else {
+        return false;
+    };
+    let Ok(mut stream) = reach.connect(port).await else {
+        return false;
+    };
+    let request =
+        "GET /v1/hello?name=World HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    answer.starts_with(b"HTTP/1.1 200 ")
+}
+
 /// Starts http-hello and returns how long its first `200` took (polled
 /// every 10 ms), the session, and its output by then.
 async fn time_http_hello(harness: &Harness) -> (std::time::Duration, String) {
     let (spec, port) = http_hello_spec();
-    let url = format!("http://127.0.0.1:{port}/v1/hello?name=World");
-    let http = runner_core::http_client::client();
     let started = std::time::Instant::now();
     let session = harness.start(spec);
     let answered = tokio::time::timeout(KERNEL_WAIT, async {
         let mut poll = tokio::time::interval(std::time::Duration::from_millis(10));
         loop {
             poll.tick().await;
-            if let Ok(response) = http.get(&url).send().await
-                && response.status() == 200
-            {
+            if hello_answers(&session, port).await {
                 return started.elapsed();
             }
         }

@@ -11,7 +11,6 @@
 mod common;
 
 use common::{Backend, Runner};
-use k8s_openapi::api::core::v1::Pod;
 use reqwest::StatusCode;
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -153,23 +152,19 @@ async fn stdin_echo_answers_what_is_typed(#[case] backend: Backend) {
 }
 
 /// Where a session's port is served: loopback locally, the pod IP on kube-sim.
-fn app_host(runner: &Runner, id: &str) -> String {
-    match &runner.sim {
-        None => "127.0.0.1".to_owned(),
-        Some(sim) => sim
-            .get::<Pod>("telo-sessions", &format!("telo-run-{id}"))
-            .and_then(|pod| pod.status.and_then(|s| s.pod_ip))
-            .expect("the session pod has an IP"),
-    }
-}
-
 #[rstest]
 #[case::local(Backend::Local)]
 #[case::kubernetes(Backend::Kubernetes)]
 #[ignore = "needs the real Telo kernel: set TELO_REAL_KERNEL_DIR to a Telo CLI layout (bin/telo)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_hello_is_reachable_answers_and_stops_gracefully(#[case] backend: Backend) {
-    let runner = real_runner(backend, &[]).await;
+    // Asked as a browser would: through the session edge (a local session
+    // listens in a network namespace of its own, a pod on its pod IP).
+    let runner = real_runner(
+        backend,
+        &[("RUNNER_PREVIEW_BASE_URL", "http://preview.test")],
+    )
+    .await;
     let port = free_port();
     let id = runner
         .create_body(body(
@@ -194,11 +189,23 @@ async fn http_hello_is_reachable_answers_and_stops_gracefully(#[case] backend: B
         .collect();
     assert_eq!(statuses, ["starting", "running"]);
 
-    let url = format!(
-        "http://{}:{port}/v1/hello?name=World",
-        app_host(&runner, &id)
+    let running = before_reachable
+        .iter()
+        .find(|f| f.status_kind().as_deref() == Some("running"))
+        .unwrap()
+        .json();
+    let host = format!("{port}-{id}.preview.test");
+    assert_eq!(
+        running["status"]["endpoints"][0]["url"],
+        format!("http://{host}")
     );
-    let response = runner.client.get(&url).send().await.expect("GET the app");
+    let response = runner
+        .client
+        .get(runner.url("/v1/hello?name=World"))
+        .header("host", &host)
+        .send()
+        .await
+        .expect("GET the app through the edge");
     assert_eq!(response.status(), StatusCode::OK);
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer, json!({"greeting": "Hello World!!", "nice": "WOW"}));

@@ -4,8 +4,8 @@
 //! directory on the local backend, a fresh kube-sim on Kubernetes. Warm: the
 //! sessions of the same app that follow on that runner. Per session: POST →
 //! 201, → SSE `running`, → first output byte on the WebSocket; hello-world's
-//! line and its `exited`; http-hello's `reachable` and its first HTTP 200.
-//! Beside them, both apps run by the kernel directly, with no runner.
+//! line and its `exited`; http-hello's `reachable` and its first HTTP 200,
+//! asked through the session edge. Beside them, both apps run by the kernel directly, with no runner.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -30,6 +30,8 @@ use crate::telo_fixture::{
 const HELLO_LINE: &str = "Hello from Telo!";
 /// What http-hello answers to `GET /v1/hello?name=World`.
 const HTTP_GREETING: &str = "Hello World!!";
+/// The session edge's base host (`RUNNER_PREVIEW_BASE_URL`).
+const PREVIEW_HOST: &str = "preview.bench";
 /// How often the harness asks http-hello whether it answers yet. The
 /// runner's own reachability probe retries once a second, so its
 /// `reachable` can trail the app by up to that much; this is the finer clock.
@@ -251,17 +253,19 @@ async fn measure_app(
         .warm_pool_modules
         .as_ref()
         .filter(|_| ctx.backend == BackendKind::Kubernetes);
-    let pool_env: Vec<(&str, String)> = pooled
-        .map(|modules| {
-            vec![
-                ("RUNNER_WARM_POOL", format!("{}=1", image(ctx.backend))),
-                ("RUNNER_WARM_POOL_MODULES", modules.clone()),
-            ]
-        })
-        .unwrap_or_default();
+    // The app is asked through the session edge, as a browser asks it: a
+    // local session listens in a network namespace of its own, a pod on its
+    // pod IP.
+    let mut env: Vec<(&str, String)> = vec![
+        ("RUNNER_PREVIEW_BASE_URL", format!("http://{PREVIEW_HOST}")),
+        ("RUNNER_PREVIEW_ACCESS", "public".to_owned()),
+    ];
+    if let Some(modules) = pooled {
+        env.push(("RUNNER_WARM_POOL", format!("{}=1", image(ctx.backend))));
+        env.push(("RUNNER_WARM_POOL_MODULES", modules.clone()));
+    }
     for sample in 1..=cold {
-        let stack =
-            Stack::start_kernel_with(&ctx.bins, ctx.backend, &pool_env, &kernel.telo).await?;
+        let stack = Stack::start_kernel_with(&ctx.bins, ctx.backend, &env, &kernel.telo).await?;
         let sessions = async {
             until_pod(&stack, ctx.backend, pooled.is_some()).await?;
             let first = session(&stack, ctx.backend, app, files, ctx.inspect)
@@ -341,13 +345,12 @@ async fn session(
         }
         App::HttpHello => {
             let port = port.context("http-hello was given no port")?;
-            // The app listens on every interface, the pod IP included; the
-            // harness asks it on loopback.
-            let url = format!("http://127.0.0.1:{port}/v1/hello?name=World");
+            let url = stack.url("/v1/hello?name=World");
+            let host = format!("{port}-{}.{PREVIEW_HOST}", created.id);
             let (events, first_byte, http_200) = tokio::try_join!(
                 until_reachable(&mut sse, port),
                 first_output(&mut io),
-                first_http_200(&stack.http, &url)
+                first_http_200(&stack.http, &url, Some(&host))
             )?;
             m.running = since(events.running);
             m.reachable = Some(since(events.reachable));
@@ -473,10 +476,18 @@ async fn first_output(io: &mut Io) -> anyhow::Result<u64> {
 
 /// Asks `url` every [`HTTP_POLL_INTERVAL`] until it answers 200 with the
 /// greeting; when that answer arrived.
-async fn first_http_200(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+async fn first_http_200(
+    http: &reqwest::Client,
+    url: &str,
+    host: Option<&str>,
+) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        if let Ok(Ok(resp)) = tokio::time::timeout(HTTP_ATTEMPT_TIMEOUT, http.get(url).send()).await
+        let mut request = http.get(url);
+        if let Some(host) = host {
+            request = request.header(reqwest::header::HOST, host);
+        }
+        if let Ok(Ok(resp)) = tokio::time::timeout(HTTP_ATTEMPT_TIMEOUT, request.send()).await
             && resp.status().as_u16() == 200
         {
             let answered = now_us();
@@ -613,7 +624,7 @@ impl DirectRun<'_> {
             .stderr(Stdio::null())
             .spawn()?;
         let answered = tokio::select! {
-            answered = first_http_200(http, &url) => answered?,
+            answered = first_http_200(http, &url, None) => answered?,
             status = child.wait() => bail!("it exited ({}) before it answered", status?),
         };
         let pid = child.id().context("the server's pid")?;
