@@ -191,6 +191,51 @@ async fn a_pod_reaches_the_node_address_and_other_pods_but_not_host_loopback() {
     );
 }
 
+/// Dials <argv1> over TCP and sends it a UDP datagram (a DNS query's way),
+/// printing how each ended: `ok` or the error's errno name.
+const BEYOND: &str = r#"
+import errno, socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+def named(e):
+    return errno.errorcode.get(e.errno, str(e))
+try:
+    socket.create_connection((host, port), timeout=60).close()
+    print("tcp ok", flush=True)
+except OSError as e:
+    print("tcp", named(e), flush=True)
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", (host, port))
+    print("udp ok", flush=True)
+except OSError as e:
+    print("udp", named(e), flush=True)
+"#;
+
+#[tokio::test]
+async fn nothing_past_the_pod_network_is_routed_and_a_lookup_fails_at_once() {
+    let Some(sim) = isolated().await else { return };
+    // An address outside the pod network (TEST-NET-2, RFC 5737): no route
+    // leads there from a pod, so nothing leaves the machine and a resolver
+    // there is refused at once instead of waited on.
+    sim.seed_value(python_pod(
+        "beyond",
+        BEYOND,
+        &["198.51.100.53".into(), "53".into()],
+    ))
+    .unwrap();
+    sim.wait_for::<Pod>("default", "beyond", |p| phase(p) == "Succeeded", WAIT)
+        .await
+        .unwrap();
+    let logs = Api::<Pod>::namespaced(sim.client(), "default")
+        .logs("beyond", &LogParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        logs.lines().collect::<Vec<_>>(),
+        ["tcp ENETUNREACH", "udp ENETUNREACH"],
+        "{logs}"
+    );
+}
+
 async fn a_running_pod(sim: &KubeSim, name: &str) {
     let port = test_support::free_port();
     sim.seed_value(python_pod(

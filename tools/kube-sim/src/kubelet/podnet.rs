@@ -544,10 +544,16 @@ impl Bridge {
             veth = pod.veth,
             br = self.name,
         );
-        let inside = format!(
-            "link set lo up\naddr add {ip}/{PREFIX_LEN} dev eth0\nlink set eth0 up\nroute add default via {gw}\n",
-            gw = self.gateway(),
-        );
+        // No default route: a pod reaches its own network, the node address
+        // (the runner, the apiserver) included, and nothing past the
+        // machine. With one via the node, which forwards but does not
+        // masquerade, a pod's packets left the machine from its private
+        // address and no answer came back: each name a pod looked up waited
+        // out the host's resolver (5 s, twice; the real kernel stalled 10 s
+        // in a pod), where a cluster's DNS answers at once. Without it the
+        // lookup fails at once (network unreachable).
+        let inside =
+            format!("link set lo up\naddr add {ip}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n");
         let made = match ip_batch(&self.tools.ip, None, false, &host).await {
             Ok(()) => ip_batch(&self.tools.ip, Some(&pod.netns), false, &inside).await,
             Err(e) => Err(e),
