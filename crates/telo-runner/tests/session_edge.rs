@@ -164,6 +164,30 @@ async fn a_request_to_a_suspended_sessions_port_wakes_it() {
     runner.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_woken_by_a_request_is_not_suspended_while_its_app_starts() {
+    let runner = Runner::start_with(&[
+        ("RUNNER_PREVIEW_BASE_URL", BASE),
+        ("RUNNER_WATCH_SESSIONS", "true"),
+        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
+    ])
+    .await;
+    let port = test_support::free_port();
+    // An app that takes longer to start than the idle limit, as the real
+    // kernel's http-hello (about a second) does against a short one.
+    let id = runner
+        .create_body(common::watch::watch_body(
+            json!({"listen": [port], "stdout": ["up"], "startMs": 2500}),
+        ))
+        .await;
+    common::watch::until_status(&runner, &id, "suspended").await;
+    let host = format!("{port}-{id}.preview.test");
+    let (status, body) = via_host(&runner, &host).await;
+    assert_eq!((status, body), (StatusCode::OK, format!("ok {port}")));
+    runner.delete(&format!("/v1/sessions/{id}")).await;
+    runner.stop().await;
+}
+
 /// A client that shows redirects instead of following them, as the tests
 /// need to see what the edge answers.
 fn no_redirects() -> reqwest::Client {

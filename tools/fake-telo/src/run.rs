@@ -192,6 +192,9 @@ fn start(script: &Script, options: &RunOptions) -> Result<(), RunError> {
         }
     }
     controllers::load(std::path::Path::new(&options.entry), &loaded)?;
+    if let Some(ms) = script.start_ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     print_start_lines(script);
     if script.print_size {
         terminal::print_size_and_follow_resizes().map_err(|source| RunError::Start {

@@ -63,6 +63,10 @@ pub struct Script {
     /// The controllers the application loads, through the kernel cache.
     #[serde(default)]
     pub controllers: Vec<crate::controllers::Controller>,
+    /// How long loading the application takes on every start, warm or
+    /// cold, after its controllers: the real kernel's Node.js start and
+    /// module load (http-hello answers about a second after it starts).
+    pub start_ms: Option<u64>,
 }
 
 /// One `debugEvents` entry: an event name, or `{event, payload}` for a frame
@@ -251,6 +255,7 @@ fakeTelo:
   controllers:
     - { purl: "telo:local/js#Say" }
     - { purl: "npm:x@1#y", work: npmInstall, coldMs: 900 }
+  startMs: 1000
 "#;
         let expected = Script {
             stdout: vec!["hello".to_owned()],
@@ -284,6 +289,7 @@ fakeTelo:
                     cold_ms: 900,
                 },
             ],
+            start_ms: Some(1000),
         };
         assert_eq!(find_script(manifest).unwrap(), Some(expected));
     }

@@ -297,6 +297,9 @@ impl Session {
             self.fail("load", &error);
             return;
         }
+        if let Some(ms) = script.start_ms {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         self.publish("Kernel.Starting".into());
         run::print_start_lines(&script);
         if script.print_size {

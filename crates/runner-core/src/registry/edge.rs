@@ -58,6 +58,11 @@ impl EdgeResolver for SessionRegistry {
         if session.is_running() {
             return upstream_of(&session, host);
         }
+        // Held while it waits: a session this request wakes must not be
+        // suspended for idleness before its port answers, however long
+        // its kernel takes to start (the real kernel's http-hello takes
+        // about a second, as long as a short idle limit).
+        let _held = hold_of(&session);
         let timeout = self
             .inner
             .wake_timeout
