@@ -153,11 +153,12 @@ struct Args {
     /// `real` is a real Telo CLI you give, see `--telo`).
     #[arg(long, value_enum, default_value = "fake-telo")]
     kernel: KernelKind,
-    /// real-kernel, watch-reload: the real Telo CLI (default:
-    /// `$TELO_REAL_KERNEL_DIR/bin/telo`; there is no other).
+    /// real-kernel, watch-reload, edge (its real-kernel wake): the real
+    /// Telo CLI (default: `$TELO_REAL_KERNEL_DIR/bin/telo`; there is no
+    /// other).
     #[arg(long)]
     telo: Option<PathBuf>,
-    /// real-kernel: the fixture's example apps (default:
+    /// real-kernel, edge: the fixture's example apps (default:
     /// `<workspace>/../shared/telo/examples`).
     #[arg(long)]
     examples: Option<PathBuf>,

@@ -39,7 +39,9 @@
 //! proxied WebSocket (default 10,000, each having echoed one message); and,
 //! on a second runner with watch sessions suspended after one idle second,
 //! how long a plain request through the edge takes to wake a suspended
-//! session and get its first response byte.
+//! session and get its first response byte: fake-telo's, and, when a real
+//! Telo kernel is given (`TELO_REAL_KERNEL_DIR` or `--telo`), http-hello's
+//! on that kernel.
 //!
 //! Each path's clients connect from their own loopback address (direct
 //! 127.0.0.1, edge 127.0.0.2, nginx 127.0.0.3, hyper 127.0.0.4), so the
@@ -84,6 +86,10 @@ use crate::clients::{self, STEP, Sse};
 use crate::procs::{BackendKind, Proc, Stack, context_switches_of, cpu_seconds_of, free_port};
 use crate::report::{Report, Samples, mib};
 use crate::scenarios::Ctx;
+use crate::telo_fixture::{
+    BundleFile, KERNEL_DIR_ENV, Kernel, SessionOptions, default_examples_dir, load_example,
+    session_body,
+};
 
 const BASE_URL: &str = "http://preview.bench";
 const BASE_HOST: &str = "preview.bench";
@@ -745,57 +751,97 @@ async fn until_suspended(stack: &Stack, id: &str) -> anyhow::Result<()> {
     }
 }
 
+/// What is woken: fake-telo listening on a port, or the real kernel
+/// running http-hello.
+enum Sleeper {
+    Fake,
+    Real(Kernel, Vec<BundleFile>),
+}
+
 /// Wake on request: `n` times, a suspended watch session's port is asked
 /// for through the edge; send → first response byte.
-async fn wakes(ctx: &Ctx, n: usize) -> anyhow::Result<Samples> {
-    let stack = Stack::start(
-        &ctx.bins,
-        ctx.backend,
-        &[
-            ("RUNNER_PREVIEW_BASE_URL", BASE_URL.to_owned()),
-            ("RUNNER_PREVIEW_ACCESS", "public".to_owned()),
-            ("RUNNER_WATCH_SESSIONS", "true".to_owned()),
-            ("RUNNER_WATCH_IDLE_SECONDS", "1".to_owned()),
-        ],
-    )
-    .await?;
+async fn wakes(ctx: &Ctx, n: usize, sleeper: &Sleeper) -> anyhow::Result<Samples> {
+    let env = [
+        ("RUNNER_PREVIEW_BASE_URL", BASE_URL.to_owned()),
+        ("RUNNER_PREVIEW_ACCESS", "public".to_owned()),
+        ("RUNNER_WATCH_SESSIONS", "true".to_owned()),
+        ("RUNNER_WATCH_IDLE_SECONDS", "1".to_owned()),
+    ];
     let port = free_port()?;
-    let mut body = clients::start_body(&json!({"listen": [port], "stdout": ["up"]}));
-    body["mode"] = json!("watch");
-    let id = clients::create_with(&stack, &body).await?.id;
-    let mut sse = Sse::connect(&stack, &id).await?;
-    sse.wait_status("running").await?;
-    drop(sse);
-    let path = Route {
-        name: "edge",
-        addr: runner_addr(&stack)?,
-        source: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
-        host: format!("{port}-{id}.{BASE_HOST}"),
-    };
-    let mut samples = Samples::default();
-    for _ in 0..n {
-        until_suspended(&stack, &id).await?;
-        // A new connection each time: an open one keeps the session in use.
-        let mut sender = connect::<Empty<Bytes>>(&path).await?;
-        let request = Request::get("/")
-            .header(HOST, &path.host)
-            .body(Empty::<Bytes>::new())?;
-        let began = Instant::now();
-        let response = tokio::time::timeout(STEP, sender.send_request(request))
-            .await
-            .map_err(|_| anyhow!("the wake request timed out"))??;
-        samples.push(began.elapsed().as_micros() as u64);
-        let status = response.status();
-        let answer = response.into_body().collect().await?.to_bytes();
-        if status != StatusCode::OK || answer != format!("ok {port}").as_bytes() {
-            bail!(
-                "the woken session answered {status}: {}",
-                String::from_utf8_lossy(&answer)
-            );
+    let (stack, mut body, target, answer) = match sleeper {
+        Sleeper::Fake => (
+            Stack::start(&ctx.bins, ctx.backend, &env).await?,
+            clients::start_body(&json!({"listen": [port], "stdout": ["up"]})),
+            "/",
+            format!("ok {port}"),
+        ),
+        Sleeper::Real(kernel, files) => {
+            let options = SessionOptions {
+                image: "local".into(),
+                env: vec![("PORT".into(), port.to_string())],
+                tcp_ports: vec![port],
+                inspect: false,
+            };
+            (
+                Stack::start_kernel_with(&ctx.bins, ctx.backend, &env, &kernel.telo).await?,
+                session_body(files, &options),
+                "/v1/hello?name=World",
+                r#"{"greeting":"Hello World!!","nice":"WOW"}"#.to_owned(),
+            )
         }
+    };
+    let measured = async {
+        body["mode"] = json!("watch");
+        let id = clients::create_with(&stack, &body).await?.id;
+        let mut sse = Sse::connect(&stack, &id).await?;
+        sse.wait_status("running").await?;
+        drop(sse);
+        let path = Route {
+            name: "edge",
+            addr: runner_addr(&stack)?,
+            source: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+            host: format!("{port}-{id}.{BASE_HOST}"),
+        };
+        let mut samples = Samples::default();
+        for _ in 0..n {
+            until_suspended(&stack, &id).await?;
+            // A new connection each time: an open one keeps the session in use.
+            let mut sender = connect::<Empty<Bytes>>(&path).await?;
+            let request = Request::get(target)
+                .header(HOST, &path.host)
+                .body(Empty::<Bytes>::new())?;
+            let began = Instant::now();
+            let response = tokio::time::timeout(STEP, sender.send_request(request))
+                .await
+                .map_err(|_| anyhow!("the wake request timed out"))??;
+            samples.push(began.elapsed().as_micros() as u64);
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            if status != StatusCode::OK || body != answer.as_bytes() {
+                bail!(
+                    "the woken session answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+        }
+        anyhow::Ok(samples)
     }
-    stack.stop().await?;
+    .await;
+    let stopped = stack.stop().await;
+    let samples = measured?;
+    stopped?;
     Ok(samples)
+}
+
+/// The median of ascending `values`: the middle one, or the mean of the
+/// middle two.
+fn median_of_sorted(values: &[f64]) -> Option<f64> {
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[mid]),
+        _ => Some((values[mid - 1] + values[mid]) / 2.0),
+    }
 }
 
 fn runner_addr(stack: &Stack) -> anyhow::Result<SocketAddr> {
@@ -1051,24 +1097,30 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
                 .map(|(edge, nginx)| edge / nginx.max(1e-9))
                 .collect();
             by_round.sort_by(f64::total_cmp);
+            let median = median_of_sorted(&by_round).unwrap_or(ratio);
             if let (Some(low), Some(high)) = (by_round.first(), by_round.last()) {
                 report.row(
                     format!(
                         "GET /small, {who}: edge / nginx round by round, lowest / median / highest"
                     ),
-                    format!(
-                        "{low:.2}× / {:.2}× / {high:.2}×",
-                        by_round[by_round.len() / 2]
-                    ),
+                    format!("{low:.2}× / {median:.2}× / {high:.2}×"),
                 );
             }
             level.insert("edge_over_nginx_rps_by_round".into(), json!(by_round));
+            level.insert("edge_over_nginx_rps_median_round".into(), json!(median));
             level.insert("edge_minus_nginx_added_p99_us".into(), json!(p99_gap));
+            // Judged on the median round: one stalled round of either
+            // proxy (a retransmitted SYN costs a second) moves the pooled
+            // ratio by tens of percent, and the median not at all.
             report.target(
                 &format!("edge requests/s vs nginx's, {who}"),
                 "≥ 90%",
-                format!("{:.0}%", ratio * 100.0),
-                ratio >= 0.9,
+                format!(
+                    "{:.0}% (median round; pooled {:.0}%)",
+                    median * 100.0,
+                    ratio * 100.0
+                ),
+                median >= 0.9,
             );
             report.target(
                 &format!("edge p99 added latency vs nginx's, {who}"),
@@ -1229,7 +1281,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
     upstream_task.abort();
 
     // 4. Wake on request.
-    let woke = wakes(ctx, wake_count).await?;
+    let woke = wakes(ctx, wake_count, &Sleeper::Fake).await?;
     report.row(
         format!("wake a suspended session by a request, send → first byte ({wake_count} times, p50 / p99)"),
         format!(
@@ -1246,5 +1298,44 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Report> {
         format!("{wake_p50:.1} ms"),
         wake_p50 < 300.0,
     );
+    // The same with the real kernel (http-hello), when one is given.
+    let given =
+        ctx.telo.is_some() || std::env::var(KERNEL_DIR_ENV).is_ok_and(|dir| !dir.is_empty());
+    if given {
+        let kernel = Kernel::locate(ctx.telo.as_deref())?;
+        let examples = ctx.examples.clone().unwrap_or_else(default_examples_dir);
+        let files = load_example(&examples.join("http-hello"), &kernel.modules)?;
+        let woke = wakes(ctx, wake_count, &Sleeper::Real(kernel, files)).await?;
+        report.row(
+            format!(
+                "wake a suspended real-kernel session (http-hello) by a request, send → first byte ({wake_count} times, p50 / p99)"
+            ),
+            format!(
+                "{:.1} / {:.1} ms",
+                woke.percentile(50.0) as f64 / 1000.0,
+                woke.percentile(99.0) as f64 / 1000.0
+            ),
+        );
+        report.result("wake_real_kernel", woke.json());
+    } else {
+        report.row(
+            "wake a suspended real-kernel session by a request",
+            format!(
+                "not measured: no real Telo kernel given (set {KERNEL_DIR_ENV} or pass --telo)"
+            ),
+        );
+    }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_of_sorted;
+
+    #[test]
+    fn the_median_round_is_the_middle_one_or_the_mean_of_the_middle_two() {
+        assert_eq!(median_of_sorted(&[]), None);
+        assert_eq!(median_of_sorted(&[0.8, 0.9, 5.0]), Some(0.9));
+        assert_eq!(median_of_sorted(&[0.8, 0.9, 1.1, 5.0]), Some(1.0));
+    }
 }
