@@ -125,15 +125,21 @@ async fn the_preview_base_beside_a_routing_mode_that_publishes_is_refused() {
     sim.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_to_a_suspended_sessions_port_wakes_it() {
+/// A runner whose watch sessions are suspended after one idle second,
+/// behind the edge, and a free port for an app.
+async fn waking_runner() -> (Runner, u16) {
     let runner = Runner::start_with(&[
         ("RUNNER_PREVIEW_BASE_URL", BASE),
         ("RUNNER_WATCH_SESSIONS", "true"),
         ("RUNNER_WATCH_IDLE_SECONDS", "1"),
     ])
     .await;
-    let port = test_support::free_port();
+    (runner, test_support::free_port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_suspended_sessions_port_wakes_it() {
+    let (runner, port) = waking_runner().await;
     let id = runner
         .create_body(common::watch::watch_body(
             json!({"listen": [port], "stdout": ["up"]}),
@@ -166,13 +172,7 @@ async fn a_request_to_a_suspended_sessions_port_wakes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_woken_by_a_request_is_not_suspended_while_its_app_starts() {
-    let runner = Runner::start_with(&[
-        ("RUNNER_PREVIEW_BASE_URL", BASE),
-        ("RUNNER_WATCH_SESSIONS", "true"),
-        ("RUNNER_WATCH_IDLE_SECONDS", "1"),
-    ])
-    .await;
-    let port = test_support::free_port();
+    let (runner, port) = waking_runner().await;
     // An app that takes longer to start than the idle limit, as the real
     // kernel's http-hello (about a second) does against a short one.
     let id = runner
