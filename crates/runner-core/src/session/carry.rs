@@ -189,6 +189,18 @@ mod tests {
         channel.record(StreamTag::Tty, Bytes::from(text.to_owned()))
     }
 
+    /// A session with nothing recorded yet.
+    fn session() -> std::sync::Arc<crate::session::Session> {
+        std::sync::Arc::new(crate::session::Session::new(
+            "s1".into(),
+            "2026-01-01T00:00:00Z".into(),
+            1 << 20,
+            1,
+            None,
+            std::sync::Arc::new(crate::metrics::Metrics::new()),
+        ))
+    }
+
     /// What a client that has `after` reads from `channel`.
     fn resumed(channel: &AppChannel, after: u64) -> (bool, String) {
         let ResumeAt::After(position) = channel.resume_at(after) else {
@@ -256,17 +268,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_resume_point_the_output_never_reaches_is_given_up_with_a_gap() {
-        use std::sync::Arc;
-
-        use crate::session::Session;
-        let session = Arc::new(Session::new(
-            "s1".into(),
-            "2026-01-01T00:00:00Z".into(),
-            1 << 20,
-            1,
-            None,
-            Arc::new(crate::metrics::Metrics::new()),
-        ));
+        let session = session();
         session.carry_output(vec![OutputMarks {
             app: runner_api::watch::DEFAULT_APP_NAME.into(),
             points: vec![(5, 100)],
@@ -283,17 +285,6 @@ mod tests {
         let batch = cursor.next().await;
         assert!(batch.gap);
         assert_eq!(&batch.entries[0].1.bytes[..], b"short");
-    }
-
-    fn session() -> std::sync::Arc<crate::session::Session> {
-        std::sync::Arc::new(crate::session::Session::new(
-            "s1".into(),
-            "2026-01-01T00:00:00Z".into(),
-            1 << 20,
-            1,
-            None,
-            std::sync::Arc::new(crate::metrics::Metrics::new()),
-        ))
     }
 
     #[tokio::test(start_paused = true)]
