@@ -266,15 +266,25 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_resume_point_the_output_never_reaches_is_given_up_with_a_gap() {
+    /// A session carrying a previous owner's mark at seq 5 (byte 100), and
+    /// a cursor on that seq, before any output is rebuilt.
+    fn on_a_seq_past_the_marks() -> (
+        std::sync::Arc<crate::session::Session>,
+        crate::session::Cursor<crate::session::OutputChunk>,
+    ) {
         let session = session();
         session.carry_output(vec![OutputMarks {
             app: runner_api::watch::DEFAULT_APP_NAME.into(),
             points: vec![(5, 100)],
             tail: Vec::new(),
         }]);
-        let mut cursor = session.subscribe_output(5);
+        let cursor = session.subscribe_output(5);
+        (session, cursor)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_point_the_output_never_reaches_is_given_up_with_a_gap() {
+        let (session, mut cursor) = on_a_seq_past_the_marks();
         let first = cursor.try_next();
         assert!(
             !first.gap && first.entries.is_empty(),
@@ -339,13 +349,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_subscriber_that_cannot_be_placed_is_greeted_at_the_deadline() {
-        let session = session();
-        session.carry_output(vec![OutputMarks {
-            app: runner_api::watch::DEFAULT_APP_NAME.into(),
-            points: vec![(5, 100)],
-            tail: Vec::new(),
-        }]);
-        let mut cursor = session.subscribe_output(5);
+        let (_session, mut cursor) = on_a_seq_past_the_marks();
         let start = tokio::time::Instant::now();
         let greeting = cursor.settled().await;
         assert_eq!(
